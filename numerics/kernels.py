@@ -1,0 +1,69 @@
+"""Dense attention kernels A^(t) (N x N): the direct route, for moderate N.
+
+``alibi_kernels`` builds every head's masked row softmax of its logits
+    (d [i = j] - m |i - j|) / tau
+and averages heads with their weights, exactly as THEORY.md defines A^(t).
+It shares no closed form with the structured engine, so the two check each
+other. ``validate_kernels`` checks user-supplied (measured) kernels.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from numerics.masks import allowed
+from numerics.stack import AlibiStack
+
+
+def alibi_kernels(stack: AlibiStack, num_tokens: int) -> jax.Array:
+    """(T, N, N) head-averaged kernels of ``stack`` by masked softmax."""
+    ok = jnp.asarray(allowed(stack.mask, num_tokens))
+    idx = jnp.arange(num_tokens)
+    distance = jnp.abs(idx[:, None] - idx[None, :]).astype(jnp.float64)
+    eye = jnp.eye(num_tokens, dtype=jnp.float64)
+    slopes, diagonal = stack.scaled()
+
+    def layer(slopes_t, diagonal_t, weights_t):
+        logits = diagonal_t[:, None, None] * eye - slopes_t[:, None, None] * distance
+        heads = jax.nn.softmax(jnp.where(ok, logits, -jnp.inf), axis=-1)
+        return jnp.einsum("h,hij->ij", weights_t, heads)
+
+    return jax.lax.map(
+        lambda a: layer(*a),
+        (jnp.asarray(slopes), jnp.asarray(diagonal), jnp.asarray(stack.head_weights)),
+    )
+
+
+class KernelError(ValueError):
+    """A supplied kernel is not what the rollout needs; the message names layer and row."""
+
+
+def validate_kernels(kernels: np.ndarray, *, causal: bool, tol: float = 1e-9) -> None:
+    """Check (T, N, N) kernels: finite, non-negative, rows summing to 1, causal if declared."""
+    if kernels.ndim != 3 or kernels.shape[1] != kernels.shape[2]:
+        raise KernelError(f"kernels must have shape (T, N, N), got {kernels.shape}")
+    if kernels.shape[0] < 1 or kernels.shape[1] < 1:
+        raise KernelError(f"kernels must have T >= 1 and N >= 1, got shape {kernels.shape}")
+    bad = ~np.isfinite(kernels)
+    if bad.any():
+        t, i, j = np.argwhere(bad)[0]
+        raise KernelError(f"layer {t} row {i}: entry {j} is not finite")
+    neg = kernels < -tol
+    if neg.any():
+        t, i, j = np.argwhere(neg)[0]
+        raise KernelError(f"layer {t} row {i}: entry {j} = {kernels[t, i, j]:.3g} is negative")
+    err = np.abs(kernels.sum(axis=2) - 1.0)
+    if (err > tol).any():
+        t, i = np.argwhere(err > tol)[0]
+        raise KernelError(
+            f"layer {t} row {i}: sums to {kernels[t, i].sum():.12g}, expected 1 within {tol:g}"
+        )
+    if causal:
+        upper = np.abs(np.triu(kernels, k=1)) > tol
+        if upper.any():
+            t, i, j = np.argwhere(upper)[0]
+            raise KernelError(
+                f"layer {t} row {i}: reads later token {j} ({kernels[t, i, j]:.3g}) but kernels were declared causal"
+            )

@@ -1,0 +1,56 @@
+"""The two number systems the structured engine runs in.
+
+``LINEAR`` is ordinary float arithmetic (+, x). ``LOG`` stores log x and uses
+(logaddexp, +): values far below the float64 range (1e-308) stay
+representable, which attention-only stacks need at large N and depth.
+Subtraction has no stable log-space form, so only ``LINEAR`` supports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import jax.numpy as jnp
+
+
+@dataclass(frozen=True)
+class Semiring:
+    name: str
+    add: Callable
+    mul: Callable
+    zero: float
+    one: float
+    from_linear: Callable  # encode a non-negative linear value
+    to_linear: Callable
+    sum: Callable  # reduce with ``add`` along an axis
+
+
+LINEAR = Semiring(
+    name="linear",
+    add=jnp.add,
+    mul=jnp.multiply,
+    zero=0.0,
+    one=1.0,
+    from_linear=lambda x: x,
+    to_linear=lambda x: x,
+    sum=lambda x, axis: jnp.sum(x, axis=axis),
+)
+
+
+def _logsum(x, axis):
+    top = jnp.max(x, axis=axis, keepdims=True)
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    return jnp.squeeze(top, axis) + jnp.log(jnp.sum(jnp.exp(x - top), axis=axis))
+
+
+LOG = Semiring(
+    name="log",
+    add=jnp.logaddexp,
+    mul=jnp.add,
+    zero=-jnp.inf,
+    one=0.0,
+    from_linear=jnp.log,
+    to_linear=jnp.exp,
+    sum=_logsum,
+)

@@ -1,0 +1,188 @@
+"""v -> v A in O(H N) for ALiBi + content kernels, never forming N x N matrices.
+
+Row i of head h (slope m, diagonal excess d, both already divided by the
+temperature; r = e^{-m}) reads itself and the allowed tokens j != i:
+
+    A[i, i] = alpha_i = 1 / (1 + e^{-d} S_i)
+    A[i, j] = c_i r^{|i-j|},  c_i = e^{-d} / (1 + e^{-d} S_i)
+
+with the row normaliser (C4(b), THEORY.md; alpha_i(d) there)
+
+    S_i = G(past reach of i) + G(future reach of i),   G(L) = sum_{g=1}^{L} r^g
+                                                             = -expm1(-m L) / expm1(m)  (L if m = 0).
+
+Column j of v A therefore is
+
+    (v A)_j = alpha_j v_j + sum_{i > j, i-j < w} u_i r^{i-j} + [j < K] sum_{i < j} u_i r^{j-i},
+    u_i = v_i c_i,
+
+(w the sliding window, K the bidirectional prefix length; see masks.py). The
+two sums are geometric tails that obey first-order recurrences,
+    T_j = r T_{j+1} + x_j,   x_j = r u_{j+1} - [w finite] r^w u_{j+w},
+which ``_tail_recurrence`` solves in O(N) per head with a blocked scan: a
+sequential pass over the B offsets inside blocks (vectorised over heads and
+blocks), an associative scan over block carries, and an elementwise fix-up.
+Only multiplications by r <= 1 occur, so no slope can overflow it.
+
+The diagonal excess is clipped to |d| <= 600 in linear arithmetic; this changes
+alpha and c by a relative e^{-600} (below float64 resolution of any result).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from numerics.masks import Mask
+from numerics.semiring import LINEAR, LOG, Semiring
+
+_D_CLIP = 600.0
+
+
+def _geometric_sum(m, length):
+    """G(L) = sum_{g=1}^{L} e^{-m g} for m >= 0 (broadcasting)."""
+    safe_m = jnp.where(m > 0, m, 1.0)
+    return jnp.where(m > 0, -jnp.expm1(-safe_m * length) / jnp.expm1(safe_m), length)
+
+
+def _row_normaliser(m, positions, num_tokens, mask: Mask):
+    """S_i for heads m (G, 1) at positions (1, P): the kernel's off-diagonal row mass / c_i."""
+    past = positions.astype(m.dtype)
+    if mask.past_window is not None:
+        past = jnp.minimum(past, mask.past_window - 1)
+    s = _geometric_sum(m, past)
+    k = mask.bidirectional_length(num_tokens)
+    if k > 1:
+        future = jnp.where(positions < k, k - 1 - positions, 0).astype(m.dtype)
+        s = s + _geometric_sum(m, future)
+    return s
+
+
+def _row_weights(ring: Semiring, m, d, positions, num_tokens, mask):
+    """(alpha, c) in ``ring`` for heads (G, 1) and positions (1, P)."""
+    s = _row_normaliser(m, positions, num_tokens, mask)
+    if ring is LINEAR:
+        q = jnp.exp(-jnp.clip(d, -_D_CLIP, _D_CLIP))
+        alpha = 1.0 / (1.0 + q * s)
+        return alpha, q * alpha
+    log_alpha = -jnp.logaddexp(0.0, jnp.log(s) - d)
+    return log_alpha, log_alpha - d
+
+
+def _shift_left(x, by: int, fill):
+    """y_j = x_{j+by} along the last axis, ``fill`` past the end."""
+    if by >= x.shape[-1]:
+        return jnp.full_like(x, fill)
+    pad = jnp.full(x.shape[:-1] + (by,), fill, x.dtype)
+    return jnp.concatenate([x[..., by:], pad], axis=-1)
+
+
+def _linear_recurrence(ring: Semiring, a, z):
+    """Inclusive reverse solve H_k = z_k + a H_{k+1} along the last axis (H past the end = 0)."""
+
+    def combine(left, right):  # left precedes right in the flipped order
+        a1, b1 = left
+        a2, b2 = right
+        return ring.mul(a1, a2), ring.add(ring.mul(a2, b1), b2)
+
+    flipped = jnp.flip(z, axis=-1)
+    _, h = jax.lax.associative_scan(combine, (jnp.broadcast_to(a, z.shape), flipped), axis=-1)
+    return jnp.flip(h, axis=-1)
+
+
+def _tail_recurrence(ring: Semiring, x, m, block: int):
+    """T_j = x_j + r T_{j+1} (T past the end = 0) for x (G, P), P a multiple of ``block``."""
+    g, p = x.shape
+    nb = p // block
+    r = ring.from_linear(jnp.exp(-m))  # (G, 1)
+    xb = x.reshape(g, nb, block).transpose(2, 0, 1)  # (B, G, nb)
+
+    def step(carry, xb_b):
+        y = ring.add(xb_b, ring.mul(r, carry))
+        return y, y
+
+    _, y = jax.lax.scan(step, jnp.full((g, nb), ring.zero, x.dtype), xb, reverse=True)
+    offsets = jnp.arange(block, dtype=x.dtype)[:, None, None]
+    rho = ring.from_linear(jnp.exp(-m * block))  # r^B, (G, 1)
+    carry_in = _shift_left(_linear_recurrence(ring, rho, y[0]), 1, ring.zero)  # T at next block start
+    decay = ring.from_linear(jnp.exp(-m[None] * (block - offsets)))  # r^{B-b}, (B, G, 1)
+    t = ring.add(y, ring.mul(decay, carry_in[None]))
+    return t.transpose(1, 2, 0).reshape(g, p)
+
+
+def _apply_heads(ring, v, m, d, w, num_tokens, mask, block):
+    """For one group of heads: (sum_h w_h off-diagonal column sums, sum_h w_h alpha_h), both (P,)."""
+    p = v.shape[0]
+    positions = jnp.arange(p)[None, :]
+    alpha, c = _row_weights(ring, m, d, positions, num_tokens, mask)
+    u = ring.mul(ring.mul(w, c), v[None, :])  # u_i = w_h c_i v_i, (G, P)
+    r = ring.from_linear(jnp.exp(-m))
+    x = ring.mul(r, _shift_left(u, 1, ring.zero))
+    if mask.past_window is not None:
+        if ring is not LINEAR:
+            raise ValueError("sliding-window masks need linear arithmetic (log space cannot subtract)")
+        # Subtract what falls out of the window: r^w u_{j+w} (linear arithmetic only).
+        x = x - jnp.exp(-m * mask.past_window) * _shift_left(u, mask.past_window, 0.0)
+    off = _tail_recurrence(ring, x, m, block)
+    k = mask.bidirectional_length(num_tokens)
+    if k > 1:
+        xf = ring.mul(r, _shift_left(jnp.flip(u, axis=-1), 1, ring.zero))
+        forward = jnp.flip(_tail_recurrence(ring, xf, m, block), axis=-1)
+        forward = jnp.where(positions < k, forward, ring.zero)
+        off = ring.add(off, forward)
+    return ring.sum(off, axis=0), ring.sum(ring.mul(w, alpha), axis=0)
+
+
+def layer_step(ring: Semiring, v, lam, m, d, w, num_tokens, mask, block, group):
+    """v R^(t) = (1 - lambda) v + lambda v A^(t), and the head-averaged diagonal of A^(t).
+
+    v is (P,) in ``ring``; m, d, w are (H_pad,) with H_pad a multiple of ``group``.
+    """
+    heads = m.shape[0] // group
+    shaped = [a.reshape(heads, group, 1) for a in (m, d, ring.from_linear(w))]
+
+    def one_group(acc, params):
+        off, alpha_bar = _apply_heads(ring, v, *params, num_tokens, mask, block)
+        return (ring.add(acc[0], off), ring.add(acc[1], alpha_bar)), None
+
+    zeros = jnp.full_like(v, ring.zero)
+    (off, alpha_bar), _ = jax.lax.scan(one_group, (zeros, zeros), shaped)
+    va = ring.add(ring.mul(alpha_bar, v), off)
+    stay = ring.mul(ring.from_linear(1.0 - lam), v)
+    return ring.add(stay, ring.mul(ring.from_linear(lam), va)), alpha_bar
+
+
+@partial(jax.jit, static_argnames=("num_tokens", "mask", "ring", "block", "group"))
+def _layers(v, lambdas, m, d, w, *, num_tokens, mask, ring, block, group):
+    """Apply the given layers top-down: v <- v R^(t) for t = last .. first."""
+
+    def body(v, params):
+        v, alpha_bar = layer_step(ring, v, *params, num_tokens, mask, block, group)
+        stats = (
+            jnp.min(ring.to_linear(alpha_bar[:num_tokens])),
+            ring.to_linear(alpha_bar[num_tokens - 1]),
+        )
+        return v, stats
+
+    return jax.lax.scan(body, v, (lambdas, m, d, w), reverse=True)
+
+
+def plan(num_tokens: int, num_heads: int, budget: int = 1 << 22) -> tuple[int, int, int]:
+    """(block B, padded length P, head group G): B ~ sqrt(N) in [8, 256]; G*P <= budget elements."""
+    block = int(np.clip(1 << int(np.ceil(np.log2(max(num_tokens, 1)) / 2)), 8, 256))
+    padded = -(-num_tokens // block) * block
+    group = int(np.clip(budget // padded, 1, num_heads))
+    return block, padded, group
+
+
+def alibi_diagonal(m, d, w, num_tokens: int, mask: Mask):
+    """Head-averaged self-weights alpha-bar_i = sum_h w_h alpha_{h,i}, shape (N,), linear arithmetic."""
+    positions = jnp.arange(num_tokens)[None, :]
+    alpha, _ = _row_weights(LINEAR, m[:, None], d[:, None], positions, num_tokens, mask)
+    return jnp.sum(w[:, None] * alpha, axis=0)
+
+
+RINGS = {"linear": LINEAR, "log": LOG}
