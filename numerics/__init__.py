@@ -11,6 +11,7 @@ jax.config.update("jax_enable_x64", True)
 from numerics.engines import (  # noqa: E402
     ENGINES,
     Profile,
+    dense_rollout,
     diagonal_product,
     kernel_diagonals,
     profile,
@@ -26,6 +27,6 @@ from numerics.stack import AlibiStack  # noqa: E402
 __all__ = [
     "ENGINES", "AlibiStack", "Causal", "Constant", "Custom", "Full", "KernelError", "Mask",
     "PowerDecay", "Prefix", "Profile", "Schedule", "SlidingWindow", "alibi_kernels",
-    "alibi_slopes", "allowed", "diagonal_product", "kernel_diagonals", "profile",
+    "alibi_slopes", "allowed", "dense_rollout", "diagonal_product", "kernel_diagonals", "profile",
     "profile_from_kernels", "rollout_matrix", "validate_kernels",
 ]

@@ -5,7 +5,7 @@
   ``log`` runs the same recurrences in log space for stacks whose profile
   falls below the float64 range (attention-only at large N and T).
 * ``profile_from_kernels``: any (T, N, N) kernels, O(T N^2) (measured mode).
-* ``rollout_matrix``: the full P by dense products, O(T N^3), for moderate N.
+* ``rollout_matrix`` / ``dense_rollout``: the full P by dense products, O(T N^3), for moderate N.
 * ``diagonal_product``: P_ii = prod_t (1 - lambda_t (1 - A^(t)_ii)) (C5(a)),
   exact for lower-triangular (causal) kernels, O(T N).
 """
@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 import jax
@@ -20,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from numerics import structured
+from numerics.kernels import layer_kernel
 from numerics.stack import AlibiStack
 
 ENGINES = ("structured", "log")
@@ -121,6 +123,25 @@ def kernel_diagonals(stack: AlibiStack, num_tokens: int) -> np.ndarray:
 def diagonal_product(self_weights: np.ndarray, lambdas: np.ndarray) -> np.ndarray:
     """P_ii = prod_t (1 - lambda_t (1 - A^(t)_ii)) for causal stacks (C5(a)); (T, N) -> (N,)."""
     return np.prod(1.0 - lambdas[:, None] * (1.0 - self_weights), axis=0)
+
+
+def dense_rollout(stack: AlibiStack, num_tokens: int, dtype=jnp.float64):
+    """(P, diagonals (T, N)) for an ALiBi stack by dense products, building each A^(t)
+    inside the scan: O(N^2) memory, O(T H N^2 + T N^3) time."""
+    slopes, diagonal = stack.scaled()
+    params = [jnp.asarray(a, dtype) for a in (stack.lambdas, slopes, diagonal, stack.head_weights)]
+    return _dense_rollout(*params, num_tokens=num_tokens, mask=stack.mask)
+
+
+@partial(jax.jit, static_argnames=("num_tokens", "mask"))
+def _dense_rollout(lambdas, slopes, diagonal, weights, *, num_tokens, mask):
+    def body(p, layer):
+        lam, m, d, w = layer
+        a = layer_kernel(m, d, w, num_tokens, mask)
+        return (1.0 - lam) * p + lam * (a @ p), jnp.diagonal(a)
+
+    eye = jnp.eye(num_tokens, dtype=lambdas.dtype)
+    return jax.lax.scan(body, eye, (lambdas, slopes, diagonal, weights))
 
 
 @jax.jit

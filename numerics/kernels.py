@@ -17,21 +17,30 @@ from numerics.masks import allowed
 from numerics.stack import AlibiStack
 
 
-def alibi_kernels(stack: AlibiStack, num_tokens: int) -> jax.Array:
-    """(T, N, N) head-averaged kernels of ``stack`` by masked softmax."""
-    ok = jnp.asarray(allowed(stack.mask, num_tokens))
+def layer_kernel(slopes_t, diagonal_t, weights_t, num_tokens: int, mask) -> jax.Array:
+    """A^(t) = sum_h w_h masked-softmax((d_h [i = j] - m_h |i - j|)), logits already / tau.
+
+    Heads are accumulated one at a time: O(N^2) memory whatever H is.
+    """
+    ok = jnp.asarray(allowed(mask, num_tokens))
     idx = jnp.arange(num_tokens)
-    distance = jnp.abs(idx[:, None] - idx[None, :]).astype(jnp.float64)
-    eye = jnp.eye(num_tokens, dtype=jnp.float64)
+    distance = jnp.abs(idx[:, None] - idx[None, :]).astype(slopes_t.dtype)
+    eye = jnp.eye(num_tokens, dtype=slopes_t.dtype)
+
+    def add_head(acc, head):
+        m, d, w = head
+        logits = jnp.where(ok, d * eye - m * distance, -jnp.inf)
+        return acc + w * jax.nn.softmax(logits, axis=-1), None
+
+    zero = jnp.zeros((num_tokens, num_tokens), slopes_t.dtype)
+    return jax.lax.scan(add_head, zero, (slopes_t, diagonal_t, weights_t))[0]
+
+
+def alibi_kernels(stack: AlibiStack, num_tokens: int) -> jax.Array:
+    """(T, N, N) head-averaged kernels of ``stack`` by masked softmax (T N^2 memory)."""
     slopes, diagonal = stack.scaled()
-
-    def layer(slopes_t, diagonal_t, weights_t):
-        logits = diagonal_t[:, None, None] * eye - slopes_t[:, None, None] * distance
-        heads = jax.nn.softmax(jnp.where(ok, logits, -jnp.inf), axis=-1)
-        return jnp.einsum("h,hij->ij", weights_t, heads)
-
     return jax.lax.map(
-        lambda a: layer(*a),
+        lambda a: layer_kernel(*a, num_tokens, stack.mask),
         (jnp.asarray(slopes), jnp.asarray(diagonal), jnp.asarray(stack.head_weights)),
     )
 

@@ -1,0 +1,260 @@
+"""Rollout configuration files (the reference implementation's YAML schema) -> AlibiStack.
+
+The schema is the one the authors' loader reads (../shared/data/README.md):
+``sequence_length``, ``num_layers``, ``mask_config``, ``attention_config``,
+``content_config``, ``lambda_schedule_config``, ``save_dir``. posbias adds the
+mask type ``prefix`` with key ``prefix_length``. Unknown keys, NaN/inf, wrong
+list lengths and non-positive sizes are errors. The file is read with
+ruamel.yaml, which accepts the TAB characters some reference files carry inside
+flow lists (PyYAML rejects them).
+
+Broadcasting: an outer (per-layer) list of length 1 applies to every layer; an
+inner (per-head) list of length 1 applies to every head, content included.
+``content_broadcast="first-head"`` reproduces the reference implementation,
+which gives a single provided content value to head 0 only (every other head
+gets zero content).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+import numpy as np
+import pydantic
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from numerics import masks, schedules
+from numerics.slopes import alibi_slopes
+from numerics.stack import AlibiStack
+from posbias.errors import UserError
+
+
+class ConfigError(UserError):
+    """One line: the file, the key and what was expected."""
+
+
+_STRICT = pydantic.ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=True)
+FiniteFloat = Annotated[float, pydantic.Field(allow_inf_nan=False)]
+
+
+class MaskConfig(pydantic.BaseModel):
+    model_config = _STRICT
+    mask_type: Literal["causal", "full", "sliding_window", "prefix"] = "causal"
+    window_size: pydantic.PositiveInt | None = None
+    prefix_length: pydantic.NonNegativeInt | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _needs_size(self):
+        if self.mask_type == "sliding_window" and self.window_size is None:
+            raise ValueError("window_size: required for mask_type sliding_window")
+        if self.mask_type == "prefix" and self.prefix_length is None:
+            raise ValueError("prefix_length: required for mask_type prefix")
+        return self
+
+    def build(self):
+        match self.mask_type:
+            case "causal":
+                return masks.Causal()
+            case "full":
+                return masks.Full()
+            case "sliding_window":
+                return masks.SlidingWindow(self.window_size)
+            case "prefix":
+                return masks.Prefix(self.prefix_length)
+
+
+class AttentionConfig(pydantic.BaseModel):
+    model_config = _STRICT
+    num_heads: pydantic.PositiveInt
+    alibi_slopes: list[list[Annotated[float, pydantic.Field(ge=0.0, allow_inf_nan=False)]]]
+    head_weights: list[list[Annotated[float, pydantic.Field(ge=0.0, allow_inf_nan=False)]]] | None = None
+    softmax_temperature: Annotated[float, pydantic.Field(gt=0.0, allow_inf_nan=False)] = 1.0
+
+
+class ContentConfig(pydantic.BaseModel):
+    model_config = _STRICT
+    diagonal_scores: list[list[FiniteFloat]] = [[0.0]]
+    base_scores: list[list[FiniteFloat]] = [[0.0]]
+
+
+class ConstantSchedule(pydantic.BaseModel):
+    model_config = _STRICT
+    schedule_type: Literal["constant"]
+    lambda_const: FiniteFloat
+
+
+class PowerDecaySchedule(pydantic.BaseModel):
+    model_config = _STRICT
+    schedule_type: Literal["power_decay"]
+    lambda_0: FiniteFloat
+    beta: FiniteFloat
+
+
+class CustomSchedule(pydantic.BaseModel):
+    model_config = _STRICT
+    schedule_type: Literal["custom"]
+    lambdas_custom: list[FiniteFloat]
+
+
+class RolloutConfig(pydantic.BaseModel):
+    model_config = _STRICT
+    sequence_length: pydantic.PositiveInt
+    num_layers: pydantic.PositiveInt
+    mask_config: MaskConfig = MaskConfig()
+    attention_config: AttentionConfig
+    content_config: ContentConfig = ContentConfig()
+    lambda_schedule_config: Annotated[
+        ConstantSchedule | PowerDecaySchedule | CustomSchedule,
+        pydantic.Field(discriminator="schedule_type"),
+    ]
+    save_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A validated configuration: the stack, its size, and what the user should be told."""
+
+    stack: AlibiStack
+    num_tokens: int
+    out_dir: str | None
+    warnings: tuple[str, ...]
+
+
+def _location(loc) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("constant", "power_decay", "custom"):
+            continue  # discriminator tag pydantic inserts into the path
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _first_error(err: pydantic.ValidationError) -> str:
+    e = err.errors()[0]
+    msg = e["msg"].removeprefix("Value error, ")
+    if e["type"] == "extra_forbidden":
+        return f"{_location(e['loc'])}: unknown key"
+    if e["type"] == "missing":
+        return f"{_location(e['loc'])}: required key is missing"
+    if e["type"] == "union_tag_invalid":
+        return f"{_location(e['loc'])}.schedule_type: expected constant, power_decay or custom"
+    got = e.get("input")
+    shown = "" if isinstance(got, (dict, list)) else f", got {got!r}"
+    return f"{_location(e['loc'])}: {msg[0].lower() + msg[1:]}{shown}"
+
+
+def read_yaml(path: Path) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
+    try:
+        data = YAML(typ="safe", pure=True).load(text)
+    except YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" line {where.line + 1}" if where is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}:{line}: not valid YAML ({problem})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of configuration keys at the top level")
+    return data
+
+
+def _per_layer_head(path, key, rows, num_layers, num_heads, *, first_head_only=False):
+    """Broadcast an outer list (length 1 or T) of inner lists (length 1 or H) to (T, H)."""
+    if len(rows) not in (1, num_layers):
+        raise ConfigError(
+            f"{path}: {key}: outer list has length {len(rows)}, expected 1 or num_layers = {num_layers}"
+        )
+    out = np.zeros((num_layers, num_heads))
+    for t in range(num_layers):
+        row = rows[min(t, len(rows) - 1)]
+        if len(row) not in (1, num_heads):
+            raise ConfigError(
+                f"{path}: {key}[{min(t, len(rows) - 1)}]: has length {len(row)}, expected 1 or num_heads = {num_heads}"
+            )
+        if len(row) == 1 and first_head_only:
+            out[t, 0] = row[0]
+        else:
+            out[t] = row
+    return out
+
+
+def load(
+    path: str | Path,
+    *,
+    tokens: int | None = None,
+    layers: int | None = None,
+    slopes: str | None = None,
+    content_broadcast: str = "all",
+) -> Loaded:
+    """Read, validate and broadcast a rollout config; raise ConfigError with one line."""
+    path = Path(path)
+    data = read_yaml(path)
+    try:
+        cfg = RolloutConfig.model_validate(data)
+    except pydantic.ValidationError as err:
+        raise ConfigError(f"{path}: {_first_error(err)}") from None
+
+    num_tokens = cfg.sequence_length if tokens is None else tokens
+    num_layers = cfg.num_layers if layers is None else layers
+    if num_tokens < 1 or num_layers < 1:
+        raise ConfigError(f"{path}: --tokens and --layers must be positive integers")
+    att = cfg.attention_config
+    h = att.num_heads
+    if slopes is None:
+        slope_matrix = _per_layer_head(path, "attention_config.alibi_slopes", att.alibi_slopes, num_layers, h)
+    else:
+        slope_matrix = np.broadcast_to(alibi_slopes(h, slopes), (num_layers, h))
+    if att.head_weights is None:
+        weights = np.ones((num_layers, h))
+    else:
+        weights = _per_layer_head(path, "attention_config.head_weights", att.head_weights, num_layers, h)
+        empty = np.flatnonzero(weights.sum(axis=1) <= 0)
+        if empty.size:
+            raise ConfigError(
+                f"{path}: attention_config.head_weights: layer {empty[0]} has no positive weight, expected at least one"
+            )
+    first_head = content_broadcast == "first-head"
+    content = cfg.content_config
+    diagonal = _per_layer_head(
+        path, "content_config.diagonal_scores", content.diagonal_scores, num_layers, h,
+        first_head_only=first_head,
+    )
+    # The background cancels in every row (C4(a)); it is validated, not used.
+    _per_layer_head(path, "content_config.base_scores", content.base_scores, num_layers, h)
+
+    sched_cfg = cfg.lambda_schedule_config
+    match sched_cfg:
+        case ConstantSchedule():
+            sched = schedules.Constant(sched_cfg.lambda_const)
+        case PowerDecaySchedule():
+            sched = schedules.PowerDecay(sched_cfg.lambda_0, sched_cfg.beta)
+        case CustomSchedule():
+            if len(sched_cfg.lambdas_custom) != num_layers:
+                raise ConfigError(
+                    f"{path}: lambda_schedule_config.lambdas_custom: has {len(sched_cfg.lambdas_custom)} values, "
+                    f"expected num_layers = {num_layers}"
+                )
+            sched = schedules.Custom(tuple(sched_cfg.lambdas_custom))
+    lambdas, clipped = schedules.evaluate(sched, num_layers)
+    warnings = []
+    if clipped:
+        shown = ", ".join(map(str, clipped[:10])) + (" ..." if len(clipped) > 10 else "")
+        warnings.append(f"lambda clipped to [0, 1] in layer(s) {shown}")
+    if not math.isfinite(float(np.max(slope_matrix / att.softmax_temperature))):
+        raise ConfigError(f"{path}: attention_config.softmax_temperature: too small for the slopes")
+
+    stack = AlibiStack.build(
+        lambdas, slope_matrix, diagonal, weights, att.softmax_temperature, cfg.mask_config.build()
+    )
+    return Loaded(stack, num_tokens, cfg.save_dir, tuple(warnings))
