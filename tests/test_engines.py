@@ -1,0 +1,146 @@
+"""Structured engine == dense engine on generated stacks, for every mask; the
+diagonal identity (C5(a)); row sums; collapse at lambda = 1; the log-space route."""
+
+import jax.numpy as jnp
+import mpmath
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import numerics as nx
+
+MASKS = st.one_of(
+    st.just(nx.Causal()),
+    st.just(nx.Full()),
+    st.integers(1, 12).map(nx.SlidingWindow),
+    st.integers(0, 12).map(nx.Prefix),
+)
+
+
+@st.composite
+def stacks(draw, masks=MASKS, max_tokens=24):
+    t = draw(st.integers(1, 5))
+    h = draw(st.integers(1, 4))
+    n = draw(st.integers(1, max_tokens))
+    floats = lambda lo, hi, shape: np.array(  # noqa: E731
+        draw(st.lists(st.floats(lo, hi), min_size=int(np.prod(shape)), max_size=int(np.prod(shape))))
+    ).reshape(shape)
+    stack = nx.AlibiStack.build(
+        lambdas=floats(0.0, 1.0, (t,)),
+        slopes=np.where(floats(0, 1, (t, h)) < 0.2, 0.0, floats(0.0, 3.0, (t, h))),  # m = 0 included
+        diagonal=floats(-8.0, 8.0, (t, h)),
+        head_weights=floats(0.05, 1.0, (t, h)),
+        temperature=draw(st.sampled_from([0.5, 1.0, 2.0])),
+        mask=draw(masks),
+    )
+    return stack, n
+
+
+def _dense(stack, n):
+    kernels = nx.alibi_kernels(stack, n)
+    lambdas = jnp.asarray(stack.lambdas)
+    return np.asarray(kernels), np.asarray(nx.rollout_matrix(kernels, lambdas))
+
+
+@given(stacks())
+def test_structured_profile_equals_dense(case):
+    stack, n = case
+    _, p_matrix = _dense(stack, n)
+    res = nx.profile(stack, n)
+    assert np.max(np.abs(res.probabilities - p_matrix[-1])) <= 1e-12
+    assert abs(res.probabilities.sum() - 1.0) <= 1e-12
+
+
+@given(stacks(masks=st.one_of(st.just(nx.Causal()), st.just(nx.Full()), st.integers(0, 12).map(nx.Prefix))))
+def test_log_engine_equals_dense(case):
+    stack, n = case
+    _, p_matrix = _dense(stack, n)
+    res = nx.profile(stack, n, engine="log")
+    assert np.max(np.abs(res.probabilities - p_matrix[-1])) <= 1e-12
+
+
+@given(stacks())
+def test_dense_kernels_are_stochastic_and_masked(case):
+    stack, n = case
+    kernels, p_matrix = _dense(stack, n)
+    assert np.max(np.abs(kernels.sum(axis=2) - 1.0)) <= 1e-12
+    assert np.all(kernels[:, ~nx.allowed(stack.mask, n)] == 0.0)
+    assert np.max(np.abs(p_matrix.sum(axis=1) - 1.0)) <= 1e-12
+    # the closed-form self weights alpha_i(d) (C4(b)) equal the softmax diagonal
+    diag = nx.kernel_diagonals(stack, n)
+    assert np.max(np.abs(diag - np.diagonal(kernels, axis1=1, axis2=2))) <= 1e-12
+    # the engine's per-layer statistics are the same diagonal
+    res = nx.profile(stack, n)
+    assert np.allclose(res.min_self_weight, diag.min(axis=1), atol=1e-12)
+    assert np.allclose(res.last_self_weight, diag[:, -1], atol=1e-12)
+
+
+@given(stacks(masks=st.one_of(st.just(nx.Causal()), st.integers(1, 12).map(nx.SlidingWindow))))
+def test_diagonal_identity_and_last_token_atom(case):
+    """C5(a): P_ii = prod_t (1 - lambda_t (1 - A_ii)); C2(c): p(N-1) is its last entry."""
+    stack, n = case
+    kernels, p_matrix = _dense(stack, n)
+    predicted = nx.diagonal_product(np.diagonal(kernels, axis1=1, axis2=2), stack.lambdas)
+    assert np.max(np.abs(np.diag(p_matrix) - predicted)) <= 1e-12
+    assert abs(nx.profile(stack, n).probabilities[-1] - predicted[-1]) <= 1e-12
+
+
+def test_dense_rollout_matches_kernel_products():
+    stack = nx.AlibiStack.build([0.3, 0.9, 0.6], nx.alibi_slopes(4), [0.5, -1.0, 2.0, 0.0], mask=nx.Prefix(5))
+    kernels, p_matrix = _dense(stack, 17)
+    p2, diag = nx.dense_rollout(stack, 17)
+    assert np.max(np.abs(np.asarray(p2) - p_matrix)) <= 1e-14
+    assert np.max(np.abs(np.asarray(diag) - np.diagonal(kernels, axis1=1, axis2=2))) <= 1e-15
+
+
+def test_attention_only_collapses_onto_first_token():
+    """C5: lambda = 1 with uniformly positive causal kernels sends p to e_0 as T grows."""
+    slopes = nx.alibi_slopes(8)
+    firsts = [nx.profile(nx.AlibiStack.build(np.ones(t), slopes), 32).probabilities[0] for t in (1, 3, 10, 30, 1000)]
+    assert all(a < b for a, b in zip(firsts[:-1], firsts[1:-1]))
+    assert abs(firsts[-1] - 1.0) <= 1e-12
+
+
+def test_residual_stack_does_not_collapse():
+    """C5(a): sum lambda_t delta_t < inf keeps the last-token atom away from 0 at any depth."""
+    slopes = nx.alibi_slopes(8)
+    lambdas = 0.5 / np.arange(1, 2001) ** 2.0
+    res = nx.profile(nx.AlibiStack.build(lambdas, slopes), 32)
+    assert res.probabilities[-1] >= np.prod(1.0 - lambdas) - 1e-12 > 0.3
+
+
+def test_log_engine_keeps_values_below_float64_range():
+    """Uniform causal attention (m = 0), lambda = 1: p(N-1) = N^-T underflows float64.
+    Independent route: the same walk in 60-digit mpmath arithmetic."""
+    n, t = 24, 300
+    stack = nx.AlibiStack.build(np.ones(t), [0.0])
+    res = nx.profile(stack, n, engine="log")
+    mpmath.mp.dps = 60
+    v = [mpmath.mpf(0)] * (n - 1) + [mpmath.mpf(1)]
+    for _ in range(t):
+        v = [sum(v[i] / (i + 1) for i in range(j, n)) for j in range(n)]
+    exact_log = np.array([float(mpmath.log(x)) for x in v])
+    assert exact_log.min() < -700  # really below the float64 range
+    # |delta log p| is the relative error of p; 300 layers of log-space rounding at |log p| ~ 900
+    assert np.max(np.abs(res.log_probabilities - exact_log)) <= 1e-10
+    linear = nx.profile(stack, n).probabilities
+    assert linear[-1] == 0.0  # the linear engine underflows here
+
+
+def test_float32_is_close_and_reported():
+    from posbias.run import run_stack
+
+    stack = nx.AlibiStack.build(np.full(12, 0.4), nx.alibi_slopes(8), 1.0)
+    p64 = run_stack(stack, 200).profile
+    r32 = run_stack(stack, 200, precision="float32")
+    assert r32.summary["precision"] == "float32"
+    assert np.max(np.abs(r32.profile - p64)) <= 1e-6
+
+
+@pytest.mark.parametrize("mask", [nx.Causal(), nx.SlidingWindow(300), nx.Prefix(700), nx.Full()])
+def test_large_n_structured_equals_dense(mask):
+    """Blocks of 32 tokens and several head groups: N = 1000 crosses both."""
+    stack = nx.AlibiStack.build(np.array([0.7, 0.2, 0.5]), nx.alibi_slopes(12), np.linspace(-3, 3, 12), mask=mask)
+    _, p_matrix = _dense(stack, 1000)
+    assert np.max(np.abs(nx.profile(stack, 1000).probabilities - p_matrix[-1])) <= 1e-12
