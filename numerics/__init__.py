@@ -23,6 +23,7 @@ from numerics.masks import Causal, Full, Mask, Prefix, SlidingWindow, allowed  #
 from numerics.schedules import Constant, Custom, PowerDecay, Schedule  # noqa: E402
 from numerics.slopes import alibi_slopes  # noqa: E402
 from numerics.stack import AlibiStack  # noqa: E402
+from numerics import schedules, toeplitz  # noqa: E402
 
 __all__ = [
     "ENGINES", "AlibiStack", "Causal", "Constant", "Custom", "Full", "KernelError", "Mask",

@@ -4,6 +4,8 @@
   O(T H N) time and O(N) memory per head group, via numerics.structured.
   ``log`` runs the same recurrences in log space for stacks whose profile
   falls below the float64 range (attention-only at large N and T).
+* ``profile`` (engine ``fft``): causal / sliding-window stacks at large N in
+  O(N log L) per layer for all heads together, via numerics.toeplitz.
 * ``profile_from_kernels``: any (T, N, N) kernels, O(T N^2) (measured mode).
 * ``rollout_matrix`` / ``dense_rollout``: the full P by dense products, O(T N^3), for moderate N.
 * ``diagonal_product``: P_ii = prod_t (1 - lambda_t (1 - A^(t)_ii)) (C5(a)),
@@ -20,11 +22,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numerics import structured
+from numerics import structured, toeplitz
 from numerics.kernels import layer_kernel
 from numerics.stack import AlibiStack
 
-ENGINES = ("structured", "log")
+ENGINES = ("structured", "log", "fft")
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,11 @@ def profile(
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; expected one of {ENGINES}")
+    if engine == "fft":
+        p, mins, lasts = toeplitz.profile(stack, num_tokens, dtype=dtype, progress=progress)
+        p = np.maximum(p, 0.0)  # FFT round-off can leave entries of order -1e-18
+        with np.errstate(divide="ignore"):
+            return Profile(p, np.log(p), mins, lasts, engine)
     ring = structured.RINGS["log" if engine == "log" else "linear"]
     block, padded, group = structured.plan(num_tokens, stack.num_heads)
     heads = -(-stack.num_heads // group) * group

@@ -48,7 +48,8 @@ def _parser() -> _Parser:
     ro.add_argument("--content-broadcast", choices=("all", "first-head"), default="all",
                     help="a single content value goes to every head (all) or, as the reference tool does, to head 0 only")
     ro.add_argument("--precision", choices=("float64", "float32"), default="float64")
-    ro.add_argument("--engine", choices=("auto", "structured", "log", "dense"), default="auto")
+    ro.add_argument("--engine", choices=("auto", "structured", "log", "fft", "dense"), default="auto",
+                    help="auto: fft for causal/sliding masks at N >= 16384, else structured; log space if the profile underflows")
     ro.add_argument("--full", action="store_true", help="also form the full P by dense products (moderate N)")
     ro.add_argument("--kernels", type=Path, help="measured kernels (T, N, N) as .npy or .npz ('kernels', 'lambdas')")
     ro.add_argument("--schedule", help="lambda schedule for --kernels: constant:L | power_decay:L0,BETA | custom:L0,L1,...")
@@ -118,6 +119,13 @@ def _rollout(args) -> int:
     output.write_json(files[1], result.summary)
     fig = output.profile_figure([(Path(title).name, result.profile)])
     output.write_figure(files[2], fig)
+    if result.log_profile is not None:
+        files.append(out_dir / "log_profile.csv")
+        output.write_text(files[-1], "token_position,log_probability\n" + "".join(
+            f"{j},{float(x)!r}\n" for j, x in enumerate(result.log_profile)))
+    if result.summary.get("underflow_below_1e-280"):
+        print(f"posbias: warning: {result.summary['underflow_below_1e-280']} profile entries are below 1e-280 "
+              "(float64 underflow); --engine log gives their logarithms", file=sys.stderr)
     if result.matrix_rows is not None:
         rows = result.matrix_rows
         text = "token_position,P_diagonal,P_first_column,row_entropy\n" + "".join(

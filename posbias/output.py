@@ -41,19 +41,12 @@ def write_figure(path: Path, fig) -> None:
     atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=150, bbox_inches="tight", format="png"))
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def profile_figure(panels: list[tuple[str, np.ndarray]], *, log_scale: bool = False):
     """One panel per (title, profile): p(j) against token position j."""
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.3), squeeze=False)
+    from matplotlib.figure import Figure  # no pyplot: no global figure registry, no GUI backend
+
+    fig = Figure(figsize=(4.2 * len(panels), 3.3))
+    axes = fig.subplots(1, len(panels), squeeze=False)
     for ax, (title, p) in zip(axes[0], panels):
         ax.plot(np.arange(p.size), p, lw=1.4)
         ax.set_title(title, fontsize=10)

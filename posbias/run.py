@@ -15,7 +15,9 @@ from numerics.summary import summarize
 from posbias.errors import UserError
 
 PRECISIONS = {"float64": jnp.float64, "float32": jnp.float32}
-ENGINES = ("auto", "structured", "log", "dense")
+ENGINES = ("auto", "structured", "log", "fft", "dense")
+FFT_FROM_TOKENS = 16384  # below this the exact recurrence is as fast
+LOG_RETRY_MAX_WORK = 200_000_000  # T*H*N up to which auto silently redoes an underflowed run in log space
 DENSE_MAX_TOKENS = 8192
 
 
@@ -28,6 +30,7 @@ class RunResult:
     profile: np.ndarray  # renormalised, float64
     summary: dict
     matrix_rows: np.ndarray | None = None  # (N, 3): P_ii, P_i0, row entropy (dense runs)
+    log_profile: np.ndarray | None = None  # log p from the log-space engine
 
 
 @contextmanager
@@ -88,7 +91,10 @@ def run_stack(
             p_raw = p_matrix[-1]
             mins, lasts, used = diag.min(axis=1), diag[:, -1], "dense"
         if engine != "dense":
-            chosen = "structured" if engine == "auto" else engine
+            chosen = engine
+            if engine == "auto":
+                fft_ok = nx.toeplitz.supports(stack.mask) and num_tokens >= FFT_FROM_TOKENS
+                chosen = "fft" if fft_ok else "structured"
             work = stack.num_layers * stack.num_heads * num_tokens
             with _progress_bar(show_progress and work >= 50_000_000, "rollout") as progress:
                 res = nx.profile(
@@ -96,17 +102,26 @@ def run_stack(
                     layers_per_call=max(1, stack.num_layers // 20) if progress else None,
                     progress=progress,
                 )
-                if engine == "auto" and stack.mask.past_window is None and res.probabilities.min() < 1e-280:
+                underflow = res.probabilities.min() < 1e-280
+                if engine == "auto" and underflow and stack.mask.past_window is None and work <= LOG_RETRY_MAX_WORK:
                     # The profile left the float64 range: redo it in log space.
                     res = nx.profile(stack, num_tokens, engine="log", dtype=dtype, progress=progress)
+                    underflow = False
             p_raw, mins, lasts, used = res.probabilities, res.min_self_weight, res.last_self_weight, res.engine
+            log_p = res.log_probabilities if used == "log" else None
     p, summary = summarize(p_raw, stack, num_tokens, mins, lasts)
     summary.update(engine=used, precision=precision)
+    if engine != "dense":
+        summary["underflow_below_1e-280"] = int(np.sum(p_raw < 1e-280)) if underflow else 0
     rows = None
     if full_matrix:
         rows = _matrix_rows(p_matrix)
         summary["matrix"] = _matrix_summary(rows, p_matrix)
-    return RunResult(p, summary, rows)
+    if engine == "dense":
+        log_p = None
+    elif log_p is not None:
+        log_p = log_p - np.log(np.sum(p_raw)) if np.sum(p_raw) > 0 else log_p
+    return RunResult(p, summary, rows, log_p)
 
 
 def load_kernels(path: Path, schedule: str | None, causal: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -144,3 +144,28 @@ def test_large_n_structured_equals_dense(mask):
     stack = nx.AlibiStack.build(np.array([0.7, 0.2, 0.5]), nx.alibi_slopes(12), np.linspace(-3, 3, 12), mask=mask)
     _, p_matrix = _dense(stack, 1000)
     assert np.max(np.abs(nx.profile(stack, 1000).probabilities - p_matrix[-1])) <= 1e-12
+
+
+@given(stacks(masks=st.one_of(st.just(nx.Causal()), st.integers(1, 40).map(nx.SlidingWindow)), max_tokens=300))
+def test_fft_engine_equals_structured(case):
+    """The saturation split (numerics.toeplitz) against the exact recurrence."""
+    stack, n = case
+    exact = nx.profile(stack, n)
+    fast = nx.profile(stack, n, engine="fft")
+    assert np.max(np.abs(fast.probabilities - exact.probabilities)) <= 1e-12
+    assert np.allclose(fast.min_self_weight, exact.min_self_weight, atol=1e-12)
+    assert np.allclose(fast.last_self_weight, exact.last_self_weight, atol=1e-12)
+
+
+@pytest.mark.parametrize("mask", [nx.Causal(), nx.SlidingWindow(2000)])
+def test_fft_engine_at_moderate_n(mask):
+    """Long and short heads (m from 0 to 0.95), content, N = 9000: several FFT blocks and buckets."""
+    slopes = np.concatenate([[0.0, 1e-4], nx.alibi_slopes(14)])
+    stack = nx.AlibiStack.build(np.array([0.6, 0.3, 0.8, 0.2]), slopes, np.linspace(-4, 4, 16), mask=mask)
+    exact = nx.profile(stack, 9000).probabilities
+    assert np.max(np.abs(nx.profile(stack, 9000, engine="fft").probabilities - exact)) <= 1e-12
+
+
+def test_fft_engine_refuses_bidirectional_masks():
+    with pytest.raises(ValueError, match="causal and sliding-window masks only"):
+        nx.profile(nx.AlibiStack.build([0.5], [0.5], mask=nx.Full()), 8, engine="fft")
