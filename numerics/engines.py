@@ -27,6 +27,7 @@ from numerics.kernels import layer_kernel
 from numerics.stack import AlibiStack
 
 ENGINES = ("structured", "log", "fft")
+SHARED_NORMALISER_MAX = 1 << 24  # elements (128 MiB in float64)
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,10 @@ def profile(
     lambdas = jnp.asarray(np.pad(stack.lambdas, (t_pad - t_total, 0)), dtype=dtype)
     m, d, w = arr(slopes, 0.0), arr(diagonal, 0.0), arr(stack.head_weights, 0.0)
 
+    shared = None
+    if np.all(slopes == slopes[:1]) and heads * padded <= SHARED_NORMALISER_MAX:
+        shared = structured.shared_normaliser(m[-1], num_tokens=num_tokens, mask=stack.mask,
+                                              padded=padded)
     v = np.zeros(padded)
     v[num_tokens - 1] = 1.0
     v = ring.from_linear(jnp.asarray(v, dtype=dtype))
@@ -95,7 +100,7 @@ def profile(
     for start in range(t_pad - chunk, -1, -chunk):
         part = slice(start, start + chunk)
         v, (mn, last) = structured._layers(
-            v, lambdas[part], m[part], d[part], w[part],
+            v, lambdas[part], m[part], d[part], w[part], shared,
             num_tokens=num_tokens, mask=stack.mask, ring=ring, block=block, group=group,
         )
         mins.append(np.asarray(mn))

@@ -61,9 +61,10 @@ def _row_normaliser(m, positions, num_tokens, mask: Mask):
     return s
 
 
-def _row_weights(ring: Semiring, m, d, positions, num_tokens, mask):
-    """(alpha, c) in ``ring`` for heads (G, 1) and positions (1, P)."""
-    s = _row_normaliser(m, positions, num_tokens, mask)
+def _row_weights(ring: Semiring, m, d, positions, num_tokens, mask, s=None):
+    """(alpha, c) in ``ring`` for heads (G, 1) and positions (1, P); ``s``: S_i if already known."""
+    if s is None:
+        s = _row_normaliser(m, positions, num_tokens, mask)
     if ring is LINEAR:
         q = jnp.exp(-jnp.clip(d, -_D_CLIP, _D_CLIP))
         alpha = 1.0 / (1.0 + q * s)
@@ -113,11 +114,11 @@ def _tail_recurrence(ring: Semiring, x, m, block: int):
     return t.transpose(1, 2, 0).reshape(g, p)
 
 
-def _apply_heads(ring, v, m, d, w, num_tokens, mask, block):
+def _apply_heads(ring, v, m, d, w, num_tokens, mask, block, s=None):
     """For one group of heads: (sum_h w_h off-diagonal column sums, sum_h w_h alpha_h), both (P,)."""
     p = v.shape[0]
     positions = jnp.arange(p)[None, :]
-    alpha, c = _row_weights(ring, m, d, positions, num_tokens, mask)
+    alpha, c = _row_weights(ring, m, d, positions, num_tokens, mask, s)
     u = ring.mul(ring.mul(w, c), v[None, :])  # u_i = w_h c_i v_i, (G, P)
     r = ring.from_linear(jnp.exp(-m))
     x = ring.mul(r, _shift_left(u, 1, ring.zero))
@@ -136,16 +137,19 @@ def _apply_heads(ring, v, m, d, w, num_tokens, mask, block):
     return ring.sum(off, axis=0), ring.sum(ring.mul(w, alpha), axis=0)
 
 
-def layer_step(ring: Semiring, v, lam, m, d, w, num_tokens, mask, block, group):
+def layer_step(ring: Semiring, v, lam, m, d, w, num_tokens, mask, block, group, s=None):
     """v R^(t) = (1 - lambda) v + lambda v A^(t), and the head-averaged diagonal of A^(t).
 
-    v is (P,) in ``ring``; m, d, w are (H_pad,) with H_pad a multiple of ``group``.
+    v is (P,) in ``ring``; m, d, w are (H_pad,) with H_pad a multiple of ``group``;
+    ``s`` (H_pad, P), when given, holds the row normalisers S_i (they depend on the slopes only).
     """
     heads = m.shape[0] // group
     shaped = [a.reshape(heads, group, 1) for a in (m, d, ring.from_linear(w))]
+    if s is not None:
+        shaped.append(s.reshape(heads, group, -1))
 
     def one_group(acc, params):
-        off, alpha_bar = _apply_heads(ring, v, *params, num_tokens, mask, block)
+        off, alpha_bar = _apply_heads(ring, v, *params[:3], num_tokens, mask, block, *params[3:])
         return (ring.add(acc[0], off), ring.add(acc[1], alpha_bar)), None
 
     zeros = jnp.full_like(v, ring.zero)
@@ -156,11 +160,15 @@ def layer_step(ring: Semiring, v, lam, m, d, w, num_tokens, mask, block, group):
 
 
 @partial(jax.jit, static_argnames=("num_tokens", "mask", "ring", "block", "group"))
-def _layers(v, lambdas, m, d, w, *, num_tokens, mask, ring, block, group):
-    """Apply the given layers top-down: v <- v R^(t) for t = last .. first."""
+def _layers(v, lambdas, m, d, w, s=None, *, num_tokens, mask, ring, block, group):
+    """Apply the given layers top-down: v <- v R^(t) for t = last .. first.
+
+    ``s``: the row normalisers (H_pad, P) shared by every layer when all layers have
+    the same slopes (then they are computed once instead of once per layer).
+    """
 
     def body(v, params):
-        v, alpha_bar = layer_step(ring, v, *params, num_tokens, mask, block, group)
+        v, alpha_bar = layer_step(ring, v, *params, num_tokens, mask, block, group, s)
         stats = (
             jnp.min(ring.to_linear(alpha_bar[:num_tokens])),
             ring.to_linear(alpha_bar[num_tokens - 1]),
@@ -176,6 +184,12 @@ def plan(num_tokens: int, num_heads: int, budget: int = 1 << 22) -> tuple[int, i
     padded = -(-num_tokens // block) * block
     group = int(np.clip(budget // padded, 1, num_heads))
     return block, padded, group
+
+
+@partial(jax.jit, static_argnames=("num_tokens", "mask", "padded"))
+def shared_normaliser(m, *, num_tokens, mask, padded):
+    """S_i for heads m (H,) at positions 0..P-1: (H, P)."""
+    return _row_normaliser(m[:, None], jnp.arange(padded)[None, :], num_tokens, mask)
 
 
 def alibi_diagonal(m, d, w, num_tokens: int, mask: Mask):

@@ -46,7 +46,7 @@ def supports(mask: Mask) -> bool:
 
 def saturation(m: np.ndarray, window: int | None) -> np.ndarray:
     """Per head: the index from which row weights equal their limit to float64 resolution (inf: never)."""
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", over="ignore"):
         index = np.where(m > 0, np.ceil(SATURATION / np.where(m > 0, m, 1.0)), np.inf)
     return index if window is None else np.minimum(index, window)
 
