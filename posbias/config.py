@@ -37,7 +37,7 @@ class ConfigError(UserError):
     """One line: the file, the key and what was expected."""
 
 
-_STRICT = pydantic.ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=True)
+_STRICT = pydantic.ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=False)
 FiniteFloat = Annotated[float, pydantic.Field(allow_inf_nan=False)]
 
 

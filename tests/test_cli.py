@@ -61,6 +61,15 @@ def test_rollout_json_and_full(tmp_path, capsys):
     assert dense["engine"] == "dense" and abs(dense["p_first"] - summary["p_first"]) <= 1e-12
 
 
+def test_lenient_numbers_like_the_reference_loader(tmp_path):
+    """A file the authors' (lax pydantic) loader accepts must load here: quoted numbers do."""
+    text = GOOD.replace("num_layers: 3", "num_layers: '3'").replace("[[0.5, 0.125]]", "[['0.5', 0.125]]")
+    out = tmp_path / "out"
+    assert main(["rollout", str(_write(tmp_path, text)), "--out", str(out)]) == 0
+    assert main(["rollout", str(_write(tmp_path, GOOD, "g.yaml")), "--out", str(tmp_path / "g")]) == 0
+    assert (out / "profile.csv").read_text() == (tmp_path / "g" / "profile.csv").read_text()
+
+
 def test_overrides_and_clipping_warning(tmp_path, capsys):
     text = GOOD.replace("lambda_0: 0.8", "lambda_0: 1.5")
     out = tmp_path / "out"
@@ -106,8 +115,8 @@ def _bad_config_cases():
                 "content_config.diagonal_scores[0][0]: input should be a finite number"),
         "inf": (edit("lambda_0: 0.8", "lambda_0: .inf"), "lambda_schedule_config.lambda_0: input should be a finite number"),
         "non-numeric": (edit("[[0.5, 0.125]]", "[[0.5, fast]]"),
-                        "attention_config.alibi_slopes[0][1]: input should be a valid number, got 'fast'"),
-        "quoted number": (edit("num_layers: 3", "num_layers: '3'"), "num_layers: input should be a valid integer"),
+                        "attention_config.alibi_slopes[0][1]: input should be a valid number, unable to parse string as a number, got 'fast'"),
+        "fractional size": (edit("num_layers: 3", "num_layers: 2.5"), "num_layers: input should be a valid integer"),
         "non-positive size": (edit("sequence_length: 16", "sequence_length: 0"), "sequence_length: input should be greater than 0"),
         "negative slope": (edit("[[0.5, 0.125]]", "[[0.5, -0.1]]"),
                            "attention_config.alibi_slopes[0][1]: input should be greater than or equal to 0"),
