@@ -29,5 +29,5 @@ __all__ = [
     "ENGINES", "AlibiStack", "Causal", "Constant", "Custom", "Full", "KernelError", "Mask",
     "PowerDecay", "Prefix", "Profile", "Schedule", "SlidingWindow", "alibi_kernels",
     "alibi_slopes", "allowed", "dense_rollout", "diagonal_product", "kernel_diagonals", "profile",
-    "profile_from_kernels", "rollout_matrix", "validate_kernels",
+    "profile_from_kernels", "rollout_matrix", "schedules", "toeplitz", "validate_kernels",
 ]

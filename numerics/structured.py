@@ -114,12 +114,16 @@ def _tail_recurrence(ring: Semiring, x, m, block: int):
     return t.transpose(1, 2, 0).reshape(g, p)
 
 
-def _apply_heads(ring, v, m, d, w, num_tokens, mask, block, s=None):
-    """For one group of heads: (sum_h w_h off-diagonal column sums, sum_h w_h alpha_h), both (P,)."""
-    p = v.shape[0]
-    positions = jnp.arange(p)[None, :]
+def _weighted_rows(ring, m, d, w, num_tokens, mask, padded, s=None):
+    """(w_h c_{h,i} (G, P), sum_h w_h alpha_{h,i} (P,)) for one group of heads (G, 1)."""
+    positions = jnp.arange(padded)[None, :]
     alpha, c = _row_weights(ring, m, d, positions, num_tokens, mask, s)
-    u = ring.mul(ring.mul(w, c), v[None, :])  # u_i = w_h c_i v_i, (G, P)
+    return ring.mul(w, c), ring.sum(ring.mul(w, alpha), axis=0)
+
+
+def _off_diagonal(ring, v, m, wc, num_tokens, mask, block):
+    """sum_h w_h sum_{i != j} v_i c_{h,i} r_h^{|i-j|} over the allowed i: (P,)."""
+    u = ring.mul(wc, v[None, :])  # u_i = w_h c_i v_i, (G, P)
     r = ring.from_linear(jnp.exp(-m))
     x = ring.mul(r, _shift_left(u, 1, ring.zero))
     if mask.past_window is not None:
@@ -132,9 +136,22 @@ def _apply_heads(ring, v, m, d, w, num_tokens, mask, block, s=None):
     if k > 1:
         xf = ring.mul(r, _shift_left(jnp.flip(u, axis=-1), 1, ring.zero))
         forward = jnp.flip(_tail_recurrence(ring, xf, m, block), axis=-1)
-        forward = jnp.where(positions < k, forward, ring.zero)
+        forward = jnp.where(jnp.arange(v.shape[0]) < k, forward, ring.zero)
         off = ring.add(off, forward)
-    return ring.sum(off, axis=0), ring.sum(ring.mul(w, alpha), axis=0)
+    return ring.sum(off, axis=0)
+
+
+def _apply_heads(ring, v, m, d, w, num_tokens, mask, block, s=None):
+    """For one group of heads: (sum_h w_h off-diagonal column sums, sum_h w_h alpha_h), both (P,)."""
+    wc, alpha_bar = _weighted_rows(ring, m, d, w, num_tokens, mask, v.shape[0], s)
+    return _off_diagonal(ring, v, m, wc, num_tokens, mask, block), alpha_bar
+
+
+def _mix(ring, v, lam, off, alpha_bar):
+    """(1 - lambda) v + lambda (alpha-bar v + off): the residual step R^(t)."""
+    va = ring.add(ring.mul(alpha_bar, v), off)
+    stay = ring.mul(ring.from_linear(1.0 - lam), v)
+    return ring.add(stay, ring.mul(ring.from_linear(lam), va))
 
 
 def layer_step(ring: Semiring, v, lam, m, d, w, num_tokens, mask, block, group, s=None):
@@ -142,6 +159,7 @@ def layer_step(ring: Semiring, v, lam, m, d, w, num_tokens, mask, block, group, 
 
     v is (P,) in ``ring``; m, d, w are (H_pad,) with H_pad a multiple of ``group``;
     ``s`` (H_pad, P), when given, holds the row normalisers S_i (they depend on the slopes only).
+    Heads are processed ``group`` at a time, so memory stays O(group * P).
     """
     heads = m.shape[0] // group
     shaped = [a.reshape(heads, group, 1) for a in (m, d, ring.from_linear(w))]
@@ -154,9 +172,7 @@ def layer_step(ring: Semiring, v, lam, m, d, w, num_tokens, mask, block, group, 
 
     zeros = jnp.full_like(v, ring.zero)
     (off, alpha_bar), _ = jax.lax.scan(one_group, (zeros, zeros), shaped)
-    va = ring.add(ring.mul(alpha_bar, v), off)
-    stay = ring.mul(ring.from_linear(1.0 - lam), v)
-    return ring.add(stay, ring.mul(ring.from_linear(lam), va)), alpha_bar
+    return _mix(ring, v, lam, off, alpha_bar), alpha_bar
 
 
 @partial(jax.jit, static_argnames=("num_tokens", "mask", "ring", "block", "group"))
@@ -194,9 +210,7 @@ def shared_normaliser(m, *, num_tokens, mask, padded):
 
 def alibi_diagonal(m, d, w, num_tokens: int, mask: Mask):
     """Head-averaged self-weights alpha-bar_i = sum_h w_h alpha_{h,i}, shape (N,), linear arithmetic."""
-    positions = jnp.arange(num_tokens)[None, :]
-    alpha, _ = _row_weights(LINEAR, m[:, None], d[:, None], positions, num_tokens, mask)
-    return jnp.sum(w[:, None] * alpha, axis=0)
+    return _weighted_rows(LINEAR, m[:, None], d[:, None], w[:, None], num_tokens, mask, num_tokens)[1]
 
 
 RINGS = {"linear": LINEAR, "log": LOG}

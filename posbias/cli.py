@@ -59,10 +59,9 @@ def _parser() -> _Parser:
     de = sub.add_parser("demo", help="the main job on a built-in 32-layer ALiBi model")
     de.add_argument("--out", type=Path, default=Path("posbias-demo"))
 
-    for name, text in (("derive", "symbolic derivations (posbias derive --list)"),
-                       ("proofs", "check every certificate the proofs cite (posbias proofs --check)")):
-        p = sub.add_parser(name, help=text, add_help=False)
-        p.add_argument("args", nargs=argparse.REMAINDER)
+    # derive/proofs parse their own arguments (theorem/cli.py); listed here for --help.
+    sub.add_parser("derive", help="symbolic derivations (posbias derive --list)", add_help=False)
+    sub.add_parser("proofs", help="check every certificate the proofs cite (posbias proofs --check)", add_help=False)
     return top
 
 
@@ -141,18 +140,18 @@ def _rollout(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("derive", "proofs"):
+        from theorem import cli as theorem_cli
+
+        command = theorem_cli.derive_command if argv[0] == "derive" else theorem_cli.proofs_command
+        return command(argv[1:])
     try:
         args = _parser().parse_args(argv)
         if args.command == "rollout":
             return _rollout(args)
-        if args.command == "demo":
-            from posbias.demo import run_demo
+        from posbias.demo import run_demo
 
-            return run_demo(args.out)
-        from theorem import cli as theorem_cli
-
-        command = theorem_cli.derive_command if args.command == "derive" else theorem_cli.proofs_command
-        return command(args.args)
+        return run_demo(args.out)
     except UsageError as exc:
         print(f"{exc}", file=sys.stderr)
         return EXIT_USAGE

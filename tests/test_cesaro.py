@@ -8,9 +8,7 @@ JAX-lambdified closed form where float64 is safe.
 import itertools
 import json
 import random
-import time
 from fractions import Fraction
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -115,18 +113,13 @@ def test_summable_schedule_keeps_limit_moments_positive():
 
 def test_large_exact_profile_n1024_t64():
     lambdas = [Fraction(3, 10)] * 64
-    start = time.perf_counter()
-    prof = cesaro.exact_profile(lambdas, 1024)
-    elapsed = time.perf_counter() - start
+    prof = cesaro.exact_profile(lambdas, 1024)  # about 2 s (timed separately, not asserted)
     assert sum(prof.numerators) == prof.denominator  # Σ p = 1 exactly
     assert prof.numerators[-1] * 10**64 * 1024**64 == prof.denominator * (1024 * 10 - 3 * 1023) ** 64
     p = np.array(prof.floats())
     assert np.all(p > 0)
     dense = np.asarray(numerics.profile_from_kernels(jnp.asarray(cesaro_kernels(1024, 64)), jnp.full(64, 0.3)))
     np.testing.assert_allclose(dense, p, rtol=1e-9, atol=0)
-    notes = Path("/tmp/helperB_notes.md")
-    with notes.open("a") as fh:
-        fh.write(f"- measured: cesaro.exact_profile N=1024, T=64, λ=3/10: {elapsed:.2f} s\n")
 
 
 def test_float64_alternating_sum_is_unsafe_at_moderate_n():
@@ -173,7 +166,7 @@ def test_irrational_schedule_is_rounded_with_a_bound():
 @pytest.mark.parametrize("args", [
     ["--tokens", "x"], ["--bogus"], ["--schedule", "constant:1.5"], ["--schedule", "warp:1"],
     ["--schedule", "custom:0.1,0.2", "--layers", "3"], ["--tokens", "0"], ["--schedule", "constant:nan"],
-    ["--tokens", "4096"],
+    ["--tokens", "4096"], ["--tokens", "2048", "--layers", "64"], ["--tokens", "8192", "--layers", "1"],
 ])
 def test_bad_input_raises_one_line_derive_error(args):
     with pytest.raises(DeriveError) as info:

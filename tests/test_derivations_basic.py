@@ -40,12 +40,41 @@ def test_query_answers_within_five_seconds(name, args):
     assert "NO" not in result.text and "FAIL" not in result.text
 
 
+OTHERS = {
+    "cesaro-rollout": ["--tokens", "64", "--layers", "8", "--schedule", "constant:0.5"],
+    "dichotomy": ["power_decay:0.5,1.5"],
+    "continuum-profile": [],
+}
+
+
+@pytest.mark.parametrize("name", ALL_NAMES)
+def test_every_registered_query_answers_through_the_cli(name, capsys):
+    args = OTHERS.get(name, MINE.get(name, [[]])[0])
+    start = time.perf_counter()
+    assert derive_command([name, *args, "--format", "json"]) == 0
+    assert time.perf_counter() - start < 5.0
+    assert json.loads(capsys.readouterr().out)["name"] == name
+
+
 def _kernels(m, d, n):
     stack = nx.AlibiStack.build([1.0], [m], diagonal=d)
     return np.asarray(nx.alibi_kernels(stack, n))[0], stack
 
 
 GRID = [(m, d) for m in (0.0, 0.15, 0.7, 2.0) for d in (-1.5, 0.0, 1.0)]
+MS = np.array([m for m, _ in GRID])
+DS = np.array([d for _, d in GRID])
+
+
+def _grid_kernels(n):
+    """(len(GRID), n, n): one single-head layer per grid point, by the engine's masked softmax."""
+    stack = nx.AlibiStack.build(np.ones(len(GRID)), MS[:, None], diagonal=DS[:, None])
+    return np.asarray(nx.alibi_kernels(stack, n)), stack
+
+
+def _eval(values, shape):
+    """lambdify output (list of JAX arrays / scalars) -> numpy array of the grid's shape."""
+    return np.stack([np.broadcast_to(np.asarray(v, dtype=np.float64), shape) for v in values], axis=-1)
 
 
 def test_softmax_shift_lambdified_matches_engine():
@@ -53,34 +82,34 @@ def test_softmax_shift_lambdified_matches_engine():
     n, row = 7, 4
     xs, shifted, _ = softmax_shift.row_expressions(n, mask=[1] * (row + 1) + [0] * (n - row - 1))
     fn = sp.lambdify([*xs, softmax_shift.b], shifted, modules="jax")
-    for m, d in GRID:
-        logits = [d if j == row else -m * (row - j) for j in range(n)]
-        kernel, _ = _kernels(m, d, n)
-        for b in (-30.0, 0.0, 12.5):
-            got = np.asarray([np.asarray(v) for v in fn(*[jnp.float64(x) for x in logits], jnp.float64(b))])
-            np.testing.assert_allclose(got, kernel[row], atol=1e-13)
+    kernels, _ = _grid_kernels(n)
+    logits = [jnp.asarray(np.where(j == row, DS, -MS * (row - j))) for j in range(n)]
+    for b in (-30.0, 0.0, 12.5):
+        got = _eval(fn(*logits, jnp.float64(b)), MS.shape)
+        np.testing.assert_allclose(got, kernels[:, row], atol=1e-13)
 
 
 def test_alibi_row_lambdified_matches_engine():
     n = 9
     m, d = alibi_row.m, alibi_row.d
+    kernels, stack = _grid_kernels(n)
+    diags = nx.kernel_diagonals(stack, n)
+    steep = MS > 0  # the closed forms divide by 1 - r
     for row in (0, 1, 4, 8):
         row_fn = sp.lambdify((m, d), alibi_row.row_vector(row), modules="jax")
+        np.testing.assert_allclose(_eval(row_fn(jnp.asarray(MS), jnp.asarray(DS)), MS.shape),
+                                   kernels[:, row, : row + 1], atol=1e-13)
         alpha_fn = sp.lambdify((m, d), alibi_row.self_weight(row), modules="jax")
-        for mv, dv in GRID:
-            kernel, stack = _kernels(mv, dv, n)
-            got = np.array([float(v) for v in row_fn(jnp.float64(mv), jnp.float64(dv))])
-            np.testing.assert_allclose(got, kernel[row, : row + 1], atol=1e-13)
-            diag = nx.kernel_diagonals(stack, n)[0, row]
-            np.testing.assert_allclose(float(alpha_fn(jnp.float64(mv), jnp.float64(dv))), diag, atol=1e-13)
-            if mv > 0:  # closed forms divide by 1 - r
-                e_fn = sp.lambdify((m, d), alibi_row.expected_position(row), modules="jax")
-                np.testing.assert_allclose(float(e_fn(jnp.float64(mv), jnp.float64(dv))),
-                                           kernel[row] @ np.arange(n), atol=1e-12)
-                if dv == 0.0 and row > 0:
-                    f_fn = sp.lambdify(m, alibi_row.cdf_closed(row), modules="jax")
-                    got_f = np.array([float(v) for v in f_fn(jnp.float64(mv))])
-                    np.testing.assert_allclose(got_f, np.cumsum(kernel[row])[: row + 1], atol=1e-12)
+        np.testing.assert_allclose(np.broadcast_to(np.asarray(alpha_fn(jnp.asarray(MS), jnp.asarray(DS))), MS.shape),
+                                   diags[:, row], atol=1e-13)
+        e_fn = sp.lambdify((m, d), alibi_row.expected_position(row), modules="jax")
+        got_e = np.broadcast_to(np.asarray(e_fn(jnp.asarray(MS[steep]), jnp.asarray(DS[steep]))), MS[steep].shape)
+        np.testing.assert_allclose(got_e, kernels[steep, row] @ np.arange(n), atol=1e-12)
+        if row > 0:
+            flat_d = steep & (DS == 0.0)
+            f_fn = sp.lambdify(m, alibi_row.cdf_closed(row), modules="jax")
+            got_f = _eval(f_fn(jnp.asarray(MS[flat_d])), MS[flat_d].shape)
+            np.testing.assert_allclose(got_f, np.cumsum(kernels[flat_d, row], axis=-1)[:, : row + 1], atol=1e-12)
 
 
 def test_alibi_row_exact_kernel_matches_engine():
@@ -94,31 +123,28 @@ def test_monotone_gap_lambdified_matches_engine_cdfs():
     """1 - F_{i+1}(k)/F_i(k) from the engine's kernels equals the symbolic gap (C3(a))."""
     gap = (monotone.D * (1 - monotone.r) + monotone.r) / (monotone.D + monotone.G(monotone.i + 1))
     n = 10
-    for mv, dv in GRID:
-        if mv == 0:
-            continue
-        kernel, _ = _kernels(mv, dv, n)
-        f = np.cumsum(kernel, axis=1)
-        for row in (2, 5, 8):
-            fn = sp.lambdify((monotone.r, monotone.D), gap.subs(monotone.i, row), modules="jax")
-            want = float(fn(jnp.float64(np.exp(-mv)), jnp.float64(np.exp(dv))))
-            for k in range(row):
-                assert 1 - f[row + 1, k] / f[row, k] == pytest.approx(want, abs=1e-12)
-            assert want >= 0
+    kernels, _ = _grid_kernels(n)
+    steep = MS > 0
+    f = np.cumsum(kernels[steep], axis=-1)
+    for row in (2, 5, 8):
+        fn = sp.lambdify((monotone.r, monotone.D), gap.subs(monotone.i, row), modules="jax")
+        want = np.asarray(fn(jnp.asarray(np.exp(-MS[steep])), jnp.asarray(np.exp(DS[steep]))))
+        for k in range(row):
+            np.testing.assert_allclose(1 - f[:, row + 1, k] / f[:, row, k], want, atol=1e-12)
+        assert np.all(want >= 0)
 
 
 def test_drift_lambdified_matches_engine():
     n = 9
+    kernels, _ = _grid_kernels(n)
     for row in (1, 4, 8):
         expr = drift.DRIFT.subs(drift.i, row).doit()
         fn = sp.lambdify((drift.lam, drift.r, drift.D), expr, modules="jax")
-        for mv, dv in GRID:
-            kernel, _ = _kernels(mv, dv, n)
-            for lam in (0.2, 1.0):
-                moved = ((1 - lam) * np.eye(n) + lam * kernel)[row] @ np.arange(n) - row
-                got = float(fn(jnp.float64(lam), jnp.float64(np.exp(-mv)), jnp.float64(np.exp(dv))))
-                assert got == pytest.approx(moved, abs=1e-12)
-                assert got < 0
+        for lam in (0.2, 1.0):
+            moved = ((1 - lam) * np.eye(n) + lam * kernels)[:, row] @ np.arange(n) - row
+            got = np.asarray(fn(jnp.float64(lam), jnp.asarray(np.exp(-MS)), jnp.asarray(np.exp(DS))))
+            np.testing.assert_allclose(got, moved, atol=1e-12)
+            assert np.all(got < 0)
 
 
 def test_causal_drift_identity_on_engine_kernels():

@@ -113,7 +113,7 @@ def test_product_bounds_numerically_bracket_the_product():
 
 @pytest.mark.parametrize("args", [
     ["sin(t"], ["__import__('os')"], ["t.__class__"], ["t+1"], ["1/t"], ["-0.1"],
-    ["power_decay:0.5"], ["0.5/(t+1)", "--delta", "2"], ["0.5", "--bogus"], [], ["constant:abc+"],
+    ["power_decay:0.5"], ["0.5/(t+1)", "--delta", "2"], ["0.5", "--bogus"], [], ["constant:abc+"], ["constant:t"],
 ])
 def test_bad_input_raises_one_line_derive_error(args):
     with pytest.raises(DeriveError) as info:

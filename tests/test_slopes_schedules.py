@@ -52,3 +52,12 @@ def test_parse_schedule(spec, expected):
 def test_parse_schedule_rejects(spec):
     with pytest.raises(ValueError, match="schedule"):
         schedules.parse(spec)
+
+
+def test_numerics_does_not_import_sympy():
+    import subprocess
+    import sys
+
+    code = "import sys, numerics; assert 'sympy' not in sys.modules, 'sympy imported'; print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

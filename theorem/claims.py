@@ -1,0 +1,364 @@
+"""The claim registry: C1-C6 and the Cesàro closed form (THEORY.md, Claims), each once.
+
+A ``Claim`` carries its label, statement (plain text and LaTeX), hypotheses, the
+names of the certificates that check its proof steps, a numeric predicate on
+numpy arrays for property tests, and the proof file in ``proofs/`` that cites
+those certificates. Certificates are looked up by name in ``certificate_registry()``,
+which collects ``certificates()`` from the modules in ``CERTIFICATE_MODULES``
+(imported lazily, so this module loads without them and without JAX).
+
+Examples
+--------
+>>> CLAIMS["C1"].proof
+'proofs/C1.md'
+>>> import numpy as np
+>>> CLAIMS["C1"].predicate(np.array([[1.0, 0.0], [0.5, 0.5]]), np.array([0.0, 1.0]))
+True
+>>> CLAIMS["C6"].predicate(np.array([0.3, 0.1, 0.6]))
+True
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from theorem import orders
+from theorem.certificate import Check, as_check
+
+CERTIFICATE_MODULES = (
+    "theorem.softmax_shift",
+    "theorem.alibi_row",
+    "theorem.monotone",
+    "theorem.drift",
+    "theorem.diagonal_product",
+    "theorem.shape",
+    "theorem.cesaro",
+    "theorem.dichotomy",
+    "theorem.continuum",
+)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """label: e.g. "C2(a)"; statement / latex: the claim; hypotheses: when it holds;
+    certificates: registry names of the checks its proof cites; predicate: numeric
+    check on numpy arrays (signature in ``predicate_args``); proof: path of the proof file;
+    status: "proved" or "partly observed" (C6)."""
+
+    label: str
+    title: str
+    statement: str
+    latex: str
+    hypotheses: tuple[str, ...]
+    certificates: tuple[str, ...]
+    predicate: Callable[..., bool]
+    predicate_args: str
+    proof: str
+    status: str = "proved"
+
+    def check(self) -> list[Check]:
+        """Run this claim's certificates."""
+        return [run_certificate(name) for name in self.certificates]
+
+
+# ----------------------------------------------------------------------------- predicates
+TOL = 1e-10
+
+
+def _c1(kernel, mu, tol=TOL) -> bool:
+    """mu K ≼ mu (K causal row-stochastic)."""
+    return orders.dominated(np.asarray(mu) @ np.asarray(kernel), mu, tol)
+
+
+def _c2a(kernel, mu, lam, lam_hi=None, tol=TOL) -> bool:
+    """mu A ≼ mu R_lam ≼ mu, F_{mu R} = (1-lam) F_mu + lam F_{mu A}; mu R_{lam_hi} ≼ mu R_lam if lam_hi >= lam."""
+    mu = np.asarray(mu, dtype=np.float64)
+    mua = mu @ kernel
+    mur = mu @ orders.residual(kernel, lam)
+    ok = orders.dominated(mua, mur, tol) and orders.dominated(mur, mu, tol)
+    ok = ok and np.allclose(orders.cdf(mur), (1 - lam) * orders.cdf(mu) + lam * orders.cdf(mua), atol=tol)
+    if lam_hi is not None:
+        ok = ok and orders.dominated(mu @ orders.residual(kernel, lam_hi), mur, tol)
+    return bool(ok)
+
+
+def _last_row(kernels, lambdas):
+    return orders.rollout(np.asarray(kernels), np.asarray(lambdas))[-1]
+
+
+def _c2b(kernels, lambdas, layer, new_lambda, tol=TOL) -> bool:
+    """Raising lambda_layer to new_lambda >= lambdas[layer] gives p_new ≼ p (monotone causal kernels)."""
+    more = np.array(lambdas, dtype=np.float64)
+    more[layer] = new_lambda
+    return orders.dominated(_last_row(kernels, more), _last_row(kernels, lambdas), tol)
+
+
+def _c2c(p, kernels, lambdas, tol=TOL) -> bool:
+    """p(N-1) = prod_t (1 - lambda_t (1 - A^(t)[N-1, N-1]))."""
+    kernels = np.asarray(kernels)
+    atom = np.prod(1 - np.asarray(lambdas) * (1 - kernels[:, -1, -1]))
+    return bool(abs(np.asarray(p)[-1] - atom) <= tol)
+
+
+def _c3b(flat, steep, tol=TOL) -> bool:
+    """Row-wise flat(i, ·) ≼ steep(i, ·) (slope of `steep` >= slope of `flat`)."""
+    return orders.rows_dominated(flat, steep, tol)
+
+
+def _c3c(p_flat, p_steep, tol=TOL) -> bool:
+    """p with the flatter slope ≼ p with the steeper slope."""
+    return orders.dominated(p_flat, p_steep, tol)
+
+
+def _c4a(logits, background, mask=None, tol=TOL) -> bool:
+    """Masked row softmax of logits + background equals that of logits. ``background`` is one
+    value per row (shape logits.shape[:-1]) or a full array of logits' shape (then the claim
+    needs it constant along each row, and the predicate is False otherwise)."""
+    logits = np.asarray(logits, dtype=np.float64)
+    mask = np.ones_like(logits, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+
+    def softmax(x):
+        x = np.where(mask, x, -np.inf)
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    bg = np.asarray(background, dtype=np.float64)
+    shifted = logits + (bg if bg.shape == logits.shape else bg[..., None])
+    return bool(np.allclose(softmax(shifted), softmax(logits), atol=tol))
+
+
+def _c4b(low, high, p_low=None, p_high=None, tol=TOL) -> bool:
+    """d_low <= d_high: rows low(i,·) ≼ high(i,·), self-weights non-decreasing, and p_low ≼ p_high if given."""
+    ok = orders.rows_dominated(low, high, tol) and bool(np.all(np.diagonal(high) >= np.diagonal(low) - tol))
+    if p_low is not None:
+        ok = ok and orders.dominated(p_low, p_high, tol)
+    return bool(ok)
+
+
+def _c5a(pmat, kernels, lambdas, tol=TOL) -> bool:
+    """diag P = prod_t (1 - lambda_t (1 - A^(t)_ii)) >= prod_t (1 - lambda_t delta_t)."""
+    kernels, lambdas = np.asarray(kernels), np.asarray(lambdas)
+    diag = np.prod(1 - lambdas[:, None] * (1 - np.diagonal(kernels, axis1=1, axis2=2)), axis=0)
+    delta = 1 - np.diagonal(kernels, axis1=1, axis2=2).min(axis=1)
+    bound = np.prod(1 - lambdas * delta)
+    return bool(np.allclose(np.diagonal(pmat), diag, atol=tol) and np.all(np.diagonal(pmat) >= bound - tol))
+
+
+def _c5b(pmat, kernels, lambdas, tol=TOL) -> bool:
+    """min_i P[i, 0] >= 1 - prod_t (1 - lambda_t eps_t), eps_t = min_i A^(t)[i, 0]."""
+    eps = np.asarray(kernels)[:, :, 0].min(axis=1)
+    return bool(np.all(np.asarray(pmat)[:, 0] >= 1 - np.prod(1 - np.asarray(lambdas) * eps) - tol))
+
+
+def _c5c(pmat, kernels, lambdas, tol=TOL) -> bool:
+    """Sandwich for i >= 1, eps_t = min allowed entry of A^(t) (causal):
+    prod_t (1 - lambda_t (1 - eps_t)) <= P[i,i] <= 1 - P[i,0] <= prod_t (1 - lambda_t eps_t)."""
+    kernels, lambdas, pmat = np.asarray(kernels), np.asarray(lambdas), np.asarray(pmat)
+    n = kernels.shape[-1]
+    low = np.tril(np.ones((n, n), dtype=bool))
+    eps = np.where(low, kernels, np.inf).min(axis=(1, 2))
+    lower = np.prod(1 - lambdas * (1 - eps))
+    upper = np.prod(1 - lambdas * eps)
+    d = np.diagonal(pmat)[1:]
+    off = 1 - pmat[1:, 0]
+    return bool(np.all(d >= lower - tol) and np.all(d <= off + tol) and np.all(off <= upper + tol))
+
+
+def _c6(p) -> bool:
+    """u_shape: argmin interior and both ends strictly above the minimum."""
+    from theorem.shape import u_shape
+
+    return u_shape(np.asarray(p).tolist())
+
+
+def _cesaro(p, lambdas, tol=1e-9) -> bool:
+    """p equals the Hausdorff closed form evaluated exactly (rational lambdas recommended)."""
+    from fractions import Fraction
+
+    from theorem.cesaro import exact_profile
+
+    exact = exact_profile([Fraction(x) for x in lambdas], len(p)).floats()
+    return bool(np.allclose(np.asarray(p), exact, atol=tol, rtol=0))
+
+
+# --------------------------------------------------------------------------------- claims
+_CLAIMS = [
+    Claim(
+        "C1", "causal mask -> primacy drift",
+        "For every causal row-stochastic K and every distribution mu: mu K ≼ mu.",
+        r"\mu K \preceq \mu \quad (K \text{ causal, row-stochastic})",
+        ("K row-stochastic", "K causal: K[i, j] = 0 for j > i", "mu a distribution on {0, ..., N-1}"),
+        ("drift:causal-cdf-identity",),
+        _c1, "(K, mu, tol)", "proofs/C1.md",
+    ),
+    Claim(
+        "C2(a)", "residual step sits between identity and attention",
+        "mu A ≼ mu R_lambda ≼ mu, and mu R_lambda is ≼-decreasing in lambda (F_{mu R} = (1-lambda) F_mu + lambda F_{mu A}).",
+        r"\mu A \preceq \mu R_\lambda \preceq \mu,\quad F_{\mu R_\lambda} = (1-\lambda) F_\mu + \lambda F_{\mu A}",
+        ("A causal row-stochastic", "lambda in [0, 1]"),
+        ("drift:residual-cdf-mixture", "drift:causal-cdf-identity"),
+        _c2a, "(A, mu, lam, lam_hi=None, tol)", "proofs/C2.md",
+    ),
+    Claim(
+        "C2(b)", "residual -> recency",
+        "If every A^(t) is causal and stochastically monotone, p is ≼-non-increasing in each lambda_t; "
+        "without monotonicity this can fail.",
+        r"\lambda_t \le \lambda_t' \Rightarrow p(\lambda') \preceq p(\lambda)",
+        ("every A^(t) causal row-stochastic", "every A^(t) stochastically monotone"),
+        ("drift:residual-cdf-mixture", "drift:causal-cdf-identity", "monotone:preserves-dominance",
+         "monotone:residual-counterexample", "monotone:alibi-grid"),
+        _c2b, "(kernels, lambdas, layer, new_lambda, tol)", "proofs/C2.md",
+    ),
+    Claim(
+        "C2(c)", "last-token atom",
+        "p(N-1) = prod_t (1 - lambda_t (1 - A^(t)[N-1, N-1])).",
+        r"p(N-1) = \prod_t \bigl(1 - \lambda_t (1 - A^{(t)}_{N-1,N-1})\bigr)",
+        ("every A^(t) causal (lower-triangular)",),
+        ("diagonal-product:diagonal-identity",),
+        _c2c, "(p, kernels, lambdas, tol)", "proofs/C2.md",
+    ),
+    Claim(
+        "C3(a)", "ALiBi kernel is stochastically monotone",
+        "For every slope m >= 0 (and every content diagonal d) the ALiBi kernel is stochastically monotone: "
+        "for k < i, F_i(k) = r^{i-k}(1 - r^{k+1})/(1 - r^{i+1}) (d = 0) is decreasing in i.",
+        r"F_i(k) = \frac{r^{i-k}(1-r^{k+1})}{1-r^{i+1}} \downarrow i",
+        ("causal mask", "m >= 0, r = e^{-m}"),
+        ("alibi-row:closed-forms", "monotone:row-ratio", "monotone:alibi-grid"),
+        orders.is_monotone, "(K, tol)", "proofs/C3.md",
+    ),
+    Claim(
+        "C3(b)", "slopes order rows",
+        "m <= m' implies A^(m)(i, ·) ≼ A^(m')(i, ·) for every row i (every d).",
+        r"m \le m' \Rightarrow A^{(m)}(i,\cdot) \preceq A^{(m')}(i,\cdot)",
+        ("causal mask", "0 <= m <= m'"),
+        ("monotone:slope-order", "monotone:alibi-grid"),
+        _c3b, "(K_flat, K_steep, tol)", "proofs/C3.md",
+    ),
+    Claim(
+        "C3(c)", "steeper slopes give later profiles",
+        "Under C2(b)'s monotonicity, a steeper slope at any layer gives a ≼-later p.",
+        r"m_t \le m_t' \Rightarrow p(m) \preceq p(m')",
+        ("every layer an ALiBi + content kernel (monotone by C3(a))", "causal mask"),
+        ("monotone:slope-order", "monotone:preserves-dominance", "monotone:alibi-grid"),
+        _c3c, "(p_flat, p_steep, tol)", "proofs/C3.md",
+    ),
+    Claim(
+        "C4(a)", "background cancels",
+        "A row-constant background b cancels from every masked row softmax.",
+        r"\operatorname{softmax}(x + b\mathbb{1}) = \operatorname{softmax}(x)",
+        ("b constant along the row",),
+        ("softmax-shift:background-cancels",),
+        _c4a, "(logits, background, mask=None, tol)", "proofs/C4.md",
+    ),
+    Claim(
+        "C4(b)", "content diagonal modulates",
+        "Row i of A^(m,d) is alpha_i(d) e_i + (1 - alpha_i(d)) (ALiBi on the strict past), alpha_i increasing in d; "
+        "raising d moves every row later and (under monotonicity) p later.",
+        r"A^{(m,d)}(i,\cdot) = \alpha_i(d) e_i + (1-\alpha_i(d)) B(i,\cdot),\ \alpha_i(d) = \frac{e^d}{e^d + \sum_{g=1}^{i} r^g}",
+        ("causal mask", "m >= 0", "d <= d'"),
+        ("alibi-row:closed-forms", "monotone:diag-order", "monotone:preserves-dominance",
+         "drift:expected-drift", "monotone:alibi-grid"),
+        _c4b, "(K_low_d, K_high_d, p_low=None, p_high=None, tol)", "proofs/C4.md",
+    ),
+    Claim(
+        "C5(a)", "no collapse under summable attention",
+        "P[i, i] = prod_t (1 - lambda_t (1 - A^(t)[i, i])) >= prod_t (1 - lambda_t delta_t); if sum lambda_t delta_t < oo "
+        "(every lambda_t delta_t < 1) then inf_T min_i P[i, i] > 0.",
+        r"P_{ii} = \prod_t \bigl(1-\lambda_t(1-A^{(t)}_{ii})\bigr) \ge \prod_t (1-\lambda_t\delta_t)",
+        ("every A^(t) lower-triangular (causal)", "lambda_t delta_t < 1"),
+        ("diagonal-product:diagonal-identity", "diagonal-product:telescoping-bound", "dichotomy:product-lower-bound"),
+        _c5a, "(P, kernels, lambdas, tol)", "proofs/C5.md",
+    ),
+    Claim(
+        "C5(b)", "collapse onto token 0",
+        "If A^(t)[i, 0] >= eps_t for all i and sum lambda_t eps_t = oo, then P[i, 0] >= 1 - prod_t (1 - lambda_t eps_t) -> 1.",
+        r"P_{i0} \ge 1 - \prod_t (1 - \lambda_t \varepsilon_t) \to 1",
+        ("every A^(t) causal row-stochastic", "A^(t)[i, 0] >= eps_t for all i"),
+        ("drift:absorption-step", "dichotomy:product-upper-bound"),
+        _c5b, "(P, kernels, lambdas, tol)", "proofs/C5.md",
+    ),
+    Claim(
+        "C5(c)", "dichotomy under uniform bounds",
+        "If every allowed entry is >= eps > 0, collapse holds iff sum_t lambda_t = oo.",
+        r"\text{collapse} \iff \sum_t \lambda_t = \infty",
+        ("every A^(t) causal row-stochastic", "every allowed entry >= eps > 0"),
+        ("diagonal-product:diagonal-identity", "drift:absorption-step", "dichotomy:product-upper-bound",
+         "dichotomy:product-lower-bound", "dichotomy:constant-diverges", "dichotomy:power-decay-threshold"),
+        _c5c, "(P, kernels, lambdas, tol)", "proofs/C5.md",
+    ),
+    Claim(
+        "C6", "finite depth: broad, often U-shaped profiles",
+        "Causal mask (primacy) plus residuals (recency) give profiles with an interior minimum for wide parameter "
+        "ranges, not all: depth 1 never does, a steep slope gives a monotone profile.",
+        r"\arg\min_j p(j) \in \{1, \dots, N-2\},\ p(0), p(N-1) > \min_j p(j)",
+        ("ALiBi + content stacks, causal mask", "parameter-dependent: see proofs/C6.md"),
+        ("shape:single-layer", "shape:u-witnesses", "shape:steep-witnesses"),
+        _c6, "(p,)", "proofs/C6.md", status="partly observed",
+    ),
+    Claim(
+        "cesaro", "exact closed form for uniform causal attention",
+        "For the Cesàro kernel and any lambda schedule, P = H(mu) with mu_k = prod_t (1 - lambda_t k/(k+1)) and "
+        "p(j) = C(N-1, j) sum_{i=0}^{N-1-j} (-1)^i C(N-1-j, i) mu_{j+i}.",
+        r"p(j) = \binom{N-1}{j} \sum_{i=0}^{N-1-j} (-1)^i \binom{N-1-j}{i} \mu_{j+i},\ "
+        r"\mu_k = \prod_t \bigl(1 - \lambda_t \tfrac{k}{k+1}\bigr)",
+        ("A^(t) = C, C[i, j] = 1/(i+1) for j <= i", "any lambda_t in [0, 1]"),
+        ("cesaro:hausdorff-of-cesaro", "cesaro:hausdorff-product-rule", "cesaro:residual-layer",
+         "cesaro:rollout-closed-form", "cesaro:layer-order-irrelevant", "cesaro:collapse-iff-divergence",
+         "cesaro:integer-evaluator"),
+        _cesaro, "(p, lambdas, tol)", "proofs/cesaro.md",
+    ),
+]
+
+CLAIMS: dict[str, Claim] = {c.label: c for c in _CLAIMS}
+assert len(CLAIMS) == len(_CLAIMS), "a claim label is listed twice"
+
+
+# ---------------------------------------------------------------------------- certificates
+@dataclass(frozen=True)
+class Registry:
+    """certificates: name -> zero-argument callable; missing: module -> why it could not be loaded."""
+
+    certificates: dict[str, Callable[[], object]]
+    missing: dict[str, str]
+
+
+def certificate_registry(modules: tuple[str, ...] = CERTIFICATE_MODULES) -> Registry:
+    """Collect ``certificates()`` from every module (imported lazily). Names are used as
+    given when they contain ':' (``module:check``), else prefixed with the module name."""
+    found: dict[str, Callable[[], object]] = {}
+    missing: dict[str, str] = {}
+    for mod in modules:
+        try:
+            module = importlib.import_module(mod)
+        except ImportError as err:
+            missing[mod] = f"cannot import: {err}"
+            continue
+        if not hasattr(module, "certificates"):
+            continue
+        short = mod.rsplit(".", 1)[-1].replace("_", "-")
+        for name, fn in module.certificates().items():
+            full = name if ":" in name else f"{short}:{name}"
+            if full in found:
+                raise ValueError(f"certificate {full!r} is registered twice")
+            found[full] = fn
+    return Registry(found, missing)
+
+
+def run_certificate(name: str, registry: Registry | None = None) -> Check:
+    """Run one certificate by name; an unknown name or an exception is a failing Check."""
+    reg = registry if registry is not None else certificate_registry()
+    if name not in reg.certificates:
+        return Check(name, False, "no such certificate in the registry")
+    try:
+        return as_check(name, reg.certificates[name]())
+    except Exception as err:  # a crashing certificate does not hold
+        return Check(name, False, f"raised {type(err).__name__}: {err}")
+
+
+def claims_citing(name: str) -> list[str]:
+    """Labels of the claims whose certificate list includes ``name``."""
+    return [c.label for c in _CLAIMS if name in c.certificates]

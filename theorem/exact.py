@@ -1,0 +1,49 @@
+"""Exact rational helpers: CDFs, ≼ and monotonicity on SymPy matrices/lists (THEORY.md, Orders).
+
+Used by certificates that check a claim over a grid with no rounding at all.
+
+Examples
+--------
+>>> import sympy as sp
+>>> exact_dominated([sp.Rational(1, 2), sp.Rational(1, 2)], [0, 1])
+True
+>>> exact_monotone(sp.Matrix([[1, 0], [sp.Rational(1, 3), sp.Rational(2, 3)]]))
+True
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+
+def exact_cdf(mu) -> list:
+    out, acc = [], sp.Integer(0)
+    for v in mu:
+        acc += v
+        out.append(acc)
+    return out
+
+
+def exact_dominated(mu, nu) -> bool:
+    """mu ≼ nu exactly: F_mu(k) >= F_nu(k) for all k."""
+    return all(a >= b for a, b in zip(exact_cdf(mu), exact_cdf(nu)))
+
+
+def exact_monotone(kernel: sp.Matrix) -> bool:
+    """Rows ≼-increasing, exactly."""
+    rows = [list(kernel.row(a)) for a in range(kernel.rows)]
+    return all(exact_dominated(rows[a], rows[a + 1]) for a in range(len(rows) - 1))
+
+
+def exact_residual(kernel: sp.Matrix, lam) -> sp.Matrix:
+    return (1 - lam) * sp.eye(kernel.rows) + lam * kernel
+
+
+def exact_profile(kernels, lambdas) -> list:
+    """Last row of R^(T-1) ... R^(0), exactly (kernels[t] is layer t)."""
+    n = kernels[0].rows
+    v = sp.zeros(1, n)
+    v[n - 1] = 1
+    for a, lam in reversed(list(zip(kernels, lambdas))):
+        v = v * exact_residual(a, lam)
+    return list(v)

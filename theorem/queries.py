@@ -1,0 +1,61 @@
+"""The derivation registry: every ``posbias derive NAME`` query, by name.
+
+Each module listed in ``DERIVATION_MODULES`` exposes ``DERIVATION: Derivation``;
+modules are imported when the registry is first read, so ``import theorem``
+stays cheap and never pulls in JAX.
+
+Examples
+--------
+>>> "alibi-row" in derivations()
+True
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import lru_cache
+
+from theorem.derivation import Derivation
+
+DERIVATION_MODULES = (
+    "theorem.softmax_shift",
+    "theorem.alibi_row",
+    "theorem.monotone",
+    "theorem.drift",
+    "theorem.diagonal_product",
+    "theorem.cesaro",
+    "theorem.dichotomy",
+    "theorem.continuum",
+)
+
+
+@lru_cache(maxsize=None)
+def _load() -> tuple[dict[str, Derivation], dict[str, str]]:
+    found: dict[str, Derivation] = {}
+    missing: dict[str, str] = {}
+    for mod in DERIVATION_MODULES:
+        try:
+            der = importlib.import_module(mod).DERIVATION
+        except (ImportError, AttributeError) as err:
+            missing[mod] = f"{type(err).__name__}: {err}"
+            continue
+        if der.name in found:
+            raise ValueError(f"derivation {der.name!r} is registered twice")
+        found[der.name] = der
+    return found, missing
+
+
+def derivations() -> dict[str, Derivation]:
+    """name -> Derivation, in registry order."""
+    return dict(_load()[0])
+
+
+def missing() -> dict[str, str]:
+    """module -> why it could not be loaded (empty when every derivation module is present)."""
+    return dict(_load()[1])
+
+
+def __getattr__(name: str):
+    if name == "DERIVATIONS":
+        return derivations()
+    raise AttributeError(name)
