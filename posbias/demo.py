@@ -26,8 +26,8 @@ def variants() -> list[tuple[str, nx.AlibiStack]]:
     lambdas, _ = nx.schedules.evaluate(SCHEDULE, LAYERS)
     return [
         ("(a) attention-only, lambda = 1", nx.AlibiStack.build(np.ones(LAYERS), slopes)),
-        ("(b) residual-aware, lambda_t = 0.6/(t+1)^0.5", nx.AlibiStack.build(lambdas, slopes)),
-        ("(c) residual-aware + content d = 2", nx.AlibiStack.build(lambdas, slopes, CONTENT)),
+        ("(b) residual-aware", nx.AlibiStack.build(lambdas, slopes)),
+        ("(c) residual + content d = 2", nx.AlibiStack.build(lambdas, slopes, CONTENT)),
     ]
 
 
@@ -52,7 +52,8 @@ def run_demo(out: Path) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    view = Table(title=f"posbias demo: {LAYERS} layers, {HEADS} heads, N = {TOKENS}")
+    view = Table(title=f"posbias demo: {LAYERS} layers, {HEADS} heads, N = {TOKENS}, "
+                       f"lambda_t = 0.6/(t+1)^0.5 in (b), (c)")
     for c in ("variant", "p(0)", "p(N-1)", "argmin", "p_min", "entropy", "U-shaped"):
         view.add_column(c)
     for title, r in results:

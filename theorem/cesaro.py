@@ -339,7 +339,7 @@ def certificates() -> dict[str, Callable[[], Cert]]:
 
 
 # ---------------------------------------------------------------------------- derivation
-USAGE = ("cesaro-rollout [--tokens N (default 64)] [--layers T (default 32; custom: its length)] "
+USAGE = ("posbias derive cesaro-rollout [--tokens N (default 64)] [--layers T (default 32; custom: its length)] "
          "[--schedule constant:L | power_decay:L0,BETA | custom:L0,L1,... (default constant:0.5)] [--certify]")
 
 

@@ -153,7 +153,7 @@ def certificates() -> dict[str, Callable[[], Cert]]:
 
 
 # ---------------------------------------------------------------------------- derivation
-USAGE = "continuum-profile [--tokens N] [--layers T] [--lam L] [--window W]"
+USAGE = "posbias derive continuum-profile [--tokens N] [--layers T] [--lam L] [--window W]"
 
 
 def run(args: list[str]) -> Result:

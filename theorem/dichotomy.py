@@ -457,7 +457,7 @@ def certificates() -> dict[str, Callable[[], Cert]]:
 
 
 # ---------------------------------------------------------------------------- derivation
-USAGE = ('dichotomy SCHEDULE [--delta D]   SCHEDULE: constant:L | power_decay:L0,BETA | geometric:L0,Q | '
+USAGE = ('posbias derive dichotomy SCHEDULE [--delta D]   SCHEDULE: constant:L | power_decay:L0,BETA | geometric:L0,Q | '
          'an expression in t, e.g. "0.5/(t+1)**1.5" or "lambda_0/(t+1)**beta"')
 
 
