@@ -73,3 +73,22 @@ def test_bad_input_raises_one_line_derive_error(args):
     with pytest.raises(DeriveError) as info:
         continuum.DERIVATION.run(args)
     assert "\n" not in str(info.value)
+
+
+def test_jax_density_matches_float_density_and_exact_profile():
+    """The lambdified (JAX) density equals the float formula, and N p(j) approaches it
+    (exact Cesàro profile at N = 512, window [0.1, 0.9])."""
+    from fractions import Fraction
+
+    import numpy as np
+
+    from theorem.cesaro import exact_profile
+    from theorem.continuum import density, jax_density
+
+    f = jax_density(6, 0.3)
+    xs = np.linspace(0.05, 1.0, 40)
+    assert np.allclose(np.asarray(f(xs)), [density(x, 6, 0.3) for x in xs], rtol=1e-13, atol=0)
+    n = 512
+    p = np.array(exact_profile([Fraction(3, 10)] * 6, n).floats())
+    j = np.arange(int(0.1 * n), int(0.9 * n))
+    assert np.max(np.abs(n * p[j] - np.asarray(f(j / n)))) < 0.02

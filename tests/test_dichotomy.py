@@ -124,3 +124,24 @@ def test_bad_input_raises_one_line_derive_error(args):
 def test_text_and_latex_render():
     r = dichotomy.DERIVATION.run(["0.5/(t+1)**1.5"])
     assert "no collapse" in r.text and r"\zeta" in r.latex
+
+
+def test_jax_schedule_and_partial_atom_match_the_engine():
+    """The lambdified (JAX) lambda_t equals numerics' power-decay schedule, and the partial
+    product prod_t (1 - lambda_t delta) equals the engine's last-token probability for
+    uniform causal attention (A[N-1, N-1] = 1/N, so delta = 1 - 1/N; C2(c))."""
+    import numpy as np
+
+    import numerics as nx
+    from theorem.dichotomy import jax_partial_atom, jax_schedule, parse_schedule
+
+    s = parse_schedule("lambda_0/(t+1)**beta")
+    lam = np.asarray(jax_schedule(s, lambda_0=0.8, beta=1.5)(np.arange(40.0)))
+    expected, _ = nx.schedules.evaluate(nx.PowerDecay(0.8, 1.5), 40)
+    assert np.allclose(lam, expected, rtol=1e-14, atol=0)
+    n = 16
+    for layers in (1, 7, 40):
+        stack = nx.AlibiStack.build(expected[:layers], [0.0])
+        p_last = nx.profile(stack, n).probabilities[-1]
+        atom = float(jax_partial_atom(s, 1 - 1 / n, lambda_0=0.8, beta=1.5)(layers))
+        assert abs(atom - p_last) <= 1e-14

@@ -62,6 +62,11 @@ def density_expr(num_layers: int, lam) -> sp.Expr:
     ])
 
 
+def jax_density(num_layers: int, lam) -> Callable:
+    """f(x) as a JAX function of x (``sympy.lambdify(..., modules="jax")``; JAX imported on call)."""
+    return sp.lambdify(X, density_expr(num_layers, lam), modules="jax")
+
+
 @dataclass(frozen=True)
 class ContinuumError:
     """Distance between N p(j) (exact) and f(j/N) for one N."""

@@ -135,6 +135,29 @@ def parse_schedule(text: str) -> Schedule:
 
 
 # ----------------------------------------------------------------------------- analysis
+def jax_schedule(s: Schedule, **values) -> Callable:
+    """lambda_t as a JAX function of t (``sympy.lambdify(..., modules="jax")``); symbolic
+    parameters are substituted from ``values`` first."""
+    missing = [p.name for p in s.parameters if p.name not in values]
+    if missing:
+        raise DeriveError(f"jax_schedule: give values for {', '.join(missing)}")
+    expr = s.expr.subs({p: values[p.name] for p in s.parameters})
+    return sp.lambdify(T, expr, modules="jax")
+
+
+def jax_partial_atom(s: Schedule, delta, **values) -> Callable:
+    """T -> prod_{t<T} (1 - lambda_t delta) (C2(c) with A[N-1, N-1] = 1 - delta), in JAX."""
+    lam = jax_schedule(s, **values)
+
+    def atom(num_layers: int):
+        import jax.numpy as jnp
+
+        t = jnp.arange(num_layers, dtype=jnp.float64)
+        return jnp.prod(1.0 - lam(t) * float(delta))
+
+    return atom
+
+
 class _Timeout(BaseException):
     """Raised by the alarm; BaseException so SymPy's ``except Exception`` cannot swallow it."""
 
