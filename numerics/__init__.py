@@ -23,11 +23,11 @@ from numerics.masks import Causal, Full, Mask, Prefix, SlidingWindow, allowed  #
 from numerics.schedules import Constant, Custom, PowerDecay, Schedule  # noqa: E402
 from numerics.slopes import alibi_slopes  # noqa: E402
 from numerics.stack import AlibiStack  # noqa: E402
-from numerics import schedules, toeplitz  # noqa: E402
+from numerics import masks, schedules, toeplitz  # noqa: E402
 
 __all__ = [
     "ENGINES", "AlibiStack", "Causal", "Constant", "Custom", "Full", "KernelError", "Mask",
     "PowerDecay", "Prefix", "Profile", "Schedule", "SlidingWindow", "alibi_kernels",
     "alibi_slopes", "allowed", "dense_rollout", "diagonal_product", "kernel_diagonals", "profile",
-    "profile_from_kernels", "rollout_matrix", "schedules", "toeplitz", "validate_kernels",
+    "profile_from_kernels", "rollout_matrix", "masks", "schedules", "toeplitz", "validate_kernels",
 ]

@@ -51,6 +51,8 @@ def _parser() -> _Parser:
     ro.add_argument("--engine", choices=("auto", "structured", "log", "fft", "dense"), default="auto",
                     help="auto: fft for causal/sliding masks at N >= 16384, else structured; log space if the profile underflows")
     ro.add_argument("--full", action="store_true", help="also form the full P by dense products (moderate N)")
+    ro.add_argument("--diagonal", action="store_true",
+                    help="also write P_ii = prod_t (1 - lambda_t (1 - A_ii)) in O(T N) (causal and sliding-window masks)")
     ro.add_argument("--kernels", type=Path, help="measured kernels (T, N, N) as .npy or .npz ('kernels', 'lambdas')")
     ro.add_argument("--schedule", help="lambda schedule for --kernels: constant:L | power_decay:L0,BETA | custom:L0,L1,...")
     ro.add_argument("--causal", action="store_true", help="declare --kernels causal (checked)")
@@ -102,7 +104,7 @@ def _rollout(args) -> int:
         loaded = cfg.load(args.config, tokens=args.tokens, layers=args.layers, slopes=args.slopes,
                           content_broadcast=args.content_broadcast)
         result = run_stack(loaded.stack, loaded.num_tokens, engine=args.engine, precision=args.precision,
-                           full_matrix=args.full, show_progress=not args.json)
+                           full_matrix=args.full, diagonal=args.diagonal, show_progress=not args.json)
         out_dir = args.out or Path(loaded.save_dir or "posbias-out")
         title, warnings = str(args.config), loaded.warnings
         result.summary["content_broadcast"] = args.content_broadcast
@@ -118,6 +120,10 @@ def _rollout(args) -> int:
     output.write_json(files[1], result.summary)
     fig = output.profile_figure([(Path(title).name, result.profile)])
     output.write_figure(files[2], fig)
+    if result.diagonal is not None:
+        files.append(out_dir / "diagonal.csv")
+        output.write_text(files[-1], "token_position,P_diagonal\n" + "".join(
+            f"{i},{float(x)!r}\n" for i, x in enumerate(result.diagonal)))
     if result.log_profile is not None:
         files.append(out_dir / "log_profile.csv")
         output.write_text(files[-1], "token_position,log_probability\n" + "".join(

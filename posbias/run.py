@@ -31,6 +31,7 @@ class RunResult:
     summary: dict
     matrix_rows: np.ndarray | None = None  # (N, 3): P_ii, P_i0, row entropy (dense runs)
     log_profile: np.ndarray | None = None  # log p from the log-space engine
+    diagonal: np.ndarray | None = None  # P_ii by the diagonal identity (C5(a))
 
 
 @contextmanager
@@ -75,10 +76,17 @@ def run_stack(
     engine: str = "auto",
     precision: str = "float64",
     full_matrix: bool = False,
+    diagonal: bool = False,
     show_progress: bool = False,
 ) -> RunResult:
-    """Profile (and, when asked, the full P) of an ALiBi + content stack."""
+    """Profile (and, when asked, the full P or its diagonal) of an ALiBi + content stack."""
     dtype = PRECISIONS[precision]
+    p_diag = None
+    if diagonal:
+        if not nx.masks.is_lower_triangular(stack.mask, num_tokens):
+            raise InputError(f"--diagonal: the identity P_ii = prod_t (1 - lambda_t (1 - A_ii)) needs lower-triangular "
+                             f"kernels; mask {stack.mask.name} reads later tokens")
+        p_diag = nx.diagonal_product(nx.kernel_diagonals(stack, num_tokens), stack.lambdas)
     with jax.default_matmul_precision("highest"):
         if engine == "dense" or full_matrix:
             if num_tokens > DENSE_MAX_TOKENS:
@@ -121,7 +129,10 @@ def run_stack(
         log_p = None
     elif log_p is not None:
         log_p = log_p - np.log(np.sum(p_raw)) if np.sum(p_raw) > 0 else log_p
-    return RunResult(p, summary, rows, log_p)
+    if p_diag is not None:
+        k = int(np.argmin(p_diag))
+        summary["diagonal"] = {"min": float(p_diag[k]), "argmin": k}
+    return RunResult(p, summary, rows, log_p, p_diag)
 
 
 def load_kernels(path: Path, schedule: str | None, causal: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -61,6 +61,22 @@ def test_rollout_json_and_full(tmp_path, capsys):
     assert dense["engine"] == "dense" and abs(dense["p_first"] - summary["p_first"]) <= 1e-12
 
 
+def test_diagonal_identity_route_matches_full_matrix(tmp_path, capsys):
+    """--diagonal (O(T N), C5(a)) against the diagonal of the dense P from --full."""
+    out = tmp_path / "out"
+    cfg = _write(tmp_path, GOOD.replace("mask_type: causal, window_size: null", "mask_type: sliding_window, window_size: 5"))
+    assert main(["rollout", str(cfg), "--out", str(out), "--full", "--diagonal", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    diag = np.loadtxt(out / "diagonal.csv", delimiter=",", skiprows=1)[:, 1]
+    dense = np.loadtxt(out / "matrix.csv", delimiter=",", skiprows=1)[:, 1]
+    assert np.max(np.abs(diag - dense)) <= 1e-14
+    assert summary["diagonal"]["argmin"] == int(np.argmin(diag))
+    full = _write(tmp_path, GOOD.replace("mask_type: causal", "mask_type: full"), "full.yaml")
+    assert main(["rollout", str(full), "--out", str(tmp_path / "f"), "--diagonal"]) == 2
+    assert "needs lower-triangular kernels" in capsys.readouterr().err
+    assert not (tmp_path / "f").exists()
+
+
 def test_lenient_numbers_like_the_reference_loader(tmp_path):
     """A file the authors' (lax pydantic) loader accepts must load here: quoted numbers do."""
     text = GOOD.replace("num_layers: 3", "num_layers: '3'").replace("[[0.5, 0.125]]", "[['0.5', 0.125]]")
