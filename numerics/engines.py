@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numerics import structured, toeplitz
+from numerics import native, structured, toeplitz
 from numerics.kernels import layer_kernel
 from numerics.stack import AlibiStack
 
@@ -56,13 +56,15 @@ def profile(
     dtype=jnp.float64,
     layers_per_call: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    native_kernel: bool = True,
 ) -> Profile:
     """Last row of P for an ALiBi + content stack (THEORY.md, Notation; C6).
 
     The walk starts at token N-1 in the top layer and moves down:
     v <- v R^(t) for t = T-1, ..., 0. Layers are applied ``layers_per_call`` at
     a time (padding with identity layers, lambda = 0) so that ``progress``
-    (called with (layers done, T)) can report on long runs.
+    (called with (layers done, T)) can report on long runs. ``native_kernel=False``
+    forces the pure-XLA path (numerics.native is otherwise used on the CPU where it builds).
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; expected one of {ENGINES}")
@@ -88,6 +90,9 @@ def profile(
     lambdas = jnp.asarray(np.pad(stack.lambdas, (t_pad - t_total, 0)), dtype=dtype)
     m, d, w = arr(slopes, 0.0), arr(diagonal, 0.0), arr(stack.head_weights, 0.0)
 
+    # One C loop per layer on the CPU when all heads fit in one group (linear float64 only).
+    use_native = (ring is structured.LINEAR and dtype == jnp.float64 and group >= stack.num_heads
+                  and native_kernel and native.available())
     shared = None
     if np.all(slopes == slopes[:1]) and heads * padded <= SHARED_NORMALISER_MAX:
         shared = structured.shared_normaliser(m[-1], num_tokens=num_tokens, mask=stack.mask,
@@ -102,6 +107,7 @@ def profile(
         v, (mn, last) = structured._layers(
             v, lambdas[part], m[part], d[part], w[part], shared,
             num_tokens=num_tokens, mask=stack.mask, ring=ring, block=block, group=group,
+            use_native=use_native,
         )
         mins.append(np.asarray(mn))
         lasts.append(np.asarray(last))

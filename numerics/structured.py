@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from numerics import native
 from numerics.masks import Mask
 from numerics.semiring import LINEAR, LOG, Semiring
 
@@ -175,16 +176,37 @@ def layer_step(ring: Semiring, v, lam, m, d, w, num_tokens, mask, block, group, 
     return _mix(ring, v, lam, off, alpha_bar), alpha_bar
 
 
-@partial(jax.jit, static_argnames=("num_tokens", "mask", "ring", "block", "group"))
-def _layers(v, lambdas, m, d, w, s=None, *, num_tokens, mask, ring, block, group):
+@partial(jax.jit, static_argnames=("num_tokens", "mask", "ring", "block", "group", "use_native"))
+def _layers(v, lambdas, m, d, w, s=None, *, num_tokens, mask, ring, block, group, use_native=False):
     """Apply the given layers top-down: v <- v R^(t) for t = last .. first.
 
     ``s``: the row normalisers (H_pad, P) shared by every layer when all layers have
     the same slopes (then they are computed once instead of once per layer).
+    ``use_native``: on the CPU, run each layer through the C kernel of numerics.native
+    (one loop over all heads; same mathematics, linear float64 arithmetic); other
+    platforms take the XLA path.
     """
 
+    def xla_step(v, params):
+        return layer_step(ring, v, *params, num_tokens, mask, block, group, s)
+
+    def native_step(v, params):
+        lam, m_t, d_t, w_t = params
+        s_t = s if s is not None else _row_normaliser(m_t[:, None], jnp.arange(v.shape[0])[None, :], num_tokens, mask)
+        window = mask.past_window or 0
+        return native.alibi_layer(
+            v, s_t, jnp.exp(-m_t), jnp.exp(-jnp.clip(d_t, -_D_CLIP, _D_CLIP)), w_t,
+            jnp.exp(-m_t * (window - 1)) if window else jnp.zeros_like(m_t), lam,
+            window, mask.bidirectional_length(num_tokens),
+        )
+
     def body(v, params):
-        v, alpha_bar = layer_step(ring, v, *params, num_tokens, mask, block, group, s)
+        if use_native:
+            v, alpha_bar = jax.lax.platform_dependent(
+                v, params, cpu=native_step, default=xla_step
+            )
+        else:
+            v, alpha_bar = xla_step(v, params)
         stats = (
             jnp.min(ring.to_linear(alpha_bar[:num_tokens])),
             ring.to_linear(alpha_bar[num_tokens - 1]),

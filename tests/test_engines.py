@@ -43,13 +43,22 @@ def _dense(stack, n):
     return np.asarray(kernels), np.asarray(nx.rollout_matrix(kernels, lambdas))
 
 
-@given(stacks())
-def test_structured_profile_equals_dense(case):
+@pytest.mark.parametrize("native_kernel", [True, False], ids=["native", "xla"])
+@given(case=stacks())
+def test_structured_profile_equals_dense(native_kernel, case):
+    """Both layer paths of the structured engine: the C kernel (numerics.native) and pure XLA."""
     stack, n = case
     _, p_matrix = _dense(stack, n)
-    res = nx.profile(stack, n)
+    res = nx.profile(stack, n, native_kernel=native_kernel)
     assert np.max(np.abs(res.probabilities - p_matrix[-1])) <= 1e-12
     assert abs(res.probabilities.sum() - 1.0) <= 1e-12
+
+
+def test_native_kernel_builds_here():
+    """The C layer kernel must build where the suite runs (gcc is part of every setup)."""
+    from numerics import native
+
+    assert native.available()
 
 
 @given(stacks(masks=st.one_of(st.just(nx.Causal()), st.just(nx.Full()), st.integers(0, 12).map(nx.Prefix))))
@@ -138,12 +147,25 @@ def test_float32_is_close_and_reported():
     assert np.max(np.abs(r32.profile - p64)) <= 1e-6
 
 
+@pytest.mark.parametrize("native_kernel", [True, False], ids=["native", "xla"])
 @pytest.mark.parametrize("mask", [nx.Causal(), nx.SlidingWindow(300), nx.Prefix(700), nx.Full()])
-def test_large_n_structured_equals_dense(mask):
-    """Blocks of 32 tokens and several head groups: N = 1000 crosses both."""
-    stack = nx.AlibiStack.build(np.array([0.7, 0.2, 0.5]), nx.alibi_slopes(12), np.linspace(-3, 3, 12), mask=mask)
+def test_large_n_structured_equals_dense(mask, native_kernel):
+    """Blocks of 32 tokens, several head blocks (13 heads): N = 1000 crosses both."""
+    stack = nx.AlibiStack.build(np.array([0.7, 0.2, 0.5]), nx.alibi_slopes(13), np.linspace(-3, 3, 13), mask=mask)
     _, p_matrix = _dense(stack, 1000)
-    assert np.max(np.abs(nx.profile(stack, 1000).probabilities - p_matrix[-1])) <= 1e-12
+    res = nx.profile(stack, 1000, native_kernel=native_kernel)
+    assert np.max(np.abs(res.probabilities - p_matrix[-1])) <= 1e-12
+
+
+def test_head_groups_path_equals_dense(monkeypatch):
+    """Large problems process heads a group at a time (memory O(group * N)); force small groups."""
+    from numerics import structured
+
+    plan = structured.plan
+    monkeypatch.setattr(structured, "plan", lambda n, h, budget=1 << 22: plan(n, h, budget=2 * (n + 64)))
+    stack = nx.AlibiStack.build(np.array([0.7, 0.2]), nx.alibi_slopes(7), np.linspace(-3, 3, 7))
+    _, p_matrix = _dense(stack, 300)
+    assert np.max(np.abs(nx.profile(stack, 300).probabilities - p_matrix[-1])) <= 1e-12
 
 
 @given(stacks(masks=st.one_of(st.just(nx.Causal()), st.integers(1, 40).map(nx.SlidingWindow)), max_tokens=300))
