@@ -132,10 +132,13 @@ def profile(
 def kernel_diagonals(stack: AlibiStack, num_tokens: int) -> np.ndarray:
     """(T, N) head-averaged self-weights A^(t)[i, i] in closed form (C4(b): alpha_i(d))."""
     slopes, diagonal = stack.scaled()
-    fn = jax.jit(
-        jax.vmap(lambda m, d, w: structured.alibi_diagonal(m, d, w, num_tokens, stack.mask))
-    )
-    return np.asarray(fn(jnp.asarray(slopes), jnp.asarray(diagonal), jnp.asarray(stack.head_weights)))
+    return np.asarray(_kernel_diagonals(jnp.asarray(slopes), jnp.asarray(diagonal), jnp.asarray(stack.head_weights),
+                                        num_tokens=num_tokens, mask=stack.mask))
+
+
+@partial(jax.jit, static_argnames=("num_tokens", "mask"))
+def _kernel_diagonals(m, d, w, *, num_tokens, mask):
+    return jax.vmap(lambda a, b, c: structured.alibi_diagonal(a, b, c, num_tokens, mask))(m, d, w)
 
 
 def diagonal_product(self_weights: np.ndarray, lambdas: np.ndarray) -> np.ndarray:

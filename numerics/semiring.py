@@ -20,7 +20,6 @@ class Semiring:
     add: Callable
     mul: Callable
     zero: float
-    one: float
     from_linear: Callable  # encode a non-negative linear value
     to_linear: Callable
     sum: Callable  # reduce with ``add`` along an axis
@@ -31,7 +30,6 @@ LINEAR = Semiring(
     add=jnp.add,
     mul=jnp.multiply,
     zero=0.0,
-    one=1.0,
     from_linear=lambda x: x,
     to_linear=lambda x: x,
     sum=lambda x, axis: jnp.sum(x, axis=axis),
@@ -49,7 +47,6 @@ LOG = Semiring(
     add=jnp.logaddexp,
     mul=jnp.add,
     zero=-jnp.inf,
-    one=0.0,
     from_linear=jnp.log,
     to_linear=jnp.exp,
     sum=_logsum,
