@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from theorem.derivation import DeriveError
+from theorem.params import ArgParser
 
 PROOFS_DIR = Path(__file__).resolve().parents[1] / "proofs"
 FORMATS = ("text", "latex", "json")
@@ -35,22 +36,16 @@ def _error(cmd: str, message: str) -> int:
 
 # -------------------------------------------------------------------------------- derive
 def _split_format(argv: list[str]) -> tuple[list[str], str]:
-    rest, fmt = [], "text"
-    items = list(argv)
-    while items:
-        a = items.pop(0)
-        if a == "--format":
-            if not items:
-                raise DeriveError("--format needs a value: text, latex or json")
-            fmt = items.pop(0)
-        elif a.startswith("--format="):
-            fmt = a.split("=", 1)[1]
-        else:
-            rest.append(a)
-            continue
-        if fmt not in FORMATS:
-            raise DeriveError(f"--format must be one of text, latex, json; got {fmt!r}")
-    return rest, fmt
+    """Take ``--format text|latex|json`` out of the parameters; the rest goes to the derivation."""
+    parser = ArgParser("posbias derive")
+    parser.add_argument("--format", default="text")
+    try:
+        ns, rest = parser.parse_known(argv)
+    except DeriveError as err:
+        raise DeriveError(str(err).removeprefix("posbias derive: ")) from None
+    if ns.format not in FORMATS:
+        raise DeriveError(f"--format must be one of text, latex, json; got {ns.format!r}")
+    return rest, ns.format
 
 
 def derive_command(argv: list[str]) -> int:
@@ -87,7 +82,7 @@ def derive_command(argv: list[str]) -> int:
         print(result.latex)
     else:
         print(json.dumps({"name": result.name, "text": result.text, "latex": result.latex, "data": result.data},
-                         indent=2, default=str))
+                         indent=2, default=str, ensure_ascii=False))
     return 0
 
 
@@ -101,26 +96,18 @@ def cited_certificates(text: str) -> list[str]:
 
 
 def _parse_proofs_args(argv: list[str]) -> tuple[str, Path]:
-    action, folder = None, PROOFS_DIR
-    items = list(argv)
-    while items:
-        a = items.pop(0)
-        if a in ("--check", "--list"):
-            if action is not None and action != a:
-                raise ValueError("give either --check or --list, not both")
-            action = a
-        elif a == "--dir" or a.startswith("--dir="):
-            value = a.split("=", 1)[1] if "=" in a else (items.pop(0) if items else None)
-            if not value:
-                raise ValueError("--dir needs a folder")
-            folder = Path(value)
-        else:
-            raise ValueError(f"unexpected argument {a!r}; {PROOFS_USAGE}")
-    if action is None:
-        raise ValueError(PROOFS_USAGE)
-    if not folder.is_dir():
-        raise ValueError(f"proofs folder {str(folder)!r} does not exist")
-    return action, folder
+    parser = ArgParser("posbias proofs")
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--check", dest="action", action="store_const", const="--check")
+    action.add_argument("--list", dest="action", action="store_const", const="--list")
+    parser.add_argument("--dir", type=Path, default=PROOFS_DIR)
+    try:
+        ns = parser.parse(argv)
+    except DeriveError as err:
+        raise ValueError(f"{str(err).removeprefix('posbias proofs: ')}; {PROOFS_USAGE}") from None
+    if not ns.dir.is_dir():
+        raise ValueError(f"proofs folder {str(ns.dir)!r} does not exist")
+    return ns.action, ns.dir
 
 
 def proofs_command(argv: list[str], registry=None) -> int:

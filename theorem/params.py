@@ -41,6 +41,13 @@ class ArgParser(argparse.ArgumentParser):
         except argparse.ArgumentError as exc:
             raise DeriveError(f"{self.prog}: {exc}") from None
 
+    def parse_known(self, args: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+        """Like ``parse`` but returns the arguments it does not know instead of failing on them."""
+        try:
+            return self.parse_known_args(list(args))
+        except argparse.ArgumentError as exc:
+            raise DeriveError(f"{self.prog}: {exc}") from None
+
 
 def exact_number(text: str, where: str) -> sp.Rational:
     """The decimal or fraction string ``text`` as an exact ``sympy.Rational`` ("0.3" -> 3/10)."""
