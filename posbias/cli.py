@@ -118,7 +118,10 @@ def _rollout(args) -> int:
     files = [out_dir / "profile.csv", out_dir / "summary.json", out_dir / "profile.png"]
     output.write_text(files[0], output.profile_csv(result.profile))
     output.write_json(files[1], result.summary)
-    fig = output.profile_figure([(Path(title).name, result.profile)])
+    s = result.summary
+    heads = "" if s.get("num_heads") is None else f", H={s['num_heads']}"
+    label = f"{Path(title).name}: T={s['num_layers']}{heads}, N={s['num_tokens']}"
+    fig = output.profile_figure([(label, result.profile)])
     output.write_figure(files[2], fig)
     if result.diagonal is not None:
         files.append(out_dir / "diagonal.csv")

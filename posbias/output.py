@@ -49,6 +49,9 @@ def profile_figure(panels: list[tuple[str, np.ndarray]], *, log_scale: bool = Fa
     axes = fig.subplots(1, len(panels), squeeze=False)
     for ax, (title, p) in zip(axes[0], panels):
         ax.plot(np.arange(p.size), p, lw=1.4)
+        k = int(np.argmin(p))
+        ax.plot([k], [p[k]], "o", ms=4, color="C3", label=f"argmin {k}")
+        ax.legend(loc="upper center", fontsize=8, frameon=False)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("token position j")
         ax.set_ylabel("p(j)")
