@@ -116,7 +116,7 @@ def _rollout(args) -> int:
               "before renormalisation", file=sys.stderr)
 
     files = [out_dir / "profile.csv", out_dir / "summary.json", out_dir / "profile.png"]
-    output.write_text(files[0], output.profile_csv(result.profile))
+    output.write_text(files[0], output.position_csv(probability=result.profile))
     output.write_json(files[1], result.summary)
     s = result.summary
     heads = "" if s.get("num_heads") is None else f", H={s['num_heads']}"
@@ -125,21 +125,18 @@ def _rollout(args) -> int:
     output.write_figure(files[2], fig)
     if result.diagonal is not None:
         files.append(out_dir / "diagonal.csv")
-        output.write_text(files[-1], "token_position,P_diagonal\n" + "".join(
-            f"{i},{float(x)!r}\n" for i, x in enumerate(result.diagonal)))
+        output.write_text(files[-1], output.position_csv(P_diagonal=result.diagonal))
     if result.log_profile is not None:
         files.append(out_dir / "log_profile.csv")
-        output.write_text(files[-1], "token_position,log_probability\n" + "".join(
-            f"{j},{float(x)!r}\n" for j, x in enumerate(result.log_profile)))
+        output.write_text(files[-1], output.position_csv(log_probability=result.log_profile))
     if result.summary.get("underflow_below_1e-280"):
         print(f"posbias: warning: {result.summary['underflow_below_1e-280']} profile entries are below 1e-280 "
               "(float64 underflow); --engine log gives their logarithms", file=sys.stderr)
     if result.matrix_rows is not None:
         rows = result.matrix_rows
-        text = "token_position,P_diagonal,P_first_column,row_entropy\n" + "".join(
-            f"{i},{r[0]!r},{r[1]!r},{r[2]!r}\n" for i, r in enumerate(rows.tolist()))
         files.append(out_dir / "matrix.csv")
-        output.write_text(files[-1], text)
+        output.write_text(files[-1], output.position_csv(
+            P_diagonal=rows[:, 0], P_first_column=rows[:, 1], row_entropy=rows[:, 2]))
     if args.json:
         print(json.dumps(result.summary, indent=2))
     else:

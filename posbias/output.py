@@ -32,9 +32,16 @@ def write_json(path: Path, data) -> None:
     write_text(path, json.dumps(data, indent=2) + "\n")
 
 
-def profile_csv(p: np.ndarray) -> str:
-    """``token_position,probability`` with full repr precision, like the reference tool."""
-    return "token_position,probability\n" + "".join(f"{j},{float(x)!r}\n" for j, x in enumerate(p))
+def position_csv(**columns: np.ndarray) -> str:
+    """``token_position,<name>,...``: one row per token, floats at full repr precision.
+
+    ``position_csv(probability=p)`` is the reference tool's profile format.
+    """
+    values = np.column_stack([np.asarray(c, dtype=np.float64) for c in columns.values()])
+    header = ",".join(["token_position", *columns])
+    return header + "\n" + "".join(
+        f"{j}," + ",".join(repr(x) for x in row) + "\n" for j, row in enumerate(values.tolist())
+    )
 
 
 def write_figure(path: Path, fig) -> None:
