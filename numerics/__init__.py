@@ -8,7 +8,7 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-from numerics.engines import (  # noqa: E402
+from posbias.numerics.engines import (  # noqa: E402
     ENGINES,
     Profile,
     dense_rollout,
@@ -18,12 +18,12 @@ from numerics.engines import (  # noqa: E402
     profile_from_kernels,
     rollout_matrix,
 )
-from numerics.kernels import KernelError, alibi_kernels, validate_kernels  # noqa: E402
-from numerics.masks import Causal, Full, Mask, Prefix, SlidingWindow, allowed  # noqa: E402
-from numerics.schedules import Constant, Custom, PowerDecay, Schedule  # noqa: E402
-from numerics.slopes import alibi_slopes  # noqa: E402
-from numerics.stack import AlibiStack  # noqa: E402
-from numerics import masks, schedules, toeplitz  # noqa: E402
+from posbias.numerics.kernels import KernelError, alibi_kernels, validate_kernels  # noqa: E402
+from posbias.numerics.masks import Causal, Full, Mask, Prefix, SlidingWindow, allowed  # noqa: E402
+from posbias.numerics.schedules import Constant, Custom, PowerDecay, Schedule  # noqa: E402
+from posbias.numerics.slopes import alibi_slopes  # noqa: E402
+from posbias.numerics.stack import AlibiStack  # noqa: E402
+from posbias.numerics import masks, schedules, toeplitz  # noqa: E402
 
 __all__ = [
     "ENGINES", "AlibiStack", "Causal", "Constant", "Custom", "Full", "KernelError", "Mask",

@@ -22,9 +22,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numerics import native, structured, toeplitz
-from numerics.kernels import layer_kernel
-from numerics.stack import AlibiStack
+from posbias.numerics import native, structured, toeplitz
+from posbias.numerics.kernels import layer_kernel
+from posbias.numerics.stack import AlibiStack
 
 ENGINES = ("structured", "log", "fft")
 SHARED_NORMALISER_MAX = 1 << 24  # elements (128 MiB in float64)

@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numerics.masks import allowed
-from numerics.stack import AlibiStack
+from posbias.numerics.masks import allowed
+from posbias.numerics.stack import AlibiStack
 
 
 def layer_kernel(slopes_t, diagonal_t, weights_t, num_tokens: int, mask) -> jax.Array:

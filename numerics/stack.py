@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import jax
 import numpy as np
 
-from numerics.masks import Causal, Mask
+from posbias.numerics.masks import Causal, Mask
 
 
 @dataclass(frozen=True)

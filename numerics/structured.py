@@ -36,9 +36,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numerics import native
-from numerics.masks import Mask
-from numerics.semiring import LINEAR, LOG, Semiring
+from posbias.numerics import native
+from posbias.numerics.masks import Mask
+from posbias.numerics.semiring import LINEAR, LOG, Semiring
 
 _D_CLIP = 600.0
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from numerics.masks import is_lower_triangular
-from numerics.stack import AlibiStack
+from posbias.numerics.masks import is_lower_triangular
+from posbias.numerics.stack import AlibiStack
 
 
 def entropy(p: np.ndarray) -> float:

@@ -32,9 +32,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numerics import structured
-from numerics.masks import Mask
-from numerics.semiring import LINEAR
+from posbias.numerics import structured
+from posbias.numerics.masks import Mask
+from posbias.numerics.semiring import LINEAR
 
 SATURATION = 42.0  # e^{-42} = 5.7e-19 < 2^-60
 

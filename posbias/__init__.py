@@ -1,0 +1,1 @@
+"""posbias: the structural theory of positional bias in transformers."""

@@ -147,7 +147,7 @@ def _rollout(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("derive", "proofs"):
-        from theorem import cli as theorem_cli
+        from posbias.theorem import cli as theorem_cli
 
         command = theorem_cli.derive_command if argv[0] == "derive" else theorem_cli.proofs_command
         return command(argv[1:])

@@ -27,9 +27,9 @@ import pydantic
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from numerics import masks, schedules
-from numerics.slopes import alibi_slopes
-from numerics.stack import AlibiStack
+from posbias.numerics import masks, schedules
+from posbias.numerics.slopes import alibi_slopes
+from posbias.numerics.stack import AlibiStack
 from posbias.errors import UserError
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-import numerics as nx
+import posbias.numerics as nx
 from posbias import output
 from posbias.run import run_stack
 

@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import numerics as nx
-from numerics.summary import summarize
+import posbias.numerics as nx
+from posbias.numerics.summary import summarize
 from posbias.errors import UserError
 
 PRECISIONS = {"float64": jnp.float64, "float32": jnp.float32}

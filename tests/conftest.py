@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-import numerics  # noqa: F401  (switches JAX to float64)
+from posbias import numerics  # noqa: F401  (switches JAX to float64)
 
 settings.register_profile(
     "ci", derandomize=True, database=None, deadline=None, max_examples=40,

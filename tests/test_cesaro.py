@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import numerics
-from theorem import cesaro
-from theorem.derivation import DeriveError
+from posbias import numerics
+from posbias.theorem import cesaro
+from posbias.theorem.derivation import DeriveError
 
 
 def fraction_rollout_last_row(lambdas, n):

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-import numerics as nx
+import posbias.numerics as nx
 from posbias.cli import main
 
 GOOD = """\

@@ -10,8 +10,8 @@ from fractions import Fraction
 import mpmath
 import pytest
 
-from theorem import cesaro, continuum
-from theorem.derivation import DeriveError
+from posbias.theorem import cesaro, continuum
+from posbias.theorem.derivation import DeriveError
 
 
 def test_density_moments_are_the_cesaro_moments():
@@ -82,8 +82,8 @@ def test_jax_density_matches_float_density_and_exact_profile():
 
     import numpy as np
 
-    from theorem.cesaro import exact_profile
-    from theorem.continuum import density, jax_density
+    from posbias.theorem.cesaro import exact_profile
+    from posbias.theorem.continuum import density, jax_density
 
     f = jax_density(6, 0.3)
     xs = np.linspace(0.05, 1.0, 40)

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import sympy as sp
 
-import numerics as nx
-from theorem import alibi_row, diagonal_product, drift, monotone, softmax_shift
-from theorem.cli import derive_command
-from theorem.queries import derivations
+import posbias.numerics as nx
+from posbias.theorem import alibi_row, diagonal_product, drift, monotone, softmax_shift
+from posbias.theorem.cli import derive_command
+from posbias.theorem.queries import derivations
 
 MINE = {
     "softmax-shift": [[]],

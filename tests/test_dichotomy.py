@@ -11,8 +11,8 @@ import mpmath
 import pytest
 import sympy as sp
 
-from theorem import dichotomy
-from theorem.derivation import DeriveError
+from posbias.theorem import dichotomy
+from posbias.theorem.derivation import DeriveError
 
 
 def run(*args):
@@ -132,8 +132,8 @@ def test_jax_schedule_and_partial_atom_match_the_engine():
     uniform causal attention (A[N-1, N-1] = 1/N, so delta = 1 - 1/N; C2(c))."""
     import numpy as np
 
-    import numerics as nx
-    from theorem.dichotomy import jax_partial_atom, jax_schedule, parse_schedule
+    import posbias.numerics as nx
+    from posbias.theorem.dichotomy import jax_partial_atom, jax_schedule, parse_schedule
 
     s = parse_schedule("lambda_0/(t+1)**beta")
     lam = np.asarray(jax_schedule(s, lambda_0=0.8, beta=1.5)(np.arange(40.0)))

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import numerics as nx
+import posbias.numerics as nx
 
 MASKS = st.one_of(
     st.just(nx.Causal()),
@@ -56,7 +56,7 @@ def test_structured_profile_equals_dense(native_kernel, case):
 
 def test_native_kernel_builds_here():
     """The C layer kernel must build where the suite runs (gcc is part of every setup)."""
-    from numerics import native
+    from posbias.numerics import native
 
     assert native.available()
 
@@ -159,7 +159,7 @@ def test_large_n_structured_equals_dense(mask, native_kernel):
 
 def test_head_groups_path_equals_dense(monkeypatch):
     """Large problems process heads a group at a time (memory O(group * N)); force small groups."""
-    from numerics import structured
+    from posbias.numerics import structured
 
     plan = structured.plan
     monkeypatch.setattr(structured, "plan", lambda n, h, budget=1 << 22: plan(n, h, budget=2 * (n + 64)))

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from theorem.certificate import Check
-from theorem.claims import CLAIMS, Registry, certificate_registry
-from theorem.cli import PROOFS_DIR, cited_certificates, proofs_command
+from posbias.theorem.certificate import Check
+from posbias.theorem.claims import CLAIMS, Registry, certificate_registry
+from posbias.theorem.cli import PROOFS_DIR, cited_certificates, proofs_command
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -93,11 +93,11 @@ def test_bad_arguments(argv, capsys):
 
 def test_importing_theorem_does_not_import_jax():
     code = (
-        "import sys, theorem, theorem.claims, theorem.queries, theorem.cli\n"
-        "from theorem.queries import derivations\n"
-        "from theorem.claims import certificate_registry\n"
+        "import sys, posbias.theorem, posbias.theorem.claims, posbias.theorem.queries, posbias.theorem.cli\n"
+        "from posbias.theorem.queries import derivations\n"
+        "from posbias.theorem.claims import certificate_registry\n"
         "derivations(); certificate_registry()\n"
-        "bad = sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.') or m == 'numerics')\n"
+        "bad = sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.') or m == 'posbias.numerics')\n"
         "print(','.join(bad))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)

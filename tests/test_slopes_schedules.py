@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from ruamel.yaml import YAML
 
-import numerics as nx
-from numerics import schedules
+import posbias.numerics as nx
+from posbias.numerics import schedules
 
 
 @pytest.mark.parametrize("h", [1, 2, 8, 32, 64])

@@ -12,10 +12,10 @@ import pytest
 import sympy as sp
 from hypothesis import given
 
-import numerics as nx
-import theorem
-from theorem import orders
-from theorem.claims import CLAIMS, certificate_registry, claims_citing, run_certificate
+import posbias.numerics as nx
+from posbias import theorem
+from posbias.theorem import orders
+from posbias.theorem.claims import CLAIMS, certificate_registry, claims_citing, run_certificate
 
 REPO = Path(__file__).resolve().parents[1]
 LABELS = ("C1", "C2(a)", "C2(b)", "C2(c)", "C3(a)", "C3(b)", "C3(c)", "C4(a)", "C4(b)",
@@ -41,7 +41,7 @@ def test_claim_certificates_exist_and_hold(label):
 
 
 def test_unknown_and_crashing_certificates_do_not_hold():
-    from theorem.claims import Registry
+    from posbias.theorem.claims import Registry
 
     def boom():
         raise RuntimeError("broken")
@@ -54,7 +54,7 @@ def test_unknown_and_crashing_certificates_do_not_hold():
 @pytest.mark.parametrize("module", ["orders", "certificate", "params", "exact", "softmax_shift", "alibi_row",
                                     "monotone", "drift", "diagonal_product", "shape", "claims", "queries"])
 def test_doctests(module):
-    mod = __import__(f"theorem.{module}", fromlist=["_"])
+    mod = __import__(f"posbias.theorem.{module}", fromlist=["_"])
     failures, tried = doctest.testmod(mod)
     assert tried > 0 and failures == 0
 
@@ -238,7 +238,7 @@ def test_c5c_dichotomy_in_depth():
 # ---------------------------------------------------------------------- C6, cesaro
 def test_c6_engine_matches_exact_witnesses():
     """The engine's profiles at the exact witnesses of shape:u-witnesses / shape:steep-witnesses."""
-    from theorem.shape import STEEP, U_CASES
+    from posbias.theorem.shape import STEEP, U_CASES
 
     for n, r, dexp, layers, lam in U_CASES:
         stack = nx.AlibiStack.build(np.full(layers, float(lam)), [-np.log(float(r))], diagonal=np.log(float(dexp)))
@@ -261,8 +261,8 @@ def test_cesaro_predicate_against_engine(lams):
 
 def test_exact_grid_orders_are_not_vacuous():
     """The exact dominance used by monotone:alibi-grid rejects the reversed orders."""
-    from theorem.alibi_row import exact_kernel
-    from theorem.exact import exact_dominated, exact_monotone
+    from posbias.theorem.alibi_row import exact_kernel
+    from posbias.theorem.exact import exact_dominated, exact_monotone
 
     flat, steep = exact_kernel(5, 1, 1), exact_kernel(5, sp.Rational(1, 5), 1)
     assert exact_dominated(list(flat.row(4)), list(steep.row(4)))

@@ -39,9 +39,9 @@ from typing import Callable, Sequence
 
 import sympy as sp
 
-from theorem.certificate import Cert
-from theorem.params import ArgParser, exact_number
-from theorem.derivation import Derivation, DeriveError, Result
+from posbias.theorem.certificate import Cert
+from posbias.theorem.params import ArgParser, exact_number
+from posbias.theorem.derivation import Derivation, DeriveError, Result
 
 MAX_TOKENS = 4096
 MAX_COST = 1024**3 * 64  # limit on N^3 T: the exact evaluation takes about 2.5 s at N = 1024, T = 64

@@ -26,19 +26,19 @@ from typing import Callable
 
 import numpy as np
 
-from theorem import orders
-from theorem.certificate import Check, as_check
+from posbias.theorem import orders
+from posbias.theorem.certificate import Check, as_check
 
 CERTIFICATE_MODULES = (
-    "theorem.softmax_shift",
-    "theorem.alibi_row",
-    "theorem.monotone",
-    "theorem.drift",
-    "theorem.diagonal_product",
-    "theorem.shape",
-    "theorem.cesaro",
-    "theorem.dichotomy",
-    "theorem.continuum",
+    "posbias.theorem.softmax_shift",
+    "posbias.theorem.alibi_row",
+    "posbias.theorem.monotone",
+    "posbias.theorem.drift",
+    "posbias.theorem.diagonal_product",
+    "posbias.theorem.shape",
+    "posbias.theorem.cesaro",
+    "posbias.theorem.dichotomy",
+    "posbias.theorem.continuum",
 )
 
 
@@ -170,7 +170,7 @@ def _c5c(pmat, kernels, lambdas, tol=TOL) -> bool:
 
 def _c6(p) -> bool:
     """u_shape: argmin interior and both ends strictly above the minimum."""
-    from theorem.shape import u_shape
+    from posbias.theorem.shape import u_shape
 
     return u_shape(np.asarray(p).tolist())
 
@@ -179,7 +179,7 @@ def _cesaro(p, lambdas, tol=1e-9) -> bool:
     """p equals the Hausdorff closed form evaluated exactly (rational lambdas recommended)."""
     from fractions import Fraction
 
-    from theorem.cesaro import exact_profile
+    from posbias.theorem.cesaro import exact_profile
 
     exact = exact_profile([Fraction(x) for x in lambdas], len(p)).floats()
     return bool(np.allclose(np.asarray(p), exact, atol=tol, rtol=0))

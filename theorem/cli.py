@@ -17,8 +17,8 @@ import re
 import sys
 from pathlib import Path
 
-from theorem.derivation import DeriveError
-from theorem.params import ArgParser
+from posbias.theorem.derivation import DeriveError
+from posbias.theorem.params import ArgParser
 
 PROOFS_DIR = Path(__file__).resolve().parents[1] / "proofs"
 FORMATS = ("text", "latex", "json")
@@ -50,7 +50,7 @@ def _split_format(argv: list[str]) -> tuple[list[str], str]:
 
 def derive_command(argv: list[str]) -> int:
     """``posbias derive`` (argv without the subcommand name)."""
-    from theorem.queries import derivations, missing
+    from posbias.theorem.queries import derivations, missing
 
     argv = list(argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -112,7 +112,7 @@ def _parse_proofs_args(argv: list[str]) -> tuple[str, Path]:
 
 def proofs_command(argv: list[str], registry=None) -> int:
     """``posbias proofs --check|--list [--dir DIR]``; ``registry`` (a ``claims.Registry``) is for tests."""
-    from theorem.claims import CLAIMS, certificate_registry, run_certificate
+    from posbias.theorem.claims import CLAIMS, certificate_registry, run_certificate
 
     try:
         action, folder = _parse_proofs_args(argv)

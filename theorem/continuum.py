@@ -35,10 +35,10 @@ from typing import Callable
 
 import sympy as sp
 
-from theorem.certificate import Cert
-from theorem.cesaro import exact_profile
-from theorem.params import ArgParser, exact_number
-from theorem.derivation import Derivation, DeriveError, Result
+from posbias.theorem.certificate import Cert
+from posbias.theorem.cesaro import exact_profile
+from posbias.theorem.params import ArgParser, exact_number
+from posbias.theorem.derivation import Derivation, DeriveError, Result
 
 MAX_COST = 1024**3 * 64  # N^3 T of the larger exact evaluation (at 2N): about two seconds
 X = sp.Symbol("x", positive=True)

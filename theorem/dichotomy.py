@@ -44,9 +44,9 @@ from sympy.parsing.sympy_parser import (
     standard_transformations,
 )
 
-from theorem.certificate import Cert
-from theorem.params import ArgParser, exact_number
-from theorem.derivation import Derivation, DeriveError, Result
+from posbias.theorem.certificate import Cert
+from posbias.theorem.params import ArgParser, exact_number
+from posbias.theorem.derivation import Derivation, DeriveError, Result
 
 T = sp.Symbol("t", integer=True, nonnegative=True)
 TIME_LIMIT_S = 2.5  # SymPy's convergence tests can run for a long time; say "undecided" instead

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import sympy as sp
 
-from theorem.certificate import Check
-from theorem.derivation import Derivation, Result
-from theorem.params import Param, parse
+from posbias.theorem.certificate import Check
+from posbias.theorem.derivation import Derivation, Result
+from posbias.theorem.params import Param, parse
 
 NAME = "drift"
 
@@ -111,7 +111,7 @@ def absorption_step(max_tokens: int = 6) -> Check:
 
 
 def _generic(expr):
-    from theorem.alibi_row import generic
+    from posbias.theorem.alibi_row import generic
 
     return generic(expr)
 

@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import sympy as sp
 
-from theorem.certificate import Check
-from theorem.derivation import Derivation, Result
-from theorem.params import Param, parse
+from posbias.theorem.certificate import Check
+from posbias.theorem.derivation import Derivation, Result
+from posbias.theorem.params import Param, parse
 
 NAME = "monotone"
 
@@ -46,7 +46,7 @@ u = sp.Symbol("u", nonnegative=True)  # r = 1 / (1 + u), u >= 0  <=>  0 < r <= 1
 
 
 def _generic(expr):
-    from theorem.alibi_row import generic
+    from posbias.theorem.alibi_row import generic
 
     return generic(expr)
 
@@ -156,7 +156,7 @@ def preserves_dominance(max_tokens: int = 8) -> Check:
 def residual_counterexample() -> Check:
     """C2(b) needs monotonicity: N = 3, T = 2, A^(1)(2,.) = e_1, A^(0) rows e_0, e_1, e_0 (not monotone),
     lambda_0 = 1. Then p = (1 - lambda_1) e_0 + lambda_1 e_1 moves *later* as lambda_1 grows."""
-    from theorem.exact import exact_dominated, exact_monotone, exact_profile
+    from posbias.theorem.exact import exact_dominated, exact_monotone, exact_profile
 
     top = sp.Matrix([[1, 0, 0], [1, 0, 0], [0, 1, 0]])
     bottom = sp.Matrix([[1, 0, 0], [0, 1, 0], [1, 0, 0]])
@@ -179,8 +179,8 @@ def alibi_grid(n: int = 7) -> Check:
     """Exact rational grid (r = e^{-m} in {1, 9/10, 1/2, 1/5}, D = e^d in {1/5, 1, 5}, N = n):
     kernels monotone (C3(a)), slope and diagonal orders row-wise (C3(b), C4(b)), and the profile
     orders of C2(b), C3(c), C4(b) for a T = 3 stack."""
-    from theorem.alibi_row import exact_kernel
-    from theorem.exact import exact_dominated, exact_monotone, exact_profile
+    from posbias.theorem.alibi_row import exact_kernel
+    from posbias.theorem.exact import exact_dominated, exact_monotone, exact_profile
 
     half, third = sp.Rational(1, 2), sp.Rational(1, 3)
     ker = {(rv, dv): exact_kernel(n, rv, dv) for rv in GRID_R for dv in GRID_D}

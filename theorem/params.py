@@ -11,7 +11,7 @@ Examples
 >>> parse("alibi-row", ["--row", "x"], spec)
 Traceback (most recent call last):
 ...
-theorem.derivation.DeriveError: alibi-row: --row expects an integer, got 'x'
+posbias.theorem.derivation.DeriveError: alibi-row: --row expects an integer, got 'x'
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import sympy as sp
 
-from theorem.derivation import DeriveError
+from posbias.theorem.derivation import DeriveError
 
 
 class ArgParser(argparse.ArgumentParser):

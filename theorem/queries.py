@@ -15,17 +15,17 @@ from __future__ import annotations
 import importlib
 from functools import lru_cache
 
-from theorem.derivation import Derivation
+from posbias.theorem.derivation import Derivation
 
 DERIVATION_MODULES = (
-    "theorem.softmax_shift",
-    "theorem.alibi_row",
-    "theorem.monotone",
-    "theorem.drift",
-    "theorem.diagonal_product",
-    "theorem.cesaro",
-    "theorem.dichotomy",
-    "theorem.continuum",
+    "posbias.theorem.softmax_shift",
+    "posbias.theorem.alibi_row",
+    "posbias.theorem.monotone",
+    "posbias.theorem.drift",
+    "posbias.theorem.diagonal_product",
+    "posbias.theorem.cesaro",
+    "posbias.theorem.dichotomy",
+    "posbias.theorem.continuum",
 )
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from theorem.certificate import Check
+from posbias.theorem.certificate import Check
 
 
 def u_shape(p) -> bool:
@@ -55,8 +55,8 @@ def single_layer() -> Check:
 
 
 def _profile(n, r_val, d_exp, layers, lam):
-    from theorem.alibi_row import exact_kernel
-    from theorem.exact import exact_profile
+    from posbias.theorem.alibi_row import exact_kernel
+    from posbias.theorem.exact import exact_profile
 
     a = exact_kernel(n, r_val, d_exp)
     return exact_profile([a] * layers, [lam] * layers)

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import sympy as sp
 
-from theorem.certificate import Check
-from theorem.derivation import Derivation, Result
-from theorem.params import parse
+from posbias.theorem.certificate import Check
+from posbias.theorem.derivation import Derivation, Result
+from posbias.theorem.params import parse
 
 NAME = "softmax-shift"
 
