@@ -40,9 +40,9 @@ loaded = load(sys.argv[1], tokens=int(sys.argv[2]))
 t0 = time.perf_counter(); first = run_stack(loaded.stack, loaded.num_tokens); t1 = time.perf_counter()
 again = run_stack(loaded.stack, loaded.num_tokens); t2 = time.perf_counter()
 assert np.array_equal(first.profile, again.profile)
-print(json.dumps({"tokens": loaded.num_tokens, "engine": again.summary["engine"], "first_s": t1 - t0,
+print(json.dumps({"tokens": loaded.num_tokens, "engine": again.summary.engine + "[" + again.summary.path + "]", "first_s": t1 - t0,
                   "steady_s": t2 - t1, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "mass_defect": again.summary["mass_defect"]}))
+                  "mass_defect": again.summary.mass_defect}))
 """
 
 
@@ -91,7 +91,7 @@ def main() -> int:
         engine = run_stack(s, n)
         results["engine_first_s"] = time.perf_counter() - t
         results["engine_steady_s"] = _median_time(lambda: run_stack(s, n), 15)
-        results["engine"] = engine.summary["engine"]
+        results["engine"] = f"{engine.summary.engine} [{engine.summary.path}]"
         results["speedup_steady"] = results["baseline_s"] / results["engine_steady_s"]
         if REFERENCE.exists() and args.config == DEFAULT_CONFIG:
             ref = np.loadtxt(REFERENCE, delimiter=",", skiprows=1)[:, 1]

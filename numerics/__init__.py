@@ -1,33 +1,60 @@
-"""posbias numerics: JAX engines for residual-aware attention rollout.
+"""posbias.numerics: JAX engines for residual-aware attention rollout (never imports SymPy).
 
-Float64 throughout by default (x64 is switched on when this package is
-imported). Never imports SymPy.
+Float64 by default, scoped to posbias's own calls: importing this package does not
+change the caller's JAX configuration (every engine runs under ``jax.enable_x64``
+for the duration of the call). Names are imported on first use, so
+``import posbias.numerics`` is cheap and pulls in JAX only when an engine is used.
+
+Public names:
+
+* stacks: ``AlibiStack``, ``KernelStack``, masks ``Causal``, ``SlidingWindow``, ``Prefix``,
+  ``Full``, schedules ``Constant``, ``PowerDecay``, ``Geometric``, ``Custom``, ``alibi_slopes``;
+* engines: ``profile`` (the entry point), ``ENGINES``, ``Engine``, ``Profile``, ``Auto``,
+  ``Structured``, ``FFT``, ``Dense``, ``Measured``, ``Unsupported``;
+* summaries: ``summarize``, ``Summary``, ``u_shape``;
+* dense routes and identities: ``alibi_kernels``, ``rollout_matrix``, ``dense_rollout``,
+  ``profile_from_kernels``, ``kernel_diagonals``, ``diagonal_product``, ``validate_kernels``.
 """
 
-import jax
+from __future__ import annotations
 
-jax.config.update("jax_enable_x64", True)
+import importlib
 
-from posbias.numerics.engines import (  # noqa: E402
-    ENGINES,
-    Profile,
-    dense_rollout,
-    diagonal_product,
-    kernel_diagonals,
-    profile,
-    profile_from_kernels,
-    rollout_matrix,
-)
-from posbias.numerics.kernels import KernelError, alibi_kernels, validate_kernels  # noqa: E402
-from posbias.numerics.masks import Causal, Full, Mask, Prefix, SlidingWindow, allowed  # noqa: E402
-from posbias.numerics.schedules import Constant, Custom, PowerDecay, Schedule  # noqa: E402
-from posbias.numerics.slopes import alibi_slopes  # noqa: E402
-from posbias.numerics.stack import AlibiStack  # noqa: E402
-from posbias.numerics import masks, schedules, toeplitz  # noqa: E402
+_EXPORTS = {
+    "AlibiStack": "stack", "KernelStack": "stack", "StackError": "stack",
+    "Causal": "masks", "SlidingWindow": "masks", "Prefix": "masks", "Full": "masks", "Mask": "masks",
+    "allowed": "masks",
+    "Constant": "schedules", "PowerDecay": "schedules", "Geometric": "schedules", "Custom": "schedules",
+    "Schedule": "schedules",
+    "alibi_slopes": "slopes",
+    "profile": "engines", "ENGINES": "engines", "get": "engines",
+    "Engine": "engine", "Profile": "engine", "Unsupported": "engine",
+    "Auto": "auto", "Structured": "structured", "FFT": "fft", "Dense": "dense", "Measured": "measured",
+    "summarize": "summary", "Summary": "summary", "u_shape": "shape",
+    "alibi_kernels": "kernels", "validate_kernels": "kernels", "KernelError": "kernels",
+    "rollout_matrix": "dense", "profile_from_kernels": "measured",
+    "kernel_diagonals": "structured", "diagonal_product": "structured",
+}
+_ALIASES = {"dense_rollout": ("dense", "rollout")}
+_SUBMODULES = {"masks", "schedules", "slopes", "stack", "engine", "engines", "auto", "structured", "fft", "dense",
+               "measured", "summary", "shape", "kernels", "native", "semiring"}
 
-__all__ = [
-    "ENGINES", "AlibiStack", "Causal", "Constant", "Custom", "Full", "KernelError", "Mask",
-    "PowerDecay", "Prefix", "Profile", "Schedule", "SlidingWindow", "alibi_kernels",
-    "alibi_slopes", "allowed", "dense_rollout", "diagonal_product", "kernel_diagonals", "profile",
-    "profile_from_kernels", "rollout_matrix", "masks", "schedules", "toeplitz", "validate_kernels",
-]
+__all__ = sorted([*_EXPORTS, *_ALIASES])
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    elif name in _ALIASES:
+        module, attr = _ALIASES[name]
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from posbias.numerics.engine import float64
 from posbias.numerics.masks import allowed
 from posbias.numerics.stack import AlibiStack
 
@@ -36,6 +37,7 @@ def layer_kernel(slopes_t, diagonal_t, weights_t, num_tokens: int, mask) -> jax.
     return jax.lax.scan(add_head, zero, (slopes_t, diagonal_t, weights_t))[0]
 
 
+@float64
 def alibi_kernels(stack: AlibiStack, num_tokens: int) -> jax.Array:
     """(T, N, N) head-averaged kernels of ``stack`` by masked softmax (T N^2 memory)."""
     slopes, diagonal = stack.scaled()

@@ -1,7 +1,7 @@
 """Attention masks: which tokens j a token i may read (THEORY.md, Notation).
 
 Every mask here is described by two numbers, which is all the structured
-engine needs:
+engine needs (and one capability flag, ``reads_future``, derived from them):
 
 * ``past_window`` w: token i reads past tokens j with i - j <= w - 1
   (``None`` means no limit, i.e. every j <= i);
@@ -33,7 +33,9 @@ class Causal:
     """j <= i: the decoder mask. Kernels are lower triangular (C1 applies)."""
 
     name = "causal"
+    spec = "causal"
     past_window: int | None = None
+    reads_future = False
 
     def bidirectional_length(self, num_tokens: int) -> int:
         return 0
@@ -45,6 +47,7 @@ class SlidingWindow:
 
     width: int
     name = "sliding_window"
+    reads_future = False
 
     def __post_init__(self):
         if int(self.width) < 1:
@@ -53,6 +56,10 @@ class SlidingWindow:
     @property
     def past_window(self) -> int:
         return int(self.width)
+
+    @property
+    def spec(self) -> str:
+        return f"window:{int(self.width)}"
 
     def bidirectional_length(self, num_tokens: int) -> int:
         return 0
@@ -70,6 +77,14 @@ class Prefix:
         if int(self.length) < 0:
             raise ValueError(f"prefix length must be >= 0, got {self.length}")
 
+    @property
+    def reads_future(self) -> bool:
+        return int(self.length) > 1
+
+    @property
+    def spec(self) -> str:
+        return f"prefix:{int(self.length)}"
+
     def bidirectional_length(self, num_tokens: int) -> int:
         return min(int(self.length), num_tokens)
 
@@ -79,13 +94,35 @@ class Full:
     """Every token reads every token."""
 
     name = "full"
+    spec = "full"
     past_window: int | None = None
+    reads_future = True
 
     def bidirectional_length(self, num_tokens: int) -> int:
         return num_tokens
 
 
 Mask = Causal | SlidingWindow | Prefix | Full
+
+MASK_SPECS = "causal, full, window:W or prefix:K"
+
+
+def parse(spec: str) -> Mask:
+    """``causal``, ``full``, ``window:W`` (W >= 1) or ``prefix:K`` (K >= 0).
+
+    >>> parse("window:64")
+    SlidingWindow(width=64)
+    """
+    kind, _, arg = spec.strip().partition(":")
+    if kind in ("causal", "full") and not arg:
+        return Causal() if kind == "causal" else Full()
+    if kind in ("window", "prefix") and arg.strip().isdigit():
+        value = int(arg)
+        if kind == "window" and value >= 1:
+            return SlidingWindow(value)
+        if kind == "prefix":
+            return Prefix(value)
+    raise ValueError(f"mask {spec!r}: expected {MASK_SPECS}")
 
 
 def allowed(mask: Mask, num_tokens: int) -> np.ndarray:
@@ -101,5 +138,8 @@ def allowed(mask: Mask, num_tokens: int) -> np.ndarray:
 
 
 def is_lower_triangular(mask: Mask, num_tokens: int) -> bool:
-    """True when every kernel under this mask is causal (lower triangular)."""
+    """True when every N-token kernel under this mask is causal (lower triangular).
+
+    Unlike ``mask.reads_future`` this depends on N: ``Full()`` at N = 1 is lower triangular.
+    """
     return mask.bidirectional_length(num_tokens) <= 1

@@ -1,13 +1,17 @@
-"""The native CPU layer kernel (numerics/native/alibi_layer.c) behind JAX's FFI.
+"""Whole-stack rollout profiles in C (numerics/native/alibi_layer.c), called with ctypes.
 
-Small problems (N ~ 256) are dominated by XLA's per-kernel overhead, not by
-arithmetic; one C loop per layer removes it. The kernel is compiled with the C
-compiler (``cc``/``gcc``) on first use against the headers of the installed
-jaxlib (``jax.ffi.include_dir()``), cached under ``$XDG_CACHE_HOME/posbias``
-(``~/.cache/posbias``) by source hash and jaxlib version, and registered as an
-FFI target for the CPU platform. Where no compiler is found, or the build
-fails, ``available()`` is False and the engines use their pure-XLA path; on
-GPU/TPU the XLA path is always used. Float64 only.
+``profile`` computes p = e_{N-1}^T R^(T-1) ... R^(0) for an ALiBi + content stack in
+O(T H N) time and O(threads N) memory: heads are split across threads (pthreads), the
+row normalisers S_i are evaluated on the fly (no (H, N) array), and an optional
+extended-range mode keeps v in block floating point (float64 mantissas, one integer
+base-2 exponent per block of ``block_size`` tokens), so that profiles far below 1e-308
+come back as finite log-probabilities. See the C file's header for the mathematics and
+the error analysis. ctypes releases the GIL during the call.
+
+The library is compiled on first use with the C compiler (``$CC``, else ``cc``/``gcc``):
+``cc -O3 -shared -fPIC -pthread``, cached under ``$XDG_CACHE_HOME/posbias``
+(``~/.cache/posbias``) keyed by the source hash. ``POSBIAS_NATIVE=0`` disables it
+(``available()`` is then False). Float64 only.
 """
 
 from __future__ import annotations
@@ -19,15 +23,39 @@ import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 SOURCE = Path(__file__).with_name("native") / "alibi_layer.c"
-TARGET = "posbias_alibi_layer"
-HEAD_BLOCK = 8  # HB in alibi_layer.c
+D_CLIP = 600.0  # |d| clip, as in alibi_layer.c
+MAX_SLOPE = 700.0  # r = e^{-m} and 1/r stay finite normal numbers
+DEFAULT_BLOCK = 64
+HEAD_GROUP = 8  # heads per SIMD group (HB in alibi_layer.c); groups are split across threads
+_EMPTY = -(1 << 40)  # exponent of an all-zero block (EMPTY in alibi_layer.c)
+
+_ERRORS = {
+    1: "dynamic range exceeded inside a block (entries below 2^-900 of the block maximum); "
+       "use a smaller block_size",
+    2: "non-finite value",
+    3: "out of memory",
+    4: "invalid arguments",
+    5: "could not start threads",
+}
+
+
+class NativeError(RuntimeError):
+    """The C kernel refused or failed; ``code``, ``layer`` and ``position`` say where."""
+
+    def __init__(self, code: int, layer: int, position: int):
+        self.code, self.layer, self.position = code, layer, position
+        where = f" at layer {layer}, position {position}" if layer >= 0 else ""
+        super().__init__(f"native profile failed (code {code}: {_ERRORS.get(code, 'unknown')}){where}")
+
+
+class NativeRangeError(NativeError):
+    """Extended mode: a block's dynamic range is not representable (code 1)."""
 
 
 def _cache_dir() -> Path:
@@ -35,55 +63,275 @@ def _cache_dir() -> Path:
     return Path(base) / "posbias"
 
 
-def _compile() -> Path | None:
-    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-    if compiler is None:
-        return None
-    import jaxlib
+def _compiler() -> str | None:
+    return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
 
+
+def _compile() -> Path:
+    compiler = _compiler()
+    if compiler is None:
+        raise OSError("no C compiler found (set CC)")
     source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + jaxlib.__version__.encode()).hexdigest()[:16]
-    lib = _cache_dir() / f"alibi_layer-{key}.so"
+    key = hashlib.sha256(source + compiler.encode()).hexdigest()[:16]
+    lib = _cache_dir() / f"posbias_native-{key}.so"
     if lib.exists():
         return lib
     lib.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:
         built = Path(tmp) / lib.name
-        cmd = [compiler, "-O3", "-std=c99", "-shared", "-fPIC", f"-I{jax.ffi.include_dir()}",
-               str(SOURCE), "-o", str(built)]
-        if subprocess.run(cmd, capture_output=True).returncode != 0:
-            return None
+        cmd = [compiler, "-O3", "-shared", "-fPIC", "-pthread", str(SOURCE), "-o", str(built), "-lm"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise OSError(f"compiling {SOURCE.name} failed:\n{proc.stderr}")
         os.replace(built, lib)  # atomic: a concurrent reader sees the old or the new file
     return lib
 
 
+_I64 = ctypes.c_int64
+_PD = ctypes.POINTER(ctypes.c_double)
+_PI = ctypes.POINTER(ctypes.c_int64)
+
+
+@functools.cache
+def _library() -> ctypes.CDLL:
+    handle = ctypes.CDLL(str(_compile()))
+    handle.posbias_profile.restype = ctypes.c_int
+    handle.posbias_profile.argtypes = [_I64, _I64, _I64, _PD, _PD, _PD, _PD, _I64, _I64, _I64, _I64, _I64,
+                                       _PD, _PI, _PI, _PD, _PD, _PI]
+    handle.posbias_geometric.restype = ctypes.c_int
+    handle.posbias_geometric.argtypes = [ctypes.c_double, _I64, _I64, _PI, _PD]
+    return handle
+
+
+def library() -> ctypes.CDLL:
+    """The compiled library; raises OSError (with the compiler's message) where it cannot be built."""
+    if os.environ.get("POSBIAS_NATIVE", "1") == "0":
+        raise OSError("the native kernel is disabled (POSBIAS_NATIVE=0)")
+    return _library()
+
+
 @functools.cache
 def available() -> bool:
-    """Compile (once per source and jaxlib version) and register the kernel; False if impossible."""
-    if os.environ.get("POSBIAS_NATIVE", "1") == "0":
-        return False
+    """Compile (once per source) and load the kernel; False if disabled or impossible."""
     try:
-        lib = _compile()
-        if lib is None:
-            return False
-        handle = ctypes.cdll.LoadLibrary(str(lib))
-        jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(handle.posbias_alibi_layer), platform="cpu")
-    except (OSError, AttributeError, RuntimeError):
+        library()
+    except (OSError, AttributeError):
         return False
     return True
 
 
-def alibi_layer(v, s, r, q, w, rw, lam, window: int, bidirectional: int):
-    """(v R^(t), alpha-bar) for one layer of all heads; see alibi_layer.c. float64 arrays.
+@dataclass(frozen=True)
+class NativeState:
+    """v = mantissas * 2^exponents[block] after the layers ``next_layer`` .. T-1 (top-down).
 
-    r = e^{-m}, q = e^{-d}, rw = r^(window - 1) (ignored without a window), all (H,);
-    s: the row normalisers (H, P).
+    Linear mode: one block, exponent 0 (mantissas are the values). ``support_start``: every
+    position >= it is structurally non-zero, every position below it exactly zero.
     """
-    p = v.shape[0]
-    out = jax.ShapeDtypeStruct((p,), jnp.float64)
-    scratch = jax.ShapeDtypeStruct((HEAD_BLOCK, p), jnp.float64)
-    shape = jnp.asarray(np.array([window, bidirectional, 0], dtype=np.int64))
-    new, alpha_bar, _ = jax.ffi.ffi_call(TARGET, (out, out, scratch))(
-        v, s, r, q, w, rw, jnp.reshape(lam, (1,)), shape
+
+    mantissas: np.ndarray  # (N,) float64
+    exponents: np.ndarray  # (ceil(N / block_size),) int64
+    block_size: int
+    extended: bool
+    support_start: int
+    next_layer: int  # layers 0 .. next_layer-1 remain to be applied
+
+    @classmethod
+    def initial(cls, num_tokens: int, num_layers: int, *, extended: bool, block_size: int = DEFAULT_BLOCK):
+        """v = e_{N-1}, nothing applied yet."""
+        block = block_size if extended else num_tokens
+        mant = np.zeros(num_tokens)
+        mant[-1] = 0.5 if extended else 1.0
+        exps = np.zeros(-(-num_tokens // block), dtype=np.int64)
+        if extended:
+            exps[:] = _EMPTY
+            exps[-1] = 1
+        return cls(mant, exps, block, extended, num_tokens - 1, num_layers)
+
+    def refined(self, block_size: int) -> "NativeState":
+        """The same v with blocks of ``block_size`` tokens (a divisor of the current size)."""
+        if not self.extended or self.block_size % block_size:
+            raise ValueError(f"cannot refine blocks of {self.block_size} into blocks of {block_size}")
+        n = self.mantissas.shape[0]
+        nb = -(-n // block_size)
+        pad = nb * block_size - n
+        mant = np.concatenate([self.mantissas, np.zeros(pad)]).reshape(nb, block_size)
+        old = np.repeat(self.exponents, self.block_size // block_size)[:nb]
+        peak = mant.max(axis=1)
+        _, shift = np.frexp(peak)
+        empty = peak == 0
+        shift = np.where(empty, 0, shift).astype(np.int64)
+        mant = np.ldexp(mant, -shift[:, None]).reshape(-1)[:n]
+        exps = np.where(empty | (old == _EMPTY), _EMPTY, old + shift).astype(np.int64)
+        return NativeState(mant, exps, block_size, True, self.support_start, self.next_layer)
+
+    def log_values(self) -> np.ndarray:
+        """log v (-inf where v = 0)."""
+        with np.errstate(divide="ignore"):
+            logm = np.log(self.mantissas)
+        if not self.extended:
+            return logm
+        e = np.repeat(self.exponents, self.block_size)[: self.mantissas.shape[0]].astype(np.float64)
+        return np.where(self.mantissas > 0, logm + e * np.log(2.0), -np.inf)
+
+    def values(self) -> np.ndarray:
+        """v in linear float64 (exact zeros where it underflows)."""
+        if not self.extended:
+            return self.mantissas.copy()
+        e = np.repeat(self.exponents, self.block_size)[: self.mantissas.shape[0]]
+        e = np.clip(e, -2000, 2000).astype(np.int64)
+        return np.ldexp(self.mantissas, e)
+
+
+@dataclass(frozen=True)
+class NativeProfile:
+    """Result of ``profile`` over the layers ``layers`` = (start, stop) (applied stop-1 .. start).
+
+    probabilities: (N,) linear (exact zeros where underflowed); log_probabilities: (N,)
+    (finite wherever the mask structure allows mass in extended mode); min_self_weight and
+    last_self_weight: (stop - start,), ordered by layer index: min_i alphabar_i and
+    alphabar_{N-1} of each layer (alphabar = head-weighted mean self-weight).
+    state: continue with ``profile(..., state=result.state)`` while state.next_layer > 0.
+    """
+
+    probabilities: np.ndarray
+    log_probabilities: np.ndarray
+    min_self_weight: np.ndarray
+    last_self_weight: np.ndarray
+    path: str
+    layers: tuple[int, int]
+    state: NativeState
+
+
+def _f64(x, shape, name):
+    a = np.ascontiguousarray(x, dtype=np.float64)
+    if a.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {a.shape}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must be finite")
+    return a
+
+
+def profile(lambdas, slopes, diagonal, weights, *, num_tokens: int, past_window: int | None,
+            bidirectional_length: int, extended: bool = False, threads: int | None = None,
+            layers: tuple[int, int] | range | None = None, state: NativeState | None = None,
+            block_size: int = DEFAULT_BLOCK, refine: bool = True) -> NativeProfile:
+    """Profile p = e_{N-1}^T R^(T-1) ... R^(0) of an ALiBi + content stack, in C.
+
+    lambdas (T,); slopes, diagonal, weights (T, H) float64, slopes (0 <= m <= 700) and
+    diagonal already divided by the softmax temperature (|d| is clipped to 600), weight
+    rows summing to 1. past_window: w (token i reads j with i - j <= w - 1) or None;
+    bidirectional_length K: tokens i < K also read later j < K (0 = causal; not together
+    with a window). extended: block floating point (log p finite far below 1e-308).
+    threads: worker threads (groups of 8 heads are split among them); default
+    os.cpu_count(), capped by the number of head groups and, for tiny problems
+    (N H < 2^16), reduced to 1. layers: (start, stop) applies layers stop-1 .. start
+    only (default: all remaining, i.e. (0, state.next_layer)); state: continue a previous
+    run (its ``state``). block_size: tokens per exponent block (extended mode). refine:
+    where a block's dynamic range exceeds 2^900 (kernel error 1), continue from the last
+    completed layer with blocks 8 times smaller (down to single tokens, which always
+    succeed unless values leave float64's exponent range entirely); the final block size
+    is ``result.state.block_size``. Raises NativeRangeError where that is not allowed or
+    not possible, NativeError on other failures, OSError where the kernel cannot be built.
+    """
+    lib = library()
+    lam = np.ascontiguousarray(lambdas, dtype=np.float64).reshape(-1)
+    t_total = lam.shape[0]
+    m = _f64(slopes, (t_total, np.shape(slopes)[-1] if np.ndim(slopes) == 2 else -1), "slopes")
+    heads = m.shape[1]
+    d = _f64(diagonal, (t_total, heads), "diagonal")
+    w = _f64(weights, (t_total, heads), "weights")
+    if not np.all(np.isfinite(lam)) or np.any((lam < 0) | (lam > 1)):
+        raise ValueError("lambdas must lie in [0, 1]")
+    if np.any(m < 0) or np.any(m > MAX_SLOPE):
+        raise ValueError(f"slopes must lie in [0, {MAX_SLOPE}]")
+    if np.any(w < 0):
+        raise ValueError("weights must be >= 0")
+    n = int(num_tokens)
+    if n < 1:
+        raise ValueError("num_tokens must be >= 1")
+    window = 0 if past_window is None else int(past_window)
+    if past_window is not None and window < 1:
+        raise ValueError("past_window must be >= 1 (or None)")
+    k = min(int(bidirectional_length), n)
+    if k < 0:
+        raise ValueError("bidirectional_length must be >= 0")
+    if window and k > 1:
+        raise ValueError("a sliding window cannot be combined with a bidirectional prefix")
+    if threads is None:  # all cores, but not more than there are head groups or work to share
+        threads = max(1, min(os.cpu_count() or 1, -(-heads // HEAD_GROUP), (n * heads) >> 15))
+    threads = int(threads)
+    if threads < 1:
+        raise ValueError("threads must be >= 1")
+
+    if state is None:
+        state = NativeState.initial(n, t_total, extended=extended, block_size=block_size)
+    elif state.extended != bool(extended) or state.mantissas.shape != (n,):
+        raise ValueError("state does not match num_tokens / extended")
+    if layers is None:
+        start, stop = 0, state.next_layer
+    elif isinstance(layers, range):
+        if layers.step != 1:
+            raise ValueError("layers must be a contiguous range")
+        start, stop = layers.start, layers.stop
+    else:
+        start, stop = (int(x) for x in layers)
+    if not (0 <= start <= stop <= t_total) or stop != state.next_layer:
+        raise ValueError(f"layers ({start}, {stop}) must end where the state stands (next layer "
+                         f"{state.next_layer}) within 0 .. {t_total}")
+
+    count = stop - start
+    mins = np.full(count, np.nan)
+    lasts = np.full(count, np.nan)
+    info = np.full(4, -1, dtype=np.int64)
+    ptr = lambda a, t=_PD: a.ctypes.data_as(t)  # noqa: E731
+    top = stop
+    while top > start:
+        # Run layers top-1 .. start from ``state``; on a block whose dynamic range is too wide
+        # (extended mode), continue from the last completed layer with smaller blocks.
+        mant = state.mantissas.copy()
+        exps = state.exponents.copy()
+        lo = np.array([state.support_start], dtype=np.int64)
+        sl = slice(start, top)
+        lam_p, m_p, d_p, w_p = (np.ascontiguousarray(a[sl]) for a in (lam, m, d, w))
+        mins_p = np.full(top - start, np.nan)
+        lasts_p = np.full(top - start, np.nan)
+        rc = lib.posbias_profile(n, heads, top - start, ptr(lam_p), ptr(m_p), ptr(d_p), ptr(w_p), window, k,
+                                 state.block_size, int(state.extended), threads, ptr(mant), ptr(exps, _PI),
+                                 ptr(lo, _PI), ptr(mins_p), ptr(lasts_p), ptr(info, _PI))
+        failed = int(info[1]) + start if rc in (1, 2) else start - 1  # layers above it are done
+        mins[failed + 1 - start: top - start] = mins_p[failed + 1 - start:]
+        lasts[failed + 1 - start: top - start] = lasts_p[failed + 1 - start:]
+        if rc in (0, 1, 2):
+            state = NativeState(mant, exps, state.block_size, state.extended, int(lo[0]), failed + 1)
+        if rc == 0:
+            break
+        if rc == 1 and refine and state.block_size > 1:
+            finer = state.block_size // 8 if state.block_size % 8 == 0 and state.block_size > 8 else 1
+            state = state.refined(finer)
+            top = failed + 1
+            continue
+        layer = failed if rc in (1, 2) else -1
+        cls = NativeRangeError if rc == 1 else NativeError
+        raise cls(int(rc), layer, int(info[2]))
+    new = state
+    return NativeProfile(
+        probabilities=new.values(),
+        log_probabilities=new.log_values(),
+        min_self_weight=mins,
+        last_self_weight=lasts,
+        path="native-extended" if state.extended else "native",
+        layers=(start, stop),
+        state=new,
     )
-    return new, alpha_bar
+
+
+def geometric_sums(slope: float, lengths, reach: int | None = None) -> np.ndarray:
+    """G(L) = sum_{g=1}^L e^{-m g} as the kernel evaluates it (anchors + table); for tests."""
+    lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+    reach = int(lengths.max(initial=0)) if reach is None else int(reach)
+    out = np.empty(lengths.shape[0])
+    rc = library().posbias_geometric(float(slope), reach, lengths.shape[0],
+                                     lengths.ctypes.data_as(_PI), out.ctypes.data_as(_PD))
+    if rc != 0:
+        raise NativeError(rc, -1, -1)
+    return out

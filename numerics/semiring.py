@@ -3,7 +3,8 @@
 ``LINEAR`` is ordinary float arithmetic (+, x). ``LOG`` stores log x and uses
 (logaddexp, +): values far below the float64 range (1e-308) stay
 representable, which attention-only stacks need at large N and depth.
-Subtraction has no stable log-space form, so only ``LINEAR`` supports it.
+Subtraction has no stable log-space form: ``can_subtract`` says which ring
+supports it (sliding-window masks need it).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class Semiring:
     from_linear: Callable  # encode a non-negative linear value
     to_linear: Callable
     sum: Callable  # reduce with ``add`` along an axis
+    can_subtract: bool
 
 
 LINEAR = Semiring(
@@ -33,6 +35,7 @@ LINEAR = Semiring(
     from_linear=lambda x: x,
     to_linear=lambda x: x,
     sum=lambda x, axis: jnp.sum(x, axis=axis),
+    can_subtract=True,
 )
 
 
@@ -50,4 +53,7 @@ LOG = Semiring(
     from_linear=jnp.log,
     to_linear=jnp.exp,
     sum=_logsum,
+    can_subtract=False,
 )
+
+RINGS = {"linear": LINEAR, "log": LOG}

@@ -1,238 +1,183 @@
-"""v -> v A in O(H N) for ALiBi + content kernels, never forming N x N matrices.
+"""The structured engine: exact O(T H N) profiles of ALiBi + content stacks, any mask.
 
-Row i of head h (slope m, diagonal excess d, both already divided by the
-temperature; r = e^{-m}) reads itself and the allowed tokens j != i:
+The walk starts at token N-1 in the top layer and moves down,
+v <- v R^(t) for t = T-1, ..., 0, each layer applied in O(H N) by the geometric-tail
+recurrences of numerics/_recurrence.py (their math is stated there), never forming
+an N x N matrix. Three paths, same mathematics:
 
-    A[i, i] = alpha_i = 1 / (1 + e^{-d} S_i)
-    A[i, j] = c_i r^{|i-j|},  c_i = e^{-d} / (1 + e^{-d} S_i)
+* ``native`` (CPU, float64, linear arithmetic): the C kernel of numerics/native.py,
+  heads split across threads; with ``extended=True`` its block-floating-point mode,
+  which keeps every entry representable far below 1e-308 (finite log p everywhere).
+* ``xla``: the recurrences as a jit-compiled ``lax.scan`` over layers, heads in
+  groups so that memory stays O(group * N); what runs on GPU/TPU and where no C
+  compiler exists.
+* ``xla-log`` (``ring="log"``): the XLA path in log space (logaddexp, +): extended
+  range without the C kernel; sliding windows are refused (log space cannot subtract).
 
-with the row normaliser (C4(b), THEORY.md; alpha_i(d) there)
-
-    S_i = G(past reach of i) + G(future reach of i),   G(L) = sum_{g=1}^{L} r^g
-                                                             = -expm1(-m L) / expm1(m)  (L if m = 0).
-
-Column j of v A therefore is
-
-    (v A)_j = alpha_j v_j + sum_{i > j, i-j < w} u_i r^{i-j} + [j < K] sum_{i < j} u_i r^{j-i},
-    u_i = v_i c_i,
-
-(w the sliding window, K the bidirectional prefix length; see masks.py). The
-two sums are geometric tails that obey first-order recurrences,
-    T_j = r T_{j+1} + x_j,   x_j = r u_{j+1} - [w finite] r^w u_{j+w},
-which ``_tail_recurrence`` solves in O(N) per head with a blocked scan: a
-sequential pass over the B offsets inside blocks (vectorised over heads and
-blocks), an associative scan over block carries, and an elementwise fix-up.
-Only multiplications by r <= 1 occur, so no slope can overflow it.
-
-The diagonal excess is clipped to |d| <= 600 in linear arithmetic; this changes
-alpha and c by a relative e^{-600} (below float64 resolution of any result).
+Examples
+--------
+>>> from posbias.numerics.stack import AlibiStack
+>>> stack = AlibiStack.build([1.0], [0.0])  # one uniform causal layer, lambda = 1
+>>> Structured(native=False).profile(stack, 4).probabilities.tolist()
+[0.25, 0.25, 0.25, 0.25]
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from posbias.numerics import _recurrence as rec
 from posbias.numerics import native
-from posbias.numerics.masks import Mask
-from posbias.numerics.semiring import LINEAR, LOG, Semiring
+from posbias.numerics.engine import Engine, Profile, linear_profile, log_profile
+from posbias.numerics.semiring import LINEAR, LOG, RINGS
+from posbias.numerics.stack import AlibiStack
 
-_D_CLIP = 600.0
-
-
-def _geometric_sum(m, length):
-    """G(L) = sum_{g=1}^{L} e^{-m g} for m >= 0 (broadcasting)."""
-    safe_m = jnp.where(m > 0, m, 1.0)
-    return jnp.where(m > 0, -jnp.expm1(-safe_m * length) / jnp.expm1(safe_m), length)
+SHARED_NORMALISER_MAX = 1 << 24  # elements (128 MiB in float64)
 
 
-def _row_normaliser(m, positions, num_tokens, mask: Mask):
-    """S_i for heads m (G, 1) at positions (1, P): the kernel's off-diagonal row mass / c_i."""
-    past = positions.astype(m.dtype)
-    if mask.past_window is not None:
-        past = jnp.minimum(past, mask.past_window - 1)
-    s = _geometric_sum(m, past)
-    k = mask.bidirectional_length(num_tokens)
-    if k > 1:
-        future = jnp.where(positions < k, k - 1 - positions, 0).astype(m.dtype)
-        s = s + _geometric_sum(m, future)
-    return s
+@dataclass(frozen=True)
+class Structured(Engine):
+    """ring: "linear" or "log"; native: use the C kernel where it runs (CPU, float64, linear);
+    extended: the C kernel's extended-range mode (requires the native kernel);
+    group_budget: XLA path, at most this many (head x position) elements per head group;
+    layers_per_call: XLA path, layers per jit call when progress is reported."""
+
+    ring: str = "linear"
+    native: bool = True
+    extended: bool = False
+    group_budget: int = 1 << 22
+    threads: int | None = None
+
+    @property
+    def name(self) -> str:
+        return "structured" if self.ring == "linear" else "log"
+
+    def supports(self, stack, num_tokens: int) -> str | None:
+        if not isinstance(stack, AlibiStack):
+            return f"expected an ALiBi + content stack, got {type(stack).__name__}"
+        if self.ring not in RINGS:
+            return f"unknown number system {self.ring!r}; expected one of {sorted(RINGS)}"
+        if not RINGS[self.ring].can_subtract and stack.mask.past_window is not None:
+            return ("sliding-window masks need subtraction, which log-space arithmetic cannot do "
+                    "(the structured engine's extended-range native mode handles them)")
+        if self.extended and not (self.native and native.available()):
+            return "extended range needs the native CPU kernel, which is not available here"
+        return None
+
+    def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:
+        padded = rec.plan(num_tokens, num_heads, None, self.group_budget)
+        params = 8 * 8 * num_layers * num_heads
+        if self.native and self.ring == "linear":  # C kernel: a few (N,) buffers per thread
+            native_bytes = 8 * num_tokens * (2 * (self.threads or 2) + 6) + params
+        else:
+            native_bytes = 0
+        xla = 8 * 10 * padded.group * padded.padded + 8 * 8 * padded.padded + params
+        return max(native_bytes, xla)
+
+    def uses_native(self, dtype) -> bool:
+        """Whether ``compute`` takes the C kernel for this dtype (decided here only)."""
+        return (self.native and self.ring == "linear" and jnp.dtype(dtype) == jnp.float64
+                and jax.default_backend() == "cpu" and native.available())
+
+    def compute(self, stack: AlibiStack, num_tokens: int, *, dtype, progress=None) -> Profile:
+        if self.uses_native(dtype):
+            return self._native(stack, num_tokens, progress)
+        return self._xla(stack, num_tokens, dtype, progress)
+
+    def _native(self, stack, num_tokens, progress) -> Profile:
+        slopes, diagonal = stack.scaled()
+        res = native.profile(
+            stack.lambdas, slopes, diagonal, stack.head_weights, num_tokens=num_tokens,
+            past_window=stack.mask.past_window, bidirectional_length=stack.mask.bidirectional_length(num_tokens),
+            extended=self.extended, threads=self.threads, progress=progress,
+        )
+        if self.extended:
+            return log_profile(res.log_probabilities, res.min_self_weight, res.last_self_weight,
+                               engine=self.name, path=res.path)
+        return linear_profile(res.probabilities, res.min_self_weight, res.last_self_weight,
+                              engine=self.name, path=res.path)
+
+    def _xla(self, stack, num_tokens, dtype, progress) -> Profile:
+        ring = RINGS[self.ring]
+        geometry = rec.plan(num_tokens, stack.num_heads, stack.mask, self.group_budget)
+        heads = -(-stack.num_heads // geometry.group) * geometry.group
+        t_total = stack.num_layers
+        chunk = t_total if progress is None else max(1, t_total // 20)
+        t_pad = -(-t_total // chunk) * chunk
+        slopes, diagonal = stack.scaled()
+
+        def arr(x):
+            x = np.pad(x, ((t_pad - t_total, 0), (0, heads - x.shape[1])))
+            return jnp.asarray(x, dtype=dtype)
+
+        # Identity layers go *below* layer 0 (applied last, lambda = 0): they change nothing.
+        layers = rec.LayerParams(jnp.asarray(np.pad(stack.lambdas, (t_pad - t_total, 0)), dtype),
+                                 arr(slopes), arr(diagonal), arr(stack.head_weights))
+        shared = None
+        if np.all(slopes == slopes[:1]) and heads * geometry.padded <= SHARED_NORMALISER_MAX:
+            shared = _shared_normaliser(layers.slopes[-1], geometry=geometry)
+        v = np.zeros(geometry.padded)
+        v[num_tokens - 1] = 1.0
+        v = ring.from_linear(jnp.asarray(v, dtype=dtype))
+        mins, lasts = [], []
+        done = 0
+        for start in range(t_pad - chunk, -1, -chunk):
+            part = rec.LayerParams(*(a[start:start + chunk] for a in layers))
+            v, (mn, last) = _layers(v, part, shared, ring=ring, geometry=geometry)
+            mins.append(np.asarray(mn))
+            lasts.append(np.asarray(last))
+            done = min(t_total, done + chunk)
+            if progress is not None:
+                progress(done, t_total)
+        mins = np.concatenate(mins[::-1])[t_pad - t_total:]
+        lasts = np.concatenate(lasts[::-1])[t_pad - t_total:]
+        v = np.asarray(v, dtype=np.float64)[:num_tokens]
+        if ring is LOG:
+            return log_profile(v, mins, lasts, engine=self.name, path="xla-log")
+        return linear_profile(v, mins, lasts, engine=self.name, path="xla")
 
 
-def _row_weights(ring: Semiring, m, d, positions, num_tokens, mask, s=None):
-    """(alpha, c) in ``ring`` for heads (G, 1) and positions (1, P); ``s``: S_i if already known."""
-    if s is None:
-        s = _row_normaliser(m, positions, num_tokens, mask)
-    if ring is LINEAR:
-        q = jnp.exp(-jnp.clip(d, -_D_CLIP, _D_CLIP))
-        alpha = 1.0 / (1.0 + q * s)
-        return alpha, q * alpha
-    log_alpha = -jnp.logaddexp(0.0, jnp.log(s) - d)
-    return log_alpha, log_alpha - d
-
-
-def _shift_left(x, by: int, fill):
-    """y_j = x_{j+by} along the last axis, ``fill`` past the end."""
-    if by >= x.shape[-1]:
-        return jnp.full_like(x, fill)
-    pad = jnp.full(x.shape[:-1] + (by,), fill, x.dtype)
-    return jnp.concatenate([x[..., by:], pad], axis=-1)
-
-
-def _linear_recurrence(ring: Semiring, a, z):
-    """Inclusive reverse solve H_k = z_k + a H_{k+1} along the last axis (H past the end = 0)."""
-
-    def combine(left, right):  # left precedes right in the flipped order
-        a1, b1 = left
-        a2, b2 = right
-        return ring.mul(a1, a2), ring.add(ring.mul(a2, b1), b2)
-
-    flipped = jnp.flip(z, axis=-1)
-    _, h = jax.lax.associative_scan(combine, (jnp.broadcast_to(a, z.shape), flipped), axis=-1)
-    return jnp.flip(h, axis=-1)
-
-
-def _tail_recurrence(ring: Semiring, x, m, block: int):
-    """T_j = x_j + r T_{j+1} (T past the end = 0) for x (G, P), P a multiple of ``block``."""
-    g, p = x.shape
-    nb = p // block
-    r = ring.from_linear(jnp.exp(-m))  # (G, 1)
-    xb = x.reshape(g, nb, block).transpose(2, 0, 1)  # (B, G, nb)
-
-    def step(carry, xb_b):
-        y = ring.add(xb_b, ring.mul(r, carry))
-        return y, y
-
-    _, y = jax.lax.scan(step, jnp.full((g, nb), ring.zero, x.dtype), xb, reverse=True)
-    offsets = jnp.arange(block, dtype=x.dtype)[:, None, None]
-    rho = ring.from_linear(jnp.exp(-m * block))  # r^B, (G, 1)
-    carry_in = _shift_left(_linear_recurrence(ring, rho, y[0]), 1, ring.zero)  # T at next block start
-    decay = ring.from_linear(jnp.exp(-m[None] * (block - offsets)))  # r^{B-b}, (B, G, 1)
-    t = ring.add(y, ring.mul(decay, carry_in[None]))
-    return t.transpose(1, 2, 0).reshape(g, p)
-
-
-def _weighted_rows(ring, m, d, w, num_tokens, mask, padded, s=None):
-    """(w_h c_{h,i} (G, P), sum_h w_h alpha_{h,i} (P,)) for one group of heads (G, 1)."""
-    positions = jnp.arange(padded)[None, :]
-    alpha, c = _row_weights(ring, m, d, positions, num_tokens, mask, s)
-    return ring.mul(w, c), ring.sum(ring.mul(w, alpha), axis=0)
-
-
-def _off_diagonal(ring, v, m, wc, num_tokens, mask, block):
-    """sum_h w_h sum_{i != j} v_i c_{h,i} r_h^{|i-j|} over the allowed i: (P,)."""
-    u = ring.mul(wc, v[None, :])  # u_i = w_h c_i v_i, (G, P)
-    r = ring.from_linear(jnp.exp(-m))
-    x = ring.mul(r, _shift_left(u, 1, ring.zero))
-    if mask.past_window is not None:
-        if ring is not LINEAR:
-            raise ValueError("sliding-window masks need linear arithmetic (log space cannot subtract)")
-        # Subtract what falls out of the window: r^w u_{j+w} (linear arithmetic only).
-        x = x - jnp.exp(-m * mask.past_window) * _shift_left(u, mask.past_window, 0.0)
-    off = _tail_recurrence(ring, x, m, block)
-    k = mask.bidirectional_length(num_tokens)
-    if k > 1:
-        xf = ring.mul(r, _shift_left(jnp.flip(u, axis=-1), 1, ring.zero))
-        forward = jnp.flip(_tail_recurrence(ring, xf, m, block), axis=-1)
-        forward = jnp.where(jnp.arange(v.shape[0]) < k, forward, ring.zero)
-        off = ring.add(off, forward)
-    return ring.sum(off, axis=0)
-
-
-def _apply_heads(ring, v, m, d, w, num_tokens, mask, block, s=None):
-    """For one group of heads: (sum_h w_h off-diagonal column sums, sum_h w_h alpha_h), both (P,)."""
-    wc, alpha_bar = _weighted_rows(ring, m, d, w, num_tokens, mask, v.shape[0], s)
-    return _off_diagonal(ring, v, m, wc, num_tokens, mask, block), alpha_bar
-
-
-def _mix(ring, v, lam, off, alpha_bar):
-    """(1 - lambda) v + lambda (alpha-bar v + off): the residual step R^(t)."""
-    va = ring.add(ring.mul(alpha_bar, v), off)
-    stay = ring.mul(ring.from_linear(1.0 - lam), v)
-    return ring.add(stay, ring.mul(ring.from_linear(lam), va))
-
-
-def layer_step(ring: Semiring, v, lam, m, d, w, num_tokens, mask, block, group, s=None):
-    """v R^(t) = (1 - lambda) v + lambda v A^(t), and the head-averaged diagonal of A^(t).
-
-    v is (P,) in ``ring``; m, d, w are (H_pad,) with H_pad a multiple of ``group``;
-    ``s`` (H_pad, P), when given, holds the row normalisers S_i (they depend on the slopes only).
-    Heads are processed ``group`` at a time, so memory stays O(group * P).
-    """
-    heads = m.shape[0] // group
-    shaped = [a.reshape(heads, group, 1) for a in (m, d, ring.from_linear(w))]
-    if s is not None:
-        shaped.append(s.reshape(heads, group, -1))
-
-    def one_group(acc, params):
-        off, alpha_bar = _apply_heads(ring, v, *params[:3], num_tokens, mask, block, *params[3:])
-        return (ring.add(acc[0], off), ring.add(acc[1], alpha_bar)), None
-
-    zeros = jnp.full_like(v, ring.zero)
-    (off, alpha_bar), _ = jax.lax.scan(one_group, (zeros, zeros), shaped)
-    return _mix(ring, v, lam, off, alpha_bar), alpha_bar
-
-
-@partial(jax.jit, static_argnames=("num_tokens", "mask", "ring", "block", "group", "use_native"))
-def _layers(v, lambdas, m, d, w, s=None, *, num_tokens, mask, ring, block, group, use_native=False):
+@partial(jax.jit, static_argnames=("ring", "geometry"))
+def _layers(v, layers: rec.LayerParams, s, *, ring, geometry: rec.Geometry):
     """Apply the given layers top-down: v <- v R^(t) for t = last .. first.
 
     ``s``: the row normalisers (H_pad, P) shared by every layer when all layers have
     the same slopes (then they are computed once instead of once per layer).
-    ``use_native``: on the CPU, run each layer through the C kernel of numerics.native
-    (one loop over all heads; same mathematics, linear float64 arithmetic); other
-    platforms take the XLA path.
+    Returns v and, per layer, (min_i alpha-bar_i, alpha-bar_{N-1}).
     """
 
-    def xla_step(v, params):
-        return layer_step(ring, v, *params, num_tokens, mask, block, group, s)
+    def body(v, layer):
+        v, alpha_bar = rec.layer_step(ring, v, rec.LayerParams(*layer), geometry, s)
+        n = geometry.num_tokens
+        return v, (jnp.min(ring.to_linear(alpha_bar[:n])), ring.to_linear(alpha_bar[n - 1]))
 
-    def native_step(v, params):
-        lam, m_t, d_t, w_t = params
-        s_t = s if s is not None else _row_normaliser(m_t[:, None], jnp.arange(v.shape[0])[None, :], num_tokens, mask)
-        window = mask.past_window or 0
-        return native.alibi_layer(
-            v, s_t, jnp.exp(-m_t), jnp.exp(-jnp.clip(d_t, -_D_CLIP, _D_CLIP)), w_t,
-            jnp.exp(-m_t * (window - 1)) if window else jnp.zeros_like(m_t), lam,
-            window, mask.bidirectional_length(num_tokens),
-        )
-
-    def body(v, params):
-        if use_native:
-            v, alpha_bar = jax.lax.platform_dependent(
-                v, params, cpu=native_step, default=xla_step
-            )
-        else:
-            v, alpha_bar = xla_step(v, params)
-        stats = (
-            jnp.min(ring.to_linear(alpha_bar[:num_tokens])),
-            ring.to_linear(alpha_bar[num_tokens - 1]),
-        )
-        return v, stats
-
-    return jax.lax.scan(body, v, (lambdas, m, d, w), reverse=True)
+    return jax.lax.scan(body, v, tuple(layers), reverse=True)
 
 
-def plan(num_tokens: int, num_heads: int, budget: int = 1 << 22) -> tuple[int, int, int]:
-    """(block B, padded length P, head group G): B ~ sqrt(N) in [8, 256]; G*P <= budget elements."""
-    block = int(np.clip(1 << int(np.ceil(np.log2(max(num_tokens, 1)) / 2)), 8, 256))
-    padded = -(-num_tokens // block) * block
-    group = int(np.clip(budget // padded, 1, num_heads))
-    return block, padded, group
-
-
-@partial(jax.jit, static_argnames=("num_tokens", "mask", "padded"))
-def shared_normaliser(m, *, num_tokens, mask, padded):
+@partial(jax.jit, static_argnames=("geometry",))
+def _shared_normaliser(m, *, geometry: rec.Geometry):
     """S_i for heads m (H,) at positions 0..P-1: (H, P)."""
-    return _row_normaliser(m[:, None], jnp.arange(padded)[None, :], num_tokens, mask)
+    return rec.row_normaliser(m[:, None], jnp.arange(geometry.padded)[None, :], geometry.num_tokens, geometry.mask)
 
 
-def alibi_diagonal(m, d, w, num_tokens: int, mask: Mask):
-    """Head-averaged self-weights alpha-bar_i = sum_h w_h alpha_{h,i}, shape (N,), linear arithmetic."""
-    return _weighted_rows(LINEAR, m[:, None], d[:, None], w[:, None], num_tokens, mask, num_tokens)[1]
+def kernel_diagonals(stack: AlibiStack, num_tokens: int) -> np.ndarray:
+    """(T, N) head-averaged self-weights A^(t)[i, i] = sum_h w_h alpha_{h,i}(d) in closed form (C4(b))."""
+    with jax.enable_x64(True):
+        slopes, diagonal = stack.scaled()
+        return np.asarray(_kernel_diagonals(jnp.asarray(slopes), jnp.asarray(diagonal),
+                                            jnp.asarray(stack.head_weights), num_tokens=num_tokens, mask=stack.mask))
 
 
-RINGS = {"linear": LINEAR, "log": LOG}
+@partial(jax.jit, static_argnames=("num_tokens", "mask"))
+def _kernel_diagonals(m, d, w, *, num_tokens, mask):
+    return jax.vmap(lambda a, b, c: rec.alibi_diagonal(a, b, c, num_tokens, mask, LINEAR))(m, d, w)
+
+
+def diagonal_product(self_weights: np.ndarray, lambdas: np.ndarray) -> np.ndarray:
+    """P_ii = prod_t (1 - lambda_t (1 - A^(t)_ii)) for causal stacks (C5(a)); (T, N) -> (N,)."""
+    return np.prod(1.0 - np.asarray(lambdas)[:, None] * (1.0 - self_weights), axis=0)

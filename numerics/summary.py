@@ -1,14 +1,103 @@
-"""Scalar summaries of a profile (THEORY.md: C2(c), C5(a), C6).
+"""Scalar summaries of a profile (THEORY.md: C2(c), C5(a), C6): one frozen ``Summary``.
 
-All functions are pure numpy over the arrays an engine returns.
+``summarize(profile, stack)`` renormalises p (the engines' mass defect is reported,
+not hidden) and reads its extremes. When some entries are not determined in float64
+(``Profile.unresolved``), extremes come from the log profile if it is finite
+there (extended-range engines); otherwise they are reported as unresolved (None)
+with the count, never as an argmin picked among entries that merely underflowed.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
 import numpy as np
 
-from posbias.numerics.masks import is_lower_triangular
-from posbias.numerics.stack import AlibiStack
+from posbias.numerics.engine import Profile
+from posbias.numerics.shape import u_shape
+
+
+@dataclass(frozen=True)
+class DiagonalSummary:
+    """min_i P_ii and where (C5(a) identity)."""
+
+    min: float
+    argmin: int
+
+
+@dataclass(frozen=True)
+class MatrixSummary:
+    """Diagnostics of the full P (dense route)."""
+
+    min_diagonal: float
+    max_first_column: float
+    mean_row_entropy: float
+    max_row_sum_error: float
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What ``posbias rollout`` reports about one profile.
+
+    p_first, p_last: p(0), p(N-1) (and their logs); argmin, p_min, log_p_min: the minimum (log_p_min
+    finite even where p_min underflows to 0); u_shape: C6 (interior minimum below both
+    ends); entropy in nats; sum_lambda = sum_t lambda_t and sum_lambda_delta =
+    sum_t lambda_t delta_t with delta_t = 1 - min_i A^(t)_ii (C5(a)); last_token_atom =
+    prod_t (1 - lambda_t (1 - A^(t)_{N-1,N-1})) (C2(c), causal stacks only, else None);
+    mass_defect = |sum p - 1| before renormalisation; unresolved: entries the engine
+    did not determine (extremes are None when they could lie among them).
+    """
+
+    num_layers: int
+    num_tokens: int
+    num_heads: int | None
+    mask: str
+    p_first: float | None
+    p_last: float | None
+    log_p_first: float | None
+    log_p_last: float | None
+    argmin: int | None
+    p_min: float | None
+    log_p_min: float | None
+    entropy: float
+    sum_lambda: float
+    sum_lambda_delta: float
+    last_token_atom: float | None
+    u_shape: bool | None
+    mass_defect: float
+    engine: str
+    path: str
+    precision: str = "float64"
+    unresolved: int = 0
+    notes: tuple[str, ...] = ()
+    diagonal: DiagonalSummary | None = None
+    matrix: MatrixSummary | None = None
+    provenance: tuple[tuple[str, Any], ...] = field(default=())
+
+    def with_provenance(self, **items) -> "Summary":
+        """A copy recording where the model came from (e.g. slopes="hf", overrides=[...])."""
+        return dataclasses.replace(self, provenance=self.provenance + tuple(items.items()))
+
+    def to_dict(self) -> dict:
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "provenance":
+                out.update({k: list(v) if isinstance(v, tuple) else v for k, v in value})
+                continue
+            if dataclasses.is_dataclass(value):
+                value = dataclasses.asdict(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        out["underflow_below_1e-280"] = self.unresolved  # name kept from earlier releases
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
 
 
 def entropy(p: np.ndarray) -> float:
@@ -17,43 +106,60 @@ def entropy(p: np.ndarray) -> float:
     return float(-np.sum(q * np.log(q)))
 
 
-def u_shape(p: np.ndarray) -> bool:
-    """C6: the minimum is interior and both ends lie strictly above it."""
-    k = int(np.argmin(p))
-    return bool(0 < k < p.size - 1 and p[0] > p[k] and p[-1] > p[k])
-
-
 def last_token_atom(lambdas: np.ndarray, last_self_weight: np.ndarray) -> float:
     """C2(c): p(N-1) = prod_t (1 - lambda_t (1 - A^(t)[N-1, N-1])) for causal kernels."""
     return float(np.prod(1.0 - lambdas * (1.0 - last_self_weight)))
 
 
-def summarize(
-    p_raw: np.ndarray,
-    stack: AlibiStack,
-    num_tokens: int,
-    min_self_weight: np.ndarray,
-    last_self_weight: np.ndarray,
-) -> tuple[np.ndarray, dict]:
-    """(renormalised profile, summary dict). ``mass_defect`` = |sum p - 1| before renormalising."""
-    total = float(np.sum(p_raw))
-    p = p_raw / total
-    k = int(np.argmin(p))
-    delta = 1.0 - min_self_weight
-    causal = is_lower_triangular(stack.mask, num_tokens)
-    return p, {
-        "num_layers": stack.num_layers,
-        "num_tokens": num_tokens,
-        "num_heads": stack.num_heads,
-        "mask": stack.mask.name,
-        "p_first": float(p[0]),
-        "p_last": float(p[-1]),
-        "argmin": k,
-        "p_min": float(p[k]),
-        "entropy": entropy(p),
-        "sum_lambda": float(np.sum(stack.lambdas)),
-        "sum_lambda_delta": float(np.sum(stack.lambdas * delta)),
-        "last_token_atom": last_token_atom(stack.lambdas, last_self_weight) if causal else None,
-        "u_shape": u_shape(p),
-        "mass_defect": abs(total - 1.0),
-    }
+def normalised(profile: Profile) -> tuple[np.ndarray, np.ndarray, float]:
+    """(p / sum p, log p - log sum p, |sum p - 1|): the renormalised profile in both views."""
+    p = profile.probabilities
+    total = float(np.sum(p))
+    if not np.isfinite(total) or total <= 0:
+        raise ValueError(f"profile mass is {total!r}; expected a positive finite sum")
+    return p / total, profile.log_probabilities - np.log(total), abs(total - 1.0)
+
+
+def summarize(profile: Profile, stack, *, precision: str = "float64") -> Summary:
+    """The Summary of ``profile`` computed for ``stack`` (an AlibiStack or KernelStack)."""
+    p, logp, defect = normalised(profile)
+    n = p.size
+    lost = profile.unresolved()
+    if profile.extended_range:  # log p decides (p itself may underflow to 0)
+        k = int(np.argmin(logp))
+        argmin, p_min, log_p_min, shape = k, float(p[k]), float(logp[k]), u_shape(logp)
+    elif not lost.any():
+        k = int(np.argmin(p))
+        argmin, p_min, log_p_min, shape = k, float(p[k]), float(logp[k]), u_shape(p)
+    else:  # the minimum may sit among entries this engine did not determine
+        argmin = p_min = log_p_min = shape = None
+
+    def end(j):
+        return (None, None) if lost[j] else (float(p[j]), float(logp[j]))
+    lambdas = np.asarray(stack.lambdas)
+    delta = 1.0 - profile.min_self_weight
+    causal = stack.causal(n)
+    return Summary(
+        num_layers=int(stack.num_layers),
+        num_tokens=n,
+        num_heads=stack.num_heads,
+        mask=stack.mask_name,
+        p_first=end(0)[0],
+        p_last=end(-1)[0],
+        log_p_first=end(0)[1],
+        log_p_last=end(-1)[1],
+        argmin=argmin,
+        p_min=p_min,
+        log_p_min=log_p_min,
+        entropy=entropy(p),
+        sum_lambda=float(np.sum(lambdas)),
+        sum_lambda_delta=float(np.sum(lambdas * delta)),
+        last_token_atom=last_token_atom(lambdas, profile.last_self_weight) if causal else None,
+        u_shape=shape,
+        mass_defect=defect,
+        engine=profile.engine,
+        path=profile.path,
+        precision=precision,
+        unresolved=int(lost.sum()) if not profile.extended_range else 0,
+        notes=profile.notes,
+    )

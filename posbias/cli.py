@@ -7,13 +7,13 @@ code 2; nothing is written before the input has been validated.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from posbias.errors import UserError
 
 EXIT_USAGE = 2
+ENGINE_NAMES = ("auto", "structured", "log", "fft", "dense")
 
 
 class UsageError(Exception):
@@ -35,49 +35,103 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _content(text: str):
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or comma-separated numbers (one per layer), "
+                                         f"got {text!r}") from None
+    return values[0] if len(values) == 1 else values
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("posbias")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+ROLLOUT_EPILOG = """\
+examples:
+  posbias rollout ../shared/data/official-configs/no_content/bloom.yaml --out results/bloom
+  posbias rollout --layers 32 --heads 32 --tokens 256 --schedule power_decay:0.6,0.5
+  posbias rollout CONFIG --tokens 4096 --slopes hf        (flags override the file)
+  posbias rollout --kernels examples/kernels.npz --causal
+
+schedules: constant:L | power_decay:L0,BETA (L0/(t+1)^BETA) | geometric:L0,Q | custom:L0,L1,...
+masks:     causal | full | window:W | prefix:K
+"""
+
+
 def _parser() -> _Parser:
     top = _Parser(prog="posbias", description=__doc__.splitlines()[0])
+    top.add_argument("--version", action="version", version=f"posbias {_version()}")
     sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    ro = sub.add_parser("rollout", help="profile of a rollout config (or of measured kernels)")
-    ro.add_argument("config", nargs="?", type=Path, help="rollout YAML (the reference schema)")
-    ro.add_argument("--out", type=Path, help="output folder (default: the config's save_dir, else ./posbias-out)")
-    ro.add_argument("--tokens", type=_positive_int, help="override sequence_length N")
-    ro.add_argument("--layers", type=_positive_int, help="override num_layers T")
-    ro.add_argument("--slopes", choices=("paper", "hf"), help="generate ALiBi slopes from num_heads instead of the file's")
+    ro = sub.add_parser("rollout", help="profile of a model: a config file, flags, or measured kernels",
+                        description="The profile p = e_{N-1}^T R^(T-1)...R^(0) of a model (which input positions "
+                                    "feed the last token), its summary and figure.",
+                        epilog=ROLLOUT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ro.add_argument("config", nargs="?", type=Path, help="rollout YAML (the reference schema); omit to build from flags")
+    ro.add_argument("--out", type=Path,
+                    help="output folder (default: the config's save_dir, else ./posbias-out)")
+    model = ro.add_argument_group("model (without CONFIG these build it; with CONFIG they override its fields)")
+    model.add_argument("--layers", type=_positive_int, metavar="T", help="number of layers")
+    model.add_argument("--heads", type=_positive_int, metavar="H", help="heads per layer")
+    model.add_argument("--tokens", type=_positive_int, metavar="N", help="sequence length")
+    model.add_argument("--schedule", metavar="SPEC", help="lambda schedule (see below)")
+    model.add_argument("--slopes", choices=("paper", "hf"),
+                       help="ALiBi slopes generated from H: paper 2^(-8h/H), or the transformers construction "
+                            "(default without CONFIG: paper)")
+    model.add_argument("--content-diagonal", type=_content, metavar="D",
+                       help="content diagonal excess d: one number, or one per layer (comma-separated); default 0")
+    model.add_argument("--mask", metavar="MASK", help="attention mask (see below; default causal)")
     ro.add_argument("--content-broadcast", choices=("all", "first-head"), default="all",
-                    help="a single content value goes to every head (all) or, as the reference tool does, to head 0 only")
+                    help="a single content value in a config goes to every head (all) or, as the reference "
+                         "tool does, to head 0 only")
     ro.add_argument("--precision", choices=("float64", "float32"), default="float64")
-    ro.add_argument("--engine", choices=("auto", "structured", "log", "fft", "dense"), default="auto",
-                    help="auto: fft for causal/sliding masks at N >= 16384, else structured; log space if the profile underflows")
-    ro.add_argument("--full", action="store_true", help="also form the full P by dense products (moderate N)")
+    ro.add_argument("--engine", choices=ENGINE_NAMES, default="auto",
+                    help="auto (default): the native structured engine on the CPU, fft at N >= 16384 elsewhere; "
+                         "re-runs with extended range where entries underflow")
+    ro.add_argument("--full", action="store_true", help="also form the full P by dense products (N <= 8192)")
     ro.add_argument("--diagonal", action="store_true",
                     help="also write P_ii = prod_t (1 - lambda_t (1 - A_ii)) in O(T N) (causal and sliding-window masks)")
     ro.add_argument("--kernels", type=Path, help="measured kernels (T, N, N) as .npy or .npz ('kernels', 'lambdas')")
-    ro.add_argument("--schedule", help="lambda schedule for --kernels: constant:L | power_decay:L0,BETA | custom:L0,L1,...")
     ro.add_argument("--causal", action="store_true", help="declare --kernels causal (checked)")
     ro.add_argument("--json", action="store_true", help="print the summary JSON instead of text")
 
-    de = sub.add_parser("demo", help="the main job on a built-in 32-layer ALiBi model")
-    de.add_argument("--out", type=Path, default=Path("posbias-demo"))
+    de = sub.add_parser("demo", help="the main job on a built-in 32-layer ALiBi model",
+                        description="Three variants of a 32-layer, 32-head ALiBi model at N = 256: attention-only, "
+                                    "residual-aware, residual + content. Writes a figure and summaries.")
+    de.add_argument("--out", type=Path, default=Path("posbias-demo"), help="output folder (default ./posbias-demo)")
 
     # derive/proofs parse their own arguments (theorem/cli.py); listed here for --help.
-    sub.add_parser("derive", help="symbolic derivations (posbias derive --list)", add_help=False)
+    sub.add_parser("derive", help="symbolic derivations (posbias derive --list; posbias derive NAME --help)",
+                   add_help=False)
     sub.add_parser("proofs", help="check every certificate the proofs cite (posbias proofs --check)", add_help=False)
     return top
 
 
-def _print_summary(title: str, summary: dict, written: list[Path]) -> None:
-    s = summary
+def _fmt(x, spec: str) -> str:
+    return "unresolved" if x is None else format(x, spec)
+
+
+def _print_summary(title: str, s: dict, written: list[Path]) -> None:
     atom = "n/a (non-causal mask)" if s["last_token_atom"] is None else f"{s['last_token_atom']:.6g}"
     heads = "" if s.get("num_heads") is None else f", H={s['num_heads']}"
     print(f"{title}  (T={s['num_layers']}{heads}, N={s['num_tokens']}, {s['mask']}, "
-          f"engine {s['engine']}, {s['precision']})")
-    print(f"  p(0) = {s['p_first']:.6g}   p(N-1) = {s['p_last']:.6g}   "
-          f"argmin = {s['argmin']} (p = {s['p_min']:.3g})   U-shaped: {'yes' if s['u_shape'] else 'no'}")
+          f"engine {s['engine']} [{s['path']}], {s['precision']})")
+    p_min = _fmt(s["p_min"], ".3g")
+    if s["p_min"] == 0.0 and s["log_p_min"] is not None:
+        p_min = f"e^{s['log_p_min']:.6g}"
+    shape = {True: "yes", False: "no", None: "unresolved"}[s["u_shape"]]
+    print(f"  p(0) = {_fmt(s['p_first'], '.6g')}   p(N-1) = {_fmt(s['p_last'], '.6g')}   "
+          f"argmin = {_fmt(s['argmin'], 'd')} (p = {p_min})   U-shaped: {shape}")
     print(f"  entropy = {s['entropy']:.4f} nats   sum lambda = {s['sum_lambda']:.4f}   "
           f"sum lambda*delta = {s['sum_lambda_delta']:.4f}   last-token atom = {atom}")
-    if "matrix" in s:
+    if s.get("matrix"):
         m = s["matrix"]
         print(f"  P: min_i P_ii = {m['min_diagonal']:.6g}   max_i P_i0 = {m['max_first_column']:.6g}   "
               f"mean row entropy = {m['mean_row_entropy']:.4f} nats")
@@ -85,62 +139,83 @@ def _print_summary(title: str, summary: dict, written: list[Path]) -> None:
         print("  wrote " + ", ".join(str(p) for p in written))
 
 
-def _rollout(args) -> int:
+def _model_from_args(args):
+    """The Model the rollout flags describe (with or without a config file)."""
     from posbias import config as cfg
+    from posbias.model import build_model
+
+    flags = dict(tokens=args.tokens, layers=args.layers, heads=args.heads, slopes=args.slopes,
+                 schedule=args.schedule, content_diagonal=args.content_diagonal, mask=args.mask)
+    if args.config is not None:
+        return cfg.load(args.config, content_broadcast=args.content_broadcast, **flags)
+    missing = [f"--{k}" for k in ("layers", "heads", "tokens", "schedule") if flags[k] is None]
+    if missing:
+        raise UserError(f"missing CONFIG (a rollout YAML), --kernels FILE, or model flags {' '.join(missing)}")
+    return build_model(layers=args.layers, heads=args.heads, tokens=args.tokens, schedule=args.schedule,
+                       slopes=args.slopes or "paper",
+                       content_diagonal=0.0 if args.content_diagonal is None else args.content_diagonal,
+                       mask=args.mask or "causal")
+
+
+def _rollout(args) -> int:
+    import json
+
     from posbias import output
-    from posbias.run import InputError, load_kernels, run_kernels, run_stack
+    from posbias.files import write_run
+    from posbias.run import InputError, load_kernels, run_stack
 
     if args.kernels is not None:
         if args.config is not None:
             raise InputError("give either CONFIG or --kernels, not both")
-        kernels, lambdas = load_kernels(args.kernels, args.schedule, args.causal)
-        result = run_kernels(kernels, lambdas, causal=args.causal, precision=args.precision)
-        out_dir, title, warnings = args.out or Path("posbias-out"), str(args.kernels), ()
+        model_flags = [f for f in ("layers", "heads", "tokens", "slopes", "content_diagonal", "mask")
+                       if getattr(args, f) is not None]
+        if model_flags:
+            raise InputError(f"--{model_flags[0].replace('_', '-')} describes an ALiBi model; "
+                             "it does not apply to --kernels (only --schedule does)")
+        stack, warnings = load_kernels(args.kernels, args.schedule, args.causal)
+        result = run_stack(stack, engine=args.engine, precision=args.precision, full_matrix=args.full,
+                           diagonal=args.diagonal, show_progress=not args.json)
+        summary = result.summary.with_provenance(source=str(args.kernels))
+        out_dir, title, schedule = args.out or Path("posbias-out"), str(args.kernels), args.schedule
     else:
-        if args.config is None:
-            raise InputError("missing CONFIG (a rollout YAML) or --kernels FILE")
-        if args.schedule is not None or args.causal:
-            raise InputError("--schedule and --causal apply to --kernels only")
-        loaded = cfg.load(args.config, tokens=args.tokens, layers=args.layers, slopes=args.slopes,
-                          content_broadcast=args.content_broadcast)
-        result = run_stack(loaded.stack, loaded.num_tokens, engine=args.engine, precision=args.precision,
-                           full_matrix=args.full, diagonal=args.diagonal, show_progress=not args.json)
-        out_dir = args.out or Path(loaded.save_dir or "posbias-out")
-        title, warnings = str(args.config), loaded.warnings
-        result.summary["content_broadcast"] = args.content_broadcast
-        result.summary["slopes"] = args.slopes or "file"
+        if args.causal:
+            raise InputError("--causal applies to --kernels only")
+        model = _model_from_args(args)
+        result = model.run(args.engine, precision=args.precision, full_matrix=args.full, diagonal=args.diagonal,
+                           show_progress=not args.json)
+        summary = result.summary.with_provenance(
+            content_broadcast=args.content_broadcast, slopes=args.slopes or ("file" if args.config else "paper"))
+        out_dir = args.out or Path(model.save_dir or "posbias-out")
+        title, warnings, schedule = str(args.config) if args.config else "model from flags", model.warnings, model.schedule
     for w in warnings:
         print(f"posbias: warning: {w}", file=sys.stderr)
-    if result.summary["mass_defect"] > 1e-12:
-        print(f"posbias: warning: profile mass differs from 1 by {result.summary['mass_defect']:.2e} "
-              "before renormalisation", file=sys.stderr)
+    s = summary.to_dict()
+    if s["mass_defect"] > 1e-12:
+        print(f"posbias: warning: profile mass differs from 1 by {s['mass_defect']:.2e} before renormalisation",
+              file=sys.stderr)
+    if s["unresolved"]:
+        print(f"posbias: warning: {s['unresolved']} profile entries are not determined by engine {s['engine']} "
+              "(below the float64 range or the engine's resolution); extremes among them are reported as "
+              "unresolved", file=sys.stderr)
 
-    files = [out_dir / "profile.csv", out_dir / "summary.json", out_dir / "profile.png"]
-    output.write_text(files[0], output.position_csv(probability=result.profile))
-    output.write_json(files[1], result.summary)
-    s = result.summary
-    heads = "" if s.get("num_heads") is None else f", H={s['num_heads']}"
-    label = f"{Path(title).name}: T={s['num_layers']}{heads}, N={s['num_tokens']}"
-    fig = output.profile_figure([(label, result.profile)])
-    output.write_figure(files[2], fig)
+    files = {"profile.csv": output.position_csv(probability=result.profile),
+             "summary.json": summary.to_json() + "\n"}
     if result.diagonal is not None:
-        files.append(out_dir / "diagonal.csv")
-        output.write_text(files[-1], output.position_csv(P_diagonal=result.diagonal))
+        files["diagonal.csv"] = output.position_csv(P_diagonal=result.diagonal)
     if result.log_profile is not None:
-        files.append(out_dir / "log_profile.csv")
-        output.write_text(files[-1], output.position_csv(log_probability=result.log_profile))
-    if result.summary.get("underflow_below_1e-280"):
-        print(f"posbias: warning: {result.summary['underflow_below_1e-280']} profile entries are below 1e-280 "
-              "(float64 underflow); --engine log gives their logarithms", file=sys.stderr)
+        files["log_profile.csv"] = output.position_csv(log_probability=result.log_profile)
     if result.matrix_rows is not None:
         rows = result.matrix_rows
-        files.append(out_dir / "matrix.csv")
-        output.write_text(files[-1], output.position_csv(
-            P_diagonal=rows[:, 0], P_first_column=rows[:, 1], row_entropy=rows[:, 2]))
+        files["matrix.csv"] = output.position_csv(P_diagonal=rows[:, 0], P_first_column=rows[:, 1],
+                                                  row_entropy=rows[:, 2])
+    heads = "" if s.get("num_heads") is None else f", H={s['num_heads']}"
+    label = f"{Path(title).name}: T={s['num_layers']}{heads}, N={s['num_tokens']}"
+    figure = output.profile_figure([(label, result.profile)])
+    written = write_run(out_dir, files, {"profile.png": figure})
     if args.json:
-        print(json.dumps(result.summary, indent=2))
+        print(json.dumps(s, indent=2))
     else:
-        _print_summary(title, result.summary, files)
+        _print_summary(title, s, written)
     return 0
 
 

@@ -17,8 +17,6 @@ gets zero content).
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -27,10 +25,10 @@ import pydantic
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from posbias.numerics import masks, schedules
-from posbias.numerics.slopes import alibi_slopes
-from posbias.numerics.stack import AlibiStack
 from posbias.errors import UserError
+from posbias.model import Model, ModelError, check_size, content_of, lambdas_of, parse_mask, parse_schedule, slopes_of
+from posbias.numerics import masks, schedules
+from posbias.numerics.stack import AlibiStack, StackError
 
 
 class ConfigError(UserError):
@@ -39,6 +37,12 @@ class ConfigError(UserError):
 
 _STRICT = pydantic.ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=False)
 FiniteFloat = Annotated[float, pydantic.Field(allow_inf_nan=False)]
+
+
+def _reject_bool(value):
+    if isinstance(value, bool):
+        raise ValueError(f"expected a positive integer, got the boolean {value}")
+    return value
 
 
 class MaskConfig(pydantic.BaseModel):
@@ -73,6 +77,11 @@ class AttentionConfig(pydantic.BaseModel):
     alibi_slopes: list[list[Annotated[float, pydantic.Field(ge=0.0, allow_inf_nan=False)]]]
     head_weights: list[list[Annotated[float, pydantic.Field(ge=0.0, allow_inf_nan=False)]]] | None = None
     softmax_temperature: Annotated[float, pydantic.Field(gt=0.0, allow_inf_nan=False)] = 1.0
+
+    @pydantic.field_validator("num_heads", mode="before")
+    @classmethod
+    def _not_boolean(cls, value):
+        return _reject_bool(value)
 
 
 class ContentConfig(pydantic.BaseModel):
@@ -113,15 +122,10 @@ class RolloutConfig(pydantic.BaseModel):
     ]
     save_dir: str | None = None
 
-
-@dataclass(frozen=True)
-class Loaded:
-    """A validated configuration: the stack, its size, and what the user should be told."""
-
-    stack: AlibiStack
-    num_tokens: int
-    out_dir: str | None
-    warnings: tuple[str, ...]
+    @pydantic.field_validator("sequence_length", "num_layers", mode="before")
+    @classmethod
+    def _not_boolean(cls, value):
+        return _reject_bool(value)
 
 
 def _location(loc) -> str:
@@ -194,10 +198,18 @@ def load(
     *,
     tokens: int | None = None,
     layers: int | None = None,
+    heads: int | None = None,
     slopes: str | None = None,
+    schedule: str | None = None,
+    content_diagonal=None,
+    mask: str | None = None,
     content_broadcast: str = "all",
-) -> Loaded:
-    """Read, validate and broadcast a rollout config; raise ConfigError with one line."""
+) -> Model:
+    """Read, validate and broadcast a rollout config into a ``Model``; raise ConfigError with one line.
+
+    Keyword arguments override the file's fields (the ``posbias rollout`` flags of the
+    same names); the model records which were overridden.
+    """
     path = Path(path)
     data = read_yaml(path)
     try:
@@ -205,56 +217,58 @@ def load(
     except pydantic.ValidationError as err:
         raise ConfigError(f"{path}: {_first_error(err)}") from None
 
+    overrides = [name for name, value in (("tokens", tokens), ("layers", layers), ("heads", heads),
+                                          ("slopes", slopes), ("schedule", schedule),
+                                          ("content_diagonal", content_diagonal), ("mask", mask))
+                 if value is not None]
     num_tokens = cfg.sequence_length if tokens is None else tokens
     num_layers = cfg.num_layers if layers is None else layers
-    if num_tokens < 1 or num_layers < 1:
-        raise ConfigError(f"{path}: --tokens and --layers must be positive integers")
     att = cfg.attention_config
-    h = att.num_heads
-    if slopes is None:
-        slope_matrix = _per_layer_head(path, "attention_config.alibi_slopes", att.alibi_slopes, num_layers, h)
-    else:
-        slope_matrix = np.broadcast_to(alibi_slopes(h, slopes), (num_layers, h))
-    if att.head_weights is None:
-        weights = np.ones((num_layers, h))
-    else:
-        weights = _per_layer_head(path, "attention_config.head_weights", att.head_weights, num_layers, h)
-        empty = np.flatnonzero(weights.sum(axis=1) <= 0)
-        if empty.size:
-            raise ConfigError(
-                f"{path}: attention_config.head_weights: layer {empty[0]} has no positive weight, expected at least one"
+    h = att.num_heads if heads is None else heads
+    if num_tokens < 1 or num_layers < 1 or h < 1:
+        raise ConfigError(f"{path}: tokens, layers and heads must be positive integers")
+    try:
+        check_size(num_layers, h)
+        if slopes is None:
+            slope_matrix = _per_layer_head(path, "attention_config.alibi_slopes", att.alibi_slopes, num_layers, h)
+        else:
+            slope_matrix = np.broadcast_to(slopes_of(slopes, h), (num_layers, h))
+        if att.head_weights is None:
+            weights = np.ones((num_layers, h))
+        else:
+            weights = _per_layer_head(path, "attention_config.head_weights", att.head_weights, num_layers, h)
+        first_head = content_broadcast == "first-head"
+        content = cfg.content_config
+        if content_diagonal is None:
+            diagonal = _per_layer_head(
+                path, "content_config.diagonal_scores", content.diagonal_scores, num_layers, h,
+                first_head_only=first_head,
             )
-    first_head = content_broadcast == "first-head"
-    content = cfg.content_config
-    diagonal = _per_layer_head(
-        path, "content_config.diagonal_scores", content.diagonal_scores, num_layers, h,
-        first_head_only=first_head,
-    )
-    # The background cancels in every row (C4(a)); it is validated, not used.
-    _per_layer_head(path, "content_config.base_scores", content.base_scores, num_layers, h)
+        else:
+            diagonal = content_of(content_diagonal, num_layers, h)
+        # The background cancels in every row (C4(a)); it is validated, not used.
+        _per_layer_head(path, "content_config.base_scores", content.base_scores, num_layers, h)
+        sched = parse_schedule(schedule) if schedule is not None else _file_schedule(path, cfg, num_layers)
+        lambdas, warnings = lambdas_of(sched, num_layers)
+        stack = AlibiStack.build(lambdas, slope_matrix, diagonal, weights, att.softmax_temperature,
+                                 parse_mask(mask) if mask is not None else cfg.mask_config.build())
+    except (StackError, ModelError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return Model(stack, int(num_tokens), str(path), warnings, tuple(overrides), cfg.save_dir,
+                 getattr(sched, "spec", None))
 
+
+def _file_schedule(path, cfg, num_layers):
     sched_cfg = cfg.lambda_schedule_config
     match sched_cfg:
         case ConstantSchedule():
-            sched = schedules.Constant(sched_cfg.lambda_const)
+            return schedules.Constant(sched_cfg.lambda_const)
         case PowerDecaySchedule():
-            sched = schedules.PowerDecay(sched_cfg.lambda_0, sched_cfg.beta)
+            return schedules.PowerDecay(sched_cfg.lambda_0, sched_cfg.beta)
         case CustomSchedule():
             if len(sched_cfg.lambdas_custom) != num_layers:
                 raise ConfigError(
                     f"{path}: lambda_schedule_config.lambdas_custom: has {len(sched_cfg.lambdas_custom)} values, "
                     f"expected num_layers = {num_layers}"
                 )
-            sched = schedules.Custom(tuple(sched_cfg.lambdas_custom))
-    lambdas, clipped = schedules.evaluate(sched, num_layers)
-    warnings = []
-    if clipped:
-        shown = ", ".join(map(str, clipped[:10])) + (" ..." if len(clipped) > 10 else "")
-        warnings.append(f"lambda clipped to [0, 1] in layer(s) {shown}")
-    if not math.isfinite(float(np.max(slope_matrix / att.softmax_temperature))):
-        raise ConfigError(f"{path}: attention_config.softmax_temperature: too small for the slopes")
-
-    stack = AlibiStack.build(
-        lambdas, slope_matrix, diagonal, weights, att.softmax_temperature, cfg.mask_config.build()
-    )
-    return Loaded(stack, num_tokens, cfg.save_dir, tuple(warnings))
+            return schedules.Custom(tuple(sched_cfg.lambdas_custom))

@@ -10,24 +10,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
-import posbias.numerics as nx
-from posbias import output
-from posbias.run import run_stack
+from posbias.model import Model, build_model
 
 LAYERS, HEADS, TOKENS = 32, 32, 256
-SCHEDULE = nx.PowerDecay(0.6, 0.5)
+SCHEDULE = "power_decay:0.6,0.5"
 CONTENT = 2.0
 
 
-def variants() -> list[tuple[str, nx.AlibiStack]]:
-    slopes = nx.alibi_slopes(HEADS, "paper")
-    lambdas, _ = nx.schedules.evaluate(SCHEDULE, LAYERS)
+def variants() -> list[tuple[str, Model]]:
+    common = dict(layers=LAYERS, heads=HEADS, tokens=TOKENS, slopes="paper")
     return [
-        ("(a) attention-only, lambda = 1", nx.AlibiStack.build(np.ones(LAYERS), slopes)),
-        ("(b) residual-aware", nx.AlibiStack.build(lambdas, slopes)),
-        ("(c) residual + content d = 2", nx.AlibiStack.build(lambdas, slopes, CONTENT)),
+        ("(a) attention-only, lambda = 1", build_model(schedule="constant:1", **common)),
+        ("(b) residual-aware", build_model(schedule=SCHEDULE, **common)),
+        ("(c) residual + content d = 2", build_model(schedule=SCHEDULE, content_diagonal=CONTENT, **common)),
     ]
 
 
@@ -36,18 +31,22 @@ COLUMNS = ("p_first", "p_last", "argmin", "p_min", "entropy", "sum_lambda", "sum
 
 
 def run_demo(out: Path) -> int:
-    results = [(title, run_stack(stack, TOKENS)) for title, stack in variants()]
+    from posbias import output
+    from posbias.files import write_run
+
+    results = [(title, model.run()) for title, model in variants()]
+    summaries = {title: r.summary.to_dict() for title, r in results}
     rows = [["variant", *COLUMNS]] + [
-        [title, *(str(r.summary[c]) if not isinstance(r.summary[c], float) else f"{r.summary[c]:.6g}"
-                  for c in COLUMNS)]
-        for title, r in results
+        [title, *(f"{s[c]:.6g}" if isinstance(s[c], float) else str(s[c]) for c in COLUMNS)]
+        for title, s in summaries.items()
     ]
     table = "\n".join("| " + " | ".join(row) + " |" for row in [rows[0], ["---"] * len(rows[0]), *rows[1:]])
+    import json
+
     fig = output.profile_figure([(t, r.profile) for t, r in results], log_scale=True)
-    figure, summaries = out / "profiles.png", out / "summaries.md"
-    output.write_figure(figure, fig)
-    output.write_text(summaries, f"# posbias demo: T={LAYERS}, H={HEADS}, N={TOKENS}\n\n{table}\n")
-    output.write_json(out / "summaries.json", {t: r.summary for t, r in results})
+    figure, summary_md = out / "profiles.png", out / "summaries.md"
+    write_run(out, {"summaries.md": f"# posbias demo: T={LAYERS}, H={HEADS}, N={TOKENS}\n\n{table}\n",
+                    "summaries.json": json.dumps(summaries, indent=2) + "\n"}, {"profiles.png": fig})
 
     from rich.console import Console
     from rich.table import Table
@@ -56,11 +55,10 @@ def run_demo(out: Path) -> int:
                        f"lambda_t = 0.6/(t+1)^0.5 in (b), (c)")
     for c in ("variant", "p(0)", "p(N-1)", "argmin", "p_min", "entropy", "U-shaped"):
         view.add_column(c)
-    for title, r in results:
-        s = r.summary
+    for title, s in summaries.items():
         view.add_row(title, f"{s['p_first']:.4g}", f"{s['p_last']:.4g}", str(s["argmin"]),
                      f"{s['p_min']:.3g}", f"{s['entropy']:.3f}", "yes" if s["u_shape"] else "no")
     console = Console(width=110)
     console.print(view)
-    console.print(f"figure:    {figure}\nsummaries: {summaries} (and summaries.json)")
+    console.print(f"figure:    {figure}\nsummaries: {summary_md} (and summaries.json)")
     return 0

@@ -1,4 +1,8 @@
-"""Shared test setup: float64 JAX, hypothesis profiles, the reference data location.
+"""Shared test setup: float64 JAX for the tests' own arrays, hypothesis profiles, the reference data location.
+
+posbias scopes float64 to its own calls; the tests switch it on globally for the
+arrays they build themselves (an explicit test-suite setting, not a side effect of
+importing posbias; tests/test_api.py checks a caller's float32 stays float32).
 
 Hypothesis profiles (select with HYPOTHESIS_PROFILE): ``ci`` (default) is
 deterministic (derandomize, no database, no deadline); ``deep`` runs many more
@@ -11,7 +15,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from posbias import numerics  # noqa: F401  (switches JAX to float64)
+import jax
+
+jax.config.update("jax_enable_x64", True)
 
 settings.register_profile(
     "ci", derandomize=True, database=None, deadline=None, max_examples=40,

@@ -43,13 +43,17 @@ def _dense(stack, n):
     return np.asarray(kernels), np.asarray(nx.rollout_matrix(kernels, lambdas))
 
 
-@pytest.mark.parametrize("native_kernel", [True, False], ids=["native", "xla"])
+PATHS = {"native": nx.Structured(native=True), "xla": nx.Structured(native=False)}
+
+
+@pytest.mark.parametrize("path", PATHS)
 @given(case=stacks())
-def test_structured_profile_equals_dense(native_kernel, case):
+def test_structured_profile_equals_dense(path, case):
     """Both layer paths of the structured engine: the C kernel (numerics.native) and pure XLA."""
     stack, n = case
     _, p_matrix = _dense(stack, n)
-    res = nx.profile(stack, n, native_kernel=native_kernel)
+    res = nx.profile(stack, n, engine=PATHS[path])
+    assert res.path == path
     assert np.max(np.abs(res.probabilities - p_matrix[-1])) <= 1e-12
     assert abs(res.probabilities.sum() - 1.0) <= 1e-12
 
@@ -133,7 +137,7 @@ def test_log_engine_keeps_values_below_float64_range():
     assert exact_log.min() < -700  # really below the float64 range
     # |delta log p| is the relative error of p; 300 layers of log-space rounding at |log p| ~ 900
     assert np.max(np.abs(res.log_probabilities - exact_log)) <= 1e-10
-    linear = nx.profile(stack, n).probabilities
+    linear = nx.profile(stack, n, engine="structured").probabilities
     assert linear[-1] == 0.0  # the linear engine underflows here
 
 
@@ -143,34 +147,31 @@ def test_float32_is_close_and_reported():
     stack = nx.AlibiStack.build(np.full(12, 0.4), nx.alibi_slopes(8), 1.0)
     p64 = run_stack(stack, 200).profile
     r32 = run_stack(stack, 200, precision="float32")
-    assert r32.summary["precision"] == "float32"
+    assert r32.summary.precision == "float32"
     assert np.max(np.abs(r32.profile - p64)) <= 1e-6
 
 
-@pytest.mark.parametrize("native_kernel", [True, False], ids=["native", "xla"])
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("mask", [nx.Causal(), nx.SlidingWindow(300), nx.Prefix(700), nx.Full()])
-def test_large_n_structured_equals_dense(mask, native_kernel):
+def test_large_n_structured_equals_dense(mask, path):
     """Blocks of 32 tokens, several head blocks (13 heads): N = 1000 crosses both."""
     stack = nx.AlibiStack.build(np.array([0.7, 0.2, 0.5]), nx.alibi_slopes(13), np.linspace(-3, 3, 13), mask=mask)
     _, p_matrix = _dense(stack, 1000)
-    res = nx.profile(stack, 1000, native_kernel=native_kernel)
+    res = nx.profile(stack, 1000, engine=PATHS[path])
     assert np.max(np.abs(res.probabilities - p_matrix[-1])) <= 1e-12
 
 
-def test_head_groups_path_equals_dense(monkeypatch):
-    """Large problems process heads a group at a time (memory O(group * N)); force small groups."""
-    from posbias.numerics import structured
-
-    plan = structured.plan
-    monkeypatch.setattr(structured, "plan", lambda n, h, budget=1 << 22: plan(n, h, budget=2 * (n + 64)))
+def test_head_groups_path_equals_dense():
+    """Large problems process heads a group at a time on the XLA path (memory O(group * N)); force small groups."""
+    engine = nx.Structured(native=False, group_budget=2 * (300 + 64))
     stack = nx.AlibiStack.build(np.array([0.7, 0.2]), nx.alibi_slopes(7), np.linspace(-3, 3, 7))
     _, p_matrix = _dense(stack, 300)
-    assert np.max(np.abs(nx.profile(stack, 300).probabilities - p_matrix[-1])) <= 1e-12
+    assert np.max(np.abs(nx.profile(stack, 300, engine=engine).probabilities - p_matrix[-1])) <= 1e-12
 
 
 @given(stacks(masks=st.one_of(st.just(nx.Causal()), st.integers(1, 40).map(nx.SlidingWindow)), max_tokens=300))
 def test_fft_engine_equals_structured(case):
-    """The saturation split (numerics.toeplitz) against the exact recurrence."""
+    """The saturation split (numerics.fft) against the exact recurrence."""
     stack, n = case
     exact = nx.profile(stack, n)
     fast = nx.profile(stack, n, engine="fft")
@@ -189,5 +190,5 @@ def test_fft_engine_at_moderate_n(mask):
 
 
 def test_fft_engine_refuses_bidirectional_masks():
-    with pytest.raises(ValueError, match="causal and sliding-window masks only"):
+    with pytest.raises(nx.Unsupported, match="causal and sliding-window masks only"):
         nx.profile(nx.AlibiStack.build([0.5], [0.5], mask=nx.Full()), 8, engine="fft")

@@ -1,104 +1,866 @@
-/* One ALiBi + content layer v -> v R^(t) on the CPU, for every head in one pass.
+/* Whole-stack ALiBi + content rollout profile p = e_{N-1}^T R^(T-1) ... R^(0) on the CPU.
  *
- * The same mathematics as numerics/structured.py (linear arithmetic), written as
- * tight loops so that small problems are not dominated by per-kernel overhead:
+ * Called through ctypes by numerics/native.py (posbias_profile below); no JAX involved.
+ * Mathematics (THEORY.md, Notation; numerics/structured.py): head h of layer t has slope
+ * m >= 0 and diagonal excess d (both already divided by the temperature), r = e^{-m},
+ * q = e^{-d} (d clipped to |d| <= 600). Row i of the head reads itself with weight
+ *     alpha_i = 1 / (1 + q S_i)
+ * and each allowed j != i with weight c_i r^{|i-j|}, c_i = q alpha_i, where
+ *     S_i = G(a_i) + G(f_i),  G(L) = sum_{g=1}^{L} r^g,
+ * a_i = min(i, L) the past reach (L = w - 1 for a sliding window w, else a_i = i) and
+ * f_i = K - 1 - i for i < K (bidirectional prefix length K > 1), else 0. With
+ * u_i = w_h c_i v_i one layer is
+ *     v'_j = (1 - lambda) v_j + lambda (alphabar_j v_j + sum_h (back_{h,j} + fwd_{h,j})),
+ *     back_j = sum_{j < i <= j+L} r^{i-j} u_i,   fwd_j = [j < K] sum_{i < j} r^{j-i} u_i,
+ * O(H N) per layer through first-order recurrences along the tokens:
+ *   * no window:  back_{j-1} = r (back_j + u_j)  (descending sweep; the carry only decays).
+ *   * window:     no subtraction. Tokens are cut into segments of length L;
+ *                 back_j = A_j + C_j with A_j the part inside j's own segment (the same
+ *                 descending recurrence, reset at each segment end) and C_j the part in the
+ *                 next segment, C_{e-L} = sum_{i=seg start}^{e} r^{L-(e-i)} u_i, produced by an
+ *                 ascending recurrence C <- r^{-1} C + r^L u_e. All terms are non-negative,
+ *                 so nothing cancels (a subtraction r^L u_{j+L} would lose every value far
+ *                 below the removed one, and leave residues where the true value is 0).
+ *   * bidirectional: fwd_{e+1} = r (fwd_e + u_e), ascending sweep over e < K.
  *
- *   alpha_{h,i} = 1 / (1 + q_h S_{h,i}),   u_{h,i} = w_h q_h alpha_{h,i} v_i
- *   back_j  = sum_{i>j, i-j<W} u_i r^{i-j}:  back_j = r (u_{j+1} + back_{j+1}) - [W] r^W u_{j+W}
- *   fwd_j   = sum_{i<j} u_i r^{j-i} (j < K):  fwd_j = r (u_{j-1} + fwd_{j-1})
- *   v'_j    = (1 - lambda) v_j + lambda (alpha-bar_j v_j + sum_h (back_j + fwd_j))
+ * Row normalisers are never stored: S_i is evaluated on the fly per head from
+ *     G(n0 + k) = G(n0) + r^{n0} G(k)        (an exact identity, all terms >= 0)
+ * with anchors n0 = multiples of A (A = 1024, or the next power of two >= N + 1 if smaller)
+ * G(n0) = -expm1(-m n0)/expm1(m), r^{n0} = exp(-m n0) from libm, and a table G(k), k < A,
+ * itself built the same way from two levels (64 k1 + k0) of closed forms. Each evaluation
+ * is a sum of non-negative terms whose relative errors are a few ulps (libm's expm1/exp
+ * are ~1 ulp; rounding of m n0 perturbs exp(-m n0) by (m n0) u relatively but the term is
+ * weighted by r^{n0}, and x e^{-x} <= 1/e), so S agrees with the closed form to < 1e-14
+ * relative (tests/test_native.py checks it against mpmath). Tables are cached per head
+ * group and rebuilt only when the group's slopes change between layers.
  *
- * Arguments (XLA FFI buffers, float64 unless noted):
- *   v (P), s (H, P) row normalisers S, r (H), q (H), w (H), rw (H) = r^(W-1),
- *   lam (1), shape (3, int64) = {window W (0: none), bidirectional length K, unused}.
- * Results: v' (P), alpha-bar (P), scratch (8, P).
- * Built by numerics/native.py with gcc against jaxlib's xla/ffi/api/c_api.h.
+ * Heads are processed HB = 8 at a time as SIMD lanes (GCC/Clang vector extensions); head
+ * groups are split across pthreads, each thread accumulating into private (N,) buffers
+ * that are merged at the end of every layer (memory O(threads N)).
+ *
+ * Extended range (block floating point): v_i = M_i 2^{E_b}, block b = positions
+ * [bB, bB+B), max |M| in [1/2, 1) per block. Each sweep keeps its carry in a working scale
+ * 2^X chosen at every block entry as the larger of the block's own exponent and the
+ * carry's actual magnitude (ldexp rescaling across block boundaries; the window sweep keeps
+ * its growing C with an explicit exponent, renormalised every few tokens). Per-thread
+ * output blocks have their own exponents Y_b, raised lazily. After each layer every block
+ * is renormalised; positions that must be non-zero by the mask structure (the support,
+ * [lo, N-1]) must be >= 2^-RANGE_BITS times their block maximum, else the layer fails with
+ * POSBIAS_ERR_RANGE (the block's dynamic range is not representable: reduce the block
+ * size). Everything lost to underflow is an absolute error below ~2^-1010 of the block's
+ * largest contribution, hence a relative error < 2^-100 of every entry that passes the
+ * check: entries are exact to float64 working precision (the recurrences' own rounding,
+ * O(distance * u) as in linear mode). Positions outside the support are exactly 0.
  */
+#define _POSIX_C_SOURCE 200809L
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
-#include "xla/ffi/api/c_api.h"
-
-static XLA_FFI_Error *metadata(XLA_FFI_CallFrame *frame) {
-  XLA_FFI_Extension_Base *ext = frame->extension_start;
-  while (ext != NULL) {
-    if (ext->type == XLA_FFI_Extension_Metadata) {
-      XLA_FFI_Metadata_Extension *meta = (XLA_FFI_Metadata_Extension *)ext;
-      meta->metadata->api_version.major_version = XLA_FFI_API_MAJOR;
-      meta->metadata->api_version.minor_version = XLA_FFI_API_MINOR;
-      meta->metadata->traits = 0;
-      return NULL;
-    }
-    ext = ext->next;
-  }
-  return NULL;
-}
-
-static const double *arg(XLA_FFI_CallFrame *frame, int k) {
-  return (const double *)((XLA_FFI_Buffer *)frame->args.args[k])->data;
-}
-
-static double *ret(XLA_FFI_CallFrame *frame, int k) {
-  return (double *)((XLA_FFI_Buffer *)frame->rets.rets[k])->data;
-}
-
-/* Heads are processed HB at a time: the tails are first-order recurrences along the
- * tokens, so one head alone is bound by the latency of its dependency chain; HB
- * independent chains per step keep the CPU busy. */
+#pragma GCC diagnostic ignored "-Wpsabi"
 #define HB 8
+typedef double vd __attribute__((vector_size(HB * sizeof(double))));
 
-XLA_FFI_Error *posbias_alibi_layer(XLA_FFI_CallFrame *frame) {
-  if (frame->extension_start != NULL && frame->extension_start->type == XLA_FFI_Extension_Metadata) {
-    return metadata(frame);
-  }
-  XLA_FFI_Buffer *sbuf = (XLA_FFI_Buffer *)frame->args.args[1];
-  const int64_t heads = sbuf->dims[0], p = sbuf->dims[1];
-  const double *v = arg(frame, 0), *s = arg(frame, 1), *r = arg(frame, 2), *q = arg(frame, 3);
-  const double *w = arg(frame, 4), *rw = arg(frame, 5), lam = arg(frame, 6)[0];
-  const int64_t *shape = (const int64_t *)((XLA_FFI_Buffer *)frame->args.args[7])->data;
-  const int64_t window = shape[0], bidir = shape[1];
-  double *out = ret(frame, 0), *alpha_bar = ret(frame, 1), *ru = ret(frame, 2); /* ru: (HB, P) scratch */
+#define TAB_SHIFT_MAX 10
+#define LEVEL0 64
+#define EMPTY (-((int64_t)1 << 40)) /* exponent of an all-zero block / carry */
+#define D_CLIP 600.0
+#define RANGE_BITS 900
+#define C_HEADROOM 500 /* bits a window sweep's C may grow between renormalisations */
+#define MAX_THREADS 64
 
-  memset(out, 0, (size_t)p * sizeof(double));
-  memset(alpha_bar, 0, (size_t)p * sizeof(double));
-  for (int64_t h0 = 0; h0 < heads; h0 += HB) {
-    const int64_t nb = heads - h0 < HB ? heads - h0 : HB;
-    double rr[HB] = {0}, rwin[HB] = {0};
-    for (int64_t k = 0; k < nb; ++k) { /* ru_k[i] = r w q alpha_i v_i: the recurrences' input */
-      const int64_t h = h0 + k;
-      const double *sh = s + h * p;
-      const double qh = q[h], wh = w[h], rwq = r[h] * w[h] * q[h];
-      double *ruk = ru + k * p;
-      rr[k] = r[h];
-      rwin[k] = rw[h];
-      for (int64_t i = 0; i < p; ++i) {
-        const double a = 1.0 / (1.0 + qh * sh[i]);
-        alpha_bar[i] += wh * a;
-        ruk[i] = rwq * a * v[i];
-      }
-    }
-    double t[HB] = {0};
-    for (int64_t j = p - 2; j >= 0; --j) { /* back_j = r back_{j+1} + ru_{j+1} - [W] r^(W-1) ru_{j+W} */
-      double acc = 0.0;
-      for (int64_t k = 0; k < nb; ++k) {
-        t[k] = rr[k] * t[k] + ru[k * p + j + 1];
-        if (window > 0 && j + window < p) t[k] -= rwin[k] * ru[k * p + j + window];
-        acc += t[k];
-      }
-      out[j] += acc;
-    }
-    for (int64_t k = 0; k < nb; ++k) t[k] = 0.0;
-    for (int64_t j = 1; j < bidir && j < p; ++j) { /* fwd_j = r fwd_{j-1} + ru_{j-1}, j < K */
-      double acc = 0.0;
-      for (int64_t k = 0; k < nb; ++k) {
-        t[k] = rr[k] * t[k] + ru[k * p + j - 1];
-        acc += t[k];
-      }
-      out[j] += acc;
+/* The sweeps are compiled for AVX-512, AVX2+FMA and baseline x86-64, chosen at load time
+ * (plain `cc -O3` gives only SSE2 otherwise). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && __GNUC__ >= 11
+#define HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define HOT
+#endif
+
+enum {
+  POSBIAS_OK = 0,
+  POSBIAS_ERR_RANGE = 1,   /* a block's dynamic range exceeds 2^RANGE_BITS */
+  POSBIAS_ERR_NONFINITE = 2,
+  POSBIAS_ERR_MEMORY = 3,
+  POSBIAS_ERR_ARGS = 4,
+  POSBIAS_ERR_THREAD = 5,
+};
+
+/* ------------------------------------------------------------------ small helpers */
+
+static inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static inline vd vload(const double *p) { vd v; memcpy(&v, p, sizeof v); return v; }
+static inline vd vsplat(double x) {
+  vd v;
+  for (int k = 0; k < HB; ++k) v[k] = x;
+  return v;
+}
+typedef double vd4 __attribute__((vector_size(4 * sizeof(double))));
+typedef double vd2 __attribute__((vector_size(2 * sizeof(double))));
+/* Pairwise lane sum (a fixed tree: the same result on every thread). */
+static inline double hsum(vd v) {
+  vd4 a, b;
+  memcpy(&a, &v, sizeof a);
+  memcpy(&b, (const char *)&v + sizeof a, sizeof b);
+  a += b;
+  vd2 c, d;
+  memcpy(&c, &a, sizeof c);
+  memcpy(&d, (const char *)&a + sizeof c, sizeof d);
+  c += d;
+  return c[0] + c[1];
+}
+static inline double vmaxabs(vd v) {
+  double m = 0.0;
+  for (int k = 0; k < HB; ++k) m = fabs(v[k]) > m ? fabs(v[k]) : m;
+  return m;
+}
+
+/* 2^e as a double (0 below the subnormal range, inf above the range). */
+static inline double pow2i(int64_t e) {
+  if (e > 1023) return INFINITY;
+  if (e < -1022) return e < -1074 ? 0.0 : ldexp(1.0, (int)e);
+  const uint64_t bits = (uint64_t)(e + 1023) << 52;
+  double x;
+  memcpy(&x, &bits, sizeof x);
+  return x;
+}
+/* x 2^e, in two steps so that |e| up to 2046 neither overflows nor flushes early. */
+static inline double scale2(double x, int64_t e) {
+  if (e >= -1022 && e <= 1023) return x * pow2i(e);
+  if (e < -2200) return 0.0 * x;
+  if (e > 2200) return x * INFINITY;
+  int64_t h = e / 2;
+  return (x * pow2i(h)) * pow2i(e - h);
+}
+static inline vd vscale2(vd x, int64_t e) {
+  if (e >= -1022 && e <= 1023) return x * pow2i(e);
+  if (e < -2200) return x * 0.0;
+  int64_t h = e / 2;
+  return (x * pow2i(h)) * pow2i(e - h);
+}
+/* e with x = f 2^e, f in [1/2, 1) (x > 0 finite). */
+static inline int64_t expo(double x) {
+  uint64_t bits;
+  memcpy(&bits, &x, sizeof bits);
+  const int64_t biased = (int64_t)((bits >> 52) & 0x7ff);
+  if (biased == 0) { /* subnormal (or zero) */
+    int e;
+    frexp(x, &e);
+    return e;
+  }
+  return biased - 1022;
+}
+
+/* G(n) = sum_{g=1}^n e^{-m g} and e^{-m n} in closed form (libm). */
+static double geo_closed(double m, double n) {
+  if (m == 0.0) return n;
+  return -expm1(-m * n) / expm1(m);
+}
+
+/* ------------------------------------------------------------------ per-group tables */
+
+typedef struct {
+  double m[HB];
+  int valid;
+  int64_t shift, len, nanch; /* table length A = 2^shift; anchors 0, A, 2A, ... */
+  double *tab;               /* (A, HB): G(k) */
+  double *anG, *anR;         /* (nanch, HB): G(iA), r^{iA} */
+} tables_t;
+
+static void *amalloc(size_t bytes) {
+  void *p = NULL;
+  size_t b = (bytes + 63) / 64 * 64;
+  if (b == 0) b = 64;
+  if (posix_memalign(&p, 64, b) != 0) return NULL;
+  return p;
+}
+
+static int tables_alloc(tables_t *tb, int64_t reach) {
+  int64_t shift = 0;
+  while (shift < TAB_SHIFT_MAX && ((int64_t)1 << shift) < reach + 1) ++shift;
+  tb->shift = shift;
+  tb->len = (int64_t)1 << shift;
+  tb->nanch = (reach >> shift) + 2;
+  tb->valid = 0;
+  tb->tab = amalloc((size_t)tb->len * HB * sizeof(double));
+  tb->anG = amalloc((size_t)tb->nanch * HB * sizeof(double));
+  tb->anR = amalloc((size_t)tb->nanch * HB * sizeof(double));
+  return tb->tab && tb->anG && tb->anR;
+}
+
+static void tables_free(tables_t *tb) {
+  free(tb->tab);
+  free(tb->anG);
+  free(tb->anR);
+}
+
+static void tables_build_lane(tables_t *tb, int k, double m) {
+  /* G(k) for k < A as G(64 k1 + k0) = G(64 k1) + r^{64 k1} G(k0). */
+  double g0[LEVEL0];
+  for (int64_t k0 = 0; k0 < LEVEL0; ++k0) g0[k0] = geo_closed(m, (double)k0);
+  for (int64_t base = 0; base < tb->len; base += LEVEL0) {
+    const double gb = geo_closed(m, (double)base), rb = exp(-m * (double)base);
+    for (int64_t k0 = 0; k0 < LEVEL0 && base + k0 < tb->len; ++k0) {
+      tb->tab[(base + k0) * HB + k] = base == 0 ? g0[k0] : gb + rb * g0[k0];
     }
   }
-  for (int64_t j = 0; j < p; ++j) {
-    out[j] = (1.0 - lam) * v[j] + lam * (alpha_bar[j] * v[j] + out[j]);
+  for (int64_t i = 0; i < tb->nanch; ++i) {
+    const double n0 = (double)(i << tb->shift);
+    tb->anG[i * HB + k] = geo_closed(m, n0);
+    tb->anR[i * HB + k] = exp(-m * n0);
   }
+  tb->m[k] = m;
+}
+
+static void tables_update(tables_t *tb, const double *m) {
+  for (int k = 0; k < HB; ++k) {
+    if (!tb->valid || tb->m[k] != m[k]) tables_build_lane(tb, k, m[k]);
+  }
+  tb->valid = 1;
+}
+
+/* G(n) for every lane, n <= reach. */
+static inline vd geo_eval(const tables_t *tb, int64_t n) {
+  const int64_t i = n >> tb->shift;
+  return vload(tb->anG + i * HB) + vload(tb->anR + i * HB) * vload(tb->tab + (n - (i << tb->shift)) * HB);
+}
+
+/* Scalar version for one lane (test hook and constants). */
+static inline double geo_eval1(const tables_t *tb, int k, int64_t n) {
+  const int64_t i = n >> tb->shift;
+  return tb->anG[i * HB + k] + tb->anR[i * HB + k] * tb->tab[(n - (i << tb->shift)) * HB + k];
+}
+
+/* ------------------------------------------------------------------ problem / threads */
+
+typedef struct {
+  int64_t n, heads, nlayers, window_l, windowed, bidir, block, nb, ext, nthreads, ngroups;
+  const double *lambdas, *slopes, *diag, *weights; /* (nlayers,), (nlayers, heads) */
+  double *mant_buf[2];                             /* (n,): layer input / output, alternating */
+  int64_t *ex_buf[2];                              /* (nb,) */
+  int64_t support_lo;
+  double *min_self, *last_self;                    /* (nlayers,) */
+  double *part_min;                                /* (nlayers, nthreads) */
+  pthread_barrier_t barrier;
+  pthread_mutex_t gate_lock;
+  pthread_cond_t gate;
+  int go;                                          /* 0: wait, 1: run, -1: abandon */
+  volatile int error;
+  int final_buf;                              /* set during merges, read after barriers */
+} problem_t;
+
+typedef struct {
+  /* per-layer lane constants */
+  double m[HB];
+  vd r, q, w, wq, rho, gl, alpha_c, wqa_c;
+  vd rlm;          /* r^L = rlm 2^rle */
+  int64_t rle[HB];
+  int64_t ks;      /* renormalisation cadence of the window sweep */
+  int active;      /* some lane has w > 0 */
+  tables_t tb;
+} group_t;
+
+typedef struct {
+  problem_t *pb;
+  int64_t id, g0, g1, blk0, blk1;
+  group_t *groups;
+  double *out, *abar;
+  int64_t *y;
+  const double *mant; /* this layer's input v = mant 2^ex */
+  const int64_t *ex;
+  double *next_mant;  /* this layer's output */
+  int64_t *next_ex;
+  int err_code;
+  int64_t err_layer, err_pos;
+} thread_t;
+
+static void group_setup(const problem_t *pb, group_t *g, int64_t gi, int64_t layer) {
+  const int64_t h0 = gi * HB;
+  double mv[HB];
+  g->active = 0;
+  double mmax = 0.0;
+  for (int k = 0; k < HB; ++k) {
+    const int64_t h = h0 + k;
+    double m = 0.0, d = 0.0, w = 0.0;
+    if (h < pb->heads) {
+      m = pb->slopes[layer * pb->heads + h];
+      d = pb->diag[layer * pb->heads + h];
+      w = pb->weights[layer * pb->heads + h];
+    }
+    if (d > D_CLIP) d = D_CLIP;
+    if (d < -D_CLIP) d = -D_CLIP;
+    mv[k] = m;
+    const double r = exp(-m), q = exp(-d);
+    g->r[k] = r;
+    g->q[k] = q;
+    g->w[k] = w;
+    g->wq[k] = w * q;
+    g->rho[k] = 1.0 / r;
+    if (w != 0.0) {
+      g->active = 1;
+      if (m > mmax) mmax = m;
+    }
+  }
+  tables_update(&g->tb, mv);
+  if (pb->windowed) {
+    const int64_t L = pb->window_l;
+    for (int k = 0; k < HB; ++k) {
+      g->gl[k] = geo_eval1(&g->tb, k, L);
+      g->alpha_c[k] = 1.0 / (1.0 + g->q[k] * g->gl[k]);
+      g->wqa_c[k] = g->wq[k] * g->alpha_c[k];
+      /* r^L by binary powering of fl(r), kept as mantissa 2^exponent. */
+      double bm = frexp(g->r[k], &(int){0});
+      int be;
+      frexp(g->r[k], &be);
+      int64_t bex = be;
+      double am = 1.0;
+      int64_t aex = 0;
+      for (int64_t e = L; e > 0; e >>= 1) {
+        if (e & 1) {
+          int s;
+          am = frexp(am * bm, &s);
+          aex += bex + s;
+        }
+        int s2;
+        bm = frexp(bm * bm, &s2);
+        bex = 2 * bex + s2;
+      }
+      if (g->r[k] == 0.0) { am = 0.0; aex = 0; }
+      g->rlm[k] = am;
+      g->rle[k] = aex;
+    }
+    /* C grows by r^{-1} per token: renormalise before the growth reaches 2^C_HEADROOM. */
+    const double bits = mmax * 1.4426950408889634;
+    int64_t ks = bits > 0 ? (int64_t)((C_HEADROOM - 8) / bits) : pb->block;
+    g->ks = imax(1, imin(ks, pb->block));
+  }
+}
+
+/* Raise the thread's output block b to scale x (rescaling what it holds). */
+static inline void raise_y(thread_t *th, int64_t b, int64_t x) {
+  const problem_t *pb = th->pb;
+  if (!pb->ext || x <= th->y[b]) return;
+  if (th->y[b] != EMPTY) {
+    const int64_t b0 = b * pb->block, b1 = imin(pb->n, b0 + pb->block);
+    const int64_t sh = th->y[b] - x;
+    for (int64_t j = b0; j < b1; ++j) th->out[j] = scale2(th->out[j], sh);
+  } /* an EMPTY block holds zeros */
+  th->y[b] = x;
+}
+
+/* Lane values of S at position j in a span: S = P0 + P1 tab[j - pbase] (+ future part). */
+typedef struct {
+  int past_const, fut;
+  vd pc, p0, p1, f0, f1;
+  int64_t pbase, fbase; /* tab index: j - pbase; (K-1-j) - fbase */
+} span_t;
+
+/* The largest span [lo, j] (descending from j) or [j, hi) (ascending) with fixed S coefficients. */
+static inline int64_t span_setup(const problem_t *pb, const group_t *g, int64_t j, int descending,
+                                 span_t *sp) {
+  const tables_t *tb = &g->tb;
+  const int64_t shift = tb->shift, K = pb->bidir;
+  sp->pbase = sp->fbase = 0;
+  int64_t lim = descending ? 0 : pb->n; /* lowest start / highest end */
+  if (pb->windowed && j >= pb->window_l) {
+    sp->past_const = 1;
+    sp->pc = g->gl;
+    if (descending) lim = imax(lim, pb->window_l);
+  } else {
+    sp->past_const = 0;
+    const int64_t a = j >> shift;
+    sp->p0 = vload(tb->anG + a * HB);
+    sp->p1 = vload(tb->anR + a * HB);
+    sp->pbase = a << shift;
+    if (descending) lim = imax(lim, a << shift);
+    else lim = imin(lim, (a + 1) << shift);
+    if (pb->windowed && !descending) lim = imin(lim, pb->window_l);
+  }
+  sp->fut = 0;
+  if (K > 1) {
+    if (j < K) {
+      sp->fut = 1;
+      const int64_t f = K - 1 - j, a = f >> shift;
+      sp->f0 = vload(tb->anG + a * HB);
+      sp->f1 = vload(tb->anR + a * HB);
+      sp->fbase = a << shift;
+      if (descending) lim = imax(lim, K - ((a + 1) << shift));
+      else lim = imin(lim, K - (a << shift));
+    } else if (descending) {
+      lim = imax(lim, K);
+    }
+  }
+  return lim;
+}
+
+static inline vd span_s(const group_t *g, const span_t *sp, int64_t j, int64_t K) {
+  vd s = sp->past_const ? sp->pc : sp->p0 + sp->p1 * vload(g->tb.tab + (j - sp->pbase) * HB);
+  if (sp->fut) s += sp->f0 + sp->f1 * vload(g->tb.tab + ((K - 1 - j) - sp->fbase) * HB);
+  return s;
+}
+
+/* Descending sweep: alphabar and back_j (A_j with a window). */
+HOT static void sweep_down(thread_t *th, const group_t *g) {
+  const problem_t *pb = th->pb;
+  const int64_t n = pb->n, B = pb->block, K = pb->bidir, L = pb->window_l;
+  const double *mant = th->mant;
+  double *out = th->out, *abar = th->abar;
+  const vd r = g->r, q = g->q, w = g->w, wq = g->wq;
+  vd t = vsplat(0.0);
+  int64_t x = 0;
+  for (int64_t b = pb->nb - 1; b >= 0; --b) {
+    const int64_t b0 = b * B, b1 = imin(n, b0 + B);
+    double sigma = 1.0, fac = 1.0;
+    if (pb->ext) {
+      const int64_t eb = th->ex[b];
+      const double tm = vmaxabs(t);
+      const int64_t et = tm > 0.0 ? x + expo(tm) : EMPTY;
+      const int64_t xn = imax(eb, et);
+      if (xn != EMPTY) {
+        if (tm > 0.0) t = vscale2(t, x - xn);
+        x = xn;
+        raise_y(th, b, x);
+        fac = pow2i(x - th->y[b]);
+      }
+      sigma = eb == EMPTY ? 0.0 : pow2i(eb - x);
+    }
+    int64_t j = b1 - 1;
+    while (j >= b0) {
+      if (pb->windowed && (j + 1) % L == 0) t = vsplat(0.0); /* segment end: A_j = 0 */
+      span_t sp;
+      int64_t lo = imax(b0, span_setup(pb, g, j, 1, &sp));
+      if (pb->windowed) lo = imax(lo, (j / L) * L);
+      if (sp.past_const && !sp.fut) {
+        const vd a = g->alpha_c, wa = w * a, rwqa = r * wq * a * sigma;
+        const double wasum = hsum(wa);
+        for (int64_t i = j; i >= lo; --i) {
+          abar[i] += wasum;
+          out[i] += fac * hsum(t);
+          t = r * t + rwqa * mant[i];
+        }
+      } else {
+        const vd rwqs = r * wq * sigma;
+        for (int64_t i = j; i >= lo; --i) {
+          const vd a = 1.0 / (1.0 + q * span_s(g, &sp, i, K));
+          abar[i] += hsum(w * a);
+          out[i] += fac * hsum(t);
+          t = r * t + rwqs * (a * mant[i]);
+        }
+      }
+      j = lo - 1;
+    }
+  }
+}
+
+/* Ascending sweep over e < K: fwd_e. */
+HOT static void sweep_up_bidir(thread_t *th, const group_t *g) {
+  const problem_t *pb = th->pb;
+  const int64_t n = pb->n, B = pb->block, K = imin(pb->bidir, pb->n);
+  const double *mant = th->mant;
+  double *out = th->out;
+  const vd r = g->r, q = g->q, wq = g->wq;
+  vd t = vsplat(0.0);
+  int64_t x = 0;
+  for (int64_t b = 0; b * B < K; ++b) {
+    const int64_t b0 = b * B, b1 = imin(K, imin(n, b0 + B));
+    double sigma = 1.0, fac = 1.0;
+    if (pb->ext) {
+      const int64_t eb = th->ex[b];
+      const double tm = vmaxabs(t);
+      const int64_t et = tm > 0.0 ? x + expo(tm) : EMPTY;
+      const int64_t xn = imax(eb, et);
+      if (xn != EMPTY) {
+        if (tm > 0.0) t = vscale2(t, x - xn);
+        x = xn;
+        raise_y(th, b, x);
+        fac = pow2i(x - th->y[b]);
+      }
+      sigma = eb == EMPTY ? 0.0 : pow2i(eb - x);
+    }
+    int64_t e = b0;
+    while (e < b1) {
+      span_t sp;
+      const int64_t hi = imin(b1, span_setup(pb, g, e, 0, &sp));
+      const vd rwqs = r * wq * sigma;
+      for (int64_t i = e; i < hi; ++i) {
+        const vd a = 1.0 / (1.0 + q * span_s(g, &sp, i, K));
+        out[i] += fac * hsum(t);
+        t = r * t + rwqs * (a * mant[i]);
+      }
+      e = hi;
+    }
+  }
+}
+
+/* Ascending window sweep: C_{e-L} = sum_{i = seg start}^{e} r^{L-(e-i)} u_i, e >= L. */
+HOT static void sweep_up_window(thread_t *th, const group_t *g) {
+  /* Each lane's C has its own exponent ce[k] (lanes grow at different rates r^{-1}). The
+   * mantissa starts every span at |c| < 2^-C_HEADROOM and grows by at most 2^C_HEADROOM
+   * within it (ks), so it never overflows, and a factor 2^(ce - y) that underflows only
+   * multiplies values below the representable range. */
+  const problem_t *pb = th->pb;
+  const int64_t n = pb->n, B = pb->block, L = pb->window_l;
+  const int64_t end = ((n + L - 1) / L) * L; /* e runs to the end of the last segment */
+  const double *mant = th->mant;
+  double *out = th->out;
+  const vd rho = g->rho, wqa = g->wqa_c;
+  vd c = vsplat(0.0);
+  int64_t ce[HB];
+  for (int k = 0; k < HB; ++k) ce[k] = EMPTY;
+  for (int64_t e = L; e < end;) {
+    if (e % L == 0) { /* segment start: C restarts */
+      c = vsplat(0.0);
+      for (int k = 0; k < HB; ++k) ce[k] = EMPTY;
+    }
+    const int64_t be = e / B, bj = (e - L) / B;
+    int64_t hi = imin(end, imin((be + 1) * B, (bj + 1) * B + L));
+    hi = imin(hi, (e / L + 1) * L);
+    hi = imin(hi, e + g->ks);
+    const int64_t eb = e < n ? th->ex[be] : EMPTY;
+    vd tf = vsplat(0.0);
+    int64_t need = EMPTY; /* exponent of the largest value this span can start from */
+    for (int k = 0; k < HB; ++k) {
+      if (eb != EMPTY && wqa[k] > 0.0 && g->rlm[k] > 0.0) {
+        const int64_t te = g->rle[k] + eb; /* entering terms r^L u_e <= rlm wqa 2^te */
+        if (ce[k] == EMPTY || te + C_HEADROOM > ce[k]) {
+          if (ce[k] != EMPTY) c[k] = scale2(c[k], ce[k] - (te + C_HEADROOM));
+          ce[k] = te + C_HEADROOM;
+        }
+        tf[k] = scale2(g->rlm[k], te - ce[k]) * wqa[k];
+        need = imax(need, te + expo(g->rlm[k] * wqa[k]));
+      }
+      if (c[k] != 0.0) need = imax(need, ce[k] + expo(fabs(c[k])));
+    }
+    vd facv = vsplat(0.0);
+    if (need != EMPTY) {
+      if (pb->ext) raise_y(th, bj, need);
+      const int64_t y = pb->ext ? th->y[bj] : 0;
+      for (int k = 0; k < HB; ++k) facv[k] = ce[k] == EMPTY ? 0.0 : pow2i(ce[k] - y);
+    }
+    const int64_t hin = imin(hi, n);
+    int64_t i = e;
+    for (; i < hin; ++i) {
+      c = rho * c + tf * mant[i];
+      out[i - L] += hsum(facv * c);
+    }
+    for (; i < hi; ++i) { /* past the last token: u = 0 */
+      c = rho * c;
+      out[i - L] += hsum(facv * c);
+    }
+    for (int k = 0; k < HB; ++k) { /* back to |c| in [2^-H-1, 2^-H), H = C_HEADROOM */
+      if (c[k] != 0.0) {
+        const int64_t sh = expo(fabs(c[k])) + C_HEADROOM;
+        c[k] = scale2(c[k], -sh);
+        ce[k] += sh;
+      }
+    }
+    e = hi;
+  }
+}
+
+/* Merge the threads' buffers into v for blocks [blk0, blk1); 0 or an error code. */
+static int merge(thread_t *th, int64_t layer, double lam, int64_t lo_new, thread_t *all) {
+  problem_t *pb = th->pb;
+  const int64_t n = pb->n, B = pb->block, nt = pb->nthreads;
+  double amin = INFINITY;
+  if (!pb->ext) {
+    for (int64_t j = th->id * n / nt; j < (th->id + 1) * n / nt; ++j) {
+      double a = 0.0, o = 0.0;
+      for (int64_t k = 0; k < nt; ++k) { a += all[k].abar[j]; o += all[k].out[j]; }
+      if (a < amin) amin = a;
+      if (j == n - 1) pb->last_self[layer] = a;
+      th->next_mant[j] = (1.0 - lam + lam * a) * th->mant[j] + lam * o;
+    }
+    pb->part_min[layer * nt + th->id] = amin;
+    return 0;
+  }
+  for (int64_t b = th->blk0; b < th->blk1; ++b) {
+    const int64_t b0 = b * B, b1 = imin(n, b0 + B);
+    int64_t w = th->ex[b];
+    for (int64_t k = 0; k < nt; ++k) w = imax(w, all[k].y[b]);
+    double ofac[MAX_THREADS];
+    for (int64_t k = 0; k < nt; ++k) ofac[k] = all[k].y[b] == EMPTY ? 0.0 : pow2i(all[k].y[b] - w);
+    const double dfac = th->ex[b] == EMPTY ? 0.0 : pow2i(th->ex[b] - w);
+    const double thr = ldexp(1.0, -RANGE_BITS);
+    double mx = 0.0;
+    for (int64_t j = b0; j < b1; ++j) {
+      double a = 0.0, o = 0.0;
+      for (int64_t k = 0; k < nt; ++k) {
+        a += all[k].abar[j];
+        o += all[k].out[j] * ofac[k];
+      }
+      if (a < amin) amin = a;
+      if (j == n - 1) pb->last_self[layer] = a;
+      double v = (1.0 - lam + lam * a) * (th->mant[j] * dfac) + lam * o;
+      if (j < lo_new) v = 0.0;
+      th->next_mant[j] = v;
+      if (!(fabs(v) <= DBL_MAX)) {
+        th->err_code = POSBIAS_ERR_NONFINITE;
+        th->err_layer = layer;
+        th->err_pos = j;
+        return POSBIAS_ERR_NONFINITE;
+      }
+      /* Everything flushed anywhere is below ~2^-1010 of 2^w (the largest working scale
+       * of this block): support entries must stand well above it. */
+      if (j >= lo_new && !(v >= thr)) {
+        th->err_code = POSBIAS_ERR_RANGE;
+        th->err_layer = layer;
+        th->err_pos = j;
+        return POSBIAS_ERR_RANGE;
+      }
+      if (v > mx) mx = v;
+    }
+    if (mx == 0.0 || w == EMPTY) {
+      th->next_ex[b] = EMPTY;
+      if (b1 - 1 >= lo_new) { /* a support block with nothing left */
+        th->err_code = POSBIAS_ERR_RANGE;
+        th->err_layer = layer;
+        th->err_pos = imax(b0, lo_new);
+        return POSBIAS_ERR_RANGE;
+      }
+      continue;
+    }
+    const int64_t s = expo(mx);
+    for (int64_t j = b0; j < b1; ++j) th->next_mant[j] = scale2(th->next_mant[j], -s);
+    th->next_ex[b] = w + s;
+  }
+  pb->part_min[layer * nt + th->id] = amin;
+  return 0;
+}
+
+static int64_t support_after(const problem_t *pb, int64_t lo, double lam) {
+  if (lam == 0.0) return lo;
+  if (pb->bidir > 1 && lo < pb->bidir) return 0;
+  if (pb->windowed) return pb->window_l == 0 ? lo : imax(0, lo - pb->window_l);
+  return 0;
+}
+
+static void *worker(void *arg) {
+  thread_t *th = arg;
+  problem_t *pb = th->pb;
+  thread_t *all = th - th->id;
+  if (th->id > 0) { /* wait until every thread exists (or the start was abandoned) */
+    pthread_mutex_lock(&pb->gate_lock);
+    while (pb->go == 0) pthread_cond_wait(&pb->gate, &pb->gate_lock);
+    const int go = pb->go;
+    pthread_mutex_unlock(&pb->gate_lock);
+    if (go < 0) return NULL;
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  /* Flush subnormals to zero (FTZ | DAZ): underflowed values become exact zeros, and no
+   * operation takes the slow subnormal path. Restored before returning. */
+  const unsigned int csr = _mm_getcsr();
+  _mm_setcsr(csr | 0x8040u);
+#endif
+  int64_t lo = pb->support_lo;
+  const size_t nbytes = (size_t)pb->n * sizeof(double);
+  int cur = 0; /* the input of the current layer is buffer cur; a failed layer leaves it intact */
+  for (int64_t layer = pb->nlayers - 1; layer >= 0; --layer) {
+    const double lam = pb->lambdas[layer];
+    th->mant = pb->mant_buf[cur];
+    th->ex = pb->ex_buf[cur];
+    th->next_mant = pb->mant_buf[1 - cur];
+    th->next_ex = pb->ex_buf[1 - cur];
+    const int64_t lo_new = support_after(pb, lo, lam);
+    memset(th->out, 0, nbytes);
+    memset(th->abar, 0, nbytes);
+    for (int64_t b = 0; b < pb->nb; ++b) th->y[b] = pb->ext ? EMPTY : 0;
+    for (int64_t gi = th->g0; gi < th->g1; ++gi) {
+      group_t *g = &th->groups[gi - th->g0];
+      group_setup(pb, g, gi, layer);
+      if (pb->windowed && pb->window_l == 0) { /* w = 1: every row reads only itself */
+        for (int64_t j = 0; j < pb->n; ++j) th->abar[j] += hsum(g->w);
+        continue;
+      }
+      if (!g->active) continue;
+      sweep_down(th, g);
+      if (pb->bidir > 1) sweep_up_bidir(th, g);
+      if (pb->windowed) sweep_up_window(th, g);
+    }
+    pthread_barrier_wait(&pb->barrier);
+    if (merge(th, layer, lam, lo_new, all) != 0) pb->error = 1;
+    pthread_barrier_wait(&pb->barrier);
+    if (pb->error) break;
+    lo = lo_new;
+    cur = 1 - cur;
+  }
+  if (th->id == 0) pb->final_buf = cur;
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_setcsr(csr);
+#endif
   return NULL;
+}
+
+/* The whole profile: applies layers nlayers-1 .. 0 of the given arrays to v = M 2^E in place.
+ *   lambdas (nlayers,), slopes/diag/weights (nlayers, heads), row-major float64;
+ *   past_window: w >= 1, or 0 for none; bidir: K (0 or 1: none); block: B (extended mode);
+ *   mant (n,), ex (ceil(n/B),) int64 (all 0 in linear mode); support_lo: in/out;
+ *   min_self, last_self (nlayers,); info (4,) int64: {code, layer, position, block}.
+ * Returns 0 or an error code (POSBIAS_ERR_*). On POSBIAS_ERR_RANGE / _NONFINITE at layer
+ * info[1], mant/ex/support_lo/min_self/last_self hold the result of the layers above it
+ * (nlayers-1 .. info[1]+1): the caller may refine the blocks and continue from there. */
+int posbias_profile(int64_t n, int64_t heads, int64_t nlayers, const double *lambdas, const double *slopes,
+                    const double *diag, const double *weights, int64_t past_window, int64_t bidir,
+                    int64_t block, int64_t ext, int64_t nthreads, double *mant, int64_t *ex,
+                    int64_t *support_lo, double *min_self, double *last_self, int64_t *info) {
+  info[0] = info[1] = info[2] = info[3] = -1;
+  if (n < 1 || heads < 1 || nlayers < 0 || block < 1 || nthreads < 1 || past_window < 0 || bidir < 0) {
+    info[0] = POSBIAS_ERR_ARGS;
+    return POSBIAS_ERR_ARGS;
+  }
+  if (nlayers == 0) { info[0] = 0; return 0; }
+  problem_t pb;
+  memset(&pb, 0, sizeof pb);
+  pb.n = n;
+  pb.heads = heads;
+  pb.nlayers = nlayers;
+  pb.lambdas = lambdas;
+  pb.slopes = slopes;
+  pb.diag = diag;
+  pb.weights = weights;
+  pb.windowed = past_window > 0 && past_window - 1 < n - 1;
+  pb.window_l = pb.windowed ? past_window - 1 : 0;
+  pb.bidir = bidir > 1 ? imin(bidir, n) : 0;
+  if (pb.windowed && pb.bidir > 1) {
+    info[0] = POSBIAS_ERR_ARGS;
+    return POSBIAS_ERR_ARGS;
+  }
+  pb.ext = ext != 0;
+  pb.block = ext ? block : n; /* linear mode: one block */
+  pb.nb = (n + pb.block - 1) / pb.block;
+  pb.ngroups = (heads + HB - 1) / HB;
+  pb.nthreads = imin(nthreads, MAX_THREADS);
+  pb.mant_buf[0] = mant;
+  pb.ex_buf[0] = ex;
+  pb.mant_buf[1] = amalloc((size_t)n * sizeof(double));
+  pb.ex_buf[1] = malloc((size_t)pb.nb * sizeof(int64_t));
+  pb.support_lo = *support_lo;
+  pb.min_self = min_self;
+  pb.last_self = last_self;
+  const int64_t nt = pb.nthreads;
+  int rc = POSBIAS_OK;
+  int64_t reach = imax(n, pb.bidir);
+  thread_t *ths = calloc((size_t)nt, sizeof(thread_t));
+  pthread_t *tids = calloc((size_t)nt, sizeof(pthread_t));
+  pb.part_min = malloc((size_t)(nlayers * nt) * sizeof(double));
+  if (!ths || !tids || !pb.part_min || !pb.mant_buf[1] || !pb.ex_buf[1]) {
+    free(ths); free(tids); free(pb.part_min); free(pb.mant_buf[1]); free(pb.ex_buf[1]);
+    info[0] = POSBIAS_ERR_MEMORY;
+    return POSBIAS_ERR_MEMORY;
+  }
+  memcpy(pb.ex_buf[1], ex, (size_t)pb.nb * sizeof(int64_t)); /* linear mode never rewrites it */
+  int ok = 1;
+  for (int64_t k = 0; k < nt; ++k) {
+    thread_t *th = &ths[k];
+    th->pb = &pb;
+    th->id = k;
+    th->g0 = k * pb.ngroups / nt;
+    th->g1 = (k + 1) * pb.ngroups / nt;
+    th->blk0 = k * pb.nb / nt;
+    th->blk1 = (k + 1) * pb.nb / nt;
+    th->out = amalloc((size_t)n * sizeof(double));
+    th->abar = amalloc((size_t)n * sizeof(double));
+    th->y = malloc((size_t)pb.nb * sizeof(int64_t));
+    const size_t gbytes = (size_t)imax(1, th->g1 - th->g0) * sizeof(group_t);
+    th->groups = amalloc(gbytes); /* vd members need 64-byte alignment */
+    if (th->groups) memset(th->groups, 0, gbytes);
+    if (!th->out || !th->abar || !th->y || !th->groups) { ok = 0; continue; }
+    for (int64_t gi = th->g0; gi < th->g1; ++gi) {
+      if (!tables_alloc(&th->groups[gi - th->g0].tb, reach)) ok = 0;
+    }
+  }
+  if (!ok) rc = POSBIAS_ERR_MEMORY;
+  if (rc == POSBIAS_OK) {
+    pthread_barrier_init(&pb.barrier, NULL, (unsigned)nt);
+    pthread_mutex_init(&pb.gate_lock, NULL);
+    pthread_cond_init(&pb.gate, NULL);
+    int64_t started = 0;
+    for (int64_t k = 1; k < nt; ++k) {
+      if (pthread_create(&tids[k], NULL, worker, &ths[k]) != 0) break;
+      ++started;
+    }
+    pthread_mutex_lock(&pb.gate_lock);
+    pb.go = started == nt - 1 ? 1 : -1;
+    pthread_cond_broadcast(&pb.gate);
+    pthread_mutex_unlock(&pb.gate_lock);
+    if (pb.go > 0) worker(&ths[0]);
+    else rc = POSBIAS_ERR_THREAD;
+    for (int64_t k = 1; k <= started; ++k) pthread_join(tids[k], NULL);
+    pthread_cond_destroy(&pb.gate);
+    pthread_mutex_destroy(&pb.gate_lock);
+    pthread_barrier_destroy(&pb.barrier);
+  }
+  if (rc == POSBIAS_OK) {
+    for (int64_t k = 0; k < nt; ++k) {
+      if (ths[k].err_code != 0 && (rc == POSBIAS_OK || ths[k].err_layer > info[1])) {
+        rc = ths[k].err_code;
+        info[0] = ths[k].err_code;
+        info[1] = ths[k].err_layer;
+        info[2] = ths[k].err_pos;
+        info[3] = ths[k].err_pos / pb.block;
+      }
+    }
+  }
+  if (rc == POSBIAS_OK || rc == POSBIAS_ERR_RANGE || rc == POSBIAS_ERR_NONFINITE) {
+    /* Layers nlayers-1 .. done were completed (all of them on success); a failed layer
+     * left its input intact in buffer final_buf. */
+    const int64_t done = rc == POSBIAS_OK ? 0 : info[1] + 1;
+    if (pb.final_buf == 1) {
+      memcpy(mant, pb.mant_buf[1], (size_t)n * sizeof(double));
+      memcpy(ex, pb.ex_buf[1], (size_t)pb.nb * sizeof(int64_t));
+    }
+    for (int64_t t = done; t < nlayers; ++t) {
+      double mn = INFINITY;
+      for (int64_t k = 0; k < nt; ++k) {
+        if (pb.part_min[t * nt + k] < mn) mn = pb.part_min[t * nt + k];
+      }
+      min_self[t] = mn;
+    }
+    int64_t lo = pb.support_lo;
+    for (int64_t t = nlayers - 1; t >= done; --t) lo = support_after(&pb, lo, lambdas[t]);
+    *support_lo = lo;
+    if (rc == POSBIAS_OK) info[0] = 0;
+  } else if (info[0] < 0) {
+    info[0] = rc;
+  }
+  for (int64_t k = 0; k < nt; ++k) {
+    thread_t *th = &ths[k];
+    if (th->groups) {
+      for (int64_t gi = th->g0; gi < th->g1; ++gi) tables_free(&th->groups[gi - th->g0].tb);
+    }
+    free(th->groups);
+    free(th->out);
+    free(th->abar);
+    free(th->y);
+  }
+  free(ths);
+  free(tids);
+  free(pb.part_min);
+  free(pb.mant_buf[1]);
+  free(pb.ex_buf[1]);
+  return rc;
+}
+
+/* Test hook: G(n_i) for one slope through the same tables and anchors as the kernel. */
+int posbias_geometric(double m, int64_t reach, int64_t count, const int64_t *ns, double *out) {
+  tables_t tb;
+  memset(&tb, 0, sizeof tb);
+  if (!tables_alloc(&tb, reach)) { tables_free(&tb); return POSBIAS_ERR_MEMORY; }
+  double mv[HB];
+  for (int k = 0; k < HB; ++k) mv[k] = m;
+  tables_update(&tb, mv);
+  for (int64_t i = 0; i < count; ++i) {
+    if (ns[i] < 0 || ns[i] > reach) { tables_free(&tb); return POSBIAS_ERR_ARGS; }
+    out[i] = geo_eval1(&tb, 0, ns[i]);
+  }
+  tables_free(&tb);
+  return 0;
 }

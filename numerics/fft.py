@@ -1,6 +1,6 @@
-"""v -> v A for causal / sliding-window ALiBi stacks at large N, in O(N log L) for all heads.
+"""The FFT engine: causal / sliding-window ALiBi stacks at large N, O(N log L) per layer for all heads.
 
-With the notation of numerics.structured (r = e^{-m}, row normaliser S_i,
+With the notation of numerics/_recurrence.py (r = e^{-m}, row normaliser S_i,
 c_i = e^{-d} / (1 + e^{-d} S_i)), causal rows *saturate*: S_i -> S_inf
 (= 1/expm1(m), or G(w-1) under a window of w tokens), so c_i -> c_inf and
 alpha_i -> alpha_inf. Split c_i = c_inf + (c_i - c_inf):
@@ -20,28 +20,58 @@ part reuses the exact blocked recurrence; heads that do not saturate within N
 done blockwise with FFTs of length 2L (L >= the kernel's support): each output
 block needs only its own and the next input block.
 
-Linear float arithmetic only; FFT round-off is absolute (~1e-16 of the largest
-entries), so use the ``log`` engine when relative accuracy of tiny entries matters.
+Linear float arithmetic only. FFT round-off is *absolute*: about 1e-16 of the
+largest entry per layer, so after T layers an entry below RESOLUTION(T) * max p,
+RESOLUTION(T) = 16 eps (T + 1), is not determined by this engine (it may come back
+as 0 or as round-off noise). The returned Profile carries that bound as
+``resolution``; summaries never take an extreme from such entries, and the ``auto``
+engine re-runs such profiles on an exact route.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posbias.numerics import structured
+from posbias.numerics import _recurrence as rec
+from posbias.numerics.engine import Engine, Profile, linear_profile
 from posbias.numerics.masks import Mask
 from posbias.numerics.semiring import LINEAR
+from posbias.numerics.stack import AlibiStack
 
 SATURATION = 42.0  # e^{-42} = 5.7e-19 < 2^-60
 
 
-def supports(mask: Mask) -> bool:
-    """Causal and sliding-window masks (lower-triangular kernels)."""
-    return mask.bidirectional_length(1 << 30) == 0
+def resolution(num_layers: int) -> float:
+    """Entries below this times max p are not resolved after ``num_layers`` FFT layers."""
+    return 16.0 * float(np.finfo(np.float64).eps) * (num_layers + 1)
+
+
+@dataclass(frozen=True)
+class FFT(Engine):
+    """Causal and sliding-window masks (kernels lower triangular for every N); linear float arithmetic."""
+
+    name = "fft"
+
+    def supports(self, stack, num_tokens: int) -> str | None:
+        if not isinstance(stack, AlibiStack):
+            return f"expected an ALiBi + content stack, got {type(stack).__name__}"
+        if stack.mask.reads_future:
+            return f"handles causal and sliding-window masks only (mask {stack.mask.name} reads later tokens)"
+        return None
+
+    def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:
+        # block windows of 2L (L <= 2N) in complex128, the decay table (H, L), prefix buckets
+        length = 1 << max(3, int(np.ceil(np.log2(max(num_tokens, 2)))))
+        return 16 * 8 * (num_tokens + length) + 8 * 2 * num_heads * length + 8 * 8 * num_layers * num_heads
+
+    def compute(self, stack: AlibiStack, num_tokens: int, *, dtype, progress=None) -> Profile:
+        v, mins, lasts = _profile(stack, num_tokens, dtype=dtype, progress=progress)
+        return linear_profile(v, mins, lasts, engine=self.name, path="fft", resolution=resolution(stack.num_layers))
 
 
 def saturation(m: np.ndarray, window: int | None) -> np.ndarray:
@@ -75,12 +105,12 @@ def _prefix_corrections(v, m, d, w, c_inf, alpha_inf, *, num_tokens, mask, prefi
     head = min(prefix, num_tokens)
     vp = jnp.zeros(prefix, v.dtype).at[:head].set(v[:head])
     positions = jnp.arange(prefix)[None, :]
-    alpha, c = structured._row_weights(LINEAR, ms, ds, positions, num_tokens, mask)
+    alpha, c = rec.row_weights(LINEAR, ms, ds, positions, num_tokens, mask)
     u = ws * (c - c_inf[:, None]) * vp[None, :]
-    x = jnp.exp(-ms) * structured._shift_left(u, 1, 0.0)
+    x = jnp.exp(-ms) * rec.shift_left(u, 1, 0.0)
     if window is not None:
-        x = x - jnp.exp(-ms * window) * structured._shift_left(u, window, 0.0)
-    corr = jnp.sum(structured._tail_recurrence(LINEAR, x, ms, _prefix_block(prefix)), axis=0)
+        x = x - jnp.exp(-ms * window) * rec.shift_left(u, window, 0.0)
+    corr = jnp.sum(rec.tail_recurrence(LINEAR, x, ms, _prefix_block(prefix)), axis=0)
     return corr, jnp.sum(ws * (alpha - alpha_inf[:, None]), axis=0)
 
 
@@ -93,8 +123,8 @@ def _layer(v, lam, short, table, long, *, num_tokens, mask, length, buckets, lon
     m, d, w = short
     s_inf = jnp.where(m > 0, 1.0 / jnp.expm1(jnp.where(m > 0, m, 1.0)), 0.0)
     if window is not None:
-        s_inf = structured._geometric_sum(m, window - 1)
-    q = jnp.exp(-jnp.clip(d, -structured._D_CLIP, structured._D_CLIP))
+        s_inf = rec.geometric_sum(m, window - 1)
+    q = jnp.exp(-jnp.clip(d, -rec.D_CLIP, rec.D_CLIP))
     alpha_inf = 1.0 / (1.0 + q * s_inf)
     c_inf = q * alpha_inf
 
@@ -118,13 +148,13 @@ def _layer(v, lam, short, table, long, *, num_tokens, mask, length, buckets, lon
         start += count
 
     if long_plan is not None:  # heads that never saturate: the exact recurrence over all N
-        blk, padded, group = long_plan
+        blk, padded, group = long_plan.block, long_plan.padded, long_plan.group
         vp = jnp.zeros(padded, v.dtype).at[:num_tokens].set(v)
         heads = long[0].shape[0] // group
         shaped = [a.reshape(heads, group, 1) for a in long]
 
         def one_group(acc, params):
-            o, a = structured._apply_heads(LINEAR, vp, *params, num_tokens, mask, blk)
+            o, a = rec.apply_heads(LINEAR, vp, *params, num_tokens, mask, blk)
             return (acc[0] + o, acc[1] + a), None
 
         (o, a), _ = jax.lax.scan(one_group, (jnp.zeros_like(vp), jnp.zeros_like(vp)), shaped)
@@ -164,13 +194,11 @@ def _padded(prefix: int) -> int:
 
 
 def _prefix_block(prefix: int) -> int:
-    return structured.plan(prefix, 1)[0]
+    return rec.plan(prefix, 1, None).block
 
 
-def profile(stack, num_tokens: int, *, dtype=jnp.float64, progress=None):
+def _profile(stack, num_tokens: int, *, dtype, progress=None):
     """(p, min self-weight per layer, last self-weight per layer) by the saturation split."""
-    if not supports(stack.mask):
-        raise ValueError("the fft engine handles causal and sliding-window masks only")
     slopes, diagonal = stack.scaled()
     t_total = stack.num_layers
     v = jnp.zeros(num_tokens, dtype).at[num_tokens - 1].set(1.0)
@@ -184,8 +212,8 @@ def profile(stack, num_tokens: int, *, dtype=jnp.float64, progress=None):
             tables = {key: _decay_table(jnp.asarray(m[short], dtype), jnp.arange(length, dtype=dtype))}
         long_plan = long_arrays = None
         if long.size:
-            long_plan = structured.plan(num_tokens, long.size)
-            n_pad = -(-long.size // long_plan[2]) * long_plan[2]
+            long_plan = rec.plan(num_tokens, long.size, stack.mask)
+            n_pad = -(-long.size // long_plan.group) * long_plan.group
             long_arrays = tuple(jnp.asarray(np.pad(a[long], (0, n_pad - long.size)), dtype) for a in (m, d, w))
         v, mn, last = _layer(
             v, jnp.asarray(stack.lambdas[t], dtype), tuple(jnp.asarray(a[short], dtype) for a in (m, d, w)),

@@ -1,0 +1,92 @@
+"""The ``auto`` engine: picks an exact engine for the stack and re-runs when a result lost entries.
+
+It wraps the other engines (as a wrapper solver wraps any solver) and owns every
+threshold of the choice:
+
+1. Measured kernels go to the measured engine.
+2. On the CPU with the native kernel: the structured engine (exact, O(T H N),
+   heads split across threads) for every N and mask.
+   Elsewhere (GPU/TPU, or no C compiler): the FFT engine for causal / sliding-window
+   masks at N >= ``fft_from_tokens``, else the structured engine's XLA path.
+3. If the result does not determine some entries (``Profile.unresolved``: float64
+   underflow below 1e-280, or FFT round-off), it re-runs on an exact route:
+   the FFT's result first on the exact linear recurrence, then, for entries below
+   the float64 range, on an extended-range route: the native kernel's extended mode,
+   else the log-space XLA path when T * H * N <= ``log_retry_max_work``
+   (sliding windows have no log-space route). What was done is recorded in
+   ``Profile.notes``; a profile that still has unresolved entries says so there,
+   and summaries report those entries as unresolved rather than as values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from posbias.numerics.engine import Engine, Profile
+from posbias.numerics.fft import FFT
+from posbias.numerics.measured import Measured
+from posbias.numerics.stack import AlibiStack, KernelStack
+from posbias.numerics.structured import Structured
+
+
+@dataclass(frozen=True)
+class Auto(Engine):
+    name = "auto"
+    fft_from_tokens: int = 16384
+    log_retry_max_work: int = 200_000_000
+
+    def supports(self, stack, num_tokens: int) -> str | None:
+        if isinstance(stack, KernelStack):
+            return Measured().supports(stack, num_tokens)
+        if isinstance(stack, AlibiStack):
+            return None
+        return f"expected an AlibiStack or KernelStack, got {type(stack).__name__}"
+
+    def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:
+        """The most any route it may take needs (first engine, exact re-run, extended range)."""
+        return max(Structured().memory_bytes(num_layers, num_heads, num_tokens),
+                   FFT().memory_bytes(num_layers, num_heads, num_tokens))
+
+    def choose(self, stack, num_tokens: int, dtype) -> Engine:
+        """The first engine to run for this stack."""
+        if isinstance(stack, KernelStack):
+            return Measured()
+        structured = Structured()
+        if structured.uses_native(dtype):
+            return structured
+        if num_tokens >= self.fft_from_tokens and FFT().supports(stack, num_tokens) is None:
+            return FFT()
+        return structured
+
+    def extended_route(self, stack, num_tokens: int, dtype) -> Engine | None:
+        """An exact engine that keeps entries below 1e-308 (or None if none fits)."""
+        if isinstance(stack, KernelStack):
+            return None
+        native = Structured(extended=True)
+        if native.uses_native(dtype) and native.supports(stack, num_tokens) is None:
+            return native
+        log = Structured(ring="log")
+        work = stack.num_layers * stack.num_heads * num_tokens
+        if log.supports(stack, num_tokens) is None and work <= self.log_retry_max_work:
+            return log
+        return None
+
+    def compute(self, stack, num_tokens: int, *, dtype, progress=None) -> Profile:
+        engine = self.choose(stack, num_tokens, dtype)
+        result = engine.profile(stack, num_tokens, dtype=dtype, progress=progress)
+        notes = [f"auto: {result.engine} ({result.path})"]
+        lost = int(result.unresolved().sum())
+        if lost and result.path == "fft":
+            notes.append(f"auto: {lost} entries below the FFT's resolution; re-ran on the exact recurrence")
+            result = Structured().profile(stack, num_tokens, dtype=dtype, progress=progress)
+            lost = int(result.unresolved().sum())
+        if lost:
+            route = self.extended_route(stack, num_tokens, dtype)
+            if route is None:
+                notes.append(f"auto: {lost} entries below the float64 range and no extended-range route fits "
+                             f"(T*H*N > {self.log_retry_max_work:.0e} or sliding window without the native kernel)")
+            else:
+                notes.append(f"auto: {lost} entries below the float64 range; re-ran with extended range")
+                result = route.profile(stack, num_tokens, dtype=dtype, progress=progress)
+        return dataclasses.replace(result, notes=tuple(notes))

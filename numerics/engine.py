@@ -1,0 +1,153 @@
+"""The one interface every profile engine implements, and the result it returns.
+
+An engine computes the profile of a stack (THEORY.md, Notation):
+
+    p = e_{N-1}^T R^(T-1) ... R^(0),   R^(t) = (1 - lambda_t) I + lambda_t A^(t),
+
+the last row of the rollout P: how much each input position feeds the last token.
+
+* ``supports(stack, num_tokens)`` returns ``None`` when the engine can compute this
+  profile exactly, else one line saying why not (a capability check, no work done).
+* ``profile(stack, num_tokens, dtype=..., progress=...)`` checks ``supports``
+  (raising ``Unsupported`` with that line), runs the engine's ``compute`` with JAX's
+  64-bit mode switched on for this call only (the caller's JAX state is left as it
+  was), and returns a ``Profile`` recording which engine and which path ran.
+
+Engines are small frozen dataclasses (their fields are options such as the number
+system or whether the native CPU kernel may be used); ``posbias.numerics.engines``
+holds the one table from names to engine instances, and ``Auto`` there wraps the
+others the way a wrapper solver wraps any solver.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+from dataclasses import dataclass, field
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Progress = Callable[[int, int], None]  # (layers done, total layers)
+
+
+class Unsupported(ValueError):
+    """The chosen engine cannot compute this profile; the message says why, in one line."""
+
+
+def float64(fn):
+    """Run ``fn`` with JAX's 64-bit types enabled for the duration of the call only.
+
+    posbias computes in float64 by default without switching the caller's global
+    JAX configuration (``jax.enable_x64`` is a context manager).
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with jax.enable_x64(True):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The profile p of a stack and what the engine saw on the way.
+
+    probabilities:     (N,) float64 p, as computed (not renormalised); entries that
+                       underflowed the float64 range are exactly 0
+    log_probabilities: (N,) log p; finite everywhere when the engine ran in an
+                       extended-range number system (``log`` ring, native extended
+                       mode), else log of ``probabilities`` (-inf where those are 0)
+    min_self_weight:   (T,) min_i A^(t)[i, i]  (delta_t = 1 - this; C5(a))
+    last_self_weight:  (T,) A^(t)[N-1, N-1]    (the last-token atom, C2(c))
+    engine:            name of the engine that produced the numbers
+    path:              how it ran: "native" / "native-extended" (C kernel on the CPU),
+                       "xla", "xla-log", "fft", "dense", "measured"
+    resolution:        absolute error bound of the entries relative to max p (0: every
+                       entry carries float64 relative accuracy). The FFT route's error is
+                       absolute (~1e-16 of the largest entries), so entries below
+                       ``resolution * max(p)`` are not resolved by it
+    notes:             what a wrapper engine decided (fallbacks), one line each
+    """
+
+    probabilities: np.ndarray
+    log_probabilities: np.ndarray
+    min_self_weight: np.ndarray
+    last_self_weight: np.ndarray
+    engine: str
+    path: str
+    resolution: float = 0.0
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.probabilities.shape[0])
+
+    @property
+    def extended_range(self) -> bool:
+        """True when log_probabilities is finite everywhere (nothing was lost to underflow)."""
+        return bool(np.all(np.isfinite(self.log_probabilities)))
+
+    def unresolved(self) -> np.ndarray:
+        """Boolean mask of entries whose value this profile does not determine to relative accuracy:
+        below the float64 range (< 1e-280, when log p is not finite there) or below the
+        engine's absolute resolution."""
+        p = self.probabilities
+        lost = ~np.isfinite(self.log_probabilities) | ((p < UNDERFLOW) & ~self.extended_range)
+        if self.resolution > 0:
+            lost |= p <= self.resolution * float(np.max(p))
+        return lost
+
+
+UNDERFLOW = 1e-280  # below this an ordinary float64 profile has lost relative accuracy
+
+
+def linear_profile(v: np.ndarray, mins, lasts, *, engine: str, path: str, resolution: float = 0.0) -> Profile:
+    """A Profile from linear values (negative round-off of order -1e-17 clipped to 0)."""
+    p = np.maximum(np.asarray(v, np.float64), 0.0)
+    with np.errstate(divide="ignore"):
+        logp = np.log(p)
+    return Profile(p, logp, np.asarray(mins, np.float64), np.asarray(lasts, np.float64), engine, path, resolution)
+
+
+def log_profile(logv: np.ndarray, mins, lasts, *, engine: str, path: str) -> Profile:
+    """A Profile from log values (extended range)."""
+    logv = np.asarray(logv, np.float64)
+    return Profile(np.exp(logv), logv, np.asarray(mins, np.float64), np.asarray(lasts, np.float64), engine, path)
+
+
+class Engine(abc.ABC):
+    """Base of every engine: ``supports`` then ``compute``, with float64 scoped to the call."""
+
+    name: str = "engine"
+
+    def supports(self, stack, num_tokens: int) -> str | None:
+        """None if this engine computes the profile exactly, else the reason it cannot."""
+        return None
+
+    def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:
+        """A conservative count of the bytes a profile of this shape holds at once."""
+        return 64 * num_tokens + 64 * num_layers * num_heads
+
+    @abc.abstractmethod
+    def compute(self, stack, num_tokens: int, *, dtype, progress: Progress | None) -> Profile:
+        """The profile; called by ``profile`` after ``supports`` said yes, inside float64 scope."""
+
+    def profile(self, stack, num_tokens: int, *, dtype=jnp.float64, progress: Progress | None = None) -> Profile:
+        """Check ``supports`` (raise ``Unsupported``), then compute in float64 scope."""
+        if int(num_tokens) < 1:
+            raise Unsupported(f"{self.name} engine: num_tokens must be >= 1, got {num_tokens}")
+        reason = self.supports(stack, int(num_tokens))
+        if reason is None:
+            from posbias.numerics import budget
+
+            heads = getattr(stack, "num_heads", None) or 1
+            reason = budget.check(f"T = {stack.num_layers}, H = {heads}, N = {num_tokens}",
+                                  self.memory_bytes(stack.num_layers, heads, int(num_tokens)))
+        if reason is not None:
+            raise Unsupported(f"{self.name} engine: {reason}")
+        with jax.enable_x64(True):
+            return self.compute(stack, int(num_tokens), dtype=jnp.dtype(dtype), progress=progress)
