@@ -10,7 +10,9 @@
 3. The engine alone at each N (the config with --tokens N), each in a fresh process:
    first call (with compilation), steady-state call, and the process's peak RSS.
 
-Results go to stdout as a Markdown table and to --out as JSON. Timings are of
+The baseline's NumPy runs with OMP/OPENBLAS/MKL_NUM_THREADS = 2 (both cores) in its own
+processes, and with NumPy's default (all cores) in process. Results go to stdout as a
+Markdown table and to --out as JSON. Timings are of
 this machine; run it on demand, never as a test.
 """
 
@@ -37,13 +39,17 @@ import numpy as np
 from posbias.config import load
 from posbias.run import run_stack
 loaded = load(sys.argv[1], tokens=int(sys.argv[2]))
-t0 = time.perf_counter(); first = run_stack(loaded.stack, loaded.num_tokens); t1 = time.perf_counter()
-again = run_stack(loaded.stack, loaded.num_tokens); t2 = time.perf_counter()
+engine = sys.argv[3]
+t0 = time.perf_counter(); first = run_stack(loaded.stack, loaded.num_tokens, engine=engine); t1 = time.perf_counter()
+again = run_stack(loaded.stack, loaded.num_tokens, engine=engine); t2 = time.perf_counter()
 assert np.array_equal(first.profile, again.profile)
-print(json.dumps({"tokens": loaded.num_tokens, "engine": again.summary.engine + "[" + again.summary.path + "]", "first_s": t1 - t0,
+s = again.summary
+print(json.dumps({"tokens": loaded.num_tokens, "engine": f"{engine}: {s.engine} [{s.path}]", "first_s": t1 - t0,
                   "steady_s": t2 - t1, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "mass_defect": again.summary.mass_defect}))
+                  "mass_defect": s.mass_defect, "unresolved": s.unresolved, "argmin": s.argmin,
+                  "log_p_min": s.log_p_min}))
 """
+THREADS = {"OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
 
 
 def _median_time(fn, repeats: int) -> float:
@@ -57,7 +63,7 @@ def _median_time(fn, repeats: int) -> float:
 
 def _wall(cmd: list[str]) -> float:
     t = time.perf_counter()
-    subprocess.run(cmd, check=True, capture_output=True, cwd=REPO)
+    subprocess.run(cmd, check=True, capture_output=True, cwd=REPO, env={**os.environ, **THREADS})
     return time.perf_counter() - t
 
 
@@ -65,6 +71,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     ap.add_argument("--sizes", default="1024,4096,65536,1048576")
+    ap.add_argument("--engines", default="auto,fft", help="engines for the size sweep (each N in a fresh process)")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results.json")
     args = ap.parse_args()
 
@@ -76,9 +83,11 @@ def main() -> int:
     from posbias.run import run_stack
 
     sizes = [int(s) for s in args.sizes.split(",")]
-    results: dict = {"config": str(args.config), "machine": f"{os.cpu_count()} CPU cores"}
+    results: dict = {"config": str(args.config), "machine": f"{os.cpu_count()} CPU cores",
+                     "baseline_threads": THREADS}
     with Progress(transient=True) as bar:
-        task = bar.add_task("benchmark", total=4 + len(sizes))
+        engines = args.engines.split(",")
+        task = bar.add_task("benchmark", total=4 + len(sizes) * len(engines))
         loaded = load(args.config)
         s = loaded.stack
         n = loaded.num_tokens
@@ -109,10 +118,12 @@ def main() -> int:
 
         results["sizes"] = []
         for size in sizes:
-            out = subprocess.run([sys.executable, "-c", CHILD, str(args.config), str(size)],
-                                 check=True, capture_output=True, text=True, cwd=REPO)
-            results["sizes"].append(json.loads(out.stdout.strip().splitlines()[-1]))
-            bar.advance(task)
+            for name in engines:
+                out = subprocess.run([sys.executable, "-c", CHILD, str(args.config), str(size), name],
+                                     check=True, capture_output=True, text=True, cwd=REPO,
+                                     env={**os.environ, **THREADS})
+                results["sizes"].append(json.loads(out.stdout.strip().splitlines()[-1]))
+                bar.advance(task)
 
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps(results, indent=2) + "\n")
@@ -130,10 +141,12 @@ def main() -> int:
     if "engine_max_abs_diff_vs_reference" in r:
         print(f"| max abs diff vs reference profile: engine / baseline | "
               f"{r['engine_max_abs_diff_vs_reference']:.1e} / {r['baseline_max_abs_diff_vs_reference']:.1e} |")
-    print("\n| N | engine | first call (s) | steady (s) | peak RSS (MB) |\n|---|---|---|---|---|")
+    print("\n| N | engine | first call (s) | steady (s) | peak RSS (MB) | unresolved | argmin | log p_min |")
+    print("|---|---|---|---|---|---|---|---|")
     for row in r["sizes"]:
         print(f"| {row['tokens']} | {row['engine']} | {row['first_s']:.2f} | {row['steady_s']:.3f} | "
-              f"{row['peak_rss_mb']:.0f} |")
+              f"{row['peak_rss_mb']:.0f} | {row['unresolved']} | {row['argmin']} | "
+              f"{'-' if row['log_p_min'] is None else format(row['log_p_min'], '.1f')} |")
     return 0
 
 

@@ -17,6 +17,7 @@ The library is compiled on first use with the C compiler (``$CC``, else ``cc``/`
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import hashlib
 import os
@@ -25,6 +26,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -36,8 +38,8 @@ HEAD_GROUP = 8  # heads per SIMD group (HB in alibi_layer.c); groups are split a
 _EMPTY = -(1 << 40)  # exponent of an all-zero block (EMPTY in alibi_layer.c)
 
 _ERRORS = {
-    1: "dynamic range exceeded inside a block (entries below 2^-900 of the block maximum); "
-       "use a smaller block_size",
+    1: "dynamic range exceeded inside a block (an entry below 2^-900 of the block's largest "
+       "contribution); use a smaller block_size",
     2: "non-finite value",
     3: "out of memory",
     4: "invalid arguments",
@@ -178,8 +180,8 @@ class NativeState:
         if not self.extended:
             return self.mantissas.copy()
         e = np.repeat(self.exponents, self.block_size)[: self.mantissas.shape[0]]
-        e = np.clip(e, -2000, 2000).astype(np.int64)
-        return np.ldexp(self.mantissas, e)
+        v = np.ldexp(self.mantissas, np.clip(e, -2000, 2000).astype(np.int32))
+        return np.where(v >= np.finfo(np.float64).tiny, v, 0.0)  # no subnormals, as in linear mode
 
 
 @dataclass(frozen=True)
@@ -214,7 +216,8 @@ def _f64(x, shape, name):
 def profile(lambdas, slopes, diagonal, weights, *, num_tokens: int, past_window: int | None,
             bidirectional_length: int, extended: bool = False, threads: int | None = None,
             layers: tuple[int, int] | range | None = None, state: NativeState | None = None,
-            block_size: int = DEFAULT_BLOCK, refine: bool = True) -> NativeProfile:
+            block_size: int = DEFAULT_BLOCK, refine: bool = True,
+            progress: Callable[[int, int], None] | None = None) -> NativeProfile:
     """Profile p = e_{N-1}^T R^(T-1) ... R^(0) of an ALiBi + content stack, in C.
 
     lambdas (T,); slopes, diagonal, weights (T, H) float64, slopes (0 <= m <= 700) and
@@ -230,7 +233,8 @@ def profile(lambdas, slopes, diagonal, weights, *, num_tokens: int, past_window:
     where a block's dynamic range exceeds 2^900 (kernel error 1), continue from the last
     completed layer with blocks 8 times smaller (down to single tokens, which always
     succeed unless values leave float64's exponent range entirely); the final block size
-    is ``result.state.block_size``. Raises NativeRangeError where that is not allowed or
+    is ``result.state.block_size``. progress: called as progress(layers applied, T) after
+    each of ~20 chunks of layers (the same result as one call). Raises NativeRangeError where that is not allowed or
     not possible, NativeError on other failures, OSError where the kernel cannot be built.
     """
     lib = library()
@@ -278,6 +282,25 @@ def profile(lambdas, slopes, diagonal, weights, *, num_tokens: int, past_window:
     if not (0 <= start <= stop <= t_total) or stop != state.next_layer:
         raise ValueError(f"layers ({start}, {stop}) must end where the state stands (next layer "
                          f"{state.next_layer}) within 0 .. {t_total}")
+
+    if progress is not None:
+        chunk = max(1, -(-(stop - start) // 20))
+        mins, lasts, top = [], [], stop
+        while top > start:
+            low = max(start, top - chunk)
+            part = profile(lam, m, d, w, num_tokens=n, past_window=past_window,
+                           bidirectional_length=bidirectional_length, extended=extended, threads=threads,
+                           layers=(low, top), state=state, block_size=block_size, refine=refine)
+            state, top = part.state, low
+            mins.insert(0, part.min_self_weight)
+            lasts.insert(0, part.last_self_weight)
+            progress(t_total - low, t_total)
+        if stop == start:
+            return profile(lam, m, d, w, num_tokens=n, past_window=past_window,
+                           bidirectional_length=bidirectional_length, extended=extended, threads=threads,
+                           layers=(start, stop), state=state)
+        return dataclasses.replace(part, min_self_weight=np.concatenate(mins),
+                                   last_self_weight=np.concatenate(lasts), layers=(start, stop))
 
     count = stop - start
     mins = np.full(count, np.nan)

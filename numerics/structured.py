@@ -10,7 +10,9 @@ an N x N matrix. Three paths, same mathematics:
   which keeps every entry representable far below 1e-308 (finite log p everywhere).
 * ``xla``: the recurrences as a jit-compiled ``lax.scan`` over layers, heads in
   groups so that memory stays O(group * N); what runs on GPU/TPU and where no C
-  compiler exists.
+  compiler exists. Under a sliding window it subtracts the part leaving the window,
+  so its error is absolute there (``Profile.resolution``); the native kernel avoids
+  the subtraction (segment recurrences) and stays relative.
 * ``xla-log`` (``ring="log"``): the XLA path in log space (logaddexp, +): extended
   range without the C kernel; sliding windows are refused (log space cannot subtract).
 
@@ -24,6 +26,7 @@ Examples
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import partial
 
@@ -33,7 +36,7 @@ import numpy as np
 
 from posbias.numerics import _recurrence as rec
 from posbias.numerics import native
-from posbias.numerics.engine import Engine, Profile, linear_profile, log_profile
+from posbias.numerics.engine import Engine, Profile, Unsupported, linear_profile, log_profile
 from posbias.numerics.semiring import LINEAR, LOG, RINGS
 from posbias.numerics.stack import AlibiStack
 
@@ -70,14 +73,11 @@ class Structured(Engine):
         return None
 
     def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:
-        padded = rec.plan(num_tokens, num_heads, None, self.group_budget)
         params = 8 * 8 * num_layers * num_heads
-        if self.native and self.ring == "linear":  # C kernel: a few (N,) buffers per thread
-            native_bytes = 8 * num_tokens * (2 * (self.threads or 2) + 6) + params
-        else:
-            native_bytes = 0
-        xla = 8 * 10 * padded.group * padded.padded + 8 * 8 * padded.padded + params
-        return max(native_bytes, xla)
+        if self.uses_native(jnp.float64):  # C kernel: a few (N,) buffers per thread (float64 only)
+            return 8 * num_tokens * (4 * (self.threads or os.cpu_count() or 2) + 8) + params
+        g = rec.plan(num_tokens, num_heads, None, self.group_budget)
+        return 8 * 10 * g.group * g.padded + 8 * 8 * g.padded + params
 
     def uses_native(self, dtype) -> bool:
         """Whether ``compute`` takes the C kernel for this dtype (decided here only)."""
@@ -87,6 +87,8 @@ class Structured(Engine):
     def compute(self, stack: AlibiStack, num_tokens: int, *, dtype, progress=None) -> Profile:
         if self.uses_native(dtype):
             return self._native(stack, num_tokens, progress)
+        if self.extended:
+            raise Unsupported(f"{self.name} engine: extended range runs in the native kernel, float64 on the CPU only")
         return self._xla(stack, num_tokens, dtype, progress)
 
     def _native(self, stack, num_tokens, progress) -> Profile:
@@ -139,7 +141,10 @@ class Structured(Engine):
         v = np.asarray(v, dtype=np.float64)[:num_tokens]
         if ring is LOG:
             return log_profile(v, mins, lasts, engine=self.name, path="xla-log")
-        return linear_profile(v, mins, lasts, engine=self.name, path="xla")
+        # Sliding windows subtract r^w u_{j+w}: the error is then absolute (~eps of the
+        # largest entries), so tiny entries are not resolved on this path.
+        resolution = 16.0 * float(np.finfo(np.float64).eps) * (t_total + 1) if stack.mask.past_window else 0.0
+        return linear_profile(v, mins, lasts, engine=self.name, path="xla", resolution=resolution)
 
 
 @partial(jax.jit, static_argnames=("ring", "geometry"))

@@ -7,6 +7,7 @@ code 2; nothing is written before the input has been validated.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -118,17 +119,22 @@ def _fmt(x, spec: str) -> str:
     return "unresolved" if x is None else format(x, spec)
 
 
+def _prob(s: dict, which: str, spec: str) -> str:
+    """p_<which>, as e^(log p) where it is below the float64 range but its log is known."""
+    p, logp = s[f"p_{which}"], s[f"log_p_{which}"]
+    if p is not None and p < 1e-300 and logp is not None:
+        return f"e^{logp:.6g}"
+    return _fmt(p, spec)
+
+
 def _print_summary(title: str, s: dict, written: list[Path]) -> None:
     atom = "n/a (non-causal mask)" if s["last_token_atom"] is None else f"{s['last_token_atom']:.6g}"
     heads = "" if s.get("num_heads") is None else f", H={s['num_heads']}"
     print(f"{title}  (T={s['num_layers']}{heads}, N={s['num_tokens']}, {s['mask']}, "
           f"engine {s['engine']} [{s['path']}], {s['precision']})")
-    p_min = _fmt(s["p_min"], ".3g")
-    if s["p_min"] == 0.0 and s["log_p_min"] is not None:
-        p_min = f"e^{s['log_p_min']:.6g}"
     shape = {True: "yes", False: "no", None: "unresolved"}[s["u_shape"]]
-    print(f"  p(0) = {_fmt(s['p_first'], '.6g')}   p(N-1) = {_fmt(s['p_last'], '.6g')}   "
-          f"argmin = {_fmt(s['argmin'], 'd')} (p = {p_min})   U-shaped: {shape}")
+    print(f"  p(0) = {_prob(s, 'first', '.6g')}   p(N-1) = {_prob(s, 'last', '.6g')}   "
+          f"argmin = {_fmt(s['argmin'], 'd')} (p = {_prob(s, 'min', '.3g')})   U-shaped: {shape}")
     print(f"  entropy = {s['entropy']:.4f} nats   sum lambda = {s['sum_lambda']:.4f}   "
           f"sum lambda*delta = {s['sum_lambda_delta']:.4f}   last-token atom = {atom}")
     if s.get("matrix"):
@@ -137,6 +143,11 @@ def _print_summary(title: str, s: dict, written: list[Path]) -> None:
               f"mean row entropy = {m['mean_row_entropy']:.4f} nats")
     if written:
         print("  wrote " + ", ".join(str(p) for p in written))
+
+
+def _short(spec: str | None) -> str | None:
+    """A schedule spec for a figure: as given, or only its kind when it lists many values."""
+    return spec if spec is None or len(spec) <= 48 else spec.split(":", 1)[0]
 
 
 def _model_from_args(args):
@@ -177,6 +188,7 @@ def _rollout(args) -> int:
                            diagonal=args.diagonal, show_progress=not args.json)
         summary = result.summary.with_provenance(source=str(args.kernels))
         out_dir, title, schedule = args.out or Path("posbias-out"), str(args.kernels), args.schedule
+        stack_lambdas = stack.lambdas
     else:
         if args.causal:
             raise InputError("--causal applies to --kernels only")
@@ -187,6 +199,7 @@ def _rollout(args) -> int:
             content_broadcast=args.content_broadcast, slopes=args.slopes or ("file" if args.config else "paper"))
         out_dir = args.out or Path(model.save_dir or "posbias-out")
         title, warnings, schedule = str(args.config) if args.config else "model from flags", model.warnings, model.schedule
+        stack_lambdas = model.stack.lambdas
     for w in warnings:
         print(f"posbias: warning: {w}", file=sys.stderr)
     s = summary.to_dict()
@@ -209,8 +222,9 @@ def _rollout(args) -> int:
         files["matrix.csv"] = output.position_csv(P_diagonal=rows[:, 0], P_first_column=rows[:, 1],
                                                   row_entropy=rows[:, 2])
     heads = "" if s.get("num_heads") is None else f", H={s['num_heads']}"
-    label = f"{Path(title).name}: T={s['num_layers']}{heads}, N={s['num_tokens']}"
-    figure = output.profile_figure([(label, result.profile)])
+    label = f"T={s['num_layers']}{heads}, N={s['num_tokens']}, {s['mask']}"
+    figure = output.profile_figure([(label, result.profile)], title=output.config_label(title),
+                                   subtitle=output.lambda_label(stack_lambdas, _short(schedule)))
     written = write_run(out_dir, files, {"profile.png": figure})
     if args.json:
         print(json.dumps(s, indent=2))
@@ -228,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
         return command(argv[1:])
     try:
         args = _parser().parse_args(argv)
+        from posbias.jax_cache import enable_compilation_cache
+
+        enable_compilation_cache()
         if args.command == "rollout":
             return _rollout(args)
         from posbias.demo import run_demo
@@ -239,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"posbias: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # e.g. `posbias ... | head`: the reader left; stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

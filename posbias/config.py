@@ -4,9 +4,10 @@ The schema is the one the authors' loader reads (../shared/data/README.md):
 ``sequence_length``, ``num_layers``, ``mask_config``, ``attention_config``,
 ``content_config``, ``lambda_schedule_config``, ``save_dir``. posbias adds the
 mask type ``prefix`` with key ``prefix_length``. Unknown keys, NaN/inf, wrong
-list lengths and non-positive sizes are errors. The file is read with
-ruamel.yaml, which accepts the TAB characters some reference files carry inside
-flow lists (PyYAML rejects them).
+list lengths and non-positive sizes are errors. The file is read by
+posbias/yaml_io.py: libyaml (C) with a YAML 1.2 resolver that gives ruamel.yaml's
+results, ruamel.yaml where the two could differ; sizes, nesting depth and alias
+expansion are limited before anything is built.
 
 Broadcasting: an outer (per-layer) list of length 1 applies to every layer; an
 inner (per-head) list of length 1 applies to every head, content included.
@@ -22,10 +23,9 @@ from typing import Annotated, Literal
 
 import numpy as np
 import pydantic
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
 
 from posbias.errors import UserError
+from posbias.yaml_io import read_yaml
 from posbias.model import Model, ModelError, check_size, content_of, lambdas_of, parse_mask, parse_schedule, slopes_of
 from posbias.numerics import masks, schedules
 from posbias.numerics.stack import AlibiStack, StackError
@@ -36,20 +36,30 @@ class ConfigError(UserError):
 
 
 _STRICT = pydantic.ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=False)
-FiniteFloat = Annotated[float, pydantic.Field(allow_inf_nan=False)]
+
+MAX_SIZE = 2**53
+"""Largest N, T, H or mask size read (far beyond any memory; keeps every size an exact float)."""
 
 
 def _reject_bool(value):
+    # YAML true/false would otherwise pass as 1/0 (Python's bool is an int): a typo, not a number.
     if isinstance(value, bool):
-        raise ValueError(f"expected a positive integer, got the boolean {value}")
+        raise ValueError(f"expected a number, got the boolean {str(value).lower()}")
     return value
+
+
+_NotBool = pydantic.BeforeValidator(_reject_bool)
+FiniteFloat = Annotated[float, _NotBool, pydantic.Field(allow_inf_nan=False)]
+NonNegativeFloat = Annotated[float, _NotBool, pydantic.Field(ge=0.0, allow_inf_nan=False)]
+Size = Annotated[int, _NotBool, pydantic.Field(gt=0, le=MAX_SIZE)]
+Count = Annotated[int, _NotBool, pydantic.Field(ge=0, le=MAX_SIZE)]
 
 
 class MaskConfig(pydantic.BaseModel):
     model_config = _STRICT
     mask_type: Literal["causal", "full", "sliding_window", "prefix"] = "causal"
-    window_size: pydantic.PositiveInt | None = None
-    prefix_length: pydantic.NonNegativeInt | None = None
+    window_size: Size | None = None
+    prefix_length: Count | None = None
 
     @pydantic.model_validator(mode="after")
     def _needs_size(self):
@@ -73,15 +83,10 @@ class MaskConfig(pydantic.BaseModel):
 
 class AttentionConfig(pydantic.BaseModel):
     model_config = _STRICT
-    num_heads: pydantic.PositiveInt
-    alibi_slopes: list[list[Annotated[float, pydantic.Field(ge=0.0, allow_inf_nan=False)]]]
-    head_weights: list[list[Annotated[float, pydantic.Field(ge=0.0, allow_inf_nan=False)]]] | None = None
-    softmax_temperature: Annotated[float, pydantic.Field(gt=0.0, allow_inf_nan=False)] = 1.0
-
-    @pydantic.field_validator("num_heads", mode="before")
-    @classmethod
-    def _not_boolean(cls, value):
-        return _reject_bool(value)
+    num_heads: Size
+    alibi_slopes: list[list[NonNegativeFloat]]
+    head_weights: list[list[NonNegativeFloat]] | None = None
+    softmax_temperature: Annotated[float, _NotBool, pydantic.Field(gt=0.0, allow_inf_nan=False)] = 1.0
 
 
 class ContentConfig(pydantic.BaseModel):
@@ -111,8 +116,8 @@ class CustomSchedule(pydantic.BaseModel):
 
 class RolloutConfig(pydantic.BaseModel):
     model_config = _STRICT
-    sequence_length: pydantic.PositiveInt
-    num_layers: pydantic.PositiveInt
+    sequence_length: Size
+    num_layers: Size
     mask_config: MaskConfig = MaskConfig()
     attention_config: AttentionConfig
     content_config: ContentConfig = ContentConfig()
@@ -121,11 +126,6 @@ class RolloutConfig(pydantic.BaseModel):
         pydantic.Field(discriminator="schedule_type"),
     ]
     save_dir: str | None = None
-
-    @pydantic.field_validator("sequence_length", "num_layers", mode="before")
-    @classmethod
-    def _not_boolean(cls, value):
-        return _reject_bool(value)
 
 
 def _location(loc) -> str:
@@ -150,27 +150,14 @@ def _first_error(err: pydantic.ValidationError) -> str:
     if e["type"] == "union_tag_invalid":
         return f"{_location(e['loc'])}.schedule_type: expected constant, power_decay or custom"
     got = e.get("input")
-    shown = "" if isinstance(got, (dict, list)) else f", got {got!r}"
+    shown = "" if isinstance(got, (dict, list)) or ", got " in msg else f", got {_shown(got)}"
     return f"{_location(e['loc'])}: {msg[0].lower() + msg[1:]}{shown}"
 
 
-def read_yaml(path: Path) -> dict:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
-    try:
-        data = YAML(typ="safe", pure=True).load(text)
-    except YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" line {where.line + 1}" if where is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path}:{line}: not valid YAML ({problem})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of configuration keys at the top level")
-    return data
+def _shown(value, width: int = 40) -> str:
+    """repr of an offending value, shortened: a 400-digit number stays one readable line."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= width else f"{text[:width - 12]}... ({len(text)} characters)"
 
 
 def _per_layer_head(path, key, rows, num_layers, num_heads, *, first_head_only=False):
@@ -227,6 +214,9 @@ def load(
     h = att.num_heads if heads is None else heads
     if num_tokens < 1 or num_layers < 1 or h < 1:
         raise ConfigError(f"{path}: tokens, layers and heads must be positive integers")
+    for flag, value in (("--tokens", tokens), ("--layers", layers), ("--heads", heads)):
+        if value is not None and value > MAX_SIZE:
+            raise ConfigError(f"{path}: {flag}: {_shown(value)} is too large, expected at most 2^53")
     try:
         check_size(num_layers, h)
         if slopes is None:
@@ -249,7 +239,8 @@ def load(
         # The background cancels in every row (C4(a)); it is validated, not used.
         _per_layer_head(path, "content_config.base_scores", content.base_scores, num_layers, h)
         sched = parse_schedule(schedule) if schedule is not None else _file_schedule(path, cfg, num_layers)
-        lambdas, warnings = lambdas_of(sched, num_layers)
+        with np.errstate(all="ignore"):  # an overflowing schedule is refused below, without RuntimeWarning lines
+            lambdas, warnings = lambdas_of(sched, num_layers)
         stack = AlibiStack.build(lambdas, slope_matrix, diagonal, weights, att.softmax_temperature,
                                  parse_mask(mask) if mask is not None else cfg.mask_config.build())
     except (StackError, ModelError) as exc:

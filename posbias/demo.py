@@ -43,7 +43,9 @@ def run_demo(out: Path) -> int:
     table = "\n".join("| " + " | ".join(row) + " |" for row in [rows[0], ["---"] * len(rows[0]), *rows[1:]])
     import json
 
-    fig = output.profile_figure([(t, r.profile) for t, r in results], log_scale=True)
+    fig = output.profile_figure([(t, r.profile) for t, r in results], log_scale=True,
+                                title=f"posbias demo: T={LAYERS}, H={HEADS}, N={TOKENS}, paper slopes",
+                                subtitle=output.lambda_label(variants()[1][1].stack.lambdas, SCHEDULE) + " in (b), (c)")
     figure, summary_md = out / "profiles.png", out / "summaries.md"
     write_run(out, {"summaries.md": f"# posbias demo: T={LAYERS}, H={HEADS}, N={TOKENS}\n\n{table}\n",
                     "summaries.json": json.dumps(summaries, indent=2) + "\n"}, {"profiles.png": fig})

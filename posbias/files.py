@@ -1,17 +1,24 @@
 """How posbias writes a run's files: all of them or none, with the user's permissions.
 
-``write_run(out_dir, texts, figures)`` renders every file into a fresh temporary
-folder beside ``out_dir`` first; only when all are complete does it move them into
-``out_dir`` (each by an atomic rename), so an error or a kill while rendering leaves
-``out_dir`` as it was and no temporary file inside it. Files get the permissions
-the user's umask gives a new file (not mkstemp's 0600).
+``write_run(out_dir, texts, figures)`` renders every file into a fresh hidden staging
+folder inside ``out_dir`` (``.posbias-run-PID-*``, same file system) first; only when all
+are complete does it move them into ``out_dir`` (each by an atomic rename, under an
+exclusive lock on the folder), so an error, a full disk or a kill while rendering leaves
+``out_dir`` as it was (a folder it had to create is removed again), and two runs writing
+into one folder at once leave the complete set of one of them, never a mix. Files of the
+same set left by an earlier run and not written by this one (``FILE_SETS``) are removed
+under the same lock. A staging folder left behind by a killed run (its process is gone)
+is removed by the next run. Files get the permissions the user's umask gives a new file
+(not mkstemp's 0600), also when they replace existing ones.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from posbias.errors import UserError
@@ -27,45 +34,130 @@ def _umask() -> int:
     return mask
 
 
-def _prepare(out_dir: Path) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
-        raise OutputError(f"--out {out_dir}: exists and is not a folder")
+ROLLOUT_FILES = ("profile.csv", "summary.json", "profile.png", "log_profile.csv", "diagonal.csv", "matrix.csv")
+DEMO_FILES = ("profiles.png", "summaries.md", "summaries.json")
+FILE_SETS = (ROLLOUT_FILES, DEMO_FILES)
+"""The files one run of a command may write. A run that writes part of a set removes the rest
+of that set left by an earlier run (e.g. diagonal.csv of an earlier --diagonal run), so the
+folder always holds the files of one run only."""
+
+
+def _fail(out_dir: Path, what: str, exc: BaseException | None = None) -> OutputError:
+    reason = "" if exc is None else f" ({getattr(exc, 'strerror', None) or exc})"
+    return OutputError(f"--out {out_dir}: {what}{reason}")
+
+
+def _prepare(out_dir: Path) -> list[Path]:
+    """Make ``out_dir`` (and missing parents); return the folders created, innermost last."""
     try:
+        if out_dir.exists() and not out_dir.is_dir():
+            raise _fail(out_dir, "exists and is not a folder")
+        missing = []
+        folder = out_dir
+        while not os.path.lexists(folder):
+            missing.append(folder)
+            if folder.parent == folder:
+                break
+            folder = folder.parent
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise OutputError(f"--out {out_dir}: cannot create the folder ({exc.strerror or exc})") from None
+        raise _fail(out_dir, "cannot create the folder", exc) from None
     if not os.access(out_dir, os.W_OK | os.X_OK):
-        raise OutputError(f"--out {out_dir}: the folder is not writable")
+        _remove_created(missing[::-1])
+        raise _fail(out_dir, "the folder is not writable")
+    return missing[::-1]
+
+
+def _remove_created(folders: list[Path]) -> None:
+    """Undo _prepare: remove the folders it created, if still empty (innermost first)."""
+    for folder in reversed(folders):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
+
+
+def _retired(names: list[str]) -> list[str]:
+    for family in FILE_SETS:
+        if set(names) <= set(family):
+            return [n for n in family if n not in names]
+    return []
 
 
 def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None) -> list[Path]:
     """Write ``texts`` (name -> text) and ``figures`` (name -> matplotlib Figure, PNG) into
-    ``out_dir`` as one set; returns the written paths in order."""
+    ``out_dir`` as one set; returns the written paths in order. On any failure raise
+    OutputError (one line) and leave ``out_dir`` as it was (absent if it was absent)."""
     out_dir = Path(out_dir)
     figures = figures or {}
-    for name in [*texts, *figures]:
+    names = [*texts, *figures]
+    for name in names:
         target = out_dir / name
-        if target.exists() and not target.is_file():
-            raise OutputError(f"--out {out_dir}: {name} exists and is not a regular file")
-    _prepare(out_dir)
+        try:
+            odd = os.path.lexists(target) and not (target.is_file() or target.is_symlink())
+        except OSError as exc:
+            raise _fail(out_dir, "cannot use this path", exc) from None
+        if odd:
+            raise _fail(out_dir, f"{name} exists and is not a regular file")
+    created = _prepare(out_dir)
     mode = 0o666 & ~_umask()
+    staging = None
     try:
-        staging = Path(tempfile.mkdtemp(prefix=".posbias-run-", dir=out_dir))
-    except OSError as exc:
-        raise OutputError(f"--out {out_dir}: cannot write ({exc.strerror or exc})") from None
-    try:
+        _remove_stale_staging(out_dir)
+        staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out_dir))
         for name, text in texts.items():
             (staging / name).write_text(text, encoding="utf-8")
         for name, fig in figures.items():
             fig.savefig(staging / name, dpi=150, bbox_inches="tight", format="png")
-        for name in [*texts, *figures]:
+        for name in names:
             os.chmod(staging / name, mode)
         written = []
-        for name in [*texts, *figures]:
-            os.replace(staging / name, out_dir / name)
-            written.append(out_dir / name)
+        with _locked(out_dir):
+            for name in names:
+                os.replace(staging / name, out_dir / name)
+                written.append(out_dir / name)
+            for name in _retired(names):
+                old = out_dir / name
+                if old.is_file() or old.is_symlink():
+                    old.unlink()
         return written
     except OSError as exc:
-        raise OutputError(f"--out {out_dir}: cannot write ({exc.strerror or exc})") from None
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+            staging = None
+        _remove_created(created)
+        raise _fail(out_dir, "cannot write", exc) from None
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+STAGING_PREFIX = ".posbias-run-"
+
+
+@contextmanager
+def _locked(out_dir: Path):
+    fd = os.open(out_dir, os.O_RDONLY)  # flock on the folder itself: no lock file left behind
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _remove_stale_staging(out_dir: Path) -> None:
+    """Remove staging folders whose writing process no longer exists (a kill -9 mid-run)."""
+    for folder in out_dir.glob(STAGING_PREFIX + "*"):  # glob ignores unreadable entries
+        pid = folder.name[len(STAGING_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -17,7 +17,7 @@ Examples
 >>> m.stack.num_layers, m.stack.num_heads, m.num_tokens
 (4, 8, 32)
 >>> s = m.summary()
->>> s.argmin is not None and abs(m.profile().probabilities.sum() - 1) < 1e-12
+>>> bool(s.argmin is not None and abs(m.profile().probabilities.sum() - 1) < 1e-12)
 True
 """
 
@@ -64,8 +64,8 @@ class Model:
         result = run_stack(self.stack, self.num_tokens, engine=engine, precision=precision,
                            full_matrix=full_matrix, diagonal=diagonal, show_progress=show_progress)
         provenance = {"source": self.source}
-        if self.schedule:
-            provenance["schedule"] = self.schedule
+        if self.schedule:  # a long custom list is in the source file already
+            provenance["schedule"] = self.schedule if len(self.schedule) <= 64 else self.schedule.split(":")[0]
         if self.overrides:
             provenance["overrides"] = list(self.overrides)
         from dataclasses import replace

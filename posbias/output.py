@@ -1,35 +1,11 @@
-"""Files posbias writes. Every file is written to a temporary name in its
-directory and renamed into place, so a reader never sees half a file."""
+"""What posbias shows: per-position CSV text and profile figures (posbias/files.py writes them)."""
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
-
-
-def atomic_write(path: Path, write) -> None:
-    """Call ``write(tmp_path)`` then rename tmp_path to ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
-
-
-def write_json(path: Path, data) -> None:
-    write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def position_csv(**columns: np.ndarray) -> str:
@@ -44,26 +20,118 @@ def position_csv(**columns: np.ndarray) -> str:
     )
 
 
-def write_figure(path: Path, fig) -> None:
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=150, bbox_inches="tight", format="png"))
+def config_label(path: str | os.PathLike) -> str:
+    """The config's name for figure titles: its path below the nearest ``official-configs``
+    (or else ``data``) folder above it, e.g. ``all_content/fineweb-edu/bloom.yaml`` (three
+    official files are called ``bloom.yaml``); otherwise the path as given."""
+    given = Path(path)
+    for candidate in (given, Path(os.path.abspath(given))):
+        parents = candidate.parts[:-1]
+        for marker in ("official-configs", "data"):
+            if marker in parents:
+                k = len(parents) - 1 - parents[::-1].index(marker)
+                return "/".join(candidate.parts[k + 1:])
+    return str(path)
 
 
-def profile_figure(panels: list[tuple[str, np.ndarray]], *, log_scale: bool = False):
-    """One panel per (title, profile): p(j) against token position j."""
+def lambda_label(lambdas, spec: str | None = None) -> str:
+    """A one-line description of a λ schedule for a figure subtitle.
+
+    ``spec`` (e.g. ``"power_decay λ_0 = 0.8, β = 0.5"``) is shown as given; the values add
+    their range and sum: ``λ_t = 0.5 (constant), Σλ_t = 16``, or
+    ``λ_t: 0.544 (t=0) … 0.0556 (t=31), Σλ_t = 4.228``."""
+    lam = np.asarray(lambdas, dtype=np.float64).ravel()
+    parts = [spec] if spec else []
+    if lam.size:
+        if np.all(lam == lam[0]):
+            parts.append(f"λ_t = {lam[0]:.3g} (constant)")
+        else:
+            parts.append(f"λ_t: {lam[0]:.3g} (t=0) … {lam[-1]:.3g} (t={lam.size - 1})")
+        parts.append(f"Σλ_t = {lam.sum():.4g}")
+    return ", ".join(parts)
+
+
+_DECADE_STEPS = (1, 2, 3, 5, 10, 20, 25, 50, 100, 200, 500, 1000)
+
+
+def _decade_axis(ax, values: list[np.ndarray]) -> None:
+    """Log y axis for probabilities: limits at whole decades, the upper one at most 1;
+    labelled ticks every 1, 2, 3, 5, 10, ... decades counted down from 1 (at most 9)."""
+    from matplotlib.ticker import FixedLocator, LogFormatterSciNotation, LogLocator, NullFormatter, NullLocator
+
+    finite = [v[np.isfinite(v) & (v > 0)] for v in values]
+    positive = np.concatenate(finite) if finite else np.ones(1)
+    if positive.size == 0:
+        positive = np.ones(1)
+    top = min(0, int(np.ceil(np.log10(positive.max()) - 1e-9)))
+    lowest = int(np.floor(np.log10(positive.min()) + 1e-9))
+    decades = max(1, top - lowest)
+    step = next((s for s in _DECADE_STEPS if decades / s <= 8), _DECADE_STEPS[-1])
+    bottom = top - decades
+    ax.set_yscale("log")
+    ax.set_ylim(10.0 ** bottom, 10.0 ** top)
+    ax.yaxis.set_major_locator(FixedLocator([10.0 ** (top - k * step) for k in range(decades // step + 1)]))
+    ax.yaxis.set_major_formatter(LogFormatterSciNotation(base=10.0))
+    if step == 1 and decades <= 6:
+        ax.yaxis.set_minor_locator(LogLocator(base=10.0, subs=np.arange(2, 10) * 0.1, numticks=12))
+    elif step > 1 and decades <= 100:
+        ax.yaxis.set_minor_locator(FixedLocator([10.0 ** e for e in range(bottom, top + 1)]))
+    else:
+        ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def profile_figure(
+    panels: list[tuple[str, np.ndarray]],
+    *,
+    log_scale: bool = False,
+    title: str | None = None,
+    subtitle: str | None = None,
+    panel_width: float = 4.4,
+    panel_height: float = 3.4,
+):
+    """One panel per (panel title, profile): p(j) against token position j.
+
+    ``title`` names the figure (use ``config_label(path)`` for a config file), ``subtitle``
+    goes on the next line (e.g. ``lambda_label(lambdas, spec)``); both are wrapped to the width. Each panel's
+    y axis is logarithmic when ``log_scale`` is set or the profile spans more than four
+    decades: ticks at whole decades, the upper limit at most 1 (these are probabilities).
+    The legend (profile, argmin) sits below each panel, never on the data.
+    """
     from matplotlib.figure import Figure  # no pyplot: no global figure registry, no GUI backend
 
-    fig = Figure(figsize=(4.2 * len(panels), 3.3))
+    fig = Figure(figsize=(panel_width * len(panels), panel_height + 0.3 * bool(title) + 0.3 * bool(subtitle)),
+                 layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)
-    for ax, (title, p) in zip(axes[0], panels):
-        ax.plot(np.arange(p.size), p, lw=1.4)
-        k = int(np.argmin(p))
-        ax.plot([k], [p[k]], "o", ms=4, color="C3", label=f"argmin {k}")
-        ax.legend(loc="upper center", fontsize=8, frameon=False)
-        ax.set_title(title, fontsize=10)
+    for ax, (name, p) in zip(axes[0], panels):
+        p = np.asarray(p, dtype=np.float64)
+        j = np.arange(p.size)
+        ax.plot(j, p, lw=1.4, color="C0", label="p(j)", marker="." if p.size <= 64 else None, ms=4)
+        positive = p[p > 0]
+        use_log = log_scale or bool(positive.size and positive.min() < 1e-4 * positive.max())
+        if use_log:
+            _decade_axis(ax, [p])
+        else:
+            peak = float(np.max(p[np.isfinite(p)], initial=0.0))
+            ax.set_ylim(0, min(1.0, 1.08 * peak) if peak > 0 else 1.0)
+        k = int(np.nanargmin(p)) if np.isfinite(p).any() else 0
+        if use_log and not p[k] > 0:  # exact zeros have no place on a log axis: mark it at the bottom
+            ax.plot([k], [ax.get_ylim()[0]], "v", ms=6, color="C3", clip_on=False, zorder=3,
+                    label=f"argmin j = {k}, p = 0 (zeros not drawn)")
+        else:
+            ax.plot([k], [p[k]], "o", ms=5, color="C3", clip_on=False, zorder=3,
+                    label=f"argmin j = {k}, p = {p[k]:.3g}")
+        ax.set_title(name, fontsize=10)
         ax.set_xlabel("token position j")
         ax.set_ylabel("p(j)")
-        if log_scale or (p.max() > 0 and p[p > 0].min() < 1e-4 * p.max()):
-            ax.set_yscale("log")
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
+        ax.set_xlim(0, max(p.size - 1, 1))
+        ax.grid(alpha=0.3, which="major")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=8, frameon=False,
+                  handlelength=1.5, columnspacing=1.2)
+    if title or subtitle:
+        import textwrap
+
+        width = max(40, int(11 * panel_width * len(panels)))  # characters that fit at 11 pt
+        lines = [*textwrap.wrap(title or "", width), *textwrap.wrap(subtitle or "", width)]
+        fig.suptitle("\n".join(lines), fontsize=11)
     return fig

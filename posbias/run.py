@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ from posbias.errors import UserError
 
 PRECISIONS = ("float64", "float32")
 PROGRESS_FROM_WORK = 50_000_000  # T*H*N from which a progress bar is shown
+MAX_TOKENS = 2**53  # larger N are refused before any estimate (sizes stay exact floats)
 
 
 class InputError(UserError):
@@ -35,14 +37,16 @@ class RunResult:
 @contextmanager
 def progress_bar(enabled: bool, label: str, unit: str = "layers"):
     """A rich progress bar with ETA; yields ``update(done, total)`` or None when disabled."""
-    if not enabled:
+    if not (enabled and sys.stderr.isatty()):  # rich draws nothing useful without a terminal
         yield None
         return
+    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     with Progress(
         TextColumn(label), BarColumn(), TextColumn(f"{{task.completed}}/{{task.total}} {unit}"),
         TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), transient=True,
+        console=Console(stderr=True),  # stdout stays the results' (pipes, --json)
     ) as bar:
         task = bar.add_task(label, total=None)
 
@@ -81,6 +85,12 @@ def run_stack(
         num_tokens = getattr(stack, "num_tokens", None)
         if num_tokens is None:
             raise InputError("num_tokens: required for an ALiBi stack")
+    if isinstance(num_tokens, bool) or not isinstance(num_tokens, (int, np.integer)) or num_tokens < 1:
+        raise InputError(f"--tokens: expected a positive integer, got {num_tokens!r}")
+    if num_tokens > MAX_TOKENS:
+        digits = len(str(int(num_tokens)))
+        shown = str(num_tokens) if digits <= 20 else f"a {digits}-digit number"
+        raise InputError(f"--tokens: N = {shown} is too large, expected at most 2^53 (far beyond any memory)")
     if isinstance(stack, nx.KernelStack) and engine not in ("auto", "measured"):
         raise InputError(f"--engine {engine}: measured kernels run on the measured engine (use auto)")
     dtype = jnp.float64 if precision == "float64" else jnp.float32
@@ -120,46 +130,154 @@ def run_stack(
     return RunResult(p, summary, log_out, p_diag, rows)
 
 
-def load_kernels(path: Path, schedule: str | None, causal: bool):
-    """Measured-kernel mode: a KernelStack from .npy/.npz ('kernels', 'lambdas') and --schedule."""
-    from posbias import numerics as nx
+def _npy_header(handle) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape, dtype) from an .npy stream's header, reading no array data."""
+    version = np.lib.format.read_magic(handle)
+    try:
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(handle)
+        else:
+            shape, _, dtype = np.lib.format.read_array_header_2_0(handle)
+    except (ValueError, SyntaxError, TypeError) as exc:
+        if "EOF" in str(exc):
+            raise
+        raise ValueError(f"malformed .npy header ({type(exc).__name__})") from None
+    if any(int(n) < 0 for n in shape):
+        raise ValueError(f"header declares a negative dimension {shape}")
+    return shape, dtype
 
+
+def _declared_arrays(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """name -> (shape, dtype) of every array in a .npy/.npz file, from headers only (a zip bomb is
+    refused before anything is decompressed beyond its header)."""
+    import zipfile
+
+    with open(path, "rb") as f:
+        magic = f.read(6)
+        f.seek(0)
+        if magic == b"\x93NUMPY":
+            return {"kernels": _npy_header(f)}
+    if not zipfile.is_zipfile(path):
+        raise ValueError("neither an .npy array nor an .npz archive" if magic else "the file is empty")
+    out = {}
+    with zipfile.ZipFile(path) as z:
+        for info in z.infolist():
+            if not info.filename.endswith(".npy"):
+                continue
+            name = info.filename[:-4]
+            if name in out:
+                raise ValueError(f"the archive holds two arrays named {name!r}")
+            with z.open(info) as member:
+                out[name] = _npy_header(member)
+    return out
+
+
+# What reading an array file can raise on a corrupt, truncated or hostile file (zlib.error,
+# zipfile.BadZipFile, a header numpy cannot parse, an unsupported compression method ...).
+def _read_errors():
+    import zipfile
+    import zlib
+
+    return (OSError, ValueError, EOFError, KeyError, TypeError, SyntaxError, NotImplementedError,
+            RuntimeError, zipfile.BadZipFile, zlib.error)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    return line if len(line) <= 160 else line[:150] + "..."
+
+
+def kernel_tolerance(dtype, num_tokens: int) -> float:
+    """How far a stored kernel row may sum from 1: 1e-9 for float64 (or wider) values; for
+    narrower floats the rounding of the stored values and of the model's own sum, 64 eps N,
+    but never more than 1e-3 (a row off by more is not a stochastic row)."""
+    eps = float(np.finfo(dtype).eps)
+    if eps <= float(np.finfo(np.float64).eps):
+        return 1e-9
+    return max(1e-9, min(64 * eps * max(1, int(num_tokens)), 1e-3))
+
+
+def load_kernels(path: Path, schedule: str | None, causal: bool):
+    """Measured-kernel mode: a KernelStack from .npy/.npz ('kernels', 'lambdas') and --schedule.
+
+    Declared shapes and dtypes are checked against the memory limit and the expected
+    layout before any array is read. Rows must sum to 1 within ``kernel_tolerance`` of the
+    stored dtype; kernels stored below float64 precision are then renormalised row by row
+    (the stochastic matrices they round), so the rollout keeps its mass."""
+    from posbias import numerics as nx
+    from posbias.numerics import budget
+
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder, expected a .npy or .npz file")
+    try:
+        declared = _declared_arrays(path)
+    except _read_errors() as exc:
+        raise InputError(f"{path}: not a .npy/.npz array file ({_first_line(exc)})") from None
+    if "kernels" not in declared:
+        raise InputError(f"{path}: expected an array named 'kernels' in the .npz (found {sorted(declared)})")
+    for name in ("kernels", "lambdas"):
+        if name in declared:
+            shape, dtype = declared[name]
+            if not (np.issubdtype(dtype, np.floating) or (name == "lambdas" and np.issubdtype(dtype, np.integer)
+                                                           and dtype != np.bool_)):
+                raise InputError(f"{path}: {name}: expected floating-point values, got dtype {dtype}")
+    shape = declared["kernels"][0]
+    if len(shape) != 3:
+        raise InputError(f"{path}: kernels must have shape (T, N, N), got {shape}")
+    if shape[1] != shape[2] or shape[0] < 1 or shape[1] < 1:
+        raise InputError(f"{path}: kernels must have shape (T, N, N) with T, N >= 1, got {shape}")
+    if "lambdas" in declared and int(np.prod(declared["lambdas"][0], dtype=object)) != shape[0]:
+        raise InputError(f"{path}: lambdas: has shape {declared['lambdas'][0]}, expected {shape[0]} values "
+                         f"(one per layer of kernels {shape})")
+    reason = budget.check(f"kernels of shape {shape}", 3 * 8 * int(np.prod(shape, dtype=object)))
+    if reason:
+        raise InputError(f"{path}: {reason}")
     try:
         loaded = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (OSError, ValueError, EOFError) as exc:
-        raise InputError(f"{path}: not a .npy/.npz array file ({exc})") from None
-    lambdas = None
-    try:
         if isinstance(loaded, np.lib.npyio.NpzFile):
-            if "kernels" not in loaded.files:
-                raise InputError(f"{path}: expected an array named 'kernels' in the .npz (found {loaded.files})")
-            kernels = loaded["kernels"]
-            lambdas = loaded["lambdas"] if "lambdas" in loaded.files else None
+            with loaded:
+                kernels = loaded["kernels"]
+                lambdas = loaded["lambdas"] if "lambdas" in loaded.files else None
         else:
-            kernels = loaded
-    except (OSError, ValueError, EOFError) as exc:
-        raise InputError(f"{path}: unreadable array ({exc})") from None
+            kernels, lambdas = loaded, None
+    except _read_errors() as exc:
+        raise InputError(f"{path}: unreadable array ({_first_line(exc)})") from None
+    if kernels.shape != tuple(shape):  # the file changed since its header was read
+        raise InputError(f"{path}: kernels: read shape {kernels.shape}, but the header declared {shape}")
     warnings = []
-    if kernels.ndim != 3:
-        raise InputError(f"{path}: kernels must have shape (T, N, N), got {kernels.shape}")
     t = kernels.shape[0]
     if schedule is not None:
         try:
-            lambdas, clipped = nx.schedules.evaluate(nx.schedules.parse(schedule), t)
+            with np.errstate(all="ignore"):
+                lambdas, clipped = nx.schedules.evaluate(nx.schedules.parse(schedule), t)
         except ValueError as exc:
             raise InputError(f"--schedule: {exc}") from None
         if clipped:
             warnings.append(clip_warning(clipped))
     elif lambdas is None:
         raise InputError(f"{path}: no 'lambdas' array in the file; give --schedule SPEC")
-    if lambdas is not None and not np.issubdtype(np.asarray(lambdas).dtype, np.number):
-        raise InputError(f"{path}: lambdas: expected numbers, got dtype {np.asarray(lambdas).dtype}")
+    else:
+        lam = np.asarray(lambdas, dtype=np.float64).reshape(-1)
+        bad = np.flatnonzero(~(np.isfinite(lam) & (lam >= 0) & (lam <= 1)))
+        if bad.size:
+            raise InputError(f"{path}: lambdas[{bad[0]}] = {lam[bad[0]]:g}, expected a value in [0, 1] "
+                             "(or give --schedule SPEC, which clips)")
+        lambdas = lam
+    tol = kernel_tolerance(kernels.dtype, kernels.shape[-1])
     try:
-        return nx.KernelStack.build(kernels, lambdas, causal=causal), tuple(warnings)
+        stack = nx.KernelStack.build(kernels, lambdas, causal=causal, tol=tol)
     except nx.KernelError as exc:
         raise InputError(f"{path}: {exc}") from None
+    if float(np.finfo(kernels.dtype).eps) > float(np.finfo(np.float64).eps):
+        k = np.clip(stack.kernels, 0.0, None)  # within tolerance: tiny negative rounding goes to 0
+        if causal:
+            k = np.tril(k)
+        stack = nx.KernelStack(k / k.sum(axis=2, keepdims=True), stack.lambdas, stack.declared_causal)
+    return stack, tuple(warnings)
 
 
 def clip_warning(clipped: list[int]) -> str:

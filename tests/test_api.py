@@ -127,10 +127,42 @@ def test_log_route_is_exact_at_huge_negative_content():
         assert np.max(np.abs(p - dense)) <= 1e-12, engine
 
 
-def test_auto_records_what_it_did():
-    stack = nx.AlibiStack.build(np.ones(300), [0.0])  # uniform causal, lambda = 1: p(N-1) = N^-T underflows
+def test_auto_keeps_entries_below_float64_range():
+    """Uniform causal attention, lambda = 1, T = 300: p(N-1) = N^-T underflows float64.
+    Independent route: the Cesaro closed form p(N-1) = prod_t (1 - (N-1)/N) = N^-T (C2(c))."""
+    stack = nx.AlibiStack.build(np.ones(300), [0.0])
     res = nx.profile(stack, 24)
     assert res.extended_range and np.all(np.isfinite(res.log_probabilities))
-    assert any("extended range" in note for note in res.notes)
+    assert abs(res.log_probabilities[-1] - (-300 * np.log(24))) <= 1e-9
     summary = nx.summarize(res, stack)
     assert summary.argmin == int(np.argmin(res.log_probabilities)) and summary.log_p_min < -700
+    assert res.notes and res.notes[-1].startswith("auto: structured")
+
+
+def test_auto_without_native_kernel_retries_in_log_space(monkeypatch):
+    """Where the C kernel is unavailable (GPU, no compiler) auto runs XLA and redoes an underflowed
+    profile in log space, and says so."""
+    from posbias.numerics import native
+
+    monkeypatch.setattr(native, "available", lambda: False)
+    stack = nx.AlibiStack.build(np.ones(300), [0.0])
+    res = nx.profile(stack, 24)
+    assert res.path == "xla-log" and any("re-ran with extended range" in n for n in res.notes)
+    assert abs(res.log_probabilities[-1] - (-300 * np.log(24))) <= 1e-9
+
+
+def test_auto_never_reports_an_extreme_from_fft_round_off(monkeypatch):
+    """Without the native kernel auto takes the FFT at large N; entries below its absolute
+    resolution are recomputed exactly, and the summary's argmin comes from exact values."""
+    from posbias.numerics import native
+
+    monkeypatch.setattr(native, "available", lambda: False)
+    stack = nx.AlibiStack.build(np.full(12, 0.5), nx.alibi_slopes(8))
+    fft = nx.profile(stack, 16384, engine="fft")
+    assert fft.unresolved().any()  # the profile spans more than the FFT's absolute resolution
+    summary_fft = nx.summarize(fft, stack)
+    assert summary_fft.argmin is None and summary_fft.u_shape is None
+    res = nx.profile(stack, 16384, engine=nx.Auto(fft_from_tokens=16384))
+    assert res.path != "fft" and any("FFT's resolution" in n for n in res.notes)
+    exact = nx.profile(stack, 16384, engine=nx.Structured(native=False, ring="log"))
+    assert nx.summarize(res, stack).argmin == int(np.argmin(exact.log_probabilities))

@@ -13,7 +13,6 @@ import sympy as sp
 from hypothesis import given
 
 import posbias.numerics as nx
-from posbias import theorem
 from posbias.theorem import orders
 from posbias.theorem.claims import CLAIMS, certificate_registry, claims_citing, run_certificate
 
@@ -268,7 +267,3 @@ def test_exact_grid_orders_are_not_vacuous():
     assert exact_dominated(list(flat.row(4)), list(steep.row(4)))
     assert not exact_dominated(list(steep.row(4)), list(flat.row(4)))
     assert not exact_monotone(sp.Matrix([[0, 1], [1, 0]]))
-
-
-def test_theorem_package_docstring_present():
-    assert "JAX" in theorem.__doc__

@@ -1,5 +1,17 @@
 """posbias theorem: SymPy derivations, certificates and the claim registry.
 
 Never imports JAX at import time; expressions reach JAX through
-``sympy.lambdify(..., modules="jax")`` inside the functions that need it.
+``sympy.lambdify(..., modules="jax")`` inside the functions that need it
+(theorem.lambdify_jax, cesaro.jax_profile, continuum.jax_density). It shares the
+pure-NumPy modules posbias.numerics.schedules (the one schedule type) and
+posbias.numerics.shape (the one u_shape) with the engines.
+
+Layout: ``derivation`` / ``params`` (the interface: typed parameters, ``compute``,
+the CLI parser built from them), ``queries`` (the registry of derivations),
+``certificate`` / ``claims`` (certificates declared with ``@certificate`` and the
+claims they serve), ``cli`` (``posbias derive`` and ``posbias proofs``), one module per
+derivation, ``expr_guard`` (the bounded literal / expression parser and the magnitude-capped
+evaluator every hostile input goes through), and for the dichotomy: ``schedule_expr``
+(parsing), ``dichotomy_analysis``, ``dichotomy_certificates``, ``dichotomy_format``,
+``lambdify_jax``; ``time_limit`` is the CLI's last-resort wall-clock guard (it only refuses).
 """

@@ -1,27 +1,52 @@
-"""The result of running a certificate: did the checked statement hold?
+"""Certificates: machine checks of proof steps, declared once with ``@certificate``.
 
-A *certificate* is a zero-argument callable that re-derives one step of a
-proof in ``proofs/`` (a symbolic identity, a factorisation, an exact rational
-check) and returns a ``Check``. Certificates from other modules may return any
-object with ``holds`` and ``description`` attributes; ``as_check`` normalises.
+A *certificate* is a function that re-derives one step of a proof in ``proofs/``
+(a symbolic identity, a factorisation, an exact rational check) and returns a
+``Check``. It is declared, named and registered in one place:
+
+    @certificate("drift:causal-cdf-identity", claims=("C1", "C2(a)", "C2(b)"))
+    def causal_cdf_identity(max_tokens: int = 8) -> Check:
+        ...
+        return check(ok, "C1: F_(muK)(k) - F_mu(k) = ...")
+
+``check(holds, description, detail)`` builds the ``Check``; the decorator fills in
+the registered name, refuses any other return type, and refuses a second
+certificate with a name already taken (naming both). ``claims`` lists the
+THEORY.md labels whose proofs the certificate checks a step of; the claim
+registry (``posbias.theorem.claims``) reads it from here.
 
 Examples
 --------
->>> Check("demo", True, "1 + 1 = 2").holds
-True
->>> as_check("x", (False, "broken")).holds
-False
+>>> @certificate("demo:one-plus-one")
+... def one_plus_one() -> Check:
+...     return check(1 + 1 == 2, "1 + 1 = 2")
+>>> one_plus_one()
+Check(name='demo:one-plus-one', holds=True, description='1 + 1 = 2', detail='')
+>>> @certificate("demo:one-plus-one")
+... def impostor() -> Check:
+...     return check(False, "declared twice")
+Traceback (most recent call last):
+...
+ValueError: certificate 'demo:one-plus-one' is declared twice: by posbias.theorem.certificate.one_plus_one and by posbias.theorem.certificate.impostor
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import re
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable
+
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]*:[a-z0-9][a-z0-9-]*$")
 
 
 @dataclass(frozen=True)
 class Check:
-    """name: the certificate's registry name; holds: the verdict;
-    description: what was checked (one line); detail: optional evidence."""
+    """The outcome of one certificate (or one verification step).
+
+    name: the certificate's registry name; holds: the verdict; description: what was
+    checked (one line); detail: optional evidence (values, failures).
+    """
 
     name: str
     holds: bool
@@ -29,31 +54,65 @@ class Check:
     detail: str = ""
 
 
+def check(holds: bool, description: str, detail: str = "") -> Check:
+    """The ``Check`` a certificate returns; ``@certificate`` fills in its name."""
+    return Check("", bool(holds), description, detail)
+
+
 @dataclass(frozen=True)
-class Cert:
-    """The minimal certificate outcome used by theorem.cesaro, theorem.dichotomy and
-    theorem.continuum: name, verdict, and one line saying what was checked."""
+class Certificate:
+    """A registered certificate: ``run()`` returns its ``Check`` (named ``name``).
+
+    module: where it was declared; origin: ``module.qualname`` of the declaring function.
+    """
 
     name: str
-    holds: bool
-    detail: str
-
-    @property
-    def description(self) -> str:
-        return self.detail
+    claims: tuple[str, ...]
+    run: Callable[..., Check]
+    module: str
+    origin: str
 
 
-def as_check(name: str, result: object) -> Check:
-    """Normalise a certificate's return value (``Check``, duck-typed object,
-    ``(holds, description)`` pair or bare bool) into a ``Check``."""
-    if isinstance(result, Check):
-        return result
-    if hasattr(result, "holds"):
-        desc = str(getattr(result, "description", None) or getattr(result, "summary", "") or "")
-        detail = str(getattr(result, "detail", "") or "")
-        return Check(name, bool(result.holds), desc, "" if detail == desc else detail)
-    if isinstance(result, tuple) and len(result) == 2:
-        return Check(name, bool(result[0]), str(result[1]))
-    if isinstance(result, bool):
-        return Check(name, result, "")
-    raise TypeError(f"certificate {name!r} returned {type(result).__name__}, expected an object with .holds")
+_REGISTERED: dict[str, Certificate] = {}
+
+
+def certificate(name: str, *, claims: Iterable[str] = ()) -> Callable[[Callable[..., Check]], Callable[..., Check]]:
+    """Declare and register a certificate named ``name`` ("module:check-name").
+
+    The decorated function keeps its signature (arguments with defaults only, so the
+    registry can call it with none) and returns a ``Check`` carrying ``name``.
+    """
+    if not NAME_PATTERN.match(name):
+        raise ValueError(f"certificate name {name!r}: expected 'module:check-name' (lower case, digits, '-')")
+    labels = tuple(claims)
+
+    def decorate(fn: Callable[..., Check]) -> Callable[..., Check]:
+        @functools.wraps(fn)
+        def run(*args, **kwargs) -> Check:
+            out = fn(*args, **kwargs)
+            if not isinstance(out, Check):
+                raise TypeError(f"certificate {name!r} returned {type(out).__name__}; expected a Check")
+            if out.name not in ("", name):
+                raise ValueError(f"certificate {name!r} returned a Check named {out.name!r}")
+            return replace(out, name=name)
+
+        record = Certificate(name, labels, run, fn.__module__, f"{fn.__module__}.{fn.__qualname__}")
+        existing = _REGISTERED.get(name)
+        if existing is not None and existing.origin != record.origin:
+            raise ValueError(f"certificate {name!r} is declared twice: by {existing.origin} and by {record.origin}")
+        _REGISTERED[name] = record
+        run.certificate = record
+        return run
+
+    return decorate
+
+
+def registered(modules: Iterable[str] | None = None) -> dict[str, Certificate]:
+    """name -> Certificate for every certificate declared so far (in the given modules only,
+    module by module in the order given, when ``modules`` is set)."""
+    if modules is None:
+        return dict(_REGISTERED)
+    out: dict[str, Certificate] = {}
+    for mod in modules:
+        out.update({n: c for n, c in _REGISTERED.items() if c.module == mod})
+    return out

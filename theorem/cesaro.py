@@ -39,12 +39,20 @@ from typing import Callable, Sequence
 
 import sympy as sp
 
-from posbias.theorem.certificate import Cert
-from posbias.theorem.params import ArgParser, exact_number
+from posbias.numerics import schedules
+from posbias.numerics.shape import u_shape
+from posbias.theorem.certificate import Check, certificate, check, registered
 from posbias.theorem.derivation import Derivation, DeriveError, Result
+from posbias.theorem.params import Params, param
 
 MAX_TOKENS = 4096
-MAX_COST = 1024**3 * 64  # limit on N^3 T: the exact evaluation takes about 2.5 s at N = 1024, T = 64
+MAX_LAYERS = 4096  # T; the λ_t are built in O(T) Fraction / mpmath steps, never a SymPy call per layer
+MAX_COST = 1024**3 * 64  # limit on N^3 T (kept for continuum-profile, which evaluates constant λ only)
+MAX_WORK = 2 * 10**9  # word operations (estimated_work): about 3 s; N = 1024, T = 64, λ = 1/2 needs 1.6e9
+LIMITS = (f"--tokens <= {MAX_TOKENS}, --layers <= {MAX_LAYERS}, and at most 2e9 big-integer word operations, "
+          "estimated from the parameters before anything is built (the common denominator has T bits(lcm(1..N)) "
+          "plus the bits of every λ_t's denominator; a geometric q = a/b adds t bits(b) at layer t); about 3 s at "
+          "the limit (N = 1024, T = 64, λ = 1/2 fits); decimals in a schedule: at most 60 digits, exponents within ±60")
 ROUND_DIGITS = 40  # irrational λ_t are rounded to this many decimals (error bound reported)
 
 
@@ -53,7 +61,7 @@ ROUND_DIGITS = 40  # irrational λ_t are rounded to this many decimals (error bo
 class ExactSchedule:
     """λ_0..λ_{T-1} as exact fractions; ``rounded`` counts layers rounded to ROUND_DIGITS decimals."""
 
-    spec: str
+    spec: str  # the schedule's canonical spec (posbias.numerics.schedules)
     formula: str
     lambdas: tuple[Fraction, ...]
     rounded: int
@@ -72,42 +80,168 @@ def _to_fraction(x: sp.Rational) -> Fraction:
     return Fraction(int(x.p), int(x.q))
 
 
-def parse_schedule(spec: str, num_layers: int | None) -> ExactSchedule:
-    """``constant:L``, ``power_decay:L0,BETA`` (λ_t = L0/(t+1)^BETA) or ``custom:L0,L1,...``."""
-    expected = "expected constant:L, power_decay:L0,BETA or custom:L0,L1,..."
-    kind, sep, rest = spec.partition(":")
-    if not sep or not rest.strip():
-        raise DeriveError(f"--schedule {spec!r}: {expected}")
-    numbers = [exact_number(a, f"--schedule {spec!r}") for a in rest.split(",")]
-    rounded = 0
-    if kind == "custom":
-        if num_layers is not None and num_layers != len(numbers):
+DEFAULT_LAYERS = 32  # T when --layers is not given (custom schedules: their length)
+
+
+def _formula(schedule: schedules.Schedule) -> str:
+    t = sp.Symbol("t", integer=True, nonnegative=True)
+    if isinstance(schedule, schedules.Custom):
+        return "λ_t given layer by layer"
+    if isinstance(schedule, schedules.PowerDecay):
+        lam0, beta = (sp.Rational(repr(float(x))) for x in (schedule.lambda_0, schedule.beta))
+        return f"λ_t = ({lam0})/(t+1)^({beta})"
+    return f"λ_t = {schedule.symbolic(t)}"
+
+
+def exact_schedule(schedule: schedules.Schedule, num_layers: int | None = None) -> ExactSchedule:
+    """λ_0..λ_{T-1} of ``schedule`` as exact fractions, from its symbolic view (parameters read as the
+    decimals they were written as: 0.3 -> 3/10); irrational values are rounded to ROUND_DIGITS
+    decimals and counted in ``rounded``. T = ``num_layers``, else the custom length, else 32.
+
+    >>> exact_schedule(schedules.parse("power_decay:0.5,1"), 3).lambdas
+    (Fraction(1, 2), Fraction(1, 4), Fraction(1, 6))
+    """
+    spec = schedule.spec
+    if isinstance(schedule, schedules.Custom):
+        if num_layers is not None and num_layers != len(schedule.lambdas):
             raise DeriveError(
-                f"--schedule {spec!r}: {len(numbers)} values but --layers {num_layers}; expected equal"
+                f"--schedule {spec!r}: {len(schedule.lambdas)} values but --layers {num_layers}; expected equal"
             )
-        values = numbers
-        formula = "λ_t given layer by layer"
-    else:
-        t_count = 32 if num_layers is None else num_layers
-        if kind == "constant" and len(numbers) == 1:
-            values = [numbers[0]] * t_count
-            formula = f"λ_t = {numbers[0]}"
-        elif kind == "power_decay" and len(numbers) == 2:
-            lam0, beta = numbers
-            values = []
-            for t in range(t_count):
-                v = lam0 * sp.Integer(t + 1) ** (-beta)
-                if not v.is_Rational:
-                    v = sp.Rational((v * 10**ROUND_DIGITS).evalf(ROUND_DIGITS + 20).round(), 10**ROUND_DIGITS)
-                    rounded += 1
-                values.append(v)
-            formula = f"λ_t = ({lam0})/(t+1)^({beta})"
-        else:
-            raise DeriveError(f"--schedule {spec!r}: {expected}")
-    for t, v in enumerate(values):
+        num_layers = len(schedule.lambdas)
+    t_count = DEFAULT_LAYERS if num_layers is None else num_layers
+    if t_count > MAX_LAYERS:
+        raise DeriveError(f"--layers {t_count}: expected at most {MAX_LAYERS}")
+    values, rounded = _layer_values(schedule, t_count)
+    for layer, v in enumerate(values):
         if not 0 <= v <= 1:
-            raise DeriveError(f"--schedule {spec!r}: λ_{t} = {v} lies outside [0, 1]; expected 0 <= λ_t <= 1")
-    return ExactSchedule(spec, formula, tuple(_to_fraction(v) for v in values), rounded)
+            raise DeriveError(f"--schedule {spec!r}: λ_{layer} = {v} lies outside [0, 1]; expected 0 <= λ_t <= 1")
+    return ExactSchedule(spec, _formula(schedule), tuple(values), rounded)
+
+
+def _dec(x: float) -> Fraction:
+    return Fraction(repr(float(x)))
+
+
+def _integer_root(x: int, q: int) -> int | None:
+    """The integer r with r^q = x, if there is one (x >= 1)."""
+    if x == 1:
+        return 1
+    if q > x.bit_length():  # 2^q > x: no integer q-th root above 1
+        return None
+    r = round(x ** (1.0 / q))
+    for c in (r - 1, r, r + 1):
+        if c >= 1 and c**q == x:
+            return c
+    return None
+
+
+def _layer_values(schedule: schedules.Schedule, t_count: int) -> tuple[list[Fraction], int]:
+    """λ_0..λ_{T-1} exactly (Fractions; parameters read as the decimals they print as), irrational
+    values rounded to ROUND_DIGITS decimals (from 20 more digits in mpmath); (values, rounded count)."""
+    if isinstance(schedule, schedules.Custom):
+        return [_dec(x) for x in schedule.lambdas], 0
+    if isinstance(schedule, schedules.Constant):
+        return [_dec(schedule.value)] * t_count, 0
+    if isinstance(schedule, schedules.Geometric):
+        lam0, q = _dec(schedule.lambda_0), _dec(schedule.q)
+        out, v = [], lam0
+        for _ in range(t_count):
+            out.append(v)
+            v *= q
+        return out, 0
+    if isinstance(schedule, schedules.PowerDecay):
+        lam0, beta = _dec(schedule.lambda_0), _dec(schedule.beta)
+        if beta.denominator == 1:
+            return [lam0 / Fraction(t + 1) ** int(beta) for t in range(t_count)], 0
+        import mpmath
+
+        scale = 10**ROUND_DIGITS
+        out = []
+        with mpmath.workdps(ROUND_DIGITS + 20):
+            b = mpmath.mpf(beta.numerator) / beta.denominator
+            l0 = mpmath.mpf(lam0.numerator) / lam0.denominator
+            rounded = 0
+            for t in range(t_count):
+                root = _integer_root(t + 1, beta.denominator)
+                if root is not None:  # (t+1)^(-p/q) is rational when t+1 is a q-th power
+                    out.append(lam0 / Fraction(root) ** beta.numerator)
+                    continue
+                out.append(Fraction(int(mpmath.nint(l0 * mpmath.power(t + 1, -b) * scale)), scale))
+                rounded += 1
+        return out, rounded
+    t = sp.Symbol("t", integer=True, nonnegative=True)
+    expr = schedule.symbolic(t)
+    values, rounded = [], 0
+    for layer in range(t_count):
+        v = expr.subs(t, layer)
+        if not v.is_Rational:
+            v = sp.Rational((v * 10**ROUND_DIGITS).evalf(ROUND_DIGITS + 20).round(), 10**ROUND_DIGITS)
+            rounded += 1
+        values.append(_to_fraction(v))
+    return values, rounded
+
+
+def _layer_bits(schedule: schedules.Schedule, t_count: int) -> list[int]:
+    """Upper bounds on the bits of each λ_t's denominator, from the parameters alone (nothing built)."""
+    rounded = ROUND_DIGITS * 4  # a rounded λ_t: denominator 10^40 < 2^133
+    if isinstance(schedule, schedules.Custom):
+        return [_dec(x).denominator.bit_length() for x in schedule.lambdas]
+    if isinstance(schedule, schedules.Constant):
+        return [_dec(schedule.value).denominator.bit_length()] * t_count
+    if isinstance(schedule, schedules.Geometric):
+        b0, bq = _dec(schedule.lambda_0).denominator.bit_length(), _dec(schedule.q).denominator.bit_length()
+        return [b0 + bq * t for t in range(t_count)]
+    if isinstance(schedule, schedules.PowerDecay):
+        beta = _dec(schedule.beta)
+        b0 = _dec(schedule.lambda_0).denominator.bit_length()
+        if beta.denominator == 1:
+            return [b0 + int(beta) * (t + 1).bit_length() for t in range(t_count)]
+        return [rounded] * t_count
+    return [rounded] * t_count
+
+
+def estimated_work(schedule: schedules.Schedule, num_tokens: int, num_layers: int | None) -> tuple[int, int]:
+    """(word operations, bits B of the common denominator) of ``exact_profile``, bounded from the
+    parameters before anything is built: per token k a product of T layer factors (4 N Σ_t ⌈B_t/64⌉
+    ⌈b_t/64⌉, B_t the bits so far, b_t = bits(λ_t's denominator) + bits(N)) plus the difference table
+    (N^2 ⌈B/64⌉), B = T bits(lcm(1..N)) + Σ_t b_t."""
+    t_count = (len(schedule.lambdas) if isinstance(schedule, schedules.Custom)
+               else DEFAULT_LAYERS if num_layers is None else num_layers)
+    n = num_tokens
+    if n > MAX_TOKENS or t_count > MAX_LAYERS:
+        return 10**30, 10**30
+    lcm_bits = math.lcm(*range(1, n + 1)).bit_length()
+    layer = [b + n.bit_length() + 1 for b in _layer_bits(schedule, t_count)]
+    products, so_far = 0, 0
+    for b in layer:
+        so_far += b
+        products += -(-so_far // 64) * -(-b // 64)
+    bits = t_count * lcm_bits + sum(layer) + 1
+    return 4 * n * products + n * n * -(-bits // 64), bits
+
+
+def parse_schedule(spec: str, num_layers: int | None = None) -> ExactSchedule:
+    """``constant:L``, ``power_decay:L0,BETA`` (λ_t = L0/(t+1)^BETA), ``geometric:L0,Q`` or
+    ``custom:L0,L1,...`` (posbias.numerics.schedules.parse), evaluated exactly by ``exact_schedule``."""
+    return exact_schedule(_parse(spec), num_layers)
+
+
+def _parse_bounded(spec: str) -> schedules.Schedule:
+    """``schedules.parse`` after checking every number against theorem.expr_guard's literal limits."""
+    from posbias.theorem.expr_guard import exact_number
+
+    _, _, args = spec.partition(":")
+    for a in args.split(","):
+        if a.strip():
+            exact_number(a, f"--schedule {spec!r}")
+    return schedules.parse(spec)
+
+
+def _parse(spec: str) -> schedules.Schedule:
+    try:
+        return schedules.parse(spec)
+    except ValueError as exc:
+        raise DeriveError(f"--schedule: {exc}") from None
 
 
 # ------------------------------------------------------------------------ exact evaluator
@@ -120,9 +254,11 @@ class ExactProfile:
 
     @property
     def denominator_bits(self) -> int:
+        """Size of the common denominator in bits (the cost of exactness)."""
         return self.denominator.bit_length()
 
     def fractions(self) -> list[Fraction]:
+        """p(j) as exact (reduced) fractions."""
         return [Fraction(n, self.denominator) for n in self.numerators]
 
     def floats(self) -> list[float]:
@@ -130,12 +266,21 @@ class ExactProfile:
         return [n / self.denominator for n in self.numerators]
 
 
+def moment_parts(k: int, lambdas: Sequence[Fraction]) -> tuple[int, int]:
+    """mu_k = num / den with num = Π_t (b_t (k+1) - a_t k), den = Π_t b_t (k+1) (λ_t = a_t/b_t), unreduced:
+    T big-integer products and no gcd (a gcd per layer is quadratic in the bit size)."""
+    num, den = 1, 1
+    for lam in lambdas:
+        lam = Fraction(lam)
+        num *= lam.denominator * (k + 1) - lam.numerator * k
+        den *= lam.denominator * (k + 1)
+    return num, den
+
+
 def moment_fraction(k: int, lambdas: Sequence[Fraction]) -> Fraction:
     """mu_k = prod_t (1 - λ_t k/(k+1)) as an exact fraction."""
-    out = Fraction(1)
-    for lam in lambdas:
-        out *= 1 - Fraction(lam) * Fraction(k, k + 1)
-    return out
+    num, den = moment_parts(k, lambdas)
+    return Fraction(num, den)
 
 
 def exact_profile(lambdas: Sequence[Fraction | int], num_tokens: int) -> ExactProfile:
@@ -239,39 +384,47 @@ def _is_zero_matrix(m: sp.Matrix) -> bool:
     return all(sp.expand(sp.together(e)) == 0 for e in m)
 
 
-def _cert_cesaro_is_hausdorff(max_n: int = 8) -> Cert:
+@certificate("cesaro:hausdorff-of-cesaro", claims=("cesaro",))
+def hausdorff_of_cesaro(max_n: int = 8) -> Check:
+    """C = H(1/(k+1)) and I = H(1), exactly, N <= max_n (step 1 of proofs/cesaro.md)."""
     ok = all(
         hausdorff_matrix([sp.Rational(1, k + 1) for k in range(n)]) == cesaro_matrix(n)
         and hausdorff_matrix([1] * n) == sp.eye(n)
         for n in range(1, max_n + 1)
     )
-    return Cert("cesaro:hausdorff-of-cesaro", ok,
+    return check(ok,
                 f"H(1/(k+1)) = C and H(1) = I exactly for N = 1..{max_n}")
 
 
-def _cert_product_rule(max_n: int = 6) -> Cert:
+@certificate("cesaro:hausdorff-product-rule", claims=("cesaro",))
+def hausdorff_product_rule(max_n: int = 6) -> Check:
+    """H(a) H(b) = H(a b) for symbolic moment sequences, N <= max_n (Hausdorff matrices commute)."""
     ok = True
     for n in range(1, max_n + 1):
         a = sp.symbols(f"a0:{n}")
         b = sp.symbols(f"b0:{n}")
         ab = [a[k] * b[k] for k in range(n)]
         ok &= _is_zero_matrix(hausdorff_matrix(a) * hausdorff_matrix(b) - hausdorff_matrix(ab))
-    return Cert("cesaro:hausdorff-product-rule", bool(ok),
+    return check(bool(ok),
                 f"H(a) H(b) = H(a·b) for symbolic sequences a, b, N = 1..{max_n} (hence H's commute)")
 
 
-def _cert_layer(max_n: int = 6) -> Cert:
+@certificate("cesaro:residual-layer", claims=("cesaro",))
+def residual_layer(max_n: int = 6) -> Check:
+    """(1 - λ) I + λ C = H(1 - λ k/(k+1)) for symbolic λ, N <= max_n."""
     lam = sp.Symbol("lambda")
     ok = all(
         _is_zero_matrix((1 - lam) * sp.eye(n) + lam * cesaro_matrix(n)
                         - hausdorff_matrix([layer_moment(k, lam) for k in range(n)]))
         for n in range(1, max_n + 1)
     )
-    return Cert("cesaro:residual-layer", ok,
+    return check(ok,
                 f"(1-λ) I + λ C = H(1 - λ k/(k+1)) for symbolic λ, N = 1..{max_n}")
 
 
-def _cert_rollout(max_n: int = 5, num_layers: int = 3) -> Cert:
+@certificate("cesaro:rollout-closed-form", claims=("cesaro",))
+def rollout_closed_form(max_n: int = 5, num_layers: int = 3) -> Check:
+    """P = H(mu), mu_k = Π_t (1 - λ_t k/(k+1)), and its last row is the p(j) formula (symbolic λ)."""
     lams = sp.symbols(f"lambda_0:{num_layers}")
     ok = True
     for n in range(1, max_n + 1):
@@ -280,21 +433,25 @@ def _cert_rollout(max_n: int = 5, num_layers: int = 3) -> Cert:
             p = ((1 - lam) * sp.eye(n) + lam * cesaro_matrix(n)) * p
         ok &= _is_zero_matrix(p - hausdorff_matrix([moment_expr(k, lams) for k in range(n)]))
         ok &= _is_zero_matrix(p[n - 1, :] - sp.Matrix([profile_exprs(n, lams)]))
-    return Cert("cesaro:rollout-closed-form", bool(ok),
+    return check(bool(ok),
                 f"R^(2) R^(1) R^(0) = H(mu), mu_k = Π_t (1 - λ_t k/(k+1)), and its last row is the "
                 f"p(j) formula, symbolic λ_0..λ_{num_layers - 1}, N = 1..{max_n}")
 
 
-def _cert_layer_order(n: int = 6) -> Cert:
+@certificate("cesaro:layer-order-irrelevant", claims=("cesaro",))
+def layer_order_irrelevant(n: int = 6) -> Check:
+    """R(λ_0) R(λ_1) = R(λ_1) R(λ_0) symbolically: layer order does not matter."""
     l0, l1 = sp.symbols("lambda_0 lambda_1")
     r0 = (1 - l0) * sp.eye(n) + l0 * cesaro_matrix(n)
     r1 = (1 - l1) * sp.eye(n) + l1 * cesaro_matrix(n)
     ok = _is_zero_matrix(r0 * r1 - r1 * r0)
-    return Cert("cesaro:layer-order-irrelevant", ok,
+    return check(ok,
                 f"R(λ_0) R(λ_1) = R(λ_1) R(λ_0) symbolically (N = {n}); in general mu is symmetric in λ_t")
 
 
-def _cert_collapse(max_n: int = 8) -> Cert:
+@certificate("cesaro:collapse-iff-divergence", claims=("cesaro",))
+def collapse_iff_divergence(max_n: int = 8) -> Check:
+    """λ/2 <= λ k/(k+1) <= λ for k >= 1 (mu_k -> 0 iff Σλ_t = ∞), and H(1, 0, ..., 0) has last row e_0 (C5(c))."""
     lam, m = sp.Symbol("lambda", nonnegative=True), sp.Symbol("m", nonnegative=True)
     k = m + 1  # k >= 1
     x = lam * k / (k + 1)
@@ -305,13 +462,15 @@ def _cert_collapse(max_n: int = 8) -> Cert:
         list(hausdorff_matrix([1] + [0] * (n - 1))[n - 1, :]) == [1] + [0] * (n - 1)
         for n in range(1, max_n + 1)
     )
-    return Cert("cesaro:collapse-iff-divergence", sandwich and point_mass,
+    return check(sandwich and point_mass,
                 "for k >= 1, λ_t/2 <= λ_t k/(k+1) <= λ_t (so mu_k -> 0 iff Σλ_t = ∞ by the product bounds "
-                "1-x <= e^{-x}, 1-x >= e^{-x/(1-x)} of theorem.dichotomy), and H(1,0,...,0) has last row "
+                "1-x <= e^{-x}, 1-x >= e^{-x/(1-x)} of theorem.dichotomy_certificates), and H(1,0,...,0) has last row "
                 f"e_0 (N = 1..{max_n}): collapse p -> e_0 iff Σλ_t = ∞ (C5(c))")
 
 
-def _cert_exact_vs_matrix(n: int = 7) -> Cert:
+@certificate("cesaro:integer-evaluator", claims=("cesaro",))
+def integer_evaluator(n: int = 7) -> Check:
+    """``exact_profile`` (integer difference table) equals the exact matrix product for five λ."""
     lams = [Fraction(1, 3), Fraction(7, 10), Fraction(1, 1), Fraction(0), Fraction(2, 9)]
     cm = cesaro_matrix(n)
     p = sp.eye(n)
@@ -320,64 +479,53 @@ def _cert_exact_vs_matrix(n: int = 7) -> Cert:
         p = ((1 - q) * sp.eye(n) + q * cm) * p
     want = [Fraction(int(v.p), int(v.q)) for v in p[n - 1, :]]
     got = exact_profile(lams, n).fractions()
-    return Cert("cesaro:integer-evaluator", got == want,
+    return check(got == want,
                 f"the integer difference-table evaluator equals the exact matrix product (N = {n}, "
                 f"λ = {', '.join(map(str, lams))})")
 
 
-def certificates() -> dict[str, Callable[[], Cert]]:
-    """The checks behind the closed form, by name (each returns a ``Cert``)."""
-    return {
-        "cesaro:hausdorff-of-cesaro": _cert_cesaro_is_hausdorff,
-        "cesaro:hausdorff-product-rule": _cert_product_rule,
-        "cesaro:residual-layer": _cert_layer,
-        "cesaro:rollout-closed-form": _cert_rollout,
-        "cesaro:layer-order-irrelevant": _cert_layer_order,
-        "cesaro:collapse-iff-divergence": _cert_collapse,
-        "cesaro:integer-evaluator": _cert_exact_vs_matrix,
-    }
-
-
 # ---------------------------------------------------------------------------- derivation
-USAGE = ("posbias derive cesaro-rollout [--tokens N (default 64)] [--layers T (default 32; custom: its length)] "
-         "[--schedule constant:L | power_decay:L0,BETA | custom:L0,L1,... (default constant:0.5)] [--certify]")
+@dataclass(frozen=True)
+class CesaroParams(Params):
+    """Sequence length, depth and λ schedule of the exact Cesàro rollout."""
 
-
-def _parser() -> ArgParser:
-    p = ArgParser("cesaro-rollout")
-    p.add_argument("--tokens", type=int, default=64)
-    p.add_argument("--layers", type=int, default=None)
-    p.add_argument("--schedule", default="constant:0.5")
-    p.add_argument("--certify", action="store_true")
-    return p
+    name = "cesaro-rollout"
+    tokens: int = param(64, meaning="the number of tokens N", example="128", minimum=1, maximum=MAX_TOKENS)
+    layers: int | None = param(None, meaning="the number of layers T", example="8", minimum=0, maximum=MAX_LAYERS,
+                               default_text=f"{DEFAULT_LAYERS}; a custom schedule: its length")
+    schedule: schedules.Schedule = param(
+        schedules.Constant(0.5), convert=_parse_bounded, metavar="SCHEDULE", example="power_decay:0.9,1",
+        meaning="the λ schedule: constant:L, power_decay:L0,BETA, geometric:L0,Q or custom:L0,L1,...")
+    certify: bool = param(False, meaning="also run the certificates behind the closed form", example="--certify")
 
 
 def _fmt(x: float) -> str:
     return f"{x:.10g}"
 
 
-def run(args: list[str]) -> Result:
-    ns = _parser().parse(args)
-    n = ns.tokens
-    if not 1 <= n <= MAX_TOKENS:
-        raise DeriveError(f"cesaro-rollout: --tokens {n}; expected 1 <= N <= {MAX_TOKENS}")
-    if ns.layers is not None and ns.layers < 0:
-        raise DeriveError(f"cesaro-rollout: --layers {ns.layers}; expected T >= 0")
-    sched = parse_schedule(ns.schedule, ns.layers)
+def compute(params: CesaroParams = CesaroParams()) -> Result:
+    """The exact profile p = e_{N-1} H(mu) of T Cesàro layers (THEORY.md 'An exact closed form'), its
+    minimum and shape (C6) and last-token atom (C2(c)); the certificates when ``certify``."""
+    n = params.tokens
+    work, bits = estimated_work(params.schedule, n, params.layers)
+    if work > MAX_WORK:
+        t_est = len(params.schedule.lambdas) if isinstance(params.schedule, schedules.Custom) else (
+            DEFAULT_LAYERS if params.layers is None else params.layers)
+        raise DeriveError(f"cesaro-rollout: --tokens {n} --layers {t_est} --schedule {params.schedule.spec}: the "
+                          f"exact evaluation needs about {work:.3g} word operations (denominator of {bits} bits); "
+                          f"expected at most {MAX_WORK:.0e}")
+    sched = exact_schedule(params.schedule, params.layers)
     t_count = len(sched.lambdas)
-    if n**3 * max(t_count, 1) > MAX_COST:
-        raise DeriveError(f"cesaro-rollout: --tokens {n} --layers {t_count}; expected N^3 T <= 1024^3 * 64 "
-                          "(the exact evaluation costs about N^3 T)")
     prof = exact_profile(sched.lambdas, n)
     if sum(prof.numerators) != prof.denominator:
         raise AssertionError("exact profile does not sum to 1")  # mu_0 = 1 makes this an identity
     p = prof.floats()
     j_min = min(range(n), key=lambda j: (prof.numerators[j], j))
     interior = 0 < j_min < n - 1
-    u_shape = interior and p[0] > p[j_min] and p[-1] > p[j_min]
+    u_shaped = u_shape(prof.numerators)  # one common denominator: the numerators order like p
     lam_sum = sum(sched.lambdas, Fraction(0))
-    last_atom = moment_fraction(n - 1, sched.lambdas)
-    assert last_atom * prof.denominator == prof.numerators[-1]  # C2(c): p(N-1) = mu_{N-1}
+    atom_num, atom_den = moment_parts(n - 1, sched.lambdas)
+    assert atom_num * prof.denominator == prof.numerators[-1] * atom_den  # C2(c): p(N-1) = mu_{N-1}
 
     exactness = ("exact" if not sched.rounded else
                  f"exact for λ_t rounded to {ROUND_DIGITS} decimals in {sched.rounded} layers; "
@@ -393,18 +541,18 @@ def run(args: list[str]) -> Result:
         f"p(0)   = {_fmt(p[0])}",
         f"p(N-1) = mu_(N-1) = Π_t (1 - λ_t (N-1)/N) = {_fmt(p[-1])}   (C2(c))",
         f"min p  = {_fmt(p[j_min])} at j = {j_min}; interior: {'yes' if interior else 'no'}; "
-        f"U-shape: {'yes' if u_shape else 'no'}   (C6)",
+        f"U-shape: {'yes' if u_shaped else 'no'}   (C6)",
         "corollaries: layer order is irrelevant (mu is symmetric in λ_t); as T -> ∞, p -> e_0 iff "
         "Σ_t λ_t = ∞ (C5(c)), else p -> H(mu^∞)",
         "   j  p(j)",
     ]
     lines += [f"{j:>4}  {_fmt(p[j])}" for j in shown]
     certs = {}
-    if ns.certify:
-        for name, check in certificates().items():
-            c = check()
-            certs[name] = {"holds": c.holds, "detail": c.detail}
-            lines.append(f"[{'ok' if c.holds else 'FAILS'}] {name}: {c.detail}")
+    if params.certify:
+        for name, cert in registered([__name__]).items():
+            c = cert.run()
+            certs[name] = {"holds": c.holds, "detail": c.description}
+            lines.append(f"[{'ok' if c.holds else 'FAILS'}] {name}: {c.description}")
     latex = (
         r"p(j)=\binom{N-1}{j}\sum_{i=0}^{N-1-j}(-1)^i\binom{N-1-j}{i}\mu_{j+i},\qquad "
         r"\mu_k=\prod_{t=0}^{T-1}\Bigl(1-\lambda_t\frac{k}{k+1}\Bigr)"
@@ -425,7 +573,7 @@ def run(args: list[str]) -> Result:
         "argmin": j_min,
         "min": p[j_min],
         "interior_min": interior,
-        "u_shape": u_shape,
+        "u_shape": u_shaped,
         "denominator_bits": prof.denominator_bits,
         "certificates": certs,
     }
@@ -438,6 +586,7 @@ DERIVATION = Derivation(
     name="cesaro-rollout",
     summary="exact profile of uniform causal attention under any λ schedule (Hausdorff moments)",
     claims=("C2", "C5", "C6"),
-    usage=USAGE,
-    run=run,
+    params=CesaroParams,
+    compute=compute,
+    limits=LIMITS,
 )

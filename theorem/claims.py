@@ -1,16 +1,20 @@
 """The claim registry: C1-C6 and the Cesàro closed form (THEORY.md, Claims), each once.
 
-A ``Claim`` carries its label, statement (plain text and LaTeX), hypotheses, the
-names of the certificates that check its proof steps, a numeric predicate on
-numpy arrays for property tests, and the proof file in ``proofs/`` that cites
-those certificates. Certificates are looked up by name in ``certificate_registry()``,
-which collects ``certificates()`` from the modules in ``CERTIFICATE_MODULES``
-(imported lazily, so this module loads without them and without JAX).
+A ``Claim`` carries its label, statement (plain text and LaTeX), hypotheses, a
+numeric predicate on numpy arrays for property tests, and the proof file in
+``proofs/``. The certificates that check its proof steps are not listed here:
+each certificate names the claims it serves where it is declared
+(``@certificate(name, claims=...)``, posbias.theorem.certificate), and
+``Claim.certificates`` reads them from ``certificate_registry()``, which imports
+the modules in ``CERTIFICATE_MODULES`` lazily (so this module loads without them
+and without JAX).
 
 Examples
 --------
 >>> CLAIMS["C1"].proof
 'proofs/C1.md'
+>>> CLAIMS["C1"].certificates
+('drift:causal-cdf-identity',)
 >>> import numpy as np
 >>> CLAIMS["C1"].predicate(np.array([[1.0, 0.0], [0.5, 0.5]]), np.array([0.0, 1.0]))
 True
@@ -21,13 +25,14 @@ True
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
+from posbias.numerics.shape import u_shape
 from posbias.theorem import orders
-from posbias.theorem.certificate import Check, as_check
+from posbias.theorem.certificate import Check, registered
 
 CERTIFICATE_MODULES = (
     "posbias.theorem.softmax_shift",
@@ -37,7 +42,7 @@ CERTIFICATE_MODULES = (
     "posbias.theorem.diagonal_product",
     "posbias.theorem.shape",
     "posbias.theorem.cesaro",
-    "posbias.theorem.dichotomy",
+    "posbias.theorem.dichotomy_certificates",
     "posbias.theorem.continuum",
 )
 
@@ -45,20 +50,23 @@ CERTIFICATE_MODULES = (
 @dataclass(frozen=True)
 class Claim:
     """label: e.g. "C2(a)"; statement / latex: the claim; hypotheses: when it holds;
-    certificates: registry names of the checks its proof cites; predicate: numeric
-    check on numpy arrays (signature in ``predicate_args``); proof: path of the proof file;
-    status: "proved" or "partly observed" (C6)."""
+    predicate: numeric check on numpy arrays (signature in ``predicate_args``); proof: path
+    of the proof file; status: "proved" or "partly observed" (C6)."""
 
     label: str
     title: str
     statement: str
     latex: str
     hypotheses: tuple[str, ...]
-    certificates: tuple[str, ...]
     predicate: Callable[..., bool]
     predicate_args: str
     proof: str
     status: str = "proved"
+
+    @property
+    def certificates(self) -> tuple[str, ...]:
+        """Registry names of the certificates declared with this claim's label."""
+        return tuple(name for name, labels in certificate_registry().claims.items() if self.label in labels)
 
     def check(self) -> list[Check]:
         """Run this claim's certificates."""
@@ -169,9 +177,7 @@ def _c5c(pmat, kernels, lambdas, tol=TOL) -> bool:
 
 
 def _c6(p) -> bool:
-    """u_shape: argmin interior and both ends strictly above the minimum."""
-    from posbias.theorem.shape import u_shape
-
+    """u_shape (posbias.numerics.shape): argmin interior and both ends strictly above the minimum."""
     return u_shape(np.asarray(p).tolist())
 
 
@@ -192,7 +198,6 @@ _CLAIMS = [
         "For every causal row-stochastic K and every distribution mu: mu K ≼ mu.",
         r"\mu K \preceq \mu \quad (K \text{ causal, row-stochastic})",
         ("K row-stochastic", "K causal: K[i, j] = 0 for j > i", "mu a distribution on {0, ..., N-1}"),
-        ("drift:causal-cdf-identity",),
         _c1, "(K, mu, tol)", "proofs/C1.md",
     ),
     Claim(
@@ -200,7 +205,6 @@ _CLAIMS = [
         "mu A ≼ mu R_lambda ≼ mu, and mu R_lambda is ≼-decreasing in lambda (F_{mu R} = (1-lambda) F_mu + lambda F_{mu A}).",
         r"\mu A \preceq \mu R_\lambda \preceq \mu,\quad F_{\mu R_\lambda} = (1-\lambda) F_\mu + \lambda F_{\mu A}",
         ("A causal row-stochastic", "lambda in [0, 1]"),
-        ("drift:residual-cdf-mixture", "drift:causal-cdf-identity"),
         _c2a, "(A, mu, lam, lam_hi=None, tol)", "proofs/C2.md",
     ),
     Claim(
@@ -209,8 +213,6 @@ _CLAIMS = [
         "without monotonicity this can fail.",
         r"\lambda_t \le \lambda_t' \Rightarrow p(\lambda') \preceq p(\lambda)",
         ("every A^(t) causal row-stochastic", "every A^(t) stochastically monotone"),
-        ("drift:residual-cdf-mixture", "drift:causal-cdf-identity", "monotone:preserves-dominance",
-         "monotone:residual-counterexample", "monotone:alibi-grid"),
         _c2b, "(kernels, lambdas, layer, new_lambda, tol)", "proofs/C2.md",
     ),
     Claim(
@@ -218,7 +220,6 @@ _CLAIMS = [
         "p(N-1) = prod_t (1 - lambda_t (1 - A^(t)[N-1, N-1])).",
         r"p(N-1) = \prod_t \bigl(1 - \lambda_t (1 - A^{(t)}_{N-1,N-1})\bigr)",
         ("every A^(t) causal (lower-triangular)",),
-        ("diagonal-product:diagonal-identity",),
         _c2c, "(p, kernels, lambdas, tol)", "proofs/C2.md",
     ),
     Claim(
@@ -227,7 +228,6 @@ _CLAIMS = [
         "for k < i, F_i(k) = r^{i-k}(1 - r^{k+1})/(1 - r^{i+1}) (d = 0) is decreasing in i.",
         r"F_i(k) = \frac{r^{i-k}(1-r^{k+1})}{1-r^{i+1}} \downarrow i",
         ("causal mask", "m >= 0, r = e^{-m}"),
-        ("alibi-row:closed-forms", "monotone:row-ratio", "monotone:alibi-grid"),
         orders.is_monotone, "(K, tol)", "proofs/C3.md",
     ),
     Claim(
@@ -235,7 +235,6 @@ _CLAIMS = [
         "m <= m' implies A^(m)(i, ·) ≼ A^(m')(i, ·) for every row i (every d).",
         r"m \le m' \Rightarrow A^{(m)}(i,\cdot) \preceq A^{(m')}(i,\cdot)",
         ("causal mask", "0 <= m <= m'"),
-        ("monotone:slope-order", "monotone:alibi-grid"),
         _c3b, "(K_flat, K_steep, tol)", "proofs/C3.md",
     ),
     Claim(
@@ -243,7 +242,6 @@ _CLAIMS = [
         "Under C2(b)'s monotonicity, a steeper slope at any layer gives a ≼-later p.",
         r"m_t \le m_t' \Rightarrow p(m) \preceq p(m')",
         ("every layer an ALiBi + content kernel (monotone by C3(a))", "causal mask"),
-        ("monotone:slope-order", "monotone:preserves-dominance", "monotone:alibi-grid"),
         _c3c, "(p_flat, p_steep, tol)", "proofs/C3.md",
     ),
     Claim(
@@ -251,7 +249,6 @@ _CLAIMS = [
         "A row-constant background b cancels from every masked row softmax.",
         r"\operatorname{softmax}(x + b\mathbb{1}) = \operatorname{softmax}(x)",
         ("b constant along the row",),
-        ("softmax-shift:background-cancels",),
         _c4a, "(logits, background, mask=None, tol)", "proofs/C4.md",
     ),
     Claim(
@@ -260,8 +257,6 @@ _CLAIMS = [
         "raising d moves every row later and (under monotonicity) p later.",
         r"A^{(m,d)}(i,\cdot) = \alpha_i(d) e_i + (1-\alpha_i(d)) B(i,\cdot),\ \alpha_i(d) = \frac{e^d}{e^d + \sum_{g=1}^{i} r^g}",
         ("causal mask", "m >= 0", "d <= d'"),
-        ("alibi-row:closed-forms", "monotone:diag-order", "monotone:preserves-dominance",
-         "drift:expected-drift", "monotone:alibi-grid"),
         _c4b, "(K_low_d, K_high_d, p_low=None, p_high=None, tol)", "proofs/C4.md",
     ),
     Claim(
@@ -270,7 +265,6 @@ _CLAIMS = [
         "(every lambda_t delta_t < 1) then inf_T min_i P[i, i] > 0.",
         r"P_{ii} = \prod_t \bigl(1-\lambda_t(1-A^{(t)}_{ii})\bigr) \ge \prod_t (1-\lambda_t\delta_t)",
         ("every A^(t) lower-triangular (causal)", "lambda_t delta_t < 1"),
-        ("diagonal-product:diagonal-identity", "diagonal-product:telescoping-bound", "dichotomy:product-lower-bound"),
         _c5a, "(P, kernels, lambdas, tol)", "proofs/C5.md",
     ),
     Claim(
@@ -278,7 +272,6 @@ _CLAIMS = [
         "If A^(t)[i, 0] >= eps_t for all i and sum lambda_t eps_t = oo, then P[i, 0] >= 1 - prod_t (1 - lambda_t eps_t) -> 1.",
         r"P_{i0} \ge 1 - \prod_t (1 - \lambda_t \varepsilon_t) \to 1",
         ("every A^(t) causal row-stochastic", "A^(t)[i, 0] >= eps_t for all i"),
-        ("drift:absorption-step", "dichotomy:product-upper-bound"),
         _c5b, "(P, kernels, lambdas, tol)", "proofs/C5.md",
     ),
     Claim(
@@ -286,8 +279,6 @@ _CLAIMS = [
         "If every allowed entry is >= eps > 0, collapse holds iff sum_t lambda_t = oo.",
         r"\text{collapse} \iff \sum_t \lambda_t = \infty",
         ("every A^(t) causal row-stochastic", "every allowed entry >= eps > 0"),
-        ("diagonal-product:diagonal-identity", "drift:absorption-step", "dichotomy:product-upper-bound",
-         "dichotomy:product-lower-bound", "dichotomy:constant-diverges", "dichotomy:power-decay-threshold"),
         _c5c, "(P, kernels, lambdas, tol)", "proofs/C5.md",
     ),
     Claim(
@@ -296,7 +287,6 @@ _CLAIMS = [
         "ranges, not all: depth 1 never does, a steep slope gives a monotone profile.",
         r"\arg\min_j p(j) \in \{1, \dots, N-2\},\ p(0), p(N-1) > \min_j p(j)",
         ("ALiBi + content stacks, causal mask", "parameter-dependent: see proofs/C6.md"),
-        ("shape:single-layer", "shape:u-witnesses", "shape:steep-witnesses"),
         _c6, "(p,)", "proofs/C6.md", status="partly observed",
     ),
     Claim(
@@ -306,59 +296,67 @@ _CLAIMS = [
         r"p(j) = \binom{N-1}{j} \sum_{i=0}^{N-1-j} (-1)^i \binom{N-1-j}{i} \mu_{j+i},\ "
         r"\mu_k = \prod_t \bigl(1 - \lambda_t \tfrac{k}{k+1}\bigr)",
         ("A^(t) = C, C[i, j] = 1/(i+1) for j <= i", "any lambda_t in [0, 1]"),
-        ("cesaro:hausdorff-of-cesaro", "cesaro:hausdorff-product-rule", "cesaro:residual-layer",
-         "cesaro:rollout-closed-form", "cesaro:layer-order-irrelevant", "cesaro:collapse-iff-divergence",
-         "cesaro:integer-evaluator"),
         _cesaro, "(p, lambdas, tol)", "proofs/cesaro.md",
     ),
 ]
 
-CLAIMS: dict[str, Claim] = {c.label: c for c in _CLAIMS}
-assert len(CLAIMS) == len(_CLAIMS), "a claim label is listed twice"
+def _index(claims: list[Claim]) -> dict[str, Claim]:
+    """label -> Claim; a label listed twice is an error naming it."""
+    out: dict[str, Claim] = {}
+    for claim in claims:
+        if claim.label in out:
+            raise ValueError(f"claim {claim.label!r} is listed twice")
+        out[claim.label] = claim
+    return out
+
+
+CLAIMS: dict[str, Claim] = _index(_CLAIMS)
 
 
 # ---------------------------------------------------------------------------- certificates
 @dataclass(frozen=True)
 class Registry:
-    """certificates: name -> zero-argument callable; missing: module -> why it could not be loaded."""
+    """certificates: name -> zero-argument callable returning a ``Check``; missing: module ->
+    why it could not be loaded; claims: name -> the claim labels the certificate serves."""
 
-    certificates: dict[str, Callable[[], object]]
+    certificates: dict[str, Callable[[], Check]]
     missing: dict[str, str]
+    claims: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def certificate_registry(modules: tuple[str, ...] = CERTIFICATE_MODULES) -> Registry:
-    """Collect ``certificates()`` from every module (imported lazily). Names are used as
-    given when they contain ':' (``module:check``), else prefixed with the module name."""
-    found: dict[str, Callable[[], object]] = {}
+    """Every certificate declared (``@certificate``) in ``modules``, imported lazily, in module
+    order. A certificate that names a claim label not in ``CLAIMS`` is an error."""
     missing: dict[str, str] = {}
     for mod in modules:
         try:
-            module = importlib.import_module(mod)
+            importlib.import_module(mod)
         except ImportError as err:
             missing[mod] = f"cannot import: {err}"
-            continue
-        if not hasattr(module, "certificates"):
-            continue
-        short = mod.rsplit(".", 1)[-1].replace("_", "-")
-        for name, fn in module.certificates().items():
-            full = name if ":" in name else f"{short}:{name}"
-            if full in found:
-                raise ValueError(f"certificate {full!r} is registered twice")
-            found[full] = fn
-    return Registry(found, missing)
+    found = registered(modules)
+    for name, cert in found.items():
+        unknown = [label for label in cert.claims if label not in CLAIMS]
+        if unknown:
+            raise ValueError(f"certificate {name!r} names unknown claim(s) {', '.join(unknown)}; "
+                             f"expected labels from {', '.join(CLAIMS)}")
+    return Registry({n: c.run for n, c in found.items()}, missing, {n: c.claims for n, c in found.items()})
 
 
 def run_certificate(name: str, registry: Registry | None = None) -> Check:
-    """Run one certificate by name; an unknown name or an exception is a failing Check."""
+    """Run one certificate by name; an unknown name, an exception or a result that is not a
+    ``Check`` is a failing Check."""
     reg = registry if registry is not None else certificate_registry()
     if name not in reg.certificates:
         return Check(name, False, "no such certificate in the registry")
     try:
-        return as_check(name, reg.certificates[name]())
+        result = reg.certificates[name]()
     except Exception as err:  # a crashing certificate does not hold
         return Check(name, False, f"raised {type(err).__name__}: {err}")
+    if not isinstance(result, Check):
+        return Check(name, False, f"returned {type(result).__name__}, expected a Check")
+    return result
 
 
 def claims_citing(name: str) -> list[str]:
-    """Labels of the claims whose certificate list includes ``name``."""
-    return [c.label for c in _CLAIMS if name in c.certificates]
+    """Labels of the claims whose certificates include ``name``."""
+    return list(certificate_registry().claims.get(name, ()))

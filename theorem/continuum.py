@@ -35,10 +35,10 @@ from typing import Callable
 
 import sympy as sp
 
-from posbias.theorem.certificate import Cert
+from posbias.theorem.certificate import Check, certificate, check
 from posbias.theorem.cesaro import exact_profile
-from posbias.theorem.params import ArgParser, exact_number
 from posbias.theorem.derivation import Derivation, DeriveError, Result
+from posbias.theorem.params import Params, param
 
 MAX_COST = 1024**3 * 64  # N^3 T of the larger exact evaluation (at 2N): about two seconds
 X = sp.Symbol("x", positive=True)
@@ -47,10 +47,24 @@ X = sp.Symbol("x", positive=True)
 def density(x: float, num_layers: int, lam: float) -> float:
     """f(x) = Σ_{k=1}^T C(T,k) λ^k (1-λ)^{T-k} (-ln x)^{k-1}/(k-1)! for 0 < x <= 1 (all terms >= 0)."""
     s = -math.log(x)
-    return math.fsum(
-        math.comb(num_layers, k) * lam**k * (1 - lam) ** (num_layers - k) * s ** (k - 1) / math.factorial(k - 1)
-        for k in range(1, num_layers + 1)
-    )
+    try:
+        return math.fsum(
+            math.comb(num_layers, k) * lam**k * (1 - lam) ** (num_layers - k) * s ** (k - 1) / math.factorial(k - 1)
+            for k in range(1, num_layers + 1)
+        )
+    except OverflowError:  # a term's pieces leave float64 (tiny λ, large T): the same terms in log space
+        return math.fsum(_log_terms(s, num_layers, lam))
+
+
+def _log_terms(s: float, num_layers: int, lam: float):
+    """The terms of ``density`` as exp(log C(T,k) + k log λ + (T-k) log(1-λ) + (k-1) log s - log (k-1)!)."""
+    for k in range(1, num_layers + 1):
+        if lam == 0 or (lam == 1 and k < num_layers) or (s == 0 and k > 1):
+            continue
+        log_term = (math.log(math.comb(num_layers, k)) + k * math.log(lam) - math.lgamma(k)
+                    + ((num_layers - k) * math.log1p(-lam) if k < num_layers else 0.0)
+                    + ((k - 1) * math.log(s) if k > 1 else 0.0))
+        yield math.exp(log_term)
 
 
 def density_expr(num_layers: int, lam) -> sp.Expr:
@@ -104,7 +118,9 @@ def continuum_error(num_tokens: int, num_layers: int, lam, window: float = 0.1) 
 
 
 # -------------------------------------------------------------------------- certificates
-def _cert_moments(max_layers: int = 5) -> Cert:
+@certificate("continuum:moments")
+def moments_are_cesaro(max_layers: int = 5) -> Check:
+    """ν's moments: ∫ x^k (-ln x)^m/m! dx = (k+1)^-(m+1) and (1-λ)^T + ∫ x^k f = μ_k (symbolic k, λ)."""
     s, k, lam = sp.Symbol("s", positive=True), sp.Symbol("k", positive=True), sp.Symbol("lambda")
     # ∫_0^1 x^k (-ln x)^m / m! dx = ∫_0^∞ e^{-(k+1)s} s^m / m! ds  (x = e^{-s})  = (k+1)^{-(m+1)}
     gamma_ok = all(
@@ -120,12 +136,14 @@ def _cert_moments(max_layers: int = 5) -> Cert:
         ) == 0
         for t in range(1, max_layers + 1)
     )
-    return Cert("continuum:moments", bool(gamma_ok and moments_ok),
+    return check(bool(gamma_ok and moments_ok),
                 f"∫ x^k (-ln x)^m/m! dx = (k+1)^-(m+1) (m < {max_layers}) and (1-λ)^T + ∫ x^k f = "
                 f"(1 - λk/(k+1))^T = μ_k (T <= {max_layers}, symbolic k, λ): ν has the Cesàro moments")
 
 
-def _cert_mass(max_layers: int = 5) -> Cert:
+@certificate("continuum:total-mass")
+def total_mass(max_layers: int = 5) -> Check:
+    """ν is a probability law: ∫_0^1 f + (1-λ)^T = 1 (symbolic λ, T <= max_layers)."""
     lam = sp.Symbol("lambda")
     s = sp.Symbol("s", positive=True)
     ok = all(
@@ -133,54 +151,54 @@ def _cert_mass(max_layers: int = 5) -> Cert:
                     + (1 - lam) ** t - 1) == 0
         for t in range(1, max_layers + 1)
     )
-    return Cert("continuum:total-mass", bool(ok),
+    return check(bool(ok),
                 f"∫_0^1 f + (1-λ)^T = 1 for T = 1..{max_layers}, symbolic λ")
 
 
-def _cert_mixture(n: int = 6, num_layers: int = 3, lam=sp.Rational(3, 10)) -> Cert:
+@certificate("continuum:binomial-mixture")
+def binomial_mixture(n: int = 6, num_layers: int = 3, lam=sp.Rational(3, 10)) -> Check:
+    """p(j) = ∫ C(N-1,j) x^j (1-x)^(N-1-j) dν exactly, against the exact Cesàro profile."""
     f = density_expr(num_layers, lam)
     got = [sp.integrate(sp.binomial(n - 1, j) * X**j * (1 - X) ** (n - 1 - j) * f, (X, 0, 1)) for j in range(n)]
     got[-1] += (1 - lam) ** num_layers
     want = exact_profile([Fraction(int(lam.p), int(lam.q))] * num_layers, n).fractions()
     ok = [Fraction(int(g.p), int(g.q)) if g.is_Rational else None for g in got] == want
-    return Cert("continuum:binomial-mixture", ok,
+    return check(ok,
                 f"p(j) = ∫ C(N-1,j) x^j (1-x)^(N-1-j) dν exactly (N = {n}, T = {num_layers}, λ = {lam}; "
                 "SymPy integrals vs the exact Cesàro profile)")
 
 
-def certificates() -> dict[str, Callable[[], Cert]]:
-    """The checks behind the continuum limit, by name (each returns a ``Cert``)."""
-    return {
-        "continuum:moments": _cert_moments,
-        "continuum:total-mass": _cert_mass,
-        "continuum:binomial-mixture": _cert_mixture,
-    }
-
-
 # ---------------------------------------------------------------------------- derivation
-USAGE = "posbias derive continuum-profile [--tokens N] [--layers T] [--lam L] [--window W]"
+@dataclass(frozen=True)
+class ContinuumParams(Params):
+    """Sequence length, depth, constant λ and comparison window of the continuum check."""
+
+    name = "continuum-profile"
+    tokens: int = param(256, meaning="the number of tokens N (the exact profile is evaluated at N and 2N)",
+                        example="128", minimum=8)
+    layers: int = param(8, meaning="the number of layers T", example="6", minimum=1, maximum=256)
+    lam: Fraction = param(Fraction(3, 10), meaning="the constant mixing coefficient λ (exact)", example="0.3",
+                          minimum=0, maximum=1)
+    window: Fraction = param(Fraction(1, 10), meaning="compare on x_j = j/N in [W, 1 - W], 0 < W < 1/2",
+                             example="0.2")
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not 0 < self.window < Fraction(1, 2):
+            raise DeriveError(f"continuum-profile: --window {self.window}: expected 0 < W < 1/2")
+        n, t = self.tokens, self.layers
+        if (2 * n) ** 3 * t > MAX_COST:
+            raise DeriveError(f"continuum-profile: --tokens {n} --layers {t}: expected N >= 8 and (2N)^3 T <= "
+                              f"{MAX_COST} (the exact profile is evaluated at N and 2N)")
 
 
-def run(args: list[str]) -> Result:
-    p = ArgParser("continuum-profile")
-    p.add_argument("--tokens", type=int, default=256)
-    p.add_argument("--layers", type=int, default=8)
-    p.add_argument("--lam", default="0.3")
-    p.add_argument("--window", default="0.1")
-    ns = p.parse(args)
-    n, t = ns.tokens, ns.layers
-    lam = exact_number(ns.lam, "continuum-profile --lam")
-    window = exact_number(ns.window, "continuum-profile --window")
-    if not 0 <= lam <= 1:
-        raise DeriveError(f"continuum-profile --lam {ns.lam}: expected 0 <= λ <= 1")
-    if not 0 < window < sp.Rational(1, 2):
-        raise DeriveError(f"continuum-profile --window {ns.window}: expected 0 < W < 1/2")
-    if not 1 <= t <= 256:
-        raise DeriveError(f"continuum-profile --layers {t}: expected 1 <= T <= 256")
-    if not 8 <= n or (2 * n) ** 3 * t > MAX_COST:
-        raise DeriveError(f"continuum-profile --tokens {n} --layers {t}: expected N >= 8 and (2N)^3 T <= "
-                          f"{MAX_COST} (the exact profile is evaluated at N and 2N)")
-    lam_q = Fraction(int(lam.p), int(lam.q))
+def compute(params: ContinuumParams = ContinuumParams()) -> Result:
+    """The limit law ν = (1-λ)^T δ_1 + f(x) dx of the Cesàro rollout under constant λ and the error
+    max |N p(j) - f(j/N)| on the window at N and 2N (THEORY.md closed form, C6)."""
+    n, t = params.tokens, params.layers
+    lam_q = params.lam
+    lam = sp.Rational(lam_q.numerator, lam_q.denominator)
+    window = sp.Rational(params.window.numerator, params.window.denominator)
     errs = [continuum_error(m, t, lam_q, float(window)) for m in (n, 2 * n)]
     lam_f = float(lam_q)
     atom = float((1 - lam_q) ** t)
@@ -229,6 +247,9 @@ DERIVATION = Derivation(
     name="continuum-profile",
     summary="large-N limit of the Cesàro rollout under constant λ (atom + (-ln x)-power density), with its error",
     claims=("C6",),
-    usage=USAGE,
-    run=run,
+    params=ContinuumParams,
+    compute=compute,
+    limits=(f"--layers <= 256 and (2N)^3 T <= {MAX_COST} (1024^3 * 64; the exact profile is evaluated at N and 2N), "
+            "checked before anything is built; --lam and --window exact with at most 60 digits and decimal exponents "
+            "within ±60; about 4 s at the limit (N = 512, T = 64)"),
 )

@@ -23,11 +23,15 @@ True
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import mpmath
 import sympy as sp
 
-from posbias.theorem.certificate import Check
+from posbias.theorem.alibi_row import EXPANDED_ROWS, MAX_LOGIT, MAX_ROW, VALUE_DPS, generic
+from posbias.theorem.certificate import Check, certificate, check
 from posbias.theorem.derivation import Derivation, Result
-from posbias.theorem.params import Param, parse
+from posbias.theorem.params import Params, param
 
 NAME = "drift"
 
@@ -52,6 +56,7 @@ def _cdf(vec, k):
     return sum(vec[q] for q in range(k + 1))
 
 
+@certificate("drift:causal-cdf-identity", claims=("C1", "C2(a)", "C2(b)"))
 def causal_cdf_identity(max_tokens: int = 8) -> Check:
     """F_{muK}(k) - F_mu(k) = sum_{i>k} mu(i) F_{K(i,.)}(k), symbolic, every N <= max_tokens."""
     ok = True
@@ -62,13 +67,13 @@ def causal_cdf_identity(max_tokens: int = 8) -> Check:
         for kk in range(n):
             rhs = sum(mu[a] * _cdf(list(kmat.row(a)), kk) for a in range(kk + 1, n))
             ok = ok and sp.expand(_cdf(muk, kk) - _cdf(mu, kk) - rhs) == 0
-    return Check(
-        "drift:causal-cdf-identity",
-        bool(ok),
+    return check(
+        ok,
         f"C1: F_(muK)(k) - F_mu(k) = sum_(i>k) mu(i) F_(K(i,.))(k) >= 0 for causal K (symbolic, N <= {max_tokens})",
     )
 
 
+@certificate("drift:residual-cdf-mixture", claims=("C2(a)", "C2(b)"))
 def residual_cdf_mixture(max_tokens: int = 8) -> Check:
     """F_{mu R_lambda} = (1 - lambda) F_mu + lambda F_{mu A}, symbolic A, mu, lambda, every N <= max_tokens."""
     ok = True
@@ -80,13 +85,13 @@ def residual_cdf_mixture(max_tokens: int = 8) -> Check:
         for kk in range(n):
             rhs = (1 - lam) * _cdf(list(mu), kk) + lam * _cdf(mua, kk)
             ok = ok and sp.expand(_cdf(left, kk) - rhs) == 0
-    return Check(
-        "drift:residual-cdf-mixture",
-        bool(ok),
+    return check(
+        ok,
         f"C2(a): F_(mu R_lambda) = (1 - lambda) F_mu + lambda F_(mu A) (symbolic, N <= {max_tokens})",
     )
 
 
+@certificate("drift:absorption-step", claims=("C5(b)", "C5(c)"))
 def absorption_step(max_tokens: int = 6) -> Check:
     """C5(b) one step: for causal R = (1 - lambda) I + lambda A with A[i, 0] = eps + e_i (e_i >= 0) and a
     distribution v, 1 - (vR)(0) = (1 - lambda eps)(1 - v(0)) - lambda sum_{i>=1} v(i) e_i, symbolic, N <= max_tokens."""
@@ -102,32 +107,27 @@ def absorption_step(max_tokens: int = 6) -> Check:
         out0 = sum(v[a] * rmat[a, 0] for a in range(n))
         rhs = (1 - lam * eps) * (1 - v[0]) - lam * sum(v[a] * excess[a - 1] for a in range(1, n))
         ok = ok and sp.expand(1 - out0 - rhs) == 0
-    return Check(
-        "drift:absorption-step",
-        bool(ok),
+    return check(
+        ok,
         f"C5(b): one causal residual step keeps at most (1 - lambda eps) of the mass off token 0 (symbolic, N <= {max_tokens})",
         "1 - (vR)(0) = (1 - lambda eps)(1 - v(0)) - lambda sum_{i>=1} v(i)(A[i,0] - eps)",
     )
 
 
-def _generic(expr):
-    from posbias.theorem.alibi_row import generic
-
-    return generic(expr)
-
-
 FIRST_MOMENT = sp.Sum(g * r**g, (g, 1, i))
 G_SUM = sp.Sum(r**g, (g, 1, i))
 DRIFT = -lam * FIRST_MOMENT / (D + G_SUM)
+DRIFT_CLOSED = -lam * (r * (1 - (i + 1) * r**i + i * r ** (i + 1)) / (1 - r) ** 2) / (D + (r - r ** (i + 1)) / (1 - r))
 
 
+@certificate("drift:expected-drift", claims=("C4(b)",))
 def expected_drift_identity() -> Check:
     """Delta_i = lambda (E_i - i) with E_i from the row's definition equals -lambda M1 / (D + G), general i;
     d Delta / d d = -Delta * alpha_i (so |Delta| falls with d); numerator of d(M1/(D+G))/dr has
     non-negative coefficients for every i <= 12 (so |Delta| falls with m)."""
-    e_i = (i * D + _generic(sp.Sum((i - g) * r**g, (g, 1, i)).doit())) / (D + _generic(G_SUM.doit()))
+    e_i = (i * D + generic(sp.Sum((i - g) * r**g, (g, 1, i)).doit())) / (D + generic(G_SUM.doit()))
     delta = lam * (e_i - i)
-    closed = -lam * _generic(FIRST_MOMENT.doit()) / (D + _generic(G_SUM.doit()))
+    closed = -lam * generic(FIRST_MOMENT.doit()) / (D + generic(G_SUM.doit()))
     ident = sp.simplify(delta - closed) == 0
     gi, m1 = sp.symbols("G_i M_1", positive=True)
     dd = sp.exp(d)
@@ -139,20 +139,10 @@ def expected_drift_identity() -> Check:
         p = sum(b * r**b for b in range(1, row + 1))
         num = sp.Poly(sp.expand(sp.diff(p, r) * q - p * sp.diff(q, r)), r, D)
         slope_ok = slope_ok and all(c >= 0 for c in num.coeffs())
-    return Check(
-        "drift:expected-drift",
-        bool(ident and deriv and slope_ok),
+    return check(
+        ident and deriv and slope_ok,
         "ALiBi + content row: Delta_i = -lambda sum g r^g / (e^d + sum r^g) <= 0; |Delta_i| decreasing in d (general i) and in m (i <= 12)",
     )
-
-
-def certificates() -> dict:
-    return {
-        "drift:causal-cdf-identity": causal_cdf_identity,
-        "drift:residual-cdf-mixture": residual_cdf_mixture,
-        "drift:expected-drift": expected_drift_identity,
-        "drift:absorption-step": absorption_step,
-    }
 
 
 def drift_value(row: int, m_val, d_val, lam_val) -> sp.Expr:
@@ -163,26 +153,49 @@ def drift_value(row: int, m_val, d_val, lam_val) -> sp.Expr:
     return -lam_val * num / den
 
 
-SPEC = {
-    "row": Param(int, None, minimum=0, maximum=4096),
-    "slope": Param(float, None, minimum=0.0),
-    "diag": Param(float, None),
-    "lam": Param(float, None, minimum=0.0, maximum=1.0),
-    "tokens": Param(int, 8, minimum=1, maximum=8),
-}
+def drift_float(row: int, slope: float, diag: float, lam_val: float) -> float:
+    """Delta_row in float64 from an mpmath evaluation (``VALUE_DPS`` digits), O(row) work."""
+    with mpmath.workdps(VALUE_DPS):
+        rr = mpmath.exp(-mpmath.mpf(slope))
+        powers = [rr**b for b in range(row + 1)]
+        num = mpmath.fsum(b * powers[b] for b in range(1, row + 1))
+        den = mpmath.exp(mpmath.mpf(diag)) + mpmath.fsum(powers[1:])
+        return float(-mpmath.mpf(lam_val) * num / den)
 
 
-def run(args: list[str]) -> Result:
-    p = parse(NAME, args, SPEC)
-    c1 = causal_cdf_identity(p["tokens"])
-    c2 = residual_cdf_mixture(p["tokens"])
+@dataclass(frozen=True)
+class DriftParams(Params):
+    """The row, slope, diagonal and mixing coefficient of the drift (each left out stays symbolic),
+    and the largest N of the symbolic C1 / C2(a) identities."""
+
+    name = NAME
+    row: int | None = param(None, meaning="the row i of the ALiBi + content kernel", example="6", minimum=0,
+                            maximum=MAX_ROW, default_text="symbolic i")
+    slope: float | None = param(None, meaning="the ALiBi slope m >= 0 (r = e^-m)", example="0.3", minimum=0.0,
+                                maximum=MAX_LOGIT, default_text="symbolic m")
+    diag: float | None = param(None, meaning="the content diagonal d", example="1.5", minimum=-MAX_LOGIT,
+                               maximum=MAX_LOGIT, default_text="symbolic d")
+    lam: float | None = param(None, meaning="the mixing coefficient lambda of R = (1 - lambda) I + lambda A",
+                              example="0.4", minimum=0.0, maximum=1.0, default_text="symbolic lambda")
+    tokens: int = param(8, meaning="check the C1 and C2(a) identities symbolically for every N <= this",
+                        example="6", minimum=1, maximum=8)
+
+
+def compute(params: DriftParams = DriftParams()) -> Result:
+    """C1 and C2(a) identities (symbolic, N <= tokens) and the expected-position drift Delta_i
+    (its value when row, slope, diag and lam are all set)."""
+    p = params
+    c1 = causal_cdf_identity(p.tokens)
+    c2 = residual_cdf_mixture(p.tokens)
     c3 = expected_drift_identity()
     expr = DRIFT.subs(D, sp.exp(d))
-    if p["row"] is not None:
-        expr = expr.subs(i, p["row"]).doit()
+    if p.row is not None and p.row <= EXPANDED_ROWS:
+        expr = expr.subs(i, p.row).doit()
+    elif p.row is not None:  # the closed form (r != 1), O(1) in the row: never a 4096-term sum
+        expr = DRIFT_CLOSED.subs({D: sp.exp(d), i: p.row})
     subs = {}  # r and d stay symbolic in the expression (e^1 would print as SymPy's E); values below
-    if p["lam"] is not None:
-        subs[lam] = sp.nsimplify(p["lam"])
+    if p.lam is not None:
+        subs[lam] = sp.nsimplify(p.lam)
     shown = expr.subs(subs)
     lines = [
         "One-step drift identities:",
@@ -195,9 +208,9 @@ def run(args: list[str]) -> Result:
     ]
     lines += [f"  [{'PASS' if c.holds else 'FAIL'}] {c.name}: {c.description}" for c in (c1, c2, c3)]
     data = {"claims": ["C1", "C2(a)", "C4(b)"], "drift": str(shown), "checks": {c.name: c.holds for c in (c1, c2, c3)}}
-    if None not in (p["row"], p["slope"], p["diag"], p["lam"]):
-        val = float(drift_value(p["row"], sp.nsimplify(p["slope"]), sp.nsimplify(p["diag"]), sp.nsimplify(p["lam"])))
-        lines.append(f"    at m = {p['slope']:g}, d = {p['diag']:g}, lambda = {p['lam']:g}:  Delta_i = {val:.6g}")
+    if None not in (p.row, p.slope, p.diag, p.lam):
+        val = drift_float(p.row, p.slope, p.diag, p.lam)
+        lines.append(f"    at m = {p.slope:g}, d = {p.diag:g}, lambda = {p.lam:g}:  Delta_i = {val:.6g}")
         data["value"] = val
         data["sign"] = int((val > 0) - (val < 0))
     latex = (
@@ -211,6 +224,9 @@ DERIVATION = Derivation(
     name=NAME,
     summary="one-step CDF identities behind C1 and C2(a); sign of the expected-position drift of an ALiBi + content row",
     claims=("C1", "C2(a)", "C4(b)"),
-    usage="posbias derive drift [--tokens N<=8] [--row I] [--slope M] [--diag D] [--lam L]",
-    run=run,
+    params=DriftParams,
+    compute=compute,
+    limits=(f"--row <= {MAX_ROW} (rows above {EXPANDED_ROWS} shown by the closed form, value in O(i) work), "
+            f"0 <= --slope <= {MAX_LOGIT:g}, |--diag| <= {MAX_LOGIT:g}, --tokens <= 8 (symbolic identities); "
+            "about 3 s at the maximum"),
 )

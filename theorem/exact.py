@@ -17,6 +17,7 @@ import sympy as sp
 
 
 def exact_cdf(mu) -> list:
+    """F_mu(k) = sum_{j <= k} mu(j), exactly (THEORY.md, Orders)."""
     out, acc = [], sp.Integer(0)
     for v in mu:
         acc += v
@@ -36,6 +37,7 @@ def exact_monotone(kernel: sp.Matrix) -> bool:
 
 
 def exact_residual(kernel: sp.Matrix, lam) -> sp.Matrix:
+    """R_lambda = (1 - lambda) I + lambda K, exactly (THEORY.md, Notation)."""
     return (1 - lam) * sp.eye(kernel.rows) + lam * kernel
 
 

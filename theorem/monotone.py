@@ -33,9 +33,13 @@ from __future__ import annotations
 
 import sympy as sp
 
-from posbias.theorem.certificate import Check
+from dataclasses import dataclass
+
+from posbias.theorem.alibi_row import exact_kernel, generic
+from posbias.theorem.certificate import Check, certificate, check
 from posbias.theorem.derivation import Derivation, Result
-from posbias.theorem.params import Param, parse
+from posbias.theorem.exact import exact_dominated, exact_monotone, exact_profile
+from posbias.theorem.params import Params, param
 
 NAME = "monotone"
 
@@ -45,20 +49,14 @@ D = sp.Symbol("D", positive=True)  # e^d
 u = sp.Symbol("u", nonnegative=True)  # r = 1 / (1 + u), u >= 0  <=>  0 < r <= 1  <=>  m >= 0
 
 
-def _generic(expr):
-    from posbias.theorem.alibi_row import generic
-
-    return generic(expr)
-
-
 def G(n) -> sp.Expr:
     """G_n = sum_{g=1}^{n} r^g (generic branch r != 1; the identities below are rational in r)."""
-    return _generic(sp.Sum(r**g, (g, 1, n)).doit())
+    return generic(sp.Sum(r**g, (g, 1, n)).doit())
 
 
 def F_past(n) -> sp.Expr:
     """F_n(k) for k < n: sum_{j<=k} r^{n-j} / (D + G_n)."""
-    return _generic(sp.Sum(r ** (n - j), (j, 0, k)).doit()) / (D + G(n))
+    return generic(sp.Sum(r ** (n - j), (j, 0, k)).doit()) / (D + G(n))
 
 
 def nonneg_coefficients(expr: sp.Expr, gens) -> bool:
@@ -67,6 +65,7 @@ def nonneg_coefficients(expr: sp.Expr, gens) -> bool:
     return all(c >= 0 for c in poly.coeffs())
 
 
+@certificate("monotone:row-ratio", claims=("C3(a)",))
 def row_ratio() -> Check:
     """C3(a), general i and k < i, every d: 1 - F_{i+1}(k)/F_i(k) = (D(1-r) + r) / Z_{i+1} >= 0,
     and F_{i+1}(i) = G_{i+1}/(D + G_{i+1}) <= 1."""
@@ -78,16 +77,16 @@ def row_ratio() -> Check:
     num = sp.together((D * (1 - r) + r).subs(r, 1 / (1 + u)) * (1 + u))
     numerator_ok = nonneg_coefficients(num, (u, D))
     # k = i: F_{i+1}(i) = r S_i / Z_{i+1} and r S_i = G_{i+1}.
-    diag_case = sp.simplify(r * _generic(sp.Sum(r**j, (j, 0, i)).doit()) - G(i + 1)) == 0
+    diag_case = sp.simplify(r * generic(sp.Sum(r**j, (j, 0, i)).doit()) - G(i + 1)) == 0
     ok = factorised and ratio_form and numerator_ok and diag_case
-    return Check(
-        "monotone:row-ratio",
-        bool(ok),
+    return check(
+        ok,
         "ALiBi + content kernel is stochastically monotone for all m >= 0, d (symbolic, general i)",
         f"1 - F_(i+1)(k)/F_i(k) = {gap}; numerator at r = 1/(1+u) times (1+u): {num} (non-negative coefficients)",
     )
 
 
+@certificate("monotone:slope-order", claims=("C3(b)", "C3(c)"))
 def slope_order(max_row: int = 12) -> Check:
     """C3(b): dF_i(k)/dr has a numerator with non-negative coefficients in (r, D), all i <= max_row, k < i."""
     bad = []
@@ -98,14 +97,14 @@ def slope_order(max_row: int = 12) -> Check:
             num = sp.diff(p, r) * q - p * sp.diff(q, r)
             if not nonneg_coefficients(num, (r, D)):
                 bad.append((row, kk))
-    return Check(
-        "monotone:slope-order",
+    return check(
         not bad,
         f"F_i(k) is non-decreasing in r = e^(-m) (steeper slope => later row), exact for i <= {max_row}, all k < i, all d",
         f"failures: {bad}" if bad else "numerator of dF/dr has non-negative coefficients in every case",
     )
 
 
+@certificate("monotone:diag-order", claims=("C4(b)",))
 def diag_order() -> Check:
     """C4(b), general i: F_i(k) decreases in D = e^d (k < i); alpha_i increases in d; row decomposition."""
     f = F_past(i)
@@ -117,14 +116,14 @@ def diag_order() -> Check:
     # A(i,j) = alpha e_i + (1 - alpha) * (ALiBi on the strict past): r^{i-j}/Z_i = (1 - alpha) r^{i-j}/G_i
     decomposition = sp.simplify((1 - D / (D + gi)) * r ** (i - j) / gi - r ** (i - j) / (D + gi)) == 0
     ok = dF and dalpha and decomposition
-    return Check(
-        "monotone:diag-order",
-        bool(ok),
+    return check(
+        ok,
         "raising d moves every row later, alpha_i(d) increases in d, A(i,.) = alpha_i e_i + (1-alpha_i) past (symbolic, general i)",
         "dF_i(k)/dD = -F_i(k)/Z_i; d alpha_i/dd = e^d G_i/(e^d+G_i)^2",
     )
 
 
+@certificate("monotone:preserves-dominance", claims=("C2(b)", "C3(c)", "C4(b)"))
 def preserves_dominance(max_tokens: int = 8) -> Check:
     """Abel summation: sum_i mu_i g_i = sum_{i<N-1} F_mu(i)(g_i - g_{i+1}) + F_mu(N-1) g_{N-1}, N <= max_tokens.
     Hence mu ≼ nu and g non-increasing give sum_i (mu_i - nu_i) g_i >= 0: monotone K preserves ≼."""
@@ -145,27 +144,24 @@ def preserves_dominance(max_tokens: int = 8) -> Check:
         sp.expand(sum(rmat[p, q] for q in range(kk + 1)) - ((1 - lam) * (1 if p <= kk else 0) + lam * sum(a[p, q] for q in range(kk + 1)))) == 0
         for p in range(n) for kk in range(n)
     )
-    return Check(
-        "monotone:preserves-dominance",
-        bool(ok and mix),
+    return check(
+        ok and mix,
         f"Abel summation identity (N <= {max_tokens}) and residual row-CDF mixture: monotone kernels and their residual mixtures preserve ≼",
         "F_{muK}(k) - F_{nuK}(k) = sum_{i<N-1} (F_mu(i) - F_nu(i)) (g_i - g_{i+1}), g_i = F_{K(i,.)}(k)",
     )
 
 
+@certificate("monotone:residual-counterexample", claims=("C2(b)",))
 def residual_counterexample() -> Check:
     """C2(b) needs monotonicity: N = 3, T = 2, A^(1)(2,.) = e_1, A^(0) rows e_0, e_1, e_0 (not monotone),
     lambda_0 = 1. Then p = (1 - lambda_1) e_0 + lambda_1 e_1 moves *later* as lambda_1 grows."""
-    from posbias.theorem.exact import exact_dominated, exact_monotone, exact_profile
-
     top = sp.Matrix([[1, 0, 0], [1, 0, 0], [0, 1, 0]])
     bottom = sp.Matrix([[1, 0, 0], [0, 1, 0], [1, 0, 0]])
     low = exact_profile([bottom, top], [1, sp.Rational(1, 4)])
     high = exact_profile([bottom, top], [1, sp.Rational(3, 4)])
     violated = exact_dominated(low, high) and not exact_dominated(high, low)
-    return Check(
-        "monotone:residual-counterexample",
-        bool(violated and not exact_monotone(bottom) and exact_monotone(top)),
+    return check(
+        violated and not exact_monotone(bottom) and exact_monotone(top),
         "without monotonicity C2(b) fails: raising lambda_1 from 1/4 to 3/4 gives a strictly later p (exact)",
         f"p(1/4) = {low}, p(3/4) = {high}",
     )
@@ -175,13 +171,11 @@ GRID_R = (sp.Integer(1), sp.Rational(9, 10), sp.Rational(1, 2), sp.Rational(1, 5
 GRID_D = (sp.Rational(1, 5), sp.Integer(1), sp.Integer(5))
 
 
+@certificate("monotone:alibi-grid", claims=("C2(b)", "C3(a)", "C3(b)", "C3(c)", "C4(b)"))
 def alibi_grid(n: int = 7) -> Check:
     """Exact rational grid (r = e^{-m} in {1, 9/10, 1/2, 1/5}, D = e^d in {1/5, 1, 5}, N = n):
     kernels monotone (C3(a)), slope and diagonal orders row-wise (C3(b), C4(b)), and the profile
     orders of C2(b), C3(c), C4(b) for a T = 3 stack."""
-    from posbias.theorem.alibi_row import exact_kernel
-    from posbias.theorem.exact import exact_dominated, exact_monotone, exact_profile
-
     half, third = sp.Rational(1, 2), sp.Rational(1, 3)
     ker = {(rv, dv): exact_kernel(n, rv, dv) for rv in GRID_R for dv in GRID_D}
     rows = lambda mat: [list(mat.row(a)) for a in range(mat.rows)]  # noqa: E731
@@ -217,36 +211,30 @@ def alibi_grid(n: int = 7) -> Check:
         hi[t] = ker[sp.Rational(1, 2), 5]
         if not exact_dominated(exact_profile(lo, lams), exact_profile(hi, lams)):
             fails.append(f"C4(b) profile layer {t}")
-    return Check(
-        "monotone:alibi-grid",
+    return check(
         not fails,
         f"exact rational grid, N = {n}: monotone kernels, slope/diagonal row orders, profile orders (C2(b), C3, C4(b))",
         "; ".join(fails) if fails else f"{len(ker)} kernels, 3 layers x 3 perturbations",
     )
 
 
-def certificates() -> dict:
-    return {
-        "monotone:row-ratio": row_ratio,
-        "monotone:slope-order": slope_order,
-        "monotone:diag-order": diag_order,
-        "monotone:preserves-dominance": preserves_dominance,
-        "monotone:residual-counterexample": residual_counterexample,
-        "monotone:alibi-grid": alibi_grid,
-    }
+@dataclass(frozen=True)
+class MonotoneParams(Params):
+    """How far the exact slope-order check (C3(b)) goes."""
+
+    name = NAME
+    max_row: int = param(8, meaning="check the coefficient signs of dF_i(k)/dr exactly for every row i <= this",
+                         example="10", minimum=1, maximum=16)
 
 
-SPEC = {"max_row": Param(int, 8, minimum=1, maximum=16)}
-
-
-def run(args: list[str]) -> Result:
-    p = parse(NAME, args, SPEC)
-    checks = [row_ratio(), slope_order(p["max_row"]), diag_order(), alibi_grid(6)]
+def compute(params: MonotoneParams = MonotoneParams()) -> Result:
+    """C3(a) (symbolic, general i), C3(b) (exact for i <= max_row), C4(b) (symbolic), and the exact grid."""
+    checks = [row_ratio(), slope_order(params.max_row), diag_order(), alibi_grid(6)]
     lines = [
         "ALiBi + content kernel (r = e^{-m}, D = e^d, Z_i = D + G_i, G_i = sum_{g=1}^i r^g):",
         "  C3(a) for k < i:  F_{i+1}(k)/F_i(k) = r Z_i / Z_{i+1},  1 - ratio = (D(1-r) + r) / Z_{i+1} >= 0   [symbolic, general i]",
         "  C3(b): dF_i(k)/dr = (P'Q - PQ')/Q^2 with non-negative-coefficient numerator"
-        f"   [exact for i <= {p['max_row']}; general i: pairing argument, not machine-checked]",
+        f"   [exact for i <= {params.max_row}; general i: pairing argument, not machine-checked]",
         "  C4(b): dF_i(k)/dD = -F_i(k)/Z_i <= 0,  d alpha_i/dd = e^d G_i / Z_i^2 >= 0   [symbolic, general i]",
     ]
     lines += [f"  [{'PASS' if c.holds else 'FAIL'}] {c.name}: {c.description}" for c in checks]
@@ -266,6 +254,7 @@ DERIVATION = Derivation(
     name=NAME,
     summary="ALiBi kernel is stochastically monotone for all m >= 0; slopes and d order rows (C3(a), C3(b), C4(b))",
     claims=("C3(a)", "C3(b)", "C4(b)"),
-    usage="posbias derive monotone [--max-row K]",
-    run=run,
+    params=MonotoneParams,
+    compute=compute,
+    limits="--max-row <= 16 (exact coefficient-sign checks of dF_i(k)/dr for every row up to it); about 3 s at the maximum",
 )

@@ -1,13 +1,18 @@
 """The derivation registry: every ``posbias derive NAME`` query, by name.
 
-Each module listed in ``DERIVATION_MODULES`` exposes ``DERIVATION: Derivation``;
-modules are imported when the registry is first read, so ``import theorem``
-stays cheap and never pulls in JAX.
+Each module listed in ``DERIVATION_MODULES`` exposes ``DERIVATION: Derivation``
+(name, summary, claims, parameter type, ``compute``, ``parse``); modules are
+imported when the registry is first read, so ``import posbias.theorem`` stays cheap
+and never pulls in JAX. Python callers use the parameter type and ``compute``
+directly: ``derivations()["alibi-row"].compute(AlibiRowParams(row=3))``.
 
 Examples
 --------
 >>> "alibi-row" in derivations()
 True
+>>> der = derivations()["alibi-row"]
+>>> der.compute(der.parse(["--row", "2", "--slope", "0", "--diag", "0"])).data["row"]
+[0.3333333333333333, 0.3333333333333333, 0.3333333333333333]
 """
 
 from __future__ import annotations
@@ -53,9 +58,3 @@ def derivations() -> dict[str, Derivation]:
 def missing() -> dict[str, str]:
     """module -> why it could not be loaded (empty when every derivation module is present)."""
     return dict(_load()[1])
-
-
-def __getattr__(name: str):
-    if name == "DERIVATIONS":
-        return derivations()
-    raise AttributeError(name)

@@ -1,6 +1,8 @@
 """C6: where finite-depth profiles are U-shaped, and what is proved versus observed.
 
-u_shape(p): the minimum of p is interior and both ends lie strictly above it.
+u_shape(p) (posbias.numerics.shape, the one definition): the minimum of p over the
+interior lies strictly below both ends. It works on exact lists, so the witnesses
+below are decided in rational arithmetic.
 
 Proved here:
 * Depth 1 is never U-shaped (any m >= 0, d, lambda): p = (1 - lambda) e_{N-1} + lambda A(N-1, ·)
@@ -15,28 +17,25 @@ U-shapes occur; see proofs/C6.md.
 
 Examples
 --------
->>> u_shape([3, 1, 2])
+>>> u_shape(exact_profile_of(*U_CASES[0]))
 True
->>> u_shape([1, 2, 3])
-False
+>>> single_layer().holds
+True
 """
 
 from __future__ import annotations
 
 import sympy as sp
 
-from posbias.theorem.certificate import Check
+from posbias.numerics.shape import u_shape
+from posbias.theorem.alibi_row import exact_kernel
+from posbias.theorem.certificate import Check, certificate, check
+from posbias.theorem.exact import exact_profile
+
+__all__ = ["STEEP", "U_CASES", "exact_profile_of", "single_layer", "steep_witnesses", "u_shape", "u_witnesses"]
 
 
-def u_shape(p) -> bool:
-    """argmin interior and both ends strictly above the minimum (works on exact or float lists)."""
-    p = list(p)
-    if len(p) < 3:
-        return False
-    low = min(p[1:-1])
-    return low < p[0] and low < p[-1]
-
-
+@certificate("shape:single-layer", claims=("C6",))
 def single_layer() -> Check:
     """T = 1: p(j) = lambda r^{N-1-j} / Z_{N-1} on j <= N-2; p(j+1)/p(j) = 1/r >= 1, symbolic N, j."""
     n, jj = sp.symbols("N j", integer=True, positive=True)
@@ -46,18 +45,15 @@ def single_layer() -> Check:
     ratio = sp.simplify(p(jj + 1) / p(jj))
     u = sp.Symbol("u", nonnegative=True)
     ok = sp.simplify(ratio - 1 / r) == 0 and sp.simplify(ratio.subs(r, 1 / (1 + u)) - 1 - u) == 0
-    return Check(
-        "shape:single-layer",
-        bool(ok),
+    return check(
+        ok,
         "C6: a single ALiBi + content layer never gives a U-shape (strict-past part of p non-decreasing, ratio 1/r >= 1)",
         f"p(j+1)/p(j) = {ratio}",
     )
 
 
-def _profile(n, r_val, d_exp, layers, lam):
-    from posbias.theorem.alibi_row import exact_kernel
-    from posbias.theorem.exact import exact_profile
-
+def exact_profile_of(n, r_val, d_exp, layers, lam) -> list:
+    """The exact profile of ``layers`` identical ALiBi + content layers (r = e^{-m}, e^d, lambda), N = n."""
     a = exact_kernel(n, r_val, d_exp)
     return exact_profile([a] * layers, [lam] * layers)
 
@@ -71,35 +67,30 @@ U_CASES = [  # (N, r, e^d, T, lambda): U-shaped, exactly
 STEEP = (8, sp.Rational(1, 5), 1)
 
 
+@certificate("shape:u-witnesses", claims=("C6",))
 def u_witnesses() -> Check:
-    shapes = [u_shape(_profile(*case)) for case in U_CASES]
-    return Check(
-        "shape:u-witnesses",
+    """C6: the profiles of ``U_CASES`` are U-shaped, exactly."""
+    shapes = [u_shape(exact_profile_of(*case)) for case in U_CASES]
+    return check(
         all(shapes),
         "C6: exact U-shaped profiles for m = 0 and r = 9/10 at depth 2-4 (N = 8, 10)",
         f"cases (N, r, e^d, T, lambda) = {U_CASES}: {shapes}",
     )
 
 
+@certificate("shape:steep-witnesses", claims=("C6",))
 def steep_witnesses() -> Check:
+    """C6: with r = 1/5 (``STEEP``), T = 1..6 and lambda in {1/4, 1/2, 3/4} the profile is non-decreasing."""
     n, rv, dv = STEEP
     fails = []
     for layers in range(1, 7):
         for lam in (sp.Rational(1, 4), sp.Rational(1, 2), sp.Rational(3, 4)):
-            p = _profile(n, rv, dv, layers, lam)
+            p = exact_profile_of(n, rv, dv, layers, lam)
             if u_shape(p) or any(b < a for a, b in zip(p, p[1:])):
                 fails.append((layers, lam))
-    return Check(
-        "shape:steep-witnesses",
+    return check(
         not fails,
         "C6: with the steep slope r = 1/5 (m = log 5), N = 8, T = 1..6, lambda in {1/4, 1/2, 3/4} the profile is non-decreasing (exact)",
         f"failures: {fails}" if fails else "all 18 profiles non-decreasing",
     )
 
-
-def certificates() -> dict:
-    return {
-        "shape:single-layer": single_layer,
-        "shape:u-witnesses": u_witnesses,
-        "shape:steep-witnesses": steep_witnesses,
-    }

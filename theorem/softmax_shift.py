@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import sympy as sp
 
-from posbias.theorem.certificate import Check
+from dataclasses import dataclass
+
+from posbias.theorem.certificate import Check, certificate, check
 from posbias.theorem.derivation import Derivation, Result
-from posbias.theorem.params import parse
+from posbias.theorem.params import Params
 
 NAME = "softmax-shift"
 
@@ -57,6 +59,7 @@ def difference() -> sp.Expr:
     return sp.simplify(factored(masked_softmax(b)) - masked_softmax(0))
 
 
+@certificate("softmax-shift:background-cancels", claims=("C4(a)",))
 def background_cancels() -> Check:
     """softmax(x + b) - softmax(x) simplifies to 0 for symbolic N, mask and b,
     and for every row of a causal mask with N <= 6."""
@@ -66,31 +69,33 @@ def background_cancels() -> Check:
         for row in range(n):  # causal mask of row `row`: tokens 0..row allowed
             _, shifted, plain = row_expressions(n, mask=[1] * (row + 1) + [0] * (n - row - 1))
             ok = ok and all(sp.simplify(sp.expand(s - p, power_exp=True)) == 0 for s, p in zip(shifted, plain))
-    return Check(
-        "softmax-shift:background-cancels",
-        bool(ok),
+    return check(
+        ok,
         "masked row softmax is invariant under a row-constant shift b (symbolic N; every causal row, N = 1..6)",
         f"softmax(x+b) - softmax(x) -> {diff}",
     )
 
 
-def certificates() -> dict:
-    return {"softmax-shift:background-cancels": background_cancels}
+@dataclass(frozen=True)
+class SoftmaxShiftParams(Params):
+    """``posbias derive softmax-shift`` takes no parameters (N, the mask and b stay symbolic)."""
+
+    name = NAME
 
 
-def run(args: list[str]) -> Result:
-    parse(NAME, args, {})
+def compute(params: SoftmaxShiftParams = SoftmaxShiftParams()) -> Result:
+    """C4(a): factor e^b out of numerator and denominator of the masked row softmax of x + b."""
     num = M[j] * sp.exp(x[j] + b)
     den = sp.Sum(M[l] * sp.exp(x[l] + b), (l, 0, N - 1))
     den_f = factored(den)
-    check = background_cancels()
+    verified = background_cancels()
     diff = difference()
     text = "\n".join([
         "C4(a): a row-constant background cancels from a masked row softmax (symbolic N).",
         f"  numerator    {num}  =  {factored(num)}",
         f"  denominator  {den}  =  {den_f}",
         f"  softmax_j(x + b) - softmax_j(x)  simplifies to  {diff}",
-        f"  verified: {'yes' if check.holds else 'NO'} (symbolic N; every causal row for N = 1..6 explicitly)",
+        f"  verified: {'yes' if verified.holds else 'NO'} (symbolic N; every causal row for N = 1..6 explicitly)",
     ])
     latex = (
         r"\frac{M_j e^{x_j+b}}{\sum_{l=0}^{N-1} M_l e^{x_l+b}}"
@@ -102,7 +107,7 @@ def run(args: list[str]) -> Result:
         "numerator": str(factored(num)),
         "denominator": str(den_f),
         "difference": str(diff),
-        "holds": check.holds,
+        "holds": verified.holds,
     }
     return Result(NAME, text, latex, data)
 
@@ -111,6 +116,7 @@ DERIVATION = Derivation(
     name=NAME,
     summary="row-constant background b cancels from a masked row softmax, symbolic N (C4(a))",
     claims=("C4(a)",),
-    usage="posbias derive softmax-shift",
-    run=run,
+    params=SoftmaxShiftParams,
+    compute=compute,
+    limits="no parameters; a fixed symbolic check, about 2 s",
 )

@@ -35,22 +35,40 @@
  * group and rebuilt only when the group's slopes change between layers.
  *
  * Heads are processed HB = 8 at a time as SIMD lanes (GCC/Clang vector extensions); head
- * groups are split across pthreads, each thread accumulating into private (N,) buffers
- * that are merged at the end of every layer (memory O(threads N)).
+ * groups are split statically across pthreads, each thread accumulating into private (N,)
+ * buffers that are merged at the end of every layer (memory O(threads N)). The grouping
+ * does not depend on the thread count, so results differ between thread counts only by
+ * the order of the final sums (a few ulps). Subnormals are flushed to zero (FTZ/DAZ) in
+ * the workers: in linear mode values below ~2.2e-308 become exact zeros.
+ *
+ * Products are ordered so that no intermediate leaves the float64 range while the result
+ * is representable: u = (r w sigma) (q alpha) M, with q alpha = 1/(1/q + S) moderate even
+ * where q ~ e^600 and alpha ~ e^-600; the window sweep keeps r^L as mantissa 2^exponent.
+ *
+ * Error of one layer (linear mode): every term is a product of non-negative factors and
+ * every sum has non-negative terms, so the computed v' has relative error O(n u) per entry,
+ * n the recurrence distance the dominant terms travel (the weight r^n is formed as
+ * fl(r)^n, error n u/2; the dense reference's exp(-m n) carries (1 + m n) u): about 1e-14
+ * for N <= 64, and no cancellation anywhere (windows included). Terms below 2^-1022 are lost.
  *
  * Extended range (block floating point): v_i = M_i 2^{E_b}, block b = positions
- * [bB, bB+B), max |M| in [1/2, 1) per block. Each sweep keeps its carry in a working scale
- * 2^X chosen at every block entry as the larger of the block's own exponent and the
- * carry's actual magnitude (ldexp rescaling across block boundaries; the window sweep keeps
- * its growing C with an explicit exponent, renormalised every few tokens). Per-thread
- * output blocks have their own exponents Y_b, raised lazily. After each layer every block
- * is renormalised; positions that must be non-zero by the mask structure (the support,
- * [lo, N-1]) must be >= 2^-RANGE_BITS times their block maximum, else the layer fails with
- * POSBIAS_ERR_RANGE (the block's dynamic range is not representable: reduce the block
- * size). Everything lost to underflow is an absolute error below ~2^-1010 of the block's
- * largest contribution, hence a relative error < 2^-100 of every entry that passes the
- * check: entries are exact to float64 working precision (the recurrences' own rounding,
- * O(distance * u) as in linear mode). Positions outside the support are exactly 0.
+ * [bB, bB+B), max M in [1/2, 1) per block (E_b = EMPTY for an all-zero block). Every sweep
+ * keeps its carry in a working scale 2^X chosen at each block entry as the larger of the
+ * block's own exponent and the carry's actual magnitude (ldexp rescaling across block
+ * boundaries: r^k-decaying tails never need more than that); the window sweep keeps each
+ * lane's growing C with its own exponent, renormalised every few tokens. Per-thread output
+ * blocks have exponents Y_b, raised lazily to the largest incoming scale. The merge forms v'
+ * in the scale 2^W, W = max(E_b, Y_b over threads), renormalises every block and checks
+ * that each position that must be non-zero by the mask structure (the support [lo, N-1];
+ * every other position is set to exactly 0) is >= 2^(W - RANGE_BITS). Everything lost to
+ * underflow anywhere (own values flushed in a larger working scale, flushed carries,
+ * lanes, rescaled buffers) is an absolute error below ~2^(W-1010) (at most ~16 2^-1022 per
+ * head by sum_k r^k c_{j+k} <= 1 + ln N, weights summing to 1), so an entry passing the
+ * check carries an extra relative error < 2^-100: entries are exact to float64 working
+ * precision, as in linear mode, whatever their magnitude. Failing the check means the
+ * block's dynamic range (> 2^900 between its largest contribution and some entry) is not
+ * representable: the layer stops with POSBIAS_ERR_RANGE, leaving the state of the previous
+ * layer, and the caller (native.py) continues with smaller blocks (down to B = 1).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <float.h>
@@ -71,7 +89,7 @@ typedef double vd __attribute__((vector_size(HB * sizeof(double))));
 #define LEVEL0 64
 #define EMPTY (-((int64_t)1 << 40)) /* exponent of an all-zero block / carry */
 #define D_CLIP 600.0
-#define RANGE_BITS 900
+#define RANGE_MARGIN 100 /* entries must exceed their loss bound by 2^RANGE_MARGIN */
 #define C_HEADROOM 500 /* bits a window sweep's C may grow between renormalisations */
 #define MAX_THREADS 64
 
@@ -132,18 +150,13 @@ static inline double pow2i(int64_t e) {
   memcpy(&x, &bits, sizeof x);
   return x;
 }
-/* x 2^e, in two steps so that |e| up to 2046 neither overflows nor flushes early. */
+/* x 2^e (x finite), in two steps so that |e| up to 2046 neither overflows nor flushes early;
+ * 0 stays 0 whatever e (never 0 * inf). */
 static inline double scale2(double x, int64_t e) {
   if (e >= -1022 && e <= 1023) return x * pow2i(e);
-  if (e < -2200) return 0.0 * x;
-  if (e > 2200) return x * INFINITY;
-  int64_t h = e / 2;
-  return (x * pow2i(h)) * pow2i(e - h);
-}
-static inline vd vscale2(vd x, int64_t e) {
-  if (e >= -1022 && e <= 1023) return x * pow2i(e);
-  if (e < -2200) return x * 0.0;
-  int64_t h = e / 2;
+  if (x == 0.0 || e < -2100) return 0.0 * x;
+  if (e > 2046) return x * INFINITY;
+  const int64_t h = e / 2;
   return (x * pow2i(h)) * pow2i(e - h);
 }
 /* e with x = f 2^e, f in [1/2, 1) (x > 0 finite). */
@@ -253,18 +266,25 @@ typedef struct {
   pthread_mutex_t gate_lock;
   pthread_cond_t gate;
   int go;                                          /* 0: wait, 1: run, -1: abandon */
-  volatile int error;
-  int final_buf;                              /* set during merges, read after barriers */
+  volatile int error;                              /* set during merges, read after barriers */
+  int final_buf;                                   /* buffer holding the last completed layer */
 } problem_t;
 
 typedef struct {
-  /* per-layer lane constants */
-  double m[HB];
-  vd r, q, w, wq, rho, gl, alpha_c, wqa_c;
+  /* per-layer lane constants: r = e^-m, q = e^-d, w, rho = 1/r; with a window the
+   * constant row normaliser G(L), its alpha, and w q alpha */
+  vd r, q, w, rho, gl, alpha_c;
+  double wqm[HB];  /* w q alpha (window rows with the full past) = wqm 2^wqe, wqm in [1/2, 1) or 0 */
+  int64_t wqe[HB];
   vd rlm;          /* r^L = rlm 2^rle */
   int64_t rle[HB];
   int64_t ks;      /* renormalisation cadence of the window sweep */
   int active;      /* some lane has w > 0 */
+  /* extended mode: r w = rwm 2^rwe per lane (rwm = 0 where w = 0), and the loss bound's
+   * decay r^len and growth through a block of len = B tokens (full) or the top block */
+  double rwm[HB];
+  int64_t rwe[HB];
+  vd dec_full, add_full, dec_top, add_top;
   tables_t tb;
 } group_t;
 
@@ -274,6 +294,8 @@ typedef struct {
   group_t *groups;
   double *out, *abar;
   int64_t *y;
+  double *lossm;      /* (nb,): carry-loss bound of the block's out entries, lossm 2^losse */
+  int64_t *losse;
   const double *mant; /* this layer's input v = mant 2^ex */
   const int64_t *ex;
   double *next_mant;  /* this layer's output */
@@ -295,6 +317,7 @@ static void group_setup(const problem_t *pb, group_t *g, int64_t gi, int64_t lay
       d = pb->diag[layer * pb->heads + h];
       w = pb->weights[layer * pb->heads + h];
     }
+    if (!(w >= DBL_MIN)) w = 0.0; /* subnormal weights are zeros under FTZ/DAZ anyway */
     if (d > D_CLIP) d = D_CLIP;
     if (d < -D_CLIP) d = -D_CLIP;
     mv[k] = m;
@@ -302,24 +325,43 @@ static void group_setup(const problem_t *pb, group_t *g, int64_t gi, int64_t lay
     g->r[k] = r;
     g->q[k] = q;
     g->w[k] = w;
-    g->wq[k] = w * q;
     g->rho[k] = 1.0 / r;
     if (w != 0.0) {
       g->active = 1;
       if (m > mmax) mmax = m;
     }
+    int er = 0, ew = 0;
+    const double rm = frexp(r, &er), wm = frexp(w, &ew);
+    g->rwm[k] = w != 0.0 ? rm * wm : 0.0;
+    g->rwe[k] = (int64_t)er + ew;
   }
   tables_update(&g->tb, mv);
+  if (pb->ext) {
+    /* Carry-loss bound through a block of len tokens: ell <- ell r^len + (4 sum_{k<len} r^k + 1)
+     * 2^-1022 (at most 4 flushed operations per token, each below 2^-1022 of the lane's scale,
+     * decaying with the carry; + 2^-1022 where ell r^len itself underflows). */
+    const int64_t top = pb->n - (pb->nb - 1) * pb->block, full = imin(pb->block, pb->n);
+    for (int k = 0; k < HB; ++k) {
+      g->dec_full[k] = exp(-mv[k] * (double)full);
+      g->add_full[k] = (4.0 * (1.0 + geo_eval1(&g->tb, k, full - 1)) + 1.0) * 0x1p-1022;
+      g->dec_top[k] = exp(-mv[k] * (double)top);
+      g->add_top[k] = (4.0 * (1.0 + geo_eval1(&g->tb, k, top - 1)) + 1.0) * 0x1p-1022;
+    }
+  }
   if (pb->windowed) {
     const int64_t L = pb->window_l;
     for (int k = 0; k < HB; ++k) {
       g->gl[k] = geo_eval1(&g->tb, k, L);
       g->alpha_c[k] = 1.0 / (1.0 + g->q[k] * g->gl[k]);
-      g->wqa_c[k] = g->wq[k] * g->alpha_c[k];
+      /* w q alpha = w c, kept as mantissa 2^exponent (w c may lie below 2^-1022) */
+      int ewq = 0, ecq = 0;
+      const double wmq = frexp(g->w[k], &ewq), cmq = frexp(g->q[k] * g->alpha_c[k], &ecq);
+      int s0 = 0;
+      g->wqm[k] = g->w[k] != 0.0 ? frexp(wmq * cmq, &s0) : 0.0;
+      g->wqe[k] = (int64_t)ewq + ecq + s0;
       /* r^L by binary powering of fl(r), kept as mantissa 2^exponent. */
-      double bm = frexp(g->r[k], &(int){0});
       int be;
-      frexp(g->r[k], &be);
+      double bm = frexp(g->r[k], &be);
       int64_t bex = be;
       double am = 1.0;
       int64_t aex = 0;
@@ -407,52 +449,148 @@ static inline vd span_s(const group_t *g, const span_t *sp, int64_t j, int64_t K
   return s;
 }
 
+/* c = q alpha = q / (1 + q S_i) of every lane at position i. */
+static inline __attribute__((always_inline)) vd c_at(const problem_t *pb, const group_t *g, int64_t i) {
+  const int64_t K = pb->bidir;
+  vd s = geo_eval(&g->tb, pb->windowed ? imin(i, pb->window_l) : i);
+  if (K > 1 && i < K) s += geo_eval(&g->tb, K - 1 - i);
+  return g->q / (1.0 + g->q * s);
+}
+
+/* Add m 2^e to the thread's carry-loss bound of block b. */
+static inline void add_loss(thread_t *th, int64_t b, double m, int64_t e) {
+  if (!(m > 0.0)) return;
+  if (th->lossm[b] > 0.0) {
+    const int64_t top = imax(e, th->losse[b]);
+    m = scale2(th->lossm[b], th->losse[b] - top) + scale2(m, e - top) + 0x1p-1000; /* rounded up */
+    e = top;
+  }
+  const int64_t s = expo(m);
+  th->lossm[b] = scale2(m, -s);
+  th->losse[b] = e + s;
+}
+
+/* Extended mode, entry of block b (sweeping through position ipos first): every lane k keeps
+ * its carry as t_k 2^xl[k], xl[k] = max(the carry's own exponent, the exponent of the terms
+ * this block feeds in, u = r w c v <= rwm c 2^(rwe + E_b)), so that a lane is never flushed
+ * against another lane or against the block's own values: only terms below 2^-1022 of the
+ * lane's own scale are lost. ell bounds (in each lane's scale) what the lane has lost so far:
+ * through the previous block it decays with r^len and grows by dec/add (group_setup); each
+ * rescale to a larger scale adds 2^-1021 (t and ell flushed there). The block's emissions
+ * then carry an absolute loss <= sum_k (ell_k + add_cur_k) 2^xl[k], recorded per block for the
+ * merge's check. rws = r w 2^(E_b - xl), emission factor 2^(xl - y) = fa fb. */
+static inline __attribute__((always_inline)) void
+lane_entry(thread_t *th, const group_t *g, int64_t b, int64_t ipos, int first, const vd *dec_prev,
+           const vd *add_prev, const vd *add_cur, vd *t, vd *ell, int64_t *xl, vd *rws, vd *fa, vd *fb) {
+  /* (vectors by pointer: the callers are compiled for several ISAs, whose ABIs for passing
+   * 64-byte vectors by value differ) */
+  const problem_t *pb = th->pb;
+  const int64_t eb = th->ex[b];
+  if (!first) *ell = *ell * *dec_prev + *add_prev;
+  const vd c = c_at(pb, g, ipos);
+  int64_t top = EMPTY;
+  for (int k = 0; k < HB; ++k) {
+    (*rws)[k] = 0.0;
+    if (g->rwm[k] == 0.0) {
+      (*t)[k] = 0.0;
+      (*ell)[k] = 0.0;
+      xl[k] = EMPTY;
+      continue;
+    }
+    const int64_t et = (*t)[k] != 0.0 ? xl[k] + expo(fabs((*t)[k])) : EMPTY;
+    const int64_t ei = eb != EMPTY ? eb + g->rwe[k] + expo(c[k]) : EMPTY;
+    /* the carry is multiplied by r before the block's first term joins it: r t >= 2^(et+er) */
+    const int64_t er = expo(g->r[k]) - 1;
+    const int64_t xn = imax(et == EMPTY ? EMPTY : et + er, ei);
+    if (xn == EMPTY) continue; /* nothing in this lane here; keep its scale for ell */
+    top = imax(top, imax(et, ei)); /* emissions stay below 2^top */
+    if (xl[k] != EMPTY) {
+      const int64_t sh = xl[k] - xn;
+      (*t)[k] = scale2((*t)[k], sh);
+      if (sh < 0) (*ell)[k] = scale2((*ell)[k], sh) + 0x1p-1021;
+      else (*ell)[k] = fmin(scale2((*ell)[k], sh), 0x1p1000);
+    } else {
+      (*ell)[k] = 0.0;
+    }
+    xl[k] = xn;
+    if (eb != EMPTY) (*rws)[k] = scale2(g->rwm[k], g->rwe[k] + eb - xn);
+  }
+  if (top != EMPTY) raise_y(th, b, top);
+  const int64_t y = th->y[b];
+  int64_t lx = EMPTY;
+  for (int k = 0; k < HB; ++k) {
+    (*fa)[k] = 1.0;
+    (*fb)[k] = 0.0;
+    if (xl[k] == EMPTY) continue;
+    lx = imax(lx, xl[k]);
+    if ((*t)[k] == 0.0 && (*rws)[k] == 0.0) continue; /* emits nothing in this block */
+    const int64_t d = xl[k] - y;                       /* <= 0 */
+    if (d >= -1022) {
+      (*fb)[k] = pow2i(d);
+    } else {
+      (*fa)[k] = 0x1p-500;
+      (*fb)[k] = pow2i(d + 500);
+    }
+  }
+  if (lx != EMPTY) {
+    double m = 0.0;
+    for (int k = 0; k < HB; ++k) {
+      if (xl[k] != EMPTY) m += scale2((*ell)[k] + (*add_cur)[k], xl[k] - lx) + 0x1p-1020;
+    }
+    add_loss(th, b, m, lx);
+  }
+}
+
 /* Descending sweep: alphabar and back_j (A_j with a window). */
 HOT static void sweep_down(thread_t *th, const group_t *g) {
   const problem_t *pb = th->pb;
   const int64_t n = pb->n, B = pb->block, K = pb->bidir, L = pb->window_l;
   const double *mant = th->mant;
   double *out = th->out, *abar = th->abar;
-  const vd r = g->r, q = g->q, w = g->w, wq = g->wq;
-  vd t = vsplat(0.0);
-  int64_t x = 0;
+  const vd r = g->r, q = g->q, w = g->w;
+  vd t = vsplat(0.0), ell = vsplat(0.0);
+  int64_t xl[HB];
+  for (int k = 0; k < HB; ++k) xl[k] = EMPTY;
   for (int64_t b = pb->nb - 1; b >= 0; --b) {
     const int64_t b0 = b * B, b1 = imin(n, b0 + B);
-    double sigma = 1.0, fac = 1.0;
+    vd rws = r * w, fa = vsplat(1.0), fb = vsplat(1.0);
     if (pb->ext) {
-      const int64_t eb = th->ex[b];
-      const double tm = vmaxabs(t);
-      const int64_t et = tm > 0.0 ? x + expo(tm) : EMPTY;
-      const int64_t xn = imax(eb, et);
-      if (xn != EMPTY) {
-        if (tm > 0.0) t = vscale2(t, x - xn);
-        x = xn;
-        raise_y(th, b, x);
-        fac = pow2i(x - th->y[b]);
+      const int top = b == pb->nb - 1, prev_top = b + 1 == pb->nb - 1;
+      const int reset = pb->windowed && b1 % L == 0; /* the carry restarts at the block's top */
+      if (reset) {
+        t = vsplat(0.0);
+        ell = vsplat(0.0);
+        for (int k = 0; k < HB; ++k) xl[k] = EMPTY;
       }
-      sigma = eb == EMPTY ? 0.0 : pow2i(eb - x);
+      lane_entry(th, g, b, b1 - 1, top || reset, prev_top ? &g->dec_top : &g->dec_full,
+                 prev_top ? &g->add_top : &g->add_full, top ? &g->add_top : &g->add_full, &t, &ell, xl,
+                 &rws, &fa, &fb);
     }
     int64_t j = b1 - 1;
     while (j >= b0) {
-      if (pb->windowed && (j + 1) % L == 0) t = vsplat(0.0); /* segment end: A_j = 0 */
+      if (pb->windowed && (j + 1) % L == 0) { /* segment end: A_j = 0 */
+        t = vsplat(0.0);
+        ell = vsplat(0.0);
+      }
       span_t sp;
       int64_t lo = imax(b0, span_setup(pb, g, j, 1, &sp));
       if (pb->windowed) lo = imax(lo, (j / L) * L);
       if (sp.past_const && !sp.fut) {
-        const vd a = g->alpha_c, wa = w * a, rwqa = r * wq * a * sigma;
+        const vd a = g->alpha_c, wa = w * a, rwqa = rws * (q * a);
         const double wasum = hsum(wa);
         for (int64_t i = j; i >= lo; --i) {
           abar[i] += wasum;
-          out[i] += fac * hsum(t);
+          out[i] += hsum((t * fa) * fb);
           t = r * t + rwqa * mant[i];
         }
       } else {
-        const vd rwqs = r * wq * sigma;
+        /* u = (r w 2^(E_b - xl)) (q alpha) M: q alpha = c = 1/(1/q + S) is moderate even
+         * where q ~ e^600 and alpha ~ e^-600, so no intermediate leaves the float64 range. */
         for (int64_t i = j; i >= lo; --i) {
           const vd a = 1.0 / (1.0 + q * span_s(g, &sp, i, K));
           abar[i] += hsum(w * a);
-          out[i] += fac * hsum(t);
-          t = r * t + rwqs * (a * mant[i]);
+          out[i] += hsum((t * fa) * fb);
+          t = r * t + (rws * (q * a)) * mant[i];
         }
       }
       j = lo - 1;
@@ -466,34 +604,25 @@ HOT static void sweep_up_bidir(thread_t *th, const group_t *g) {
   const int64_t n = pb->n, B = pb->block, K = imin(pb->bidir, pb->n);
   const double *mant = th->mant;
   double *out = th->out;
-  const vd r = g->r, q = g->q, wq = g->wq;
-  vd t = vsplat(0.0);
-  int64_t x = 0;
+  const vd r = g->r, q = g->q;
+  vd t = vsplat(0.0), ell = vsplat(0.0);
+  int64_t xl[HB];
+  for (int k = 0; k < HB; ++k) xl[k] = EMPTY;
   for (int64_t b = 0; b * B < K; ++b) {
     const int64_t b0 = b * B, b1 = imin(K, imin(n, b0 + B));
-    double sigma = 1.0, fac = 1.0;
-    if (pb->ext) {
-      const int64_t eb = th->ex[b];
-      const double tm = vmaxabs(t);
-      const int64_t et = tm > 0.0 ? x + expo(tm) : EMPTY;
-      const int64_t xn = imax(eb, et);
-      if (xn != EMPTY) {
-        if (tm > 0.0) t = vscale2(t, x - xn);
-        x = xn;
-        raise_y(th, b, x);
-        fac = pow2i(x - th->y[b]);
-      }
-      sigma = eb == EMPTY ? 0.0 : pow2i(eb - x);
+    vd rws = r * g->w, fa = vsplat(1.0), fb = vsplat(1.0);
+    if (pb->ext) { /* every block before the last is full */
+      lane_entry(th, g, b, b0, b == 0, &g->dec_full, &g->add_full, &g->add_full, &t, &ell, xl, &rws, &fa,
+                 &fb);
     }
     int64_t e = b0;
     while (e < b1) {
       span_t sp;
       const int64_t hi = imin(b1, span_setup(pb, g, e, 0, &sp));
-      const vd rwqs = r * wq * sigma;
       for (int64_t i = e; i < hi; ++i) {
         const vd a = 1.0 / (1.0 + q * span_s(g, &sp, i, K));
-        out[i] += fac * hsum(t);
-        t = r * t + rwqs * (a * mant[i]);
+        out[i] += hsum((t * fa) * fb);
+        t = r * t + (rws * (q * a)) * mant[i];
       }
       e = hi;
     }
@@ -503,15 +632,16 @@ HOT static void sweep_up_bidir(thread_t *th, const group_t *g) {
 /* Ascending window sweep: C_{e-L} = sum_{i = seg start}^{e} r^{L-(e-i)} u_i, e >= L. */
 HOT static void sweep_up_window(thread_t *th, const group_t *g) {
   /* Each lane's C has its own exponent ce[k] (lanes grow at different rates r^{-1}). The
-   * mantissa starts every span at |c| < 2^-C_HEADROOM and grows by at most 2^C_HEADROOM
-   * within it (ks), so it never overflows, and a factor 2^(ce - y) that underflows only
-   * multiplies values below the representable range. */
+   * mantissa starts every span in [1/2, 1) (or at the scale of the largest entering term
+   * r^L u <= rlm wqm 2^te, te = rle + wqe + E_b, w q alpha = wqm 2^wqe) and grows by at most 2^C_HEADROOM within a
+   * span (ks tokens), so it never overflows; entering terms that underflow are below
+   * 2^-1022 of C itself, and stay so since all of C grows at the same rate. */
   const problem_t *pb = th->pb;
   const int64_t n = pb->n, B = pb->block, L = pb->window_l;
   const int64_t end = ((n + L - 1) / L) * L; /* e runs to the end of the last segment */
   const double *mant = th->mant;
   double *out = th->out;
-  const vd rho = g->rho, wqa = g->wqa_c;
+  const vd rho = g->rho;
   vd c = vsplat(0.0);
   int64_t ce[HB];
   for (int k = 0; k < HB; ++k) ce[k] = EMPTY;
@@ -528,36 +658,46 @@ HOT static void sweep_up_window(thread_t *th, const group_t *g) {
     vd tf = vsplat(0.0);
     int64_t need = EMPTY; /* exponent of the largest value this span can start from */
     for (int k = 0; k < HB; ++k) {
-      if (eb != EMPTY && wqa[k] > 0.0 && g->rlm[k] > 0.0) {
-        const int64_t te = g->rle[k] + eb; /* entering terms r^L u_e <= rlm wqa 2^te */
-        if (ce[k] == EMPTY || te + C_HEADROOM > ce[k]) {
-          if (ce[k] != EMPTY) c[k] = scale2(c[k], ce[k] - (te + C_HEADROOM));
-          ce[k] = te + C_HEADROOM;
+      if (eb != EMPTY && g->wqm[k] > 0.0 && g->rlm[k] > 0.0) {
+        const int64_t te = g->rle[k] + g->wqe[k] + eb; /* entering terms r^L u_e <= rlm wqm 2^te */
+        if (ce[k] == EMPTY || te > ce[k]) { /* a larger term: C's scale follows it */
+          if (ce[k] != EMPTY) c[k] = scale2(c[k], ce[k] - te);
+          ce[k] = te;
         }
-        tf[k] = scale2(g->rlm[k], te - ce[k]) * wqa[k];
-        need = imax(need, te + expo(g->rlm[k] * wqa[k]));
+        tf[k] = scale2(g->rlm[k] * g->wqm[k], te - ce[k]);
+        need = imax(need, te + expo(g->rlm[k] * g->wqm[k]));
       }
       if (c[k] != 0.0) need = imax(need, ce[k] + expo(fabs(c[k])));
     }
-    vd facv = vsplat(0.0);
+    /* Emission c 2^(ce - y) as (c fa) fb: where 2^(ce - y) is below the normal range,
+     * fa = 2^-C_HEADROOM first (c < 2^C_HEADROOM), so no representable value is lost. */
+    vd fa = vsplat(1.0), fb = vsplat(0.0);
     if (need != EMPTY) {
       if (pb->ext) raise_y(th, bj, need);
       const int64_t y = pb->ext ? th->y[bj] : 0;
-      for (int k = 0; k < HB; ++k) facv[k] = ce[k] == EMPTY ? 0.0 : pow2i(ce[k] - y);
+      for (int k = 0; k < HB; ++k) {
+        if (ce[k] == EMPTY) continue;
+        if (ce[k] - y >= -1022) {
+          fb[k] = pow2i(ce[k] - y);
+        } else {
+          fa[k] = pow2i(-C_HEADROOM);
+          fb[k] = pow2i(ce[k] - y + C_HEADROOM);
+        }
+      }
     }
     const int64_t hin = imin(hi, n);
     int64_t i = e;
     for (; i < hin; ++i) {
       c = rho * c + tf * mant[i];
-      out[i - L] += hsum(facv * c);
+      out[i - L] += hsum((c * fa) * fb);
     }
     for (; i < hi; ++i) { /* past the last token: u = 0 */
       c = rho * c;
-      out[i - L] += hsum(facv * c);
+      out[i - L] += hsum((c * fa) * fb);
     }
-    for (int k = 0; k < HB; ++k) { /* back to |c| in [2^-H-1, 2^-H), H = C_HEADROOM */
+    for (int k = 0; k < HB; ++k) { /* back to |c| in [1/2, 1) */
       if (c[k] != 0.0) {
-        const int64_t sh = expo(fabs(c[k])) + C_HEADROOM;
+        const int64_t sh = expo(fabs(c[k]));
         c[k] = scale2(c[k], -sh);
         ce[k] += sh;
       }
@@ -582,45 +722,79 @@ static int merge(thread_t *th, int64_t layer, double lam, int64_t lo_new, thread
     pb->part_min[layer * nt + th->id] = amin;
     return 0;
   }
+  /* lambda = lm 2^le exactly (bits: a subnormal lambda is not read as 0 here). */
+  double lm = 0.0;
+  int64_t le = 0;
+  {
+    uint64_t bits;
+    memcpy(&bits, &lam, sizeof bits);
+    const int64_t biased = (int64_t)((bits >> 52) & 0x7ff);
+    const uint64_t frac = bits & ((UINT64_C(1) << 52) - 1);
+    if (biased > 0) {
+      lm = lam * pow2i(-(biased - 1022));
+      le = biased - 1022;
+    } else if (frac != 0) {
+      int p = 51;
+      while (!((frac >> p) & 1)) --p;
+      lm = (double)frac * pow2i(-(p + 1));
+      le = p - 1073;
+    }
+  }
   for (int64_t b = th->blk0; b < th->blk1; ++b) {
-    const int64_t b0 = b * B, b1 = imin(n, b0 + B);
-    int64_t w = th->ex[b];
-    for (int64_t k = 0; k < nt; ++k) w = imax(w, all[k].y[b]);
-    double ofac[MAX_THREADS];
-    for (int64_t k = 0; k < nt; ++k) ofac[k] = all[k].y[b] == EMPTY ? 0.0 : pow2i(all[k].y[b] - w);
-    const double dfac = th->ex[b] == EMPTY ? 0.0 : pow2i(th->ex[b] - w);
-    const double thr = ldexp(1.0, -RANGE_BITS);
-    double mx = 0.0;
+    const int64_t b0 = b * B, b1 = imin(n, b0 + B), eb = th->ex[b];
+    /* The threads' out in the scale of the largest actual entry (not of the scales Y_b
+     * they were accumulated in), so that merging loses < 2^-1022 of that entry. */
+    int64_t ymx = EMPTY;
+    for (int64_t k = 0; k < nt; ++k) {
+      if (all[k].y[b] == EMPTY) continue;
+      double mo = 0.0;
+      for (int64_t j = b0; j < b1; ++j) mo = all[k].out[j] > mo ? all[k].out[j] : mo;
+      if (mo > 0.0) ymx = imax(ymx, all[k].y[b] + expo(mo));
+    }
+    double ofa[MAX_THREADS], ofb[MAX_THREADS];
+    for (int64_t k = 0; k < nt; ++k) {
+      ofa[k] = 1.0;
+      ofb[k] = 0.0;
+      if (all[k].y[b] == EMPTY || ymx == EMPTY) continue;
+      const int64_t dk = all[k].y[b] - ymx; /* <= 1021: entries are normal numbers */
+      if (dk >= -1022) {
+        ofb[k] = pow2i(dk);
+      } else {
+        ofa[k] = 0x1p-200;
+        ofb[k] = pow2i(dk + 200);
+      }
+    }
+    /* Pass 1: own = (1 - lambda + lambda abar) M (scale 2^E_b) and lm o (scale 2^(ymx + le)),
+     * each kept in its own scale; o is parked in this thread's out (only this thread reads
+     * these positions). */
+    double mo = 0.0, mt = 0.0;
     for (int64_t j = b0; j < b1; ++j) {
       double a = 0.0, o = 0.0;
       for (int64_t k = 0; k < nt; ++k) {
         a += all[k].abar[j];
-        o += all[k].out[j] * ofac[k];
+        o += (all[k].out[j] * ofa[k]) * ofb[k];
       }
       if (a < amin) amin = a;
       if (j == n - 1) pb->last_self[layer] = a;
-      double v = (1.0 - lam + lam * a) * (th->mant[j] * dfac) + lam * o;
-      if (j < lo_new) v = 0.0;
-      th->next_mant[j] = v;
-      if (!(fabs(v) <= DBL_MAX)) {
+      double own = (1.0 - lam + lam * a) * th->mant[j], t2 = lm * o;
+      if (j < lo_new) own = t2 = 0.0;
+      th->next_mant[j] = own;
+      th->out[j] = t2;
+      mo = own > mo ? own : mo;
+      mt = t2 > mt ? t2 : mt;
+      if (!(own <= DBL_MAX) || !(t2 <= DBL_MAX)) {
         th->err_code = POSBIAS_ERR_NONFINITE;
         th->err_layer = layer;
         th->err_pos = j;
         return POSBIAS_ERR_NONFINITE;
       }
-      /* Everything flushed anywhere is below ~2^-1010 of 2^w (the largest working scale
-       * of this block): support entries must stand well above it. */
-      if (j >= lo_new && !(v >= thr)) {
-        th->err_code = POSBIAS_ERR_RANGE;
-        th->err_layer = layer;
-        th->err_pos = j;
-        return POSBIAS_ERR_RANGE;
-      }
-      if (v > mx) mx = v;
     }
-    if (mx == 0.0 || w == EMPTY) {
+    int64_t W = EMPTY;
+    if (mo > 0.0) W = eb + expo(mo);
+    if (mt > 0.0) W = imax(W, ymx + le + expo(mt));
+    if (W == EMPTY) { /* nothing in this block */
       th->next_ex[b] = EMPTY;
-      if (b1 - 1 >= lo_new) { /* a support block with nothing left */
+      if (b1 - 1 >= lo_new) {
         th->err_code = POSBIAS_ERR_RANGE;
         th->err_layer = layer;
         th->err_pos = imax(b0, lo_new);
@@ -628,16 +802,64 @@ static int merge(thread_t *th, int64_t layer, double lam, int64_t lo_new, thread
       }
       continue;
     }
-    const int64_t s = expo(mx);
-    for (int64_t j = b0; j < b1; ++j) th->next_mant[j] = scale2(th->next_mant[j], -s);
-    th->next_ex[b] = w + s;
+    /* What may have been lost, in the scale 2^W, times 2^RANGE_MARGIN:
+     *   base: the final sum's own flushes (< 2^-1022 each);
+     *   lam (sum_k [carry losses recorded by the sweeps]_k + (64 groups_k + 64) 2^(Y_k-1022)
+     *        + 2^(ymx - 1022) nt): the threads' lanes and sums flushed below 2^-1022 of their
+     *        scales, and the merge of the threads;
+     *   own: 2^(E_b - 1022) where (1 - lambda + lambda abar) M itself underflowed.
+     * An entry must stand above all of it: then its relative error is < 2^-RANGE_MARGIN. */
+    const double base = pow2i(-1021 + RANGE_MARGIN);
+    double tloss = 0.0;
+    if (lm > 0.0) {
+      const int64_t sc = le + RANGE_MARGIN - W;
+      for (int64_t k = 0; k < nt; ++k) {
+        if (all[k].y[b] != EMPTY) {
+          tloss += scale2((double)(64 * (all[k].g1 - all[k].g0) + 64), all[k].y[b] - 1022 + sc);
+        }
+        if (all[k].lossm[b] > 0.0) tloss += scale2(all[k].lossm[b], all[k].losse[b] + sc);
+      }
+      if (ymx != EMPTY) tloss += scale2((double)nt, ymx - 1022 + sc);
+      tloss *= lm;
+    }
+    const double ownloss = eb == EMPTY ? 0.0 : scale2(1.0, eb - 1022 + RANGE_MARGIN - W);
+    const int64_t dof = eb == EMPTY ? 0 : eb - W, dt = ymx == EMPTY ? 0 : ymx + le - W;
+    double mx = 0.0;
+    for (int64_t j = b0; j < b1; ++j) {
+      const double own = th->next_mant[j], t2 = th->out[j];
+      const double va = scale2(own, dof), vb = scale2(t2, dt), v = va + vb;
+      th->next_mant[j] = v;
+      if (!(v <= DBL_MAX)) {
+        th->err_code = POSBIAS_ERR_NONFINITE;
+        th->err_layer = layer;
+        th->err_pos = j;
+        return POSBIAS_ERR_NONFINITE;
+      }
+      if (j >= lo_new) {
+        /* base where one of the two terms was flushed here */
+        const double flushed = ((own > 0.0 && va < DBL_MIN) || (t2 > 0.0 && vb < DBL_MIN)) ? base : 0.0;
+        const double lim = flushed + tloss + ((own < 0x1p-1021 && th->mant[j] > 0.0) ? ownloss : 0.0);
+        if (!(v > 0.0 && v >= lim)) {
+          th->err_code = POSBIAS_ERR_RANGE;
+          th->err_layer = layer;
+          th->err_pos = j;
+          return POSBIAS_ERR_RANGE;
+        }
+      }
+      if (v > mx) mx = v;
+    }
+    const int64_t sh = expo(mx);
+    for (int64_t j = b0; j < b1; ++j) th->next_mant[j] = scale2(th->next_mant[j], -sh);
+    th->next_ex[b] = W + sh;
   }
   pb->part_min[layer * nt + th->id] = amin;
   return 0;
 }
 
 static int64_t support_after(const problem_t *pb, int64_t lo, double lam) {
-  if (lam == 0.0) return lo;
+  uint64_t bits; /* lambda == 0 by its bits: the workers read a subnormal lambda as 0 (DAZ) */
+  memcpy(&bits, &lam, sizeof bits);
+  if ((bits << 1) == 0) return lo;
   if (pb->bidir > 1 && lo < pb->bidir) return 0;
   if (pb->windowed) return pb->window_l == 0 ? lo : imax(0, lo - pb->window_l);
   return 0;
@@ -673,6 +895,7 @@ static void *worker(void *arg) {
     memset(th->out, 0, nbytes);
     memset(th->abar, 0, nbytes);
     for (int64_t b = 0; b < pb->nb; ++b) th->y[b] = pb->ext ? EMPTY : 0;
+    memset(th->lossm, 0, (size_t)pb->nb * sizeof(double));
     for (int64_t gi = th->g0; gi < th->g1; ++gi) {
       group_t *g = &th->groups[gi - th->g0];
       group_setup(pb, g, gi, layer);
@@ -769,10 +992,12 @@ int posbias_profile(int64_t n, int64_t heads, int64_t nlayers, const double *lam
     th->out = amalloc((size_t)n * sizeof(double));
     th->abar = amalloc((size_t)n * sizeof(double));
     th->y = malloc((size_t)pb.nb * sizeof(int64_t));
+    th->lossm = malloc((size_t)pb.nb * sizeof(double));
+    th->losse = malloc((size_t)pb.nb * sizeof(int64_t));
     const size_t gbytes = (size_t)imax(1, th->g1 - th->g0) * sizeof(group_t);
     th->groups = amalloc(gbytes); /* vd members need 64-byte alignment */
     if (th->groups) memset(th->groups, 0, gbytes);
-    if (!th->out || !th->abar || !th->y || !th->groups) { ok = 0; continue; }
+    if (!th->out || !th->abar || !th->y || !th->lossm || !th->losse || !th->groups) { ok = 0; continue; }
     for (int64_t gi = th->g0; gi < th->g1; ++gi) {
       if (!tables_alloc(&th->groups[gi - th->g0].tb, reach)) ok = 0;
     }
@@ -840,6 +1065,8 @@ int posbias_profile(int64_t n, int64_t heads, int64_t nlayers, const double *lam
     free(th->out);
     free(th->abar);
     free(th->y);
+    free(th->lossm);
+    free(th->losse);
   }
   free(ths);
   free(tids);

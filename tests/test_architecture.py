@@ -1,0 +1,80 @@
+"""The layering the README's architecture section describes holds in the code:
+no module reaches into another module's private names, numerics never imports SymPy,
+and every engine name maps to an Engine through the one table."""
+
+import ast
+import importlib
+import importlib.util
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import posbias.numerics as nx
+
+PACKAGES = ("posbias", "posbias.numerics", "posbias.theorem")
+
+
+def _module_files():
+    for package in PACKAGES:
+        mod = importlib.import_module(package)
+        for info in pkgutil.iter_modules(mod.__path__, prefix=package + "."):
+            if not info.ispkg:
+                yield info.name, Path(importlib.util.find_spec(info.name).origin)
+        yield package, Path(mod.__file__)
+
+
+def _package_private_module(importer: str, package: str, name: str) -> bool:
+    """A private module of the importer's own package (the pattern for pieces two modules share)."""
+    return importer.rsplit(".", 1)[0] == package and importlib.util.find_spec(f"{package}.{name}") is not None
+
+
+def _private_reaches(name: str, path: Path) -> list[str]:
+    """``other._private`` where ``other`` is a project module imported by this one."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("posbias"):
+            for a in node.names:
+                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("posbias"):
+                    aliases[a.asname or a.name.split(".")[0]] = a.name
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                and isinstance(node.value, ast.Name) and node.value.id in aliases):
+            found.append(f"{name}: {node.value.id}.{node.attr}")
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("posbias"):
+            found += [f"{name}: from {node.module} import {a.name}" for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")
+                      and not _package_private_module(name, node.module, a.name)]
+    return found
+
+
+def test_no_module_reaches_into_another_modules_private_names():
+    found = [hit for name, path in _module_files() for hit in _private_reaches(name, path)]
+    assert found == []
+
+
+def test_the_shared_recurrence_is_used_only_by_the_engines_that_share_it():
+    users = sorted(name for name, path in _module_files() if "_recurrence" in path.read_text(encoding="utf-8")
+                   and not name.endswith("_recurrence"))
+    assert users == ["posbias.numerics.fft", "posbias.numerics.structured"]
+
+
+def test_numerics_never_imports_sympy():
+    code = ("import sys, posbias.numerics as nx, numpy as np\n"
+            "s = nx.AlibiStack.build([0.5, 0.5], [0.5]); nx.summarize(nx.profile(s, 8), s)\n"
+            "print(any(m == 'sympy' or m.startswith('sympy.') for m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_engine_table_and_cli_choices_agree():
+    from posbias.cli import ENGINE_NAMES
+
+    assert set(ENGINE_NAMES) <= set(nx.ENGINES)
+    assert all(isinstance(e, nx.Engine) for e in nx.ENGINES.values())
+    assert set(nx.ENGINES) - set(ENGINE_NAMES) == {"measured"}  # chosen by auto for --kernels
