@@ -223,8 +223,10 @@ def _rollout(args) -> int:
                                                   row_entropy=rows[:, 2])
     heads = "" if s.get("num_heads") is None else f", H={s['num_heads']}"
     label = f"T={s['num_layers']}{heads}, N={s['num_tokens']}, {s['mask']}"
-    figure = output.profile_figure([(label, result.profile)], title=output.config_label(title),
-                                   subtitle=output.lambda_label(stack_lambdas, _short(schedule)))
+    shown = result.profile if result.log_profile is None else result.log_profile
+    figure = output.profile_figure([(label, shown)], title=output.config_label(title),
+                                   subtitle=output.lambda_label(stack_lambdas, _short(schedule)),
+                                   log_values=result.log_profile is not None)
     written = write_run(out_dir, files, {"profile.png": figure})
     if args.json:
         print(json.dumps(s, indent=2))

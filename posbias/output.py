@@ -89,6 +89,7 @@ def profile_figure(
     subtitle: str | None = None,
     panel_width: float = 4.4,
     panel_height: float = 3.4,
+    log_values: bool = False,
 ):
     """One panel per (panel title, profile): p(j) against token position j.
 
@@ -97,6 +98,10 @@ def profile_figure(
     y axis is logarithmic when ``log_scale`` is set or the profile spans more than four
     decades: ticks at whole decades, the upper limit at most 1 (these are probabilities).
     The legend (profile, argmin) sits below each panel, never on the data.
+    ``log_values``: the panels hold natural-log profiles (entries below the float64 range,
+    from an extended-range engine); they are drawn as log10 p(j) on a linear axis.
+    Long profiles are drawn through ``envelope`` (per-pixel min and max), so a figure of
+    N = 2^20 costs what one of a few thousand points costs and loses no extreme.
     """
     from matplotlib.figure import Figure  # no pyplot: no global figure registry, no GUI backend
 
@@ -105,8 +110,11 @@ def profile_figure(
     axes = fig.subplots(1, len(panels), squeeze=False)
     for ax, (name, p) in zip(axes[0], panels):
         p = np.asarray(p, dtype=np.float64)
-        j = np.arange(p.size)
-        ax.plot(j, p, lw=1.4, color="C0", label="p(j)", marker="." if p.size <= 64 else None, ms=4)
+        if log_values:
+            _log_panel(ax, name, p)
+            continue
+        j, shown = envelope(p)
+        ax.plot(j, shown, lw=1.4, color="C0", label="p(j)", marker="." if p.size <= 64 else None, ms=4)
         positive = p[p > 0]
         use_log = log_scale or bool(positive.size and positive.min() < 1e-4 * positive.max())
         if use_log:
@@ -135,3 +143,38 @@ def profile_figure(
         lines = [*textwrap.wrap(title or "", width), *textwrap.wrap(subtitle or "", width)]
         fig.suptitle("\n".join(lines), fontsize=11)
     return fig
+
+
+def envelope(values: np.ndarray, bins: int = 2048) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, values) to draw: all points up to 2 * ``bins``, else each bin's minimum and
+    maximum in position order (what a pixel column would show)."""
+    n = values.size
+    if n <= 2 * bins:
+        return np.arange(n), values
+    edges = np.linspace(0, n, bins + 1).astype(int)
+    xs, ys = [], []
+    for a, b in zip(edges[:-1], edges[1:]):
+        part = values[a:b]
+        lo, hi = a + int(np.argmin(part)), a + int(np.argmax(part))
+        for k in sorted((lo, hi)):
+            xs.append(k)
+            ys.append(values[k])
+    return np.asarray(xs), np.asarray(ys)
+
+
+def _log_panel(ax, name: str, log_p: np.ndarray) -> None:
+    """log10 p(j) on a linear axis, for profiles that leave the float64 range."""
+    log10 = log_p / np.log(10.0)
+    j, shown = envelope(log10)
+    ax.plot(j, shown, lw=1.4, color="C0", label="log10 p(j)")
+    k = int(np.argmin(log10))
+    ax.plot([k], [log10[k]], "o", ms=5, color="C3", clip_on=False, zorder=3,
+            label=f"argmin j = {k}, p = 10^{log10[k]:.1f}")
+    ax.set_title(name, fontsize=10)
+    ax.set_xlabel("token position j")
+    ax.set_ylabel("log10 p(j)")
+    ax.set_xlim(0, max(log_p.size - 1, 1))
+    ax.set_ylim(top=min(0.0, float(np.max(log10)) + 0.05 * (float(np.max(log10)) - float(np.min(log10)) + 1)))
+    ax.grid(alpha=0.3, which="major")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=8, frameon=False,
+              handlelength=1.5, columnspacing=1.2)

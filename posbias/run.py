@@ -94,6 +94,20 @@ def run_stack(
     if isinstance(stack, nx.KernelStack) and engine not in ("auto", "measured"):
         raise InputError(f"--engine {engine}: measured kernels run on the measured engine (use auto)")
     dtype = jnp.float64 if precision == "float64" else jnp.float32
+    # Options that cannot apply are refused before the profile is computed (no minutes lost).
+    if diagonal and not stack.causal(num_tokens):
+        raise InputError(f"--diagonal: the identity P_ii = prod_t (1 - lambda_t (1 - A_ii)) needs "
+                         f"lower-triangular kernels; mask {stack.mask_name} reads later tokens")
+    if full_matrix and not isinstance(stack, nx.KernelStack):
+        reason = nx.Dense().supports(stack, num_tokens)
+        if reason:
+            raise InputError(f"--full: {reason}")
+        from posbias.numerics import budget
+
+        reason = budget.check(f"--full: the dense P at N = {num_tokens}",
+                              nx.Dense().memory_bytes(stack.num_layers, stack.num_heads, num_tokens))
+        if reason:
+            raise InputError(reason)
     work = stack.num_layers * (stack.num_heads or 1) * num_tokens
     try:
         with progress_bar(show_progress and work >= PROGRESS_FROM_WORK, "rollout") as progress:
@@ -101,9 +115,6 @@ def run_stack(
         p_diag = rows = None
         extra = {}
         if diagonal:
-            if not stack.causal(num_tokens):
-                raise InputError(f"--diagonal: the identity P_ii = prod_t (1 - lambda_t (1 - A_ii)) needs "
-                                 f"lower-triangular kernels; mask {stack.mask_name} reads later tokens")
             self_weights = (np.diagonal(stack.kernels, axis1=1, axis2=2) if isinstance(stack, nx.KernelStack)
                             else nx.kernel_diagonals(stack, num_tokens))
             p_diag = nx.diagonal_product(self_weights, stack.lambdas)
@@ -113,9 +124,6 @@ def run_stack(
             if isinstance(stack, nx.KernelStack):
                 p_matrix = np.asarray(nx.rollout_matrix(stack.kernels, stack.lambdas), np.float64)
             else:
-                reason = nx.Dense().supports(stack, num_tokens)
-                if reason:
-                    raise InputError(f"--full: {reason}")
                 p_matrix = np.asarray(nx.dense_rollout(stack, num_tokens, dtype)[0], np.float64)
             rows = _matrix_rows(p_matrix)
             extra["matrix"] = MatrixSummary(
@@ -231,8 +239,8 @@ def load_kernels(path: Path, schedule: str | None, causal: bool):
     if shape[1] != shape[2] or shape[0] < 1 or shape[1] < 1:
         raise InputError(f"{path}: kernels must have shape (T, N, N) with T, N >= 1, got {shape}")
     if "lambdas" in declared and int(np.prod(declared["lambdas"][0], dtype=object)) != shape[0]:
-        raise InputError(f"{path}: lambdas: has shape {declared['lambdas'][0]}, expected {shape[0]} values "
-                         f"(one per layer of kernels {shape})")
+        raise InputError(f"{path}: lambdas: expected {shape[0]} finite values in [0, 1] (one per layer of "
+                         f"kernels {shape}), got shape {declared['lambdas'][0]}")
     reason = budget.check(f"kernels of shape {shape}", 3 * 8 * int(np.prod(shape, dtype=object)))
     if reason:
         raise InputError(f"{path}: {reason}")
