@@ -95,28 +95,29 @@ class Model:
         return np.asarray(nx.dense_rollout(self.stack, self.num_tokens)[0])
 
 
+def _from_spec(what: str, spec, parse):
+    """``parse(spec)`` for a spec string (its ValueError becomes one ModelError line), else spec as is."""
+    if not isinstance(spec, str):
+        return spec
+    try:
+        return parse(spec)
+    except ValueError as exc:
+        raise ModelError(f"{what}: {exc}") from None
+
+
 def parse_schedule(spec):
     """A schedule object from a spec string (``constant:L``, ``power_decay:L0,BETA``,
     ``geometric:L0,Q``, ``custom:L0,L1,...``) or a schedule object as is."""
     from posbias.numerics import schedules
 
-    if isinstance(spec, str):
-        try:
-            return schedules.parse(spec)
-        except ValueError as exc:
-            raise ModelError(f"schedule: {exc}") from None
-    return spec
+    return _from_spec("schedule", spec, schedules.parse)
 
 
 def parse_mask(spec):
+    """A mask from ``causal``, ``full``, ``window:W``, ``prefix:K``, or a mask object as is."""
     from posbias.numerics import masks
 
-    if isinstance(spec, str):
-        try:
-            return masks.parse(spec)
-        except ValueError as exc:
-            raise ModelError(f"mask: {exc}") from None
-    return spec
+    return _from_spec("mask", spec, masks.parse)
 
 
 def check_size(num_layers: int, num_heads: int) -> None:

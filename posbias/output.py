@@ -129,13 +129,7 @@ def profile_figure(
         else:
             ax.plot([k], [p[k]], "o", ms=5, color="C3", clip_on=False, zorder=3,
                     label=f"argmin j = {k}, p = {p[k]:.3g}")
-        ax.set_title(name, fontsize=10)
-        ax.set_xlabel("token position j")
-        ax.set_ylabel("p(j)")
-        ax.set_xlim(0, max(p.size - 1, 1))
-        ax.grid(alpha=0.3, which="major")
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=8, frameon=False,
-                  handlelength=1.5, columnspacing=1.2)
+        _label_axes(ax, name, "p(j)", p.size)
     if title or subtitle:
         import textwrap
 
@@ -170,11 +164,16 @@ def _log_panel(ax, name: str, log_p: np.ndarray) -> None:
     k = int(np.argmin(log10))
     ax.plot([k], [log10[k]], "o", ms=5, color="C3", clip_on=False, zorder=3,
             label=f"argmin j = {k}, p = 10^{log10[k]:.1f}")
+    ax.set_ylim(top=min(0.0, float(np.max(log10)) + 0.05 * (float(np.max(log10)) - float(np.min(log10)) + 1)))
+    _label_axes(ax, name, "log10 p(j)", log_p.size)
+
+
+def _label_axes(ax, name: str, ylabel: str, num_tokens: int) -> None:
+    """Title, axis labels, grid and the legend below the panel (never on the data)."""
     ax.set_title(name, fontsize=10)
     ax.set_xlabel("token position j")
-    ax.set_ylabel("log10 p(j)")
-    ax.set_xlim(0, max(log_p.size - 1, 1))
-    ax.set_ylim(top=min(0.0, float(np.max(log10)) + 0.05 * (float(np.max(log10)) - float(np.min(log10)) + 1)))
+    ax.set_ylabel(ylabel)
+    ax.set_xlim(0, max(num_tokens - 1, 1))
     ax.grid(alpha=0.3, which="major")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=8, frameon=False,
               handlelength=1.5, columnspacing=1.2)
