@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from posbias.argtypes import at_least
 from posbias.errors import UserError
 
 EXIT_USAGE = 2
@@ -26,14 +27,7 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+_positive_int = at_least(1)
 
 
 def _content(text: str):
@@ -112,6 +106,9 @@ def _parser() -> _Parser:
     sub.add_parser("derive", help="symbolic derivations (posbias derive --list; posbias derive NAME --help)",
                    add_help=False)
     sub.add_parser("proofs", help="check every certificate the proofs cite (posbias proofs --check)", add_help=False)
+    from posbias import verify
+
+    verify.add_parser(sub)
     return top
 
 
@@ -249,6 +246,10 @@ def main(argv: list[str] | None = None) -> int:
         enable_compilation_cache()
         if args.command == "rollout":
             return _rollout(args)
+        if args.command == "verify":
+            from posbias import verify
+
+            return verify.run(args)
         from posbias.demo import run_demo
 
         return run_demo(args.out)

@@ -59,8 +59,12 @@ def test_no_module_reaches_into_another_modules_private_names():
 
 
 def test_the_shared_recurrence_is_used_only_by_the_engines_that_share_it():
-    users = sorted(name for name, path in _module_files() if "_recurrence" in path.read_text(encoding="utf-8")
-                   and not name.endswith("_recurrence"))
+    def imports_recurrence(path):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        return any(isinstance(node, ast.ImportFrom) and (node.module or "").endswith("numerics")
+                   and any(a.name == "_recurrence" for a in node.names) for node in ast.walk(tree))
+
+    users = sorted(name for name, path in _module_files() if imports_recurrence(path))
     assert users == ["posbias.numerics.fft", "posbias.numerics.structured"]
 
 

@@ -1,0 +1,30 @@
+"""Argument types shared by the ``posbias`` subcommands (argparse ``type=`` callables).
+
+>>> at_least(1)("3")
+3
+>>> at_least(1)("0")
+Traceback (most recent call last):
+...
+argparse.ArgumentTypeError: expected a positive integer, got '0'
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def at_least(minimum: int):
+    """An argparse type: an integer >= ``minimum``, or one line saying what was expected."""
+    kind = "a positive integer" if minimum == 1 else ("a non-negative integer" if minimum == 0
+                                                      else f"an integer >= {minimum}")
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}")
+        return value
+
+    return convert
