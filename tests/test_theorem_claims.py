@@ -51,7 +51,8 @@ def test_unknown_and_crashing_certificates_do_not_hold():
 
 
 @pytest.mark.parametrize("module", ["orders", "certificate", "params", "exact", "softmax_shift", "alibi_row",
-                                    "monotone", "drift", "diagonal_product", "shape", "claims", "queries"])
+                                    "monotone", "drift", "diagonal_product", "shape", "claims", "queries",
+                                    "statements", "cesaro"])
 def test_doctests(module):
     mod = __import__(f"posbias.theorem.{module}", fromlist=["_"])
     failures, tried = doctest.testmod(mod)
@@ -246,6 +247,20 @@ def test_c6_engine_matches_exact_witnesses():
     stack = nx.AlibiStack.build(np.full(3, 0.5), [-np.log(float(r))], diagonal=np.log(float(dexp)))
     p = nx.profile(stack, n).probabilities
     assert not CLAIMS["C6"].predicate(p) and np.all(np.diff(p) >= 0)
+
+
+def test_c6_engine_shows_the_steep_hump():
+    """C6 as corrected: the engine's profiles at shape.HUMP_CASES (r = 1/5, T = 8 and 16) end in a hump,
+    are neither monotone nor U-shaped, and agree with the exact fractions of shape:steep-hump."""
+    from posbias.theorem.shape import HUMP_CASES, exact_profile_of
+
+    for case in HUMP_CASES:
+        n, r, dexp, layers, lam = case
+        stack = nx.AlibiStack.build(np.full(layers, float(lam)), [-np.log(float(r))], diagonal=np.log(float(dexp)))
+        p = np.asarray(nx.profile(stack, n).probabilities)
+        exact = np.array([float(x) for x in exact_profile_of(*case)])
+        np.testing.assert_allclose(p, exact, rtol=1e-12, atol=1e-15)
+        assert p[-3] < p[-2] > p[-1] and not CLAIMS["C6"].predicate(p) and np.any(np.diff(p) < 0)
 
 
 @pytest.mark.parametrize("lams", [[sp.Rational(1, 2)] * 3, [sp.Rational(1, 3), sp.Rational(7, 10), 1, 0],

@@ -9,7 +9,8 @@ posbias.numerics.shape (the one u_shape) with the engines.
 Layout: ``derivation`` / ``params`` (the interface: typed parameters, ``compute``,
 the CLI parser built from them), ``queries`` (the registry of derivations),
 ``certificate`` / ``claims`` (certificates declared with ``@certificate`` and the
-claims they serve), ``cli`` (``posbias derive`` and ``posbias proofs``), one module per
+claims they serve), ``statements`` (each claim's key formula against THEORY.md and its
+predicate on exact hand-derived instances), ``cli`` (``posbias derive`` and ``posbias proofs``), one module per
 derivation, ``expr_guard`` (the bounded literal / expression parser and the magnitude-capped
 evaluator every hostile input goes through), and for the dichotomy: ``schedule_expr``
 (parsing), ``dichotomy_analysis``, ``dichotomy_certificates``, ``dichotomy_format``,

@@ -386,14 +386,20 @@ def _is_zero_matrix(m: sp.Matrix) -> bool:
 
 @certificate("cesaro:hausdorff-of-cesaro", claims=("cesaro",))
 def hausdorff_of_cesaro(max_n: int = 8) -> Check:
-    """C = H(1/(k+1)) and I = H(1), exactly, N <= max_n (step 1 of proofs/cesaro.md)."""
-    ok = all(
+    """C = H(1/(k+1)) for every N (symbolic j and n = i - j: C(j+n, j) sum_m (-1)^m C(n, m)/(j+m+1)
+    = 1/(j+n+1), a Beta integral SymPy evaluates), and C = H(1/(k+1)), I = H(1) exactly, N <= max_n
+    (step 1 of proofs/cesaro.md; H(1) = I for every N is part of cesaro:hausdorff-factorisation)."""
+    j, m, n = sp.symbols("j m n", integer=True, nonnegative=True)
+    entry = sp.binomial(j + n, j) * sp.Sum((-1) ** m * sp.binomial(n, m) / (j + m + 1), (m, 0, n)).doit()
+    general = sp.simplify(sp.gammasimp(entry) - 1 / (j + n + 1)) == 0
+    finite = all(
         hausdorff_matrix([sp.Rational(1, k + 1) for k in range(n)]) == cesaro_matrix(n)
         and hausdorff_matrix([1] * n) == sp.eye(n)
         for n in range(1, max_n + 1)
     )
-    return check(ok,
-                f"H(1/(k+1)) = C and H(1) = I exactly for N = 1..{max_n}")
+    return check(general and finite,
+                f"H(1/(k+1))[i, j] = 1/(i+1) for j <= i, symbolic i, j; H(1/(k+1)) = C and H(1) = I exactly for "
+                f"N = 1..{max_n}")
 
 
 @certificate("cesaro:hausdorff-product-rule", claims=("cesaro",))
@@ -409,16 +415,64 @@ def hausdorff_product_rule(max_n: int = 6) -> Check:
                 f"H(a) H(b) = H(a·b) for symbolic sequences a, b, N = 1..{max_n} (hence H's commute)")
 
 
+def signed_binomial(num_tokens: int) -> sp.Matrix:
+    """Δ[i, j] = (-1)^j C(i, j) (lower-triangular, N x N); H(mu) = Δ diag(mu) Δ and Δ^2 = I."""
+    return sp.Matrix(num_tokens, num_tokens, lambda i, j: (-1) ** j * sp.binomial(i, j))
+
+
+@certificate("cesaro:hausdorff-factorisation", claims=("cesaro",))
+def hausdorff_factorisation(max_n: int = 7) -> Check:
+    """The product rule for every N, symbolic: with Δ[i, k] = (-1)^k C(i, k),
+    (Δ diag(mu) Δ)[i, j] = sum_k (-1)^(k+j) C(i, k) C(k, j) mu_k (only j <= k <= i survive), and with
+    k = j + m the summand is C(i, j) (-1)^m C(i-j, m) mu_{j+m}: H(mu) = Δ diag(mu) Δ, because
+    C(i, j+m) C(j+m, j) = C(i, j) C(i-j, m) (symbolic i, j, m). With mu = 1, Δ^2 = H(1) and
+    H(1)[i, j] = C(i, j) sum_m (-1)^m C(i-j, m) = C(i, j) (1 - 1)^(i-j) = [i = j] (symbolic n = i - j >= 1).
+    Hence H(a) H(b) = Δ diag(a) Δ Δ diag(b) Δ = Δ diag(a b) Δ = H(a b), for every N.
+    Cross-check: the matrix identities for N <= max_n with symbolic mu."""
+    i, j, m, n = sp.symbols("i j m n", integer=True, nonnegative=True)
+    mu = sp.Function("mu")
+    ratio = (sp.binomial(i, j + m) * sp.binomial(j + m, j)) / (sp.binomial(i, j) * sp.binomial(i - j, m))
+    binomial_identity = sp.gammasimp(sp.combsimp(ratio)) == 1
+    lhs = (-1) ** (j + m) * (-1) ** j * sp.binomial(i, j + m) * sp.binomial(j + m, j) * mu(j + m)  # k = j + m
+    rhs = sp.binomial(i, j) * (-1) ** m * sp.binomial(i - j, m) * mu(j + m)
+    summand = sp.simplify(sp.combsimp(lhs / rhs)) == 1
+    alternating = sp.simplify(sp.Sum((-1) ** m * sp.binomial(n + 1, m), (m, 0, n + 1)).doit()) == 0
+    finite = True
+    for size in range(1, max_n + 1):
+        delta = signed_binomial(size)
+        moments = sp.symbols(f"mu0:{size}")
+        finite &= delta * delta == sp.eye(size)
+        finite &= _is_zero_matrix(delta * sp.diag(*moments) * delta - hausdorff_matrix(moments))
+    ok = binomial_identity and summand and alternating and bool(finite)
+    return check(
+        ok,
+        "H(mu) = Δ diag(mu) Δ and Δ^2 = I for every N (symbolic i, j, m): the Hausdorff product rule "
+        "H(a) H(b) = H(a b) holds for every N",
+        f"C(i,j+m) C(j+m,j) = C(i,j) C(i-j,m): {binomial_identity}; summand after k = j + m: {summand}; "
+        f"sum_m (-1)^m C(n+1, m) = 0: {alternating}; matrix identities N = 1..{max_n}: {bool(finite)}",
+    )
+
+
 @certificate("cesaro:residual-layer", claims=("cesaro",))
 def residual_layer(max_n: int = 6) -> Check:
-    """(1 - λ) I + λ C = H(1 - λ k/(k+1)) for symbolic λ, N <= max_n."""
+    """H is linear in its moments (entry formula, symbolic i - j = n, j, sequences a, b, weights) and
+    (1 - λ) + λ/(k+1) = 1 - λ k/(k+1), so (1 - λ) I + λ C = H(1 - λ k/(k+1)) for every N; exactly for
+    symbolic λ, N <= max_n."""
     lam = sp.Symbol("lambda")
-    ok = all(
+    j, m, n, k = sp.symbols("j m n k", integer=True, nonnegative=True)
+    a_seq, b_seq = sp.Function("a"), sp.Function("b")
+    alpha, beta = sp.symbols("alpha beta")
+    h_entry = lambda f: sp.binomial(j + n, j) * sp.Sum((-1) ** m * sp.binomial(n, m) * f(j + m), (m, 0, n))  # noqa: E731
+    linear = sp.simplify(h_entry(lambda q: alpha * a_seq(q) + beta * b_seq(q))
+                         - alpha * h_entry(a_seq) - beta * h_entry(b_seq)) == 0
+    moment = sp.simplify((1 - lam) + lam / (k + 1) - layer_moment(k, lam)) == 0
+    ok = linear and moment and all(
         _is_zero_matrix((1 - lam) * sp.eye(n) + lam * cesaro_matrix(n)
                         - hausdorff_matrix([layer_moment(k, lam) for k in range(n)]))
         for n in range(1, max_n + 1)
     )
     return check(ok,
+                f"H is linear in its moments and (1-λ)·1 + λ/(k+1) = 1 - λk/(k+1) (symbolic); "
                 f"(1-λ) I + λ C = H(1 - λ k/(k+1)) for symbolic λ, N = 1..{max_n}")
 
 

@@ -7,7 +7,9 @@ each certificate names the claims it serves where it is declared
 (``@certificate(name, claims=...)``, posbias.theorem.certificate), and
 ``Claim.certificates`` reads them from ``certificate_registry()``, which imports
 the modules in ``CERTIFICATE_MODULES`` lazily (so this module loads without them
-and without JAX).
+and without JAX). Each statement and predicate is itself checked by
+``posbias.theorem.statements``: the key formula against THEORY.md, the predicate on exact
+hand-derived instances (``posbias proofs --check`` runs both).
 
 Examples
 --------
@@ -202,7 +204,7 @@ _CLAIMS = [
     ),
     Claim(
         "C2(a)", "residual step sits between identity and attention",
-        "mu A ≼ mu R_lambda ≼ mu, and mu R_lambda is ≼-decreasing in lambda (F_{mu R} = (1-lambda) F_mu + lambda F_{mu A}).",
+        "mu A ≼ mu R_lambda ≼ mu, and mu R_lambda is ≼-decreasing in lambda (F_{mu R_lambda} = (1-lambda) F_mu + lambda F_{mu A}).",
         r"\mu A \preceq \mu R_\lambda \preceq \mu,\quad F_{\mu R_\lambda} = (1-\lambda) F_\mu + \lambda F_{\mu A}",
         ("A causal row-stochastic", "lambda in [0, 1]"),
         _c2a, "(A, mu, lam, lam_hi=None, tol)", "proofs/C2.md",
@@ -211,14 +213,14 @@ _CLAIMS = [
         "C2(b)", "residual -> recency",
         "If every A^(t) is causal and stochastically monotone, p is ≼-non-increasing in each lambda_t; "
         "without monotonicity this can fail.",
-        r"\lambda_t \le \lambda_t' \Rightarrow p(\lambda') \preceq p(\lambda)",
+        r"\lambda_t \le \lambda_t' \Rightarrow p(\lambda') \preceq p(\lambda):\ p \text{ is } \preceq\text{-non-increasing in each } \lambda_t",
         ("every A^(t) causal row-stochastic", "every A^(t) stochastically monotone"),
         _c2b, "(kernels, lambdas, layer, new_lambda, tol)", "proofs/C2.md",
     ),
     Claim(
         "C2(c)", "last-token atom",
         "p(N-1) = prod_t (1 - lambda_t (1 - A^(t)[N-1, N-1])).",
-        r"p(N-1) = \prod_t \bigl(1 - \lambda_t (1 - A^{(t)}_{N-1,N-1})\bigr)",
+        r"p(N-1) = \prod_t \bigl(1 - \lambda_t (1 - A^{(t)}[N-1, N-1])\bigr)",
         ("every A^(t) causal (lower-triangular)",),
         _c2c, "(p, kernels, lambdas, tol)", "proofs/C2.md",
     ),
@@ -226,7 +228,7 @@ _CLAIMS = [
         "C3(a)", "ALiBi kernel is stochastically monotone",
         "For every slope m >= 0 (and every content diagonal d) the ALiBi kernel is stochastically monotone: "
         "for k < i, F_i(k) = r^{i-k}(1 - r^{k+1})/(1 - r^{i+1}) (d = 0) is decreasing in i.",
-        r"F_i(k) = \frac{r^{i-k}(1-r^{k+1})}{1-r^{i+1}} \downarrow i",
+        r"F_i(k) = r^{i-k}(1-r^{k+1}) / (1-r^{i+1}) \text{ decreasing in } i",
         ("causal mask", "m >= 0, r = e^{-m}"),
         orders.is_monotone, "(K, tol)", "proofs/C3.md",
     ),
@@ -239,53 +241,58 @@ _CLAIMS = [
     ),
     Claim(
         "C3(c)", "steeper slopes give later profiles",
-        "Under C2(b)'s monotonicity, a steeper slope at any layer gives a ≼-later p.",
-        r"m_t \le m_t' \Rightarrow p(m) \preceq p(m')",
+        "Under C2(b)'s monotonicity, steeper slopes at any layer give a ≼-later p (m_t <= m_t' at one layer, "
+        "the rest fixed).",
+        r"m_t \le m_t' \Rightarrow p(m) \preceq p(m'):\ \text{steeper slopes at any layer give a } \preceq\text{-later } p",
         ("every layer an ALiBi + content kernel (monotone by C3(a))", "causal mask"),
         _c3c, "(p_flat, p_steep, tol)", "proofs/C3.md",
     ),
     Claim(
         "C4(a)", "background cancels",
         "A row-constant background b cancels from every masked row softmax.",
-        r"\operatorname{softmax}(x + b\mathbb{1}) = \operatorname{softmax}(x)",
+        r"\operatorname{softmax}(x + b\mathbb{1}) = \operatorname{softmax}(x)\ (b \text{ cancels})",
         ("b constant along the row",),
         _c4a, "(logits, background, mask=None, tol)", "proofs/C4.md",
     ),
     Claim(
         "C4(b)", "content diagonal modulates",
         "Row i of A^(m,d) is alpha_i(d) e_i + (1 - alpha_i(d)) (ALiBi on the strict past), alpha_i increasing in d; "
-        "raising d moves every row later and (under monotonicity) p later.",
-        r"A^{(m,d)}(i,\cdot) = \alpha_i(d) e_i + (1-\alpha_i(d)) B(i,\cdot),\ \alpha_i(d) = \frac{e^d}{e^d + \sum_{g=1}^{i} r^g}",
+        "raising d moves every row later and, under monotonicity, p is ≼-non-decreasing in d.",
+        r"A^{(m,d)}(i,\cdot) = \alpha_i(d) e_i + (1-\alpha_i(d)) B(i,\cdot),\ \alpha_i(d) = \frac{e^d}{e^d + \sum_{g=1}^{i} r^g},\ "
+        r"\alpha_i \text{ increasing in } d",
         ("causal mask", "m >= 0", "d <= d'"),
         _c4b, "(K_low_d, K_high_d, p_low=None, p_high=None, tol)", "proofs/C4.md",
     ),
     Claim(
         "C5(a)", "no collapse under summable attention",
         "P[i, i] = prod_t (1 - lambda_t (1 - A^(t)[i, i])) >= prod_t (1 - lambda_t delta_t); if sum lambda_t delta_t < oo "
-        "(every lambda_t delta_t < 1) then inf_T min_i P[i, i] > 0.",
-        r"P_{ii} = \prod_t \bigl(1-\lambda_t(1-A^{(t)}_{ii})\bigr) \ge \prod_t (1-\lambda_t\delta_t)",
+        "(every lambda_t delta_t < 1) then inf_T min_i P[i, i] > 0: no collapse.",
+        r"P[i, i] = \prod_t \bigl(1-\lambda_t(1-A^{(t)}[i, i])\bigr) \ge \prod_t (1-\lambda_t\delta_t)",
         ("every A^(t) lower-triangular (causal)", "lambda_t delta_t < 1"),
         _c5a, "(P, kernels, lambdas, tol)", "proofs/C5.md",
     ),
     Claim(
         "C5(b)", "collapse onto token 0",
         "If A^(t)[i, 0] >= eps_t for all i and sum lambda_t eps_t = oo, then P[i, 0] >= 1 - prod_t (1 - lambda_t eps_t) -> 1.",
-        r"P_{i0} \ge 1 - \prod_t (1 - \lambda_t \varepsilon_t) \to 1",
+        r"P[i, 0] \ge 1 - \prod_t (1 - \lambda_t \varepsilon_t) \to 1",
         ("every A^(t) causal row-stochastic", "A^(t)[i, 0] >= eps_t for all i"),
         _c5b, "(P, kernels, lambdas, tol)", "proofs/C5.md",
     ),
     Claim(
         "C5(c)", "dichotomy under uniform bounds",
-        "If every allowed entry is >= eps > 0, collapse holds iff sum_t lambda_t = oo.",
+        "If every allowed entry is >= eps > 0, then collapse iff sum_t lambda_t = oo (collapse: P[i, 0] -> 1 for all i).",
         r"\text{collapse} \iff \sum_t \lambda_t = \infty",
         ("every A^(t) causal row-stochastic", "every allowed entry >= eps > 0"),
         _c5c, "(P, kernels, lambdas, tol)", "proofs/C5.md",
     ),
     Claim(
         "C6", "finite depth: broad, often U-shaped profiles",
-        "Causal mask (primacy) plus residuals (recency) give profiles with an interior minimum for wide parameter "
-        "ranges, not all: depth 1 never does, a steep slope gives a monotone profile.",
-        r"\arg\min_j p(j) \in \{1, \dots, N-2\},\ p(0), p(N-1) > \min_j p(j)",
+        "Causal mask (primacy) plus residuals (recency) give profiles whose minimum is interior for wide parameter "
+        "ranges, not for all: at depth 1 no profile is U-shaped, and steep slopes do not make the profile monotone "
+        "at depth: N = 8, r = 1/5, d = 0, T = 8, lambda = 3/4 gives a profile ending 0.2136, 0.3078, 0.2725 (a hump "
+        "just before the end). u_shape = argmin interior and both ends above the minimum.",
+        r"\arg\min_j p(j) \in \{1, \dots, N-2\},\ p(0), p(N-1) > \min_j p(j);\ "
+        r"\text{a hump, not monotone, at } N = 8,\ r = 1/5,\ d = 0,\ T = 8,\ \lambda = 3/4",
         ("ALiBi + content stacks, causal mask", "parameter-dependent: see proofs/C6.md"),
         _c6, "(p,)", "proofs/C6.md", status="partly observed",
     ),
@@ -294,7 +301,7 @@ _CLAIMS = [
         "For the Cesàro kernel and any lambda schedule, P = H(mu) with mu_k = prod_t (1 - lambda_t k/(k+1)) and "
         "p(j) = C(N-1, j) sum_{i=0}^{N-1-j} (-1)^i C(N-1-j, i) mu_{j+i}.",
         r"p(j) = \binom{N-1}{j} \sum_{i=0}^{N-1-j} (-1)^i \binom{N-1-j}{i} \mu_{j+i},\ "
-        r"\mu_k = \prod_t \bigl(1 - \lambda_t \tfrac{k}{k+1}\bigr)",
+        r"\mu_k = \prod_t \bigl(1 - \lambda_t k/(k+1)\bigr)",
         ("A^(t) = C, C[i, j] = 1/(i+1) for j <= i", "any lambda_t in [0, 1]"),
         _cesaro, "(p, lambdas, tol)", "proofs/cesaro.md",
     ),

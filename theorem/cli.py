@@ -6,7 +6,9 @@
   an example; ``NAME [PARAMS...] [--format text|latex|json]``: parse the parameters with the
   derivation's ``parse`` (built from its parameter dataclass) and print ``compute``'s result.
 ``proofs_command(argv)``: ``--check`` or ``--list`` over the proof files in ``--dir``
-(default: the repository's ``proofs/``); ``--help``. A proof cites a certificate with a line
+(default: the repository's ``proofs/``); ``--help``. ``--check`` also runs every claim's statement
+check (posbias.theorem.statements: key formula against THEORY.md, predicate on exact instances).
+A proof cites a certificate with a line
 
     Certificate: `module:check-name`
 
@@ -48,11 +50,13 @@ BUDGET_HELP = (f"--time-budget SECONDS: a last-resort wall-clock guard (default 
 PROOFS_USAGE = "usage: posbias proofs --check | --list [--dir PROOFS_DIR]"
 PROOFS_HELP = f"""{PROOFS_USAGE}
 
-Check the machine-checked chain claim -> proof -> certificate.
+Check the machine-checked chain claim -> proof -> certificate, and each claim's statement.
 
   --check          run every certificate the proof files cite; fail (exit 1) if a cited
                    certificate does not exist or does not hold, if a proof cites none, or
-                   if a claim's certificate is not cited by the claim's proof file
+                   if a claim's certificate is not cited by the claim's proof file; then check
+                   every claim's statement: its key formula against THEORY.md (when found) and
+                   its numeric predicate on exact hand-derived instances
   --list           list the proof files with the claims they prove and the certificates they cite
   --dir DIR        the folder of proof files (default: {PROOFS_DIR})
 
@@ -203,6 +207,22 @@ def _parse_proofs_args(argv: list[str]) -> tuple[str, Path]:
     return ns.action, ns.dir
 
 
+def _statement_checks(claims, problems: list[str]) -> list:
+    """Every claim's statement check (posbias.theorem.statements), printed; failures go to ``problems``."""
+    from posbias.theorem.statements import statement_checks, theory_path
+
+    if not theory_path().is_file():
+        print(f"note     {theory_path()} not found: statements checked against their fingerprints only")
+    checks = statement_checks(claims)
+    for c in checks:
+        if c.holds:
+            print(f"pass     {c.name}")
+        else:
+            problems.append(f"{c.name} does not hold ({c.detail})")
+            print(f"FAIL     {c.name}: {c.detail}")
+    return checks
+
+
 def proofs_command(argv: list[str], registry=None) -> int:
     """``posbias proofs --check|--list [--dir DIR]``; ``registry`` (a ``claims.Registry``) is for tests."""
     from posbias.theorem.claims import CLAIMS, certificate_registry, run_certificate
@@ -257,8 +277,10 @@ def proofs_command(argv: list[str], registry=None) -> int:
                 print(f"UNCITED  {name}  (claim {claim.label}, {fname})")
     for mod, why in reg.missing.items():
         print(f"note     {mod} not loaded ({why})")
+    statements = _statement_checks(CLAIMS, problems)
     total = sum(1 for r in results.values() if r is not None and r.holds)
     print(f"{len(files)} proof files, {len(results)} certificates cited, {total} hold")
+    print(f"{len(statements)} claim statements checked, {sum(c.holds for c in statements)} hold")
     if problems:
         print(f"posbias proofs: error: {len(problems)} problem(s): {problems[0]}"
               + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""), file=sys.stderr)

@@ -7,12 +7,15 @@ S_k = sum_{j=0}^{k} r^j, the row CDFs are (k < i)  F_i(k) = r^{i-k} S_k / Z_i,  
       F_{i+1}(k) / F_i(k) = r Z_i / Z_{i+1},   1 - r Z_i / Z_{i+1} = (D (1 - r) + r) / Z_{i+1} >= 0,
   and F_{i+1}(i) = G_{i+1} / (D + G_{i+1}) <= 1 = F_i(i): rows are ≼-increasing.
   Symbolic for general i and k (certificate ``row_ratio``).
-* C3(b): F_i(k) = P / Q with P = sum_{a=i-k}^{i} r^a, Q = D + sum_{b=1}^{i} r^b. The numerator of
-  dF/dr, P'Q - PQ', has non-negative coefficients (pair the exponents a in P with b in Q;
-  the pairs with both in P ∩ Q cancel, the rest have a > b), so F_i(k) increases with r,
-  i.e. decreases with m: steeper slopes move every row later. A symbolic proof for general
-  i is a double-sum argument SymPy does not carry out; the certificate ``slope_order`` checks
-  the coefficient signs exactly for every i <= 12, k < i, with D a free positive symbol.
+* C3(b), general i: F_i(k) = P / Q with P = sum_{a=s}^{i} r^a (s = i - k >= 1), Q = D + L + P,
+  L = sum_{b=1}^{s-1} r^b. Since P'P - PP' = 0 (the exponent pairs with both ends in P cancel),
+      P'Q - PQ' = D P' + sum_{a=s}^{i} sum_{b=1}^{s-1} (a - b) r^{a+b-1},
+  every coefficient positive (a >= 1, a - b >= 1), so F_i(k) increases with r, i.e. decreases with m:
+  steeper slopes move every row later. ``slope_order_general`` checks the decomposition and the
+  signs with i, k symbolic; ``slope_order`` keeps the exact coefficient check for i <= 12.
+* Head mixtures (C3(a), C3(c), C4(b) with many heads): the row CDF of sum_h w_h A_h is the
+  w-mixture of the heads' row CDFs, so monotonicity and row orders survive mixing
+  (``head_mixture``, symbolic number of heads H).
 * C4(b), general i: dF_i(k)/dD = -F_i(k) / Z_i <= 0 (k < i), alpha_i = D / Z_i has
   d alpha_i / dd = D G_i / Z_i^2 >= 0, and A(i, j) = alpha_i [j = i] + (1 - alpha_i) r^{i-j} / G_i
   (``diag_order``).
@@ -229,12 +232,12 @@ class MonotoneParams(Params):
 
 def compute(params: MonotoneParams = MonotoneParams()) -> Result:
     """C3(a) (symbolic, general i), C3(b) (exact for i <= max_row), C4(b) (symbolic), and the exact grid."""
-    checks = [row_ratio(), slope_order(params.max_row), diag_order(), alibi_grid(6)]
+    checks = [row_ratio(), slope_order_general(), slope_order(params.max_row), diag_order(), alibi_grid(6)]
     lines = [
         "ALiBi + content kernel (r = e^{-m}, D = e^d, Z_i = D + G_i, G_i = sum_{g=1}^i r^g):",
         "  C3(a) for k < i:  F_{i+1}(k)/F_i(k) = r Z_i / Z_{i+1},  1 - ratio = (D(1-r) + r) / Z_{i+1} >= 0   [symbolic, general i]",
         "  C3(b): dF_i(k)/dr = (P'Q - PQ')/Q^2 with non-negative-coefficient numerator"
-        f"   [exact for i <= {params.max_row}; general i: pairing argument, not machine-checked]",
+        f"   [symbolic, general i (monotone:slope-order-general); exact coefficients for i <= {params.max_row}]",
         "  C4(b): dF_i(k)/dD = -F_i(k)/Z_i <= 0,  d alpha_i/dd = e^d G_i / Z_i^2 >= 0   [symbolic, general i]",
     ]
     lines += [f"  [{'PASS' if c.holds else 'FAIL'}] {c.name}: {c.description}" for c in checks]
@@ -258,3 +261,91 @@ DERIVATION = Derivation(
     compute=compute,
     limits="--max-row <= 16 (exact coefficient-sign checks of dF_i(k)/dr for every row up to it); about 3 s at the maximum",
 )
+
+
+def _closed(expr: sp.Expr) -> sp.Expr:
+    """A finite sum's closed form from ``Sum.doit`` (generic branch r != 1 of any Piecewise)."""
+    return generic(expr.doit())
+
+
+@certificate("monotone:slope-order-general", claims=("C3(b)", "C3(c)"))
+def slope_order_general() -> Check:
+    """C3(b) for every row i, symbolic: with s = i - k >= 1 and i = s + x (x = k >= 0 symbolic),
+    P = sum_{a=s}^{i} r^a, Q = D + Q1, Q1 = sum_{b=1}^{i} r^b = L + P, L = sum_{b=1}^{s-1} r^b:
+
+        P'Q - PQ' = D P' + (P'L - PL') = D sum_{a=s}^{i} a r^{a-1} + sum_{a=s}^{i} sum_{b=1}^{s-1} (a - b) r^{a+b-1}
+
+    (the pairs with both exponents in P cancel: P'P - PP' = 0), and every coefficient is positive:
+    a = s + x' >= 1 and a - b = x' + y' + 1 with a = s + x', b = s - 1 - y' (x', y' >= 0). So
+    dF_i(k)/dr = (P'Q - PQ')/Q^2 >= 0. The identities are checked on the closed forms of the sums
+    (r != 1); both sides are polynomials in r, so they hold at r = 1 too."""
+    a, b = sp.symbols("a b", integer=True)
+    s = sp.Symbol("s", integer=True, positive=True)  # s = i - k >= 1
+    x, xp, yp = sp.symbols("x x' y'", integer=True, nonnegative=True)
+    row = s + x  # i
+    P = sp.Sum(r**a, (a, s, row))
+    L = sp.Sum(r**b, (b, 1, s - 1))
+    Q1 = sp.Sum(r**b, (b, 1, row))
+    dP = sp.Sum(sp.diff(r**a, r), (a, s, row))
+    dL = sp.Sum(sp.diff(r**b, r), (b, 1, s - 1))
+    dQ1 = sp.Sum(sp.diff(r**b, r), (b, 1, row))
+    cP, cL, cQ1, cdP, cdL, cdQ1 = (_closed(e) for e in (P, L, Q1, dP, dL, dQ1))
+    split = sp.simplify(cQ1 - cL - cP) == 0  # Q1 = L + P
+    derivatives = all(sp.simplify(sp.diff(c, r) - dc) == 0 for c, dc in ((cP, cdP), (cL, cdL), (cQ1, cdQ1)))
+    numerator = cdP * (D + cQ1) - cP * cdQ1  # P'Q - PQ'
+    pairs = sp.Sum(sp.Sum((a - b) * r ** (a + b - 1), (b, 1, s - 1)), (a, s, row))
+    decomposition = sp.simplify(numerator - D * cdP - _closed(pairs)) == 0
+    quotient = sp.simplify(sp.diff(cP / (D + cQ1), r) - numerator / (D + cQ1) ** 2) == 0
+    signs = bool((a - b).subs({a: s + xp, b: s - 1 - yp}).is_positive) and bool((s + xp).is_positive)
+    ok = split and derivatives and decomposition and quotient and signs
+    return check(
+        ok,
+        "C3(b) for every row i (symbolic i, k < i, r, D): P'Q - PQ' = D P' + sum_{a>=s>b} (a - b) r^{a+b-1} has only "
+        "positive coefficients, so F_i(k) is non-decreasing in r = e^(-m): a steeper slope moves every row later",
+        f"Q1 = L + P: {split}; derivatives of the sums: {derivatives}; decomposition of P'Q - PQ': {decomposition}; "
+        f"dF/dr = (P'Q - PQ')/Q^2: {quotient}; coefficients a >= 1, a - b = x' + y' + 1 > 0: {signs}",
+    )
+
+
+@certificate("monotone:head-mixture", claims=("C3(a)", "C3(c)", "C4(b)"))
+def head_mixture() -> Check:
+    """A layer with H heads, A = sum_h w_h A_h (w_h >= 0, sum w_h = 1), symbolic H:
+    (1) its row CDF is the w-mixture of the heads' row CDFs (exchange of the finite sums over j <= k and h);
+    (2) so F_A(i, k) - F_A(i', k) = sum_h w_h (F_{A_h}(i, k) - F_{A_h}(i', k)), a sum of non-negative terms
+        when every head is monotone (i <= i'), and likewise F_A(i, k) - F_{A'}(i, k) >= 0 when every head is
+        row-wise dominated A_h ≼ A'_h: mixtures keep stochastic monotonicity (C3(a)) and the slope / diagonal
+        row orders (C3(b), C4(b)), hence the profile orders of C3(c) and C4(b) with many heads.
+    Exact cross-check: three ALiBi + content heads (r = 1, 1/2, 1/5), weights 1/2, 1/3, 1/6, N = 6."""
+    h, H = sp.symbols("h H", integer=True, positive=True)
+    row, col, kk = sp.symbols("i j k", integer=True, nonnegative=True)
+    w = sp.Function("w", nonnegative=True)
+    K = sp.Function("K")
+    gap = sp.Function("g", nonnegative=True)  # g(h) = F_{A_h}(i, k) - F_{A_h}(i', k) >= 0 (hypothesis: head h monotone)
+    mix_cdf = lambda i_: sp.Sum(sp.Sum(w(h) * K(h, i_, col), (h, 1, H)), (col, 0, kk))  # noqa: E731
+    head_cdfs = lambda i_: sp.Sum(w(h) * sp.Sum(K(h, i_, col), (col, 0, kk)), (h, 1, H))  # noqa: E731
+    swapped = mix_cdf(row).reorder((0, 1))
+    nested = sp.Sum(sp.factor_terms(sp.Sum(swapped.function, swapped.limits[0])), swapped.limits[1])
+    exchange = nested == head_cdfs(row)
+    i2 = sp.Symbol("i'", integer=True, nonnegative=True)
+    per_head = sp.Sum(w(h) * (sp.Sum(K(h, row, col), (col, 0, kk)) - sp.Sum(K(h, i2, col), (col, 0, kk))), (h, 1, H))
+    linear = sp.simplify(head_cdfs(row) - head_cdfs(i2) - per_head) == 0
+    nonneg = bool(sp.Sum(w(h) * gap(h), (h, 1, H)).is_nonnegative)
+    # exact cross-check
+    weights = (sp.Rational(1, 2), sp.Rational(1, 3), sp.Rational(1, 6))
+    flat = [exact_kernel(6, rv, dv) for rv, dv in ((1, 1), (sp.Rational(1, 2), sp.Rational(1, 5)), (sp.Rational(1, 5), 5))]
+    steep = [exact_kernel(6, rv, dv) for rv, dv in ((sp.Rational(1, 2), 1), (sp.Rational(1, 5), sp.Rational(1, 5)),
+                                                     (sp.Rational(1, 10), 5))]
+    mixed = sum((wt * a for wt, a in zip(weights, flat)), sp.zeros(6, 6))
+    mixed_steep = sum((wt * a for wt, a in zip(weights, steep)), sp.zeros(6, 6))
+    rows = lambda mat: [list(mat.row(q)) for q in range(mat.rows)]  # noqa: E731
+    exact_ok = (exact_monotone(mixed) and exact_monotone(mixed_steep)
+                and all(exact_dominated(p, q) for p, q in zip(rows(mixed), rows(mixed_steep))))
+    lams = [sp.Rational(1, 2), sp.Rational(1, 3)]
+    exact_ok = exact_ok and exact_dominated(exact_profile([mixed, mixed], lams), exact_profile([mixed_steep, mixed], lams))
+    ok = exchange and linear and nonneg and exact_ok
+    return check(
+        ok,
+        "a convex combination of stochastically monotone kernels is monotone, and of row-ordered kernels row-ordered "
+        "(symbolic number of heads H): C3(a), C3(c), C4(b) hold for multi-head layers",
+        f"CDF exchange: {exchange}; per-head linearity: {linear}; sum_h w_h g_h >= 0: {nonneg}; exact 3-head check: {exact_ok}",
+    )

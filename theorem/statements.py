@@ -1,0 +1,495 @@
+"""Statement checks: each claim's text and predicate are tied to THEORY.md and to exact instances.
+
+A certificate checks a step of a proof; nothing there notices a claim whose *statement* or
+numeric *predicate* has drifted from what THEORY.md says (say "collapse iff Σλ < ∞" instead
+of "= ∞"). Two checks per claim close that gap:
+
+* **Fingerprint.** ``FINGERPRINTS[label]`` names the claim's key formula and phrases in
+  THEORY.md's own words. After ``normalise`` (LaTeX commands and Unicode symbols mapped to one
+  ASCII spelling, sum/product subscripts, braces, blanks and case dropped) the formula must
+  occur in THEORY.md's text of the claim, in ``Claim.statement`` and in ``Claim.latex``; each
+  phrase in THEORY.md and in the statement. THEORY.md is read from ``theory_path()``
+  (``<workspace>/shared/THEORY.md``); when it is absent (an installed package) the statement and
+  LaTeX are still checked against the fragments, and the Check says THEORY.md was not read.
+* **Instances.** ``INSTANCES[label]`` are small hand-derived cases, positive and negative, each
+  with the truth value the statement gives it. The data are exact fractions; ``exact_truth``
+  re-decides each case in rational arithmetic with code of its own (no NumPy, no predicate), and
+  the claim's predicate, called on the float64 copy (its documented ``predicate_args``), must
+  return the same value.
+
+``statement_checks()`` runs both for every claim; ``posbias proofs --check`` prints them and
+fails on any that does not hold.
+
+Examples
+--------
+>>> normalise(r"\\text{collapse} \\iff \\sum_t \\lambda_t = \\infty") == normalise("collapse ⇔ Σ λ_t = ∞")
+True
+>>> normalise("collapse iff sum_t lambda_t = oo")
+'collapseiffsumlambda_t=oo'
+>>> statement_check("C5(c)").holds
+True
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from math import prod
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from posbias.theorem.certificate import Check
+
+__all__ = ["FINGERPRINTS", "INSTANCES", "Fingerprint", "Instance", "exact_truth", "fingerprint_check",
+           "instance_check", "normalise", "statement_check", "statement_checks", "theory_path", "theory_sections"]
+
+F = Fraction
+HALF, THIRD, QUARTER = F(1, 2), F(1, 3), F(1, 4)
+
+
+# --------------------------------------------------------------------------- normalising
+_LATEX = {
+    "preceq": "≼", "lambda": "λ", "mu": "μ", "sum": "Σ", "prod": "Π", "infty": "∞", "iff": "⇔",
+    "Leftrightarrow": "⇔", "le": "≤", "leq": "≤", "ge": "≥", "geq": "≥", "varepsilon": "ε", "epsilon": "ε",
+    "delta": "δ", "alpha": "α", "to": "→", "Rightarrow": "⇒", "cdot": "·", "dots": "…", "ldots": "…",
+    "downarrow": "↓", "quad": " ", "qquad": " ",
+}
+_WRAPPERS = {"text", "operatorname", "mathrm", "mathbb", "bigl", "bigr", "Bigl", "Bigr", "left", "right"}
+_UNICODE = {
+    "≼": "≼", "λ": "lambda", "μ": "mu", "Σ": "sum", "Π": "prod", "∞": "oo", "⇔": "iff", "≤": "<=", "≥": ">=",
+    "ε": "eps", "δ": "delta", "α": "alpha", "→": "->", "⇒": "=>", "·": "", "…": "...", "⋯": "...", "−": "-",
+    "′": "'", "ᵀ": "^T", "×": "x",
+}
+
+
+def normalise(text: str) -> str:
+    """One spelling for THEORY.md's Unicode, the registry's ASCII and its LaTeX: commands mapped
+    (``\\preceq`` -> ≼, ``\\lambda`` -> lambda, ...), wrappers (``\\text``, ``\\bigl``) and ``\\ `` dropped,
+    Unicode mapped to ASCII words (λ -> lambda, Σ -> sum, ∞ -> oo, ⇔ -> iff), the subscript of a sum or
+    product dropped (Σ_t -> sum), then braces, blanks and case."""
+    text = re.sub(r"\\([ ,;:!])", " ", text)
+    text = re.sub(r"\\([A-Za-z]+)", lambda mt: "" if mt.group(1) in _WRAPPERS else _LATEX.get(mt.group(1), mt.group(1)),
+                  text)
+    text = "".join(_UNICODE.get(ch, ch) for ch in text)
+    text = re.sub(r"(sum|prod)_(\{[^{}]*\}|[A-Za-z0-9])", r"\1", text)
+    text = text.replace("{", "").replace("}", "")
+    return re.sub(r"\s+", "", text).lower()
+
+
+# ------------------------------------------------------------------------------ THEORY.md
+def theory_path() -> Path:
+    """``<workspace>/shared/THEORY.md``: two folders above this package's repository root."""
+    return Path(__file__).resolve().parents[2] / "shared" / "THEORY.md"
+
+
+_PART = re.compile(r"(?<![A-Za-z0-9])\(([a-z])\)\s")
+
+
+def theory_sections(text: str) -> dict[str, str]:
+    """label -> THEORY.md's text of that claim: the bullet ``- **C5 ...`` of "## Claims" split at its
+    parts in order: the first "(a) ", then the first "(b) " after it, ... (so "C2(b)", "A^(t) " and a
+    part's letter named again inside it, "(b) can fail", do not split), and "cesaro" -> the section
+    "## An exact closed form"."""
+    out: dict[str, str] = {}
+    claims = re.search(r"^## Claims.*?(?=^## )", text, re.M | re.S)
+    body = claims.group(0) if claims else ""
+    for item in re.split(r"^- (?=\*\*)", body, flags=re.M)[1:]:
+        head = re.match(r"\*\*(C\d+)", item)
+        if not head:
+            continue
+        base = head.group(1)
+        out[base] = item
+        marks, pos = [], 0  # the parts in order: the first "(a) ", then the first "(b) " after it, ...
+        for letter in "abcdefgh":
+            mark = next((mt for mt in _PART.finditer(item, pos) if mt.group(1) == letter), None)
+            if mark is None:
+                break
+            marks.append(mark)
+            pos = mark.end()
+        for a, mark in enumerate(marks):
+            end = marks[a + 1].start() if a + 1 < len(marks) else len(item)
+            out[f"{base}({mark.group(1)})"] = item[mark.start():end]
+    closed = re.search(r"^## An exact closed form.*?(?=^## |\Z)", text, re.M | re.S)
+    if closed:
+        out["cesaro"] = closed.group(0)
+    return out
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """formula: in THEORY.md's words; must occur (normalised) in THEORY.md's claim, the statement and
+    the LaTeX. phrases: must occur in THEORY.md's claim and the statement."""
+
+    formula: str
+    phrases: tuple[str, ...] = ()
+
+
+FINGERPRINTS: dict[str, Fingerprint] = {
+    "C1": Fingerprint("μK ≼ μ"),
+    "C2(a)": Fingerprint("μA ≼ μR_λ ≼ μ", ("F_{μR_λ} = (1−λ)F_μ + λF_{μA}",)),
+    "C2(b)": Fingerprint("p is ≼-non-increasing in each λ_t", ("stochastically monotone",)),
+    "C2(c)": Fingerprint("p(N−1) = Π_t (1 − λ_t (1 − A^(t)[N−1, N−1]))"),
+    "C3(a)": Fingerprint("F_i(k) = r^{i−k} (1 − r^{k+1}) / (1 − r^{i+1})", ("stochastically", "decreasing in i")),
+    "C3(b)": Fingerprint("A^(m)(i,·) ≼ A^(m′)(i,·)", ("m ≤ m′",)),
+    "C3(c)": Fingerprint("steeper slopes at any layer give a ≼-later p"),
+    "C4(a)": Fingerprint("b cancels"),
+    "C4(b)": Fingerprint("α_i increasing in d", ("(ALiBi on the strict past)", "p is ≼-non-decreasing in d")),
+    "C5(a)": Fingerprint("P[i, i] = Π_t (1 − λ_t (1 − A^(t)[i, i])) ≥ Π_t (1 − λ_t δ_t)",
+                         ("Σ_t λ_t δ_t < ∞", "no collapse")),
+    "C5(b)": Fingerprint("P[i, 0] ≥ 1 − Π_t (1 − λ_t ε_t) → 1", ("Σ_t λ_t ε_t = ∞", "A^(t)[i, 0] ≥ ε_t")),
+    "C5(c)": Fingerprint("collapse ⇔ Σ λ_t = ∞", ("every allowed entry",)),
+    "C6": Fingerprint("N = 8, r = 1/5, d = 0, T = 8, λ = 3/4",
+                      ("at depth 1 no profile is U-shaped", "0.2136, 0.3078, 0.2725",
+                       "u_shape = argmin interior and both ends above the minimum")),
+    "cesaro": Fingerprint("μ_k = Π_t (1 − λ_t · k/(k+1))",
+                          ("p(j) = C(N−1, j) Σ_{i=0}^{N−1−j} (−1)^i C(N−1−j, i) μ_{j+i}", "P = H(μ)")),
+}
+
+
+def fingerprint_check(claim, theory: str | None) -> Check:
+    """The claim's statement and LaTeX carry its key formula and phrases, and THEORY.md's text of the
+    claim (``theory``: the whole file, or None when it could not be read) carries them too."""
+    label = claim.label
+    name = f"statement:{label}"
+    if label not in FINGERPRINTS:
+        return Check(name, False, f"{label}: no fingerprint in theorem.statements.FINGERPRINTS")
+    fp = FINGERPRINTS[label]
+    missing: list[str] = []
+    if normalise(fp.formula) not in normalise(claim.statement):
+        missing.append(f"statement lacks {fp.formula!r}")
+    if normalise(fp.formula) not in normalise(claim.latex):
+        missing.append(f"latex lacks {fp.formula!r}")
+    missing += [f"statement lacks {ph!r}" for ph in fp.phrases if normalise(ph) not in normalise(claim.statement)]
+    read = theory is not None
+    if read:
+        section = theory_sections(theory).get(label)
+        if section is None:
+            missing.append(f"THEORY.md has no text for {label}")
+        else:
+            missing += [f"THEORY.md's {label} lacks {frag!r}" for frag in (fp.formula, *fp.phrases)
+                        if normalise(frag) not in normalise(section)]
+    where = "THEORY.md, statement and LaTeX" if read else "statement and LaTeX (THEORY.md not found: not compared)"
+    return Check(name, not missing, f"{label}: key formula {fp.formula!r} in {where}", "; ".join(missing))
+
+
+# ----------------------------------------------------------------------- exact instances
+@dataclass(frozen=True)
+class Instance:
+    """A hand-derived case of a claim: ``args`` / ``kwargs`` as exact Fractions (nested lists for
+    vectors and matrices, None allowed), ``expected`` the truth value the statement gives it, ``why``
+    the hand derivation in one line."""
+
+    args: tuple
+    expected: bool
+    why: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def _mat(rows) -> list[list[Fraction]]:
+    return [[F(x) for x in row] for row in rows]
+
+
+def _vec(xs) -> list[Fraction]:
+    return [F(x) for x in xs]
+
+
+def _vecmat(v, k):
+    return [sum((v[i] * k[i][j] for i in range(len(v))), F(0)) for j in range(len(k[0]))]
+
+
+def _matmul(a, b):
+    return [_vecmat(row, b) for row in a]
+
+
+def _residual(k, lam):
+    n = len(k)
+    return [[(1 - lam) * (i == j) + lam * k[i][j] for j in range(n)] for i in range(n)]
+
+
+def _rollout(kernels, lambdas):
+    """P = R^(T-1) ... R^(0) in Fractions (kernels[t] is layer t)."""
+    n = len(kernels[0])
+    p = [[F(int(i == j)) for j in range(n)] for i in range(n)]
+    for k, lam in zip(kernels, lambdas):
+        p = _matmul(_residual(k, lam), p)
+    return p
+
+
+def _cdf(mu):
+    out, acc = [], F(0)
+    for v in mu:
+        acc += v
+        out.append(acc)
+    return out
+
+
+def _dom(mu, nu) -> bool:
+    """mu ≼ nu: F_mu >= F_nu everywhere."""
+    return all(a >= b for a, b in zip(_cdf(mu), _cdf(nu)))
+
+
+def _monotone(k) -> bool:
+    return all(_dom(k[i], k[i + 1]) for i in range(len(k) - 1))
+
+
+# Small exact kernels (rows of the ALiBi + content kernel A[i, j] = r^{i-j}/Z_i, A[i, i] = e^d/Z_i).
+UNIFORM2 = _mat([[1, 0], [HALF, HALF]])  # r = 1, d = 0, N = 2
+UNIFORM3 = _mat([[1, 0, 0], [HALF, HALF, 0], [THIRD, THIRD, THIRD]])  # r = 1, d = 0, N = 3
+ALIBI_HALF3 = _mat([[1, 0, 0], [THIRD, F(2, 3), 0], [F(1, 7), F(2, 7), F(4, 7)]])  # r = 1/2, d = 0: Z_2 = 7/4
+CONTENT2 = _mat([[1, 0], [QUARTER, F(3, 4)]])  # r = 1, e^d = 3
+NOT_MONOTONE3 = _mat([[1, 0, 0], [0, 1, 0], [1, 0, 0]])  # row 2 sits earlier than row 1
+TOP3 = _mat([[1, 0, 0], [1, 0, 0], [0, 1, 0]])
+ANTICAUSAL2 = _mat([[0, 1], [0, 1]])
+P_UNIFORM2 = _mat([[1, 0], [F(7, 16), F(9, 16)]])  # (R_{1/2})^2, R_{1/2} = [[1, 0], [1/4, 3/4]]
+
+
+def two_token(lambdas) -> list[list[Fraction]]:
+    """P for N = 2 uniform layers: P[1, 1] = prod_t (1 - lambda_t / 2), P[1, 0] = 1 - P[1, 1]."""
+    stay = prod((1 - lam / 2 for lam in lambdas), start=F(1))
+    return [[F(1), F(0)], [1 - stay, stay]]
+
+
+CONSTANT = [HALF] * 64  # sum = 32: divergent in the limit; (3/4)^64 < 1e-7 already
+SUMMABLE = [F(1, 2 ** (t + 1)) for t in range(64)]  # sum < 1: P[1, 1] >= prod (1 - 2^-(t+2)) > 1/2
+
+INSTANCES: dict[str, tuple[Instance, ...]] = {
+    "C1": (
+        Instance((UNIFORM2, _vec([0, 1])), True, "mu K = [1/2, 1/2]: F = [1/2, 1] >= F_mu = [0, 1]"),
+        Instance((UNIFORM3, _vec([THIRD] * 3)), True, "mu K = [11/18, 5/18, 1/9]: F = [11/18, 8/9, 1] >= [1/3, 2/3, 1]"),
+        Instance((ANTICAUSAL2, _vec([1, 0])), False, "not causal: mu K = [0, 1], F = [0, 1] < F_mu = [1, 1]"),
+    ),
+    "C2(a)": (
+        Instance((UNIFORM2, _vec([0, 1]), HALF, F(1)), True,
+                 "mu A = [1/2, 1/2], mu R = [1/4, 3/4], mu: F = [1/2, 1] >= [1/4, 1] >= [0, 1]; lam_hi = 1 gives mu A"),
+        Instance((ANTICAUSAL2, _vec([1, 0]), HALF), False, "not causal: mu A = [0, 1] is later than mu R = [1/2, 1/2]"),
+        Instance((UNIFORM2, _vec([0, 1]), F(1), F(0)), False,
+                 "lam_hi = 0 < lam = 1: mu R_0 = mu = [0, 1] is not earlier than mu R_1 = [1/2, 1/2]"),
+    ),
+    "C2(b)": (
+        Instance(([UNIFORM2, UNIFORM2], _vec([HALF, HALF]), 0, F(1)), True,
+                 "p(1) = (3/4)^2 = 9/16 becomes (3/4)(1/2) = 3/8: more attention, earlier p"),
+        Instance(([NOT_MONOTONE3, TOP3], _vec([1, QUARTER]), 1, F(3, 4)), False,
+                 "A^(0) not monotone: p = (1 - lam_1) e_0 + lam_1 e_1 moves later as lam_1 grows"),
+    ),
+    "C2(c)": (
+        Instance((P_UNIFORM2[1], [UNIFORM2, UNIFORM2], _vec([HALF, HALF])), True, "p(1) = 9/16 = (1 - (1/2)(1/2))^2"),
+        Instance((_vec([HALF, HALF]), [UNIFORM2, UNIFORM2], _vec([HALF, HALF])), False, "p(1) = 1/2 != 9/16"),
+    ),
+    "C3(a)": (
+        Instance((ALIBI_HALF3,), True, "row CDFs [1,1,1], [1/3,1,1], [1/7,3/7,1] decrease in i"),
+        Instance((UNIFORM3,), True, "row CDFs [1,1,1], [1/2,1,1], [1/3,2/3,1] decrease in i"),
+        Instance((NOT_MONOTONE3,), False, "row 2 = e_0 sits earlier than row 1 = e_1"),
+    ),
+    "C3(b)": (
+        Instance((UNIFORM3, ALIBI_HALF3), True, "r = 1 -> 1/2: row 1 F(0) 1/2 >= 1/3; row 2 F = [1/3, 2/3] >= [1/7, 3/7]"),
+        Instance((ALIBI_HALF3, UNIFORM3), False, "reversed: the flatter kernel's rows are earlier, not later"),
+    ),
+    "C3(c)": (
+        Instance((_vec([THIRD] * 3), _vec([F(1, 7), F(2, 7), F(4, 7)])), True,
+                 "T = 1, lambda = 1: p = last rows; F = [1/3, 2/3] >= [1/7, 3/7]"),
+        Instance((_vec([F(1, 7), F(2, 7), F(4, 7)]), _vec([THIRD] * 3)), False, "reversed"),
+    ),
+    "C4(a)": (
+        Instance((_mat([[0, 0], [1, 2]]), _vec([5, -1])), True, "one constant per row cancels"),
+        Instance((_mat([[0, 0], [1, 2]]), _mat([[0, 1], [0, 0]])), False,
+                 "row 0 shifted by [0, 1]: softmax [1/2, 1/2] becomes [1/(1+e), e/(1+e)]"),
+        Instance((_mat([[0, 0], [1, 2]]), _mat([[3, 9], [4, 4]])), True,
+                 "masked: row 0 sees only column 0, where the shift is the constant 3",
+                 {"mask": [[True, False], [True, True]]}),
+    ),
+    "C4(b)": (
+        Instance((UNIFORM2, CONTENT2, UNIFORM2[1], CONTENT2[1]), True,
+                 "e^d 1 -> 3: row 1 [1/2, 1/2] -> [1/4, 3/4], self-weight 1/2 -> 3/4; T = 1, lambda = 1 profiles likewise"),
+        Instance((CONTENT2, UNIFORM2), False, "reversed: lowering d moves row 1 earlier"),
+    ),
+    "C5(a)": (
+        Instance((P_UNIFORM2, [UNIFORM2, UNIFORM2], _vec([HALF, HALF])), True,
+                 "diag P = [1, 9/16] = prod_t (1 - lambda_t (1 - A_ii)) >= (1 - (1/2)(1/2))^2 = 9/16"),
+        Instance((_mat([[1, 0], [HALF, HALF]]), [UNIFORM2, UNIFORM2], _vec([HALF, HALF])), False,
+                 "P[1, 1] = 1/2 != 9/16"),
+    ),
+    "C5(b)": (
+        Instance((P_UNIFORM2, [UNIFORM2, UNIFORM2], _vec([HALF, HALF])), True, "P[i, 0] in {1, 7/16} >= 1 - (3/4)^2 = 7/16"),
+        Instance((_mat([[1, 0], [QUARTER, F(3, 4)]]), [UNIFORM2, UNIFORM2], _vec([HALF, HALF])), False,
+                 "P[1, 0] = 1/4 < 7/16"),
+    ),
+    "C5(c)": (
+        Instance((two_token(CONSTANT), [UNIFORM2] * 64, CONSTANT), True,
+                 "eps = 1/2, lambda = 1/2 (sum diverges): 1 - P[1, 0] = (3/4)^64, collapse under way"),
+        Instance((two_token(SUMMABLE), [UNIFORM2] * 64, SUMMABLE), True,
+                 "eps = 1/2, lambda_t = 2^-(t+1) (summable): P[1, 1] = prod (1 - 2^-(t+2)) > 1/2, no collapse"),
+        Instance((_mat([[1, 0], [HALF, HALF]]), [UNIFORM2] * 64, CONSTANT), False,
+                 "no collapse under a divergent schedule: 1 - P[1, 0] = 1/2 > (3/4)^64"),
+        Instance((_mat([[1, 0], [1, 0]]), [UNIFORM2] * 64, SUMMABLE), False,
+                 "collapse under a summable schedule: P[1, 1] = 0 < prod (1 - lambda_t / 2)"),
+    ),
+    "C6": (
+        Instance((_vec([F(23, 72), F(17, 72), F(32, 72)]),), True,
+                 "N = 3, m = 0, T = 2, lambda = 1/2: mu = (1, 9/16, 4/9), p = [23, 17, 32]/72, interior minimum"),
+        Instance((_vec([F(1, 6), F(1, 6), F(2, 3)]),), False,
+                 "depth 1 (N = 3, m = 0, lambda = 1/2): p = [1/6, 1/6, 2/3], no interior point below p(0)"),
+        Instance((_vec([F(1, 10), F(3, 10), F(2, 5), F(1, 5)]),), False, "a hump, not a U: the minimum is p(0)"),
+    ),
+    "cesaro": (
+        Instance((_vec([F(1, 6), F(1, 6), F(2, 3)]), _vec([HALF])), True,
+                 "N = 3, lambda = 1/2: mu = (1, 3/4, 2/3), p = [1 - 3/2 + 2/3, 2 (3/4 - 2/3), 2/3]"),
+        Instance((_vec([F(23, 72), F(17, 72), F(32, 72)]), _vec([HALF, HALF])), True,
+                 "N = 3, lambda = (1/2, 1/2): mu = (1, 9/16, 4/9)"),
+        Instance((_vec([F(1, 6), F(1, 6), F(2, 3)]), _vec([HALF, HALF])), False, "the depth-1 profile is not the depth-2 one"),
+    ),
+}
+
+
+# Exact deciders, one per claim: Fractions only, written from the statements, sharing no code with
+# the predicates in theorem.claims.
+def _t_c1(k, mu, **_):
+    return _dom(_vecmat(mu, k), mu)
+
+
+def _t_c2a(a, mu, lam, lam_hi=None, **_):
+    mua, mur = _vecmat(mu, a), _vecmat(mu, _residual(a, lam))
+    ok = _dom(mua, mur) and _dom(mur, mu)
+    return ok and (lam_hi is None or _dom(_vecmat(mu, _residual(a, lam_hi)), mur))
+
+
+def _t_c2b(kernels, lambdas, layer, new_lambda, **_):
+    more = list(lambdas)
+    more[layer] = new_lambda
+    return _dom(_rollout(kernels, more)[-1], _rollout(kernels, lambdas)[-1])
+
+
+def _t_c2c(p, kernels, lambdas, **_):
+    return p[-1] == prod((1 - lam * (1 - k[-1][-1]) for k, lam in zip(kernels, lambdas)), start=F(1))
+
+
+def _t_c3a(k, **_):
+    return _monotone(k)
+
+
+def _t_rows(flat, steep, **_):
+    return all(_dom(a, b) for a, b in zip(flat, steep))
+
+
+def _t_c3c(p_flat, p_steep, **_):
+    return _dom(p_flat, p_steep)
+
+
+def _t_c4a(logits, background, mask=None, **_):
+    n_rows, n_cols = len(logits), len(logits[0])
+    allowed = mask or [[True] * n_cols for _ in range(n_rows)]
+    if not isinstance(background[0], list):
+        return True  # one constant per row
+    return all(len({background[i][j] for j in range(n_cols) if allowed[i][j]}) <= 1 for i in range(n_rows))
+
+
+def _t_c4b(low, high, p_low=None, p_high=None, **_):
+    ok = _t_rows(low, high) and all(high[i][i] >= low[i][i] for i in range(len(low)))
+    return ok and (p_low is None or _dom(p_low, p_high))
+
+
+def _diag_product(kernels, lambdas, i):
+    return prod((1 - lam * (1 - k[i][i]) for k, lam in zip(kernels, lambdas)), start=F(1))
+
+
+def _t_c5a(p, kernels, lambdas, **_):
+    n = len(p)
+    bound = prod((1 - lam * (1 - min(k[i][i] for i in range(n))) for k, lam in zip(kernels, lambdas)), start=F(1))
+    return all(p[i][i] == _diag_product(kernels, lambdas, i) and p[i][i] >= bound for i in range(n))
+
+
+def _t_c5b(p, kernels, lambdas, **_):
+    eps = [min(row[0] for row in k) for k in kernels]
+    return all(row[0] >= 1 - prod((1 - lam * e for lam, e in zip(lambdas, eps)), start=F(1)) for row in p)
+
+
+def _t_c5c(p, kernels, lambdas, **_):
+    eps = [min(k[i][j] for i in range(len(k)) for j in range(i + 1)) for k in kernels]
+    lower = prod((1 - lam * (1 - e) for lam, e in zip(lambdas, eps)), start=F(1))
+    upper = prod((1 - lam * e for lam, e in zip(lambdas, eps)), start=F(1))
+    return all(lower <= p[i][i] <= 1 - p[i][0] <= upper for i in range(1, len(p)))
+
+
+def _t_c6(p, **_):
+    if len(p) < 3:
+        return False
+    low = min(p[1:-1])
+    return low < p[0] and low < p[-1]
+
+
+def _t_cesaro(p, lambdas, **_):
+    n = len(p)
+    cesaro = [[F(1, i + 1) if j <= i else F(0) for j in range(n)] for i in range(n)]
+    return list(p) == _rollout([cesaro] * len(lambdas), lambdas)[-1]
+
+
+_DECIDERS: dict[str, Callable[..., bool]] = {
+    "C1": _t_c1, "C2(a)": _t_c2a, "C2(b)": _t_c2b, "C2(c)": _t_c2c, "C3(a)": _t_c3a, "C3(b)": _t_rows,
+    "C3(c)": _t_c3c, "C4(a)": _t_c4a, "C4(b)": _t_c4b, "C5(a)": _t_c5a, "C5(b)": _t_c5b, "C5(c)": _t_c5c,
+    "C6": _t_c6, "cesaro": _t_cesaro,
+}
+
+
+def exact_truth(label: str, instance: Instance) -> bool:
+    """The truth value of ``instance`` under claim ``label``'s statement, decided in exact arithmetic."""
+    return bool(_DECIDERS[label](*instance.args, **instance.kwargs))
+
+
+def _as_float(value):
+    """Fractions -> float64 arrays (nested lists -> ndarray); bools, ints and None as they are."""
+    if value is None or isinstance(value, (bool, int)) and not isinstance(value, Fraction):
+        return value
+    if isinstance(value, Fraction):
+        return float(value)
+    arr = np.array(value, dtype=object)
+    return arr.astype(bool) if arr.size and isinstance(arr.flat[0], bool) else arr.astype(np.float64)
+
+
+def instance_check(claim) -> Check:
+    """Every instance of the claim: its expected value equals the exact decision and the claim's
+    predicate (on float64 copies) returns it."""
+    label = claim.label
+    name = f"statement:{label}"
+    cases = INSTANCES.get(label, ())
+    if not any(c.expected for c in cases) or all(c.expected for c in cases):
+        return Check(name, False, f"{label}: needs positive and negative instances in theorem.statements.INSTANCES")
+    bad = []
+    for n, case in enumerate(cases):
+        exact = exact_truth(label, case)
+        try:
+            got = claim.predicate(*(_as_float(a) for a in case.args),
+                                  **{k: _as_float(v) for k, v in case.kwargs.items()})
+        except Exception as err:  # a crashing predicate does not decide the case
+            got = f"raised {type(err).__name__}"
+        decided = isinstance(got, (bool, np.bool_)) and bool(got) == case.expected
+        if exact != case.expected or not decided:
+            bad.append(f"#{n} ({case.why}): expected {case.expected}, exact {exact}, predicate {got}")
+    return Check(name, not bad, f"{label}: predicate decides {len(cases)} exact instances as the statement does",
+                 "; ".join(bad))
+
+
+def statement_check(label: str, claims=None, theory: str | None | bool = True) -> Check:
+    """Fingerprint and instances of one claim, as one ``Check`` named ``statement:LABEL``. ``theory``:
+    THEORY.md's text, None to skip it, True (default) to read ``theory_path()`` if it exists."""
+    from posbias.theorem.claims import CLAIMS
+
+    claim = (claims if claims is not None else CLAIMS)[label]
+    if theory is True:
+        path = theory_path()
+        theory = path.read_text(encoding="utf-8") if path.is_file() else None
+    fp, inst = fingerprint_check(claim, theory), instance_check(claim)
+    detail = "; ".join(d for d in (fp.detail, inst.detail) if d)
+    return Check(f"statement:{label}", fp.holds and inst.holds, f"{fp.description}; {inst.description}", detail)
+
+
+def statement_checks(claims=None, theory: str | None | bool = True) -> list[Check]:
+    """``statement_check`` for every claim (THEORY.md read once)."""
+    from posbias.theorem.claims import CLAIMS
+
+    claims = claims if claims is not None else CLAIMS
+    if theory is True:
+        path = theory_path()
+        theory = path.read_text(encoding="utf-8") if path.is_file() else None
+    return [statement_check(label, claims, theory) for label in claims]
