@@ -33,13 +33,14 @@ import numpy as np
 SOURCE = Path(__file__).with_name("native") / "alibi_layer.c"
 D_CLIP = 600.0  # |d| clip, as in alibi_layer.c
 MAX_SLOPE = 700.0  # r = e^{-m} and 1/r stay finite normal numbers
-DEFAULT_BLOCK = 64
+DEFAULT_BLOCK = 256  # tokens per exponent block (extended mode); refined 256 -> 32 -> 4 -> 1 on need
 HEAD_GROUP = 8  # heads per SIMD group (HB in alibi_layer.c); groups are split across threads
 _EMPTY = -(1 << 40)  # exponent of an all-zero block (EMPTY in alibi_layer.c)
 
 _ERRORS = {
-    1: "dynamic range exceeded inside a block (an entry below 2^-900 of the block's largest "
-       "contribution); use a smaller block_size",
+    1: "an entry would lose relative precision: its value is not 2^100 above what float64 "
+       "flushed into it, i.e. the entries of a block span more than float64's exponent range; "
+       "use a smaller block_size (single-token blocks do not fail)",
     2: "non-finite value",
     3: "out of memory",
     4: "invalid arguments",
@@ -57,7 +58,8 @@ class NativeError(RuntimeError):
 
 
 class NativeRangeError(NativeError):
-    """Extended mode: a block's dynamic range is not representable (code 1)."""
+    """Extended mode (code 1): an entry's value would lose relative precision because the
+    entries of its block span more than float64's exponent range (never with block_size 1)."""
 
 
 def _cache_dir() -> Path:
@@ -230,10 +232,12 @@ def profile(lambdas, slopes, diagonal, weights, *, num_tokens: int, past_window:
     (N H < 2^16), reduced to 1. layers: (start, stop) applies layers stop-1 .. start
     only (default: all remaining, i.e. (0, state.next_layer)); state: continue a previous
     run (its ``state``). block_size: tokens per exponent block (extended mode). refine:
-    where a block's dynamic range exceeds 2^900 (kernel error 1), continue from the last
-    completed layer with blocks 8 times smaller (down to single tokens, which always
-    succeed unless values leave float64's exponent range entirely); the final block size
-    is ``result.state.block_size``. progress: called as progress(layers applied, T) after
+    where an entry's value would lose relative precision (kernel error 1: the entries of a
+    block span more than float64's exponent range; contributions of very different sizes
+    to one entry, e.g. lambda = 1e-300, are no error), continue from the last completed
+    layer with blocks 8 times smaller, down to single tokens, which do not fail (one
+    mantissa, one exponent: see the C file's header for the bound, N (H/8 + 1) < ~2^40);
+    the final block size is ``result.state.block_size``. progress: called as progress(layers applied, T) after
     each of ~20 chunks of layers (the same result as one call). Raises NativeRangeError where that is not allowed or
     not possible, NativeError on other failures, OSError where the kernel cannot be built.
     """

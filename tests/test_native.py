@@ -251,7 +251,7 @@ def test_extended_against_mpmath():
 
 
 def test_range_error_is_reported_and_refined():
-    """Collapse onto token 0 makes a block span > 2^900: an error without refinement,
+    """Collapse onto token 0 makes a block span more than float64's range: an error without refinement,
     exact results after refining to smaller blocks."""
     rng = np.random.default_rng(1)
     n, t, h = 19, 277, 5

@@ -52,23 +52,41 @@
  * for N <= 64, and no cancellation anywhere (windows included). Terms below 2^-1022 are lost.
  *
  * Extended range (block floating point): v_i = M_i 2^{E_b}, block b = positions
- * [bB, bB+B), max M in [1/2, 1) per block (E_b = EMPTY for an all-zero block). Every sweep
- * keeps its carry in a working scale 2^X chosen at each block entry as the larger of the
- * block's own exponent and the carry's actual magnitude (ldexp rescaling across block
- * boundaries: r^k-decaying tails never need more than that); the window sweep keeps each
- * lane's growing C with its own exponent, renormalised every few tokens. Per-thread output
- * blocks have exponents Y_b, raised lazily to the largest incoming scale. The merge forms v'
- * in the scale 2^W, W = max(E_b, Y_b over threads), renormalises every block and checks
- * that each position that must be non-zero by the mask structure (the support [lo, N-1];
- * every other position is set to exactly 0) is >= 2^(W - RANGE_BITS). Everything lost to
- * underflow anywhere (own values flushed in a larger working scale, flushed carries,
- * lanes, rescaled buffers) is an absolute error below ~2^(W-1010) (at most ~16 2^-1022 per
- * head by sum_k r^k c_{j+k} <= 1 + ln N, weights summing to 1), so an entry passing the
- * check carries an extra relative error < 2^-100: entries are exact to float64 working
- * precision, as in linear mode, whatever their magnitude. Failing the check means the
- * block's dynamic range (> 2^900 between its largest contribution and some entry) is not
- * representable: the layer stops with POSBIAS_ERR_RANGE, leaving the state of the previous
- * layer, and the caller (native.py) continues with smaller blocks (down to B = 1).
+ * [bB, bB+B), max M in [1/2, 1) per block (E_b = EMPTY for an all-zero block).
+ *   * Carries: every head lane keeps its own exponent (the SIMD lanes of one group may differ
+ *     by far more than 2^1022: slope 700 next to slope 0, q = e^{+-600}, tiny weights). At
+ *     each block entry a lane's scale is the larger of its carry's size after the first
+ *     multiplication by r (resp. r^-1 for the window's C) and the size of the terms this
+ *     block feeds in, r w c 2^{E_b} (c at the block's first position; within a block c
+ *     varies by at most 2N, positions with S = 0 aside, whose term is never emitted). So a
+ *     lane is never flushed against another lane or against the block's own values: only
+ *     parts below 2^-1022 of the lane's own scale are lost. What each lane may have lost is
+ *     bounded explicitly (ell, decaying with r^len through a block; cl for the window's C,
+ *     growing with it) and recorded per output block and thread (lossm 2^losse).
+ *   * Per-thread output blocks have exponents Y_b, raised to the largest emission scale.
+ *   * Merge: (1 - lambda + lambda abar_j) M_j is kept in the scale 2^{E_b} and lambda o_j,
+ *     with lambda = lm 2^le split exactly (a tiny or subnormal lambda is an exponent, not an
+ *     underflow), in the scale of the largest actual thread entry; the block's new scale W is
+ *     that of the larger of the two after weighting. An entry fails only where its value
+ *     does not exceed 2^RANGE_MARGIN times the bound on what was flushed into it: lambda
+ *     (recorded lane losses + a few 2^-1022 of the threads' emission scales), 2^-1022 of
+ *     2^{E_b} where its own term underflowed, 2^-1021 of 2^W where one of the two terms
+ *     underflowed in the final sum. A passing entry has an extra relative error below
+ *     2^-100: it is exact to float64 working precision whatever its magnitude, and whatever
+ *     the sizes of the contributions it adds up (a contribution far below the entry's value
+ *     just rounds away, which is correct). Positions outside the support [lo, N-1] are
+ *     exactly 0; a support position must be > 0.
+ * Failing the check (POSBIAS_ERR_RANGE) means the block's entries span more than float64's
+ * exponent range (~2^1022 minus the margin): the layer stops, leaving the state of the
+ * previous layer, and the caller (native.py) continues with smaller blocks.
+ * Single-token blocks (B = 1) do not fail: a block of one entry has one mantissa and one
+ * exponent, every lane's scale follows its own values, so every loss above is relative to
+ * the entry's own terms: below 2^-1015 N of its carries, and the emission-scale terms are
+ * below 2^(-920 + 7) (groups + 1) of lambda o_j, or of its own term, which is at least
+ * abar_j 2^{E_b - 1} >= 2^{E_b - 867} / N (alpha >= 1 / (1 + e^600 S), S <= N; where S = 0,
+ * at position 0, alpha = 1 and the block's terms may be e^600 larger). The check
+ * can therefore fail at B = 1 only for N (groups + 1) above ~2^40 tokens, far beyond memory.
+ * Weights below 2^-1022 (subnormal) are treated as 0 (as FTZ/DAZ would read them).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <float.h>
@@ -90,6 +108,7 @@ typedef double vd __attribute__((vector_size(HB * sizeof(double))));
 #define EMPTY (-((int64_t)1 << 40)) /* exponent of an all-zero block / carry */
 #define D_CLIP 600.0
 #define RANGE_MARGIN 100 /* entries must exceed their loss bound by 2^RANGE_MARGIN */
+#define CL_SHIFT 100 /* units of the window sweep's loss bound: 2^(ce - CL_SHIFT) */
 #define C_HEADROOM 500 /* bits a window sweep's C may grow between renormalisations */
 #define MAX_THREADS 64
 
@@ -103,7 +122,7 @@ typedef double vd __attribute__((vector_size(HB * sizeof(double))));
 
 enum {
   POSBIAS_OK = 0,
-  POSBIAS_ERR_RANGE = 1,   /* a block's dynamic range exceeds 2^RANGE_BITS */
+  POSBIAS_ERR_RANGE = 1,   /* an entry would lose relative precision (block range too wide) */
   POSBIAS_ERR_NONFINITE = 2,
   POSBIAS_ERR_MEMORY = 3,
   POSBIAS_ERR_ARGS = 4,
@@ -158,6 +177,20 @@ static inline double scale2(double x, int64_t e) {
   if (e > 2046) return x * INFINITY;
   const int64_t h = e / 2;
   return (x * pow2i(h)) * pow2i(e - h);
+}
+typedef int64_t vi __attribute__((vector_size(HB * sizeof(int64_t))));
+/* Lane-wise e with |x| = f 2^e, f in [1/2, 1), for normal x (1/2 < |x| 2^1022). */
+static inline vi vexpo(vd x) {
+  vi bits;
+  memcpy(&bits, &x, sizeof bits);
+  return ((bits >> 52) & 0x7ff) - 1022;
+}
+/* Lane-wise 2^e for -1022 <= e <= 1023. */
+static inline vd vpow2(vi e) {
+  const vi bits = (e + 1023) << 52;
+  vd x;
+  memcpy(&x, &bits, sizeof x);
+  return x;
 }
 /* e with x = f 2^e, f in [1/2, 1) (x > 0 finite). */
 static inline int64_t expo(double x) {
@@ -283,7 +316,10 @@ typedef struct {
   /* extended mode: r w = rwm 2^rwe per lane (rwm = 0 where w = 0), and the loss bound's
    * decay r^len and growth through a block of len = B tokens (full) or the top block */
   double rwm[HB];
-  int64_t rwe[HB];
+  int64_t rwe[HB], er[HB]; /* er: r >= 2^er */
+  vd rwmv;                 /* the same as vectors (fast path of lane_entry) */
+  vi rwev, erv;
+  int all_active;          /* every lane has w > 0 */
   vd dec_full, add_full, dec_top, add_top;
   tables_t tb;
 } group_t;
@@ -334,8 +370,16 @@ static void group_setup(const problem_t *pb, group_t *g, int64_t gi, int64_t lay
     const double rm = frexp(r, &er), wm = frexp(w, &ew);
     g->rwm[k] = w != 0.0 ? rm * wm : 0.0;
     g->rwe[k] = (int64_t)er + ew;
+    g->er[k] = (int64_t)er - 1;
   }
   tables_update(&g->tb, mv);
+  g->all_active = 1;
+  for (int k = 0; k < HB; ++k) {
+    g->rwmv[k] = g->rwm[k];
+    g->rwev[k] = g->rwe[k];
+    g->erv[k] = g->er[k];
+    g->all_active &= g->rwm[k] != 0.0;
+  }
   if (pb->ext) {
     /* Carry-loss bound through a block of len tokens: ell <- ell r^len + (4 sum_{k<len} r^k + 1)
      * 2^-1022 (at most 4 flushed operations per token, each below 2^-1022 of the lane's scale,
@@ -480,14 +524,48 @@ static inline void add_loss(thread_t *th, int64_t b, double m, int64_t e) {
  * then carry an absolute loss <= sum_k (ell_k + add_cur_k) 2^xl[k], recorded per block for the
  * merge's check. rws = r w 2^(E_b - xl), emission factor 2^(xl - y) = fa fb. */
 static inline __attribute__((always_inline)) void
-lane_entry(thread_t *th, const group_t *g, int64_t b, int64_t ipos, int first, const vd *dec_prev,
+lane_entry(thread_t *th, const group_t *g, int64_t b, int64_t ipos, int first, int descending, const vd *dec_prev,
            const vd *add_prev, const vd *add_cur, vd *t, vd *ell, int64_t *xl, vd *rws, vd *fa, vd *fb) {
   /* (vectors by pointer: the callers are compiled for several ISAs, whose ABIs for passing
    * 64-byte vectors by value differ) */
   const problem_t *pb = th->pb;
-  const int64_t eb = th->ex[b];
+  /* a block holding only position 0 feeds nothing into a descending sweep (and there S = 0,
+   * c = q, would set a needlessly large scale) */
+  const int64_t eb = ipos == 0 && descending ? EMPTY : th->ex[b];
   if (!first) *ell = *ell * *dec_prev + *add_prev;
   const vd c = c_at(pb, g, ipos);
+  if (g->all_active && eb != EMPTY) {
+    /* Fast path (SIMD, no rescale): every lane holds a carry and keeps its scale. */
+    vi x;
+    memcpy(&x, xl, sizeof x);
+    const vi et = vexpo(*t), ei = eb + g->rwev + vexpo(c) - x; /* relative to xl */
+    const vi rt = et + g->erv;
+    const vi gt = rt > ei;
+    const vi xn = (rt & gt) | (ei & ~gt);
+    const vi ok = (*t != 0.0) & (xn >= -64) & (xn <= 8) & (g->rwev + eb - x >= -1000) & (g->rwev + eb - x <= 1000);
+    int all = 1;
+    for (int k = 0; k < HB; ++k) all &= ok[k] != 0;
+    if (all) {
+      *rws = g->rwmv * vpow2(g->rwev + eb - x);
+      const vi gt2 = et > ei;
+      const vi hi = x + ((et & gt2) | (ei & ~gt2));
+      int64_t top = hi[0];
+      for (int k = 1; k < HB; ++k) top = imax(top, hi[k]);
+      raise_y(th, b, top);
+      const vi d = x - th->y[b];
+      int fine = 1;
+      for (int k = 0; k < HB; ++k) fine &= d[k] >= -1022;
+      if (fine) {
+        *fa = vsplat(1.0);
+        *fb = vpow2(d);
+        const vi lxv = x + vexpo(*ell + *add_cur);
+        int64_t lx = lxv[0];
+        for (int k = 1; k < HB; ++k) lx = imax(lx, lxv[k]);
+        add_loss(th, b, 1.0, lx + 3);
+        return;
+      }
+    }
+  }
   int64_t top = EMPTY;
   for (int k = 0; k < HB; ++k) {
     (*rws)[k] = 0.0;
@@ -497,34 +575,41 @@ lane_entry(thread_t *th, const group_t *g, int64_t b, int64_t ipos, int first, c
       xl[k] = EMPTY;
       continue;
     }
-    const int64_t et = (*t)[k] != 0.0 ? xl[k] + expo(fabs((*t)[k])) : EMPTY;
+    const double tk = (*t)[k];
+    const int64_t et = tk != 0.0 ? xl[k] + expo(fabs(tk)) : EMPTY;
     const int64_t ei = eb != EMPTY ? eb + g->rwe[k] + expo(c[k]) : EMPTY;
     /* the carry is multiplied by r before the block's first term joins it: r t >= 2^(et+er) */
-    const int64_t er = expo(g->r[k]) - 1;
-    const int64_t xn = imax(et == EMPTY ? EMPTY : et + er, ei);
+    const int64_t xn = imax(et == EMPTY ? EMPTY : et + g->er[k], ei);
     if (xn == EMPTY) continue; /* nothing in this lane here; keep its scale for ell */
     top = imax(top, imax(et, ei)); /* emissions stay below 2^top */
-    if (xl[k] != EMPTY) {
-      const int64_t sh = xl[k] - xn;
-      (*t)[k] = scale2((*t)[k], sh);
-      if (sh < 0) (*ell)[k] = scale2((*ell)[k], sh) + 0x1p-1021;
-      else (*ell)[k] = fmin(scale2((*ell)[k], sh), 0x1p1000);
-    } else {
+    if (xl[k] == EMPTY) {
       (*ell)[k] = 0.0;
+      xl[k] = xn;
+    } else if (xn > xl[k] + 8 || xn < xl[k] - 64) {
+      /* rescale (within 2^-64 .. 2^8 of the target the scale is kept: values stay far above
+       * what may be flushed, 2^-1022 of the scale) */
+      const int64_t sh = xl[k] - xn;
+      (*t)[k] = scale2(tk, sh);
+      if (sh < 0) {
+        (*ell)[k] = scale2((*ell)[k], sh) + 0x1p-1021;
+      } else {
+        const double l = scale2((*ell)[k], sh);
+        (*ell)[k] = l < 0x1p1000 ? l : 0x1p1000;
+      }
+      xl[k] = xn;
     }
-    xl[k] = xn;
-    if (eb != EMPTY) (*rws)[k] = scale2(g->rwm[k], g->rwe[k] + eb - xn);
+    if (eb != EMPTY) (*rws)[k] = scale2(g->rwm[k], g->rwe[k] + eb - xl[k]);
   }
   if (top != EMPTY) raise_y(th, b, top);
   const int64_t y = th->y[b];
-  int64_t lx = EMPTY;
+  int64_t lx = EMPTY; /* the block's recorded loss: 8 lanes below 2^lx each */
   for (int k = 0; k < HB; ++k) {
     (*fa)[k] = 1.0;
     (*fb)[k] = 0.0;
     if (xl[k] == EMPTY) continue;
-    lx = imax(lx, xl[k]);
+    lx = imax(lx, xl[k] + expo((*ell)[k] + (*add_cur)[k]));
     if ((*t)[k] == 0.0 && (*rws)[k] == 0.0) continue; /* emits nothing in this block */
-    const int64_t d = xl[k] - y;                       /* <= 0 */
+    const int64_t d = xl[k] - y;                       /* <= 8 */
     if (d >= -1022) {
       (*fb)[k] = pow2i(d);
     } else {
@@ -532,13 +617,41 @@ lane_entry(thread_t *th, const group_t *g, int64_t b, int64_t ipos, int first, c
       (*fb)[k] = pow2i(d + 500);
     }
   }
-  if (lx != EMPTY) {
-    double m = 0.0;
-    for (int k = 0; k < HB; ++k) {
-      if (xl[k] != EMPTY) m += scale2((*ell)[k] + (*add_cur)[k], xl[k] - lx) + 0x1p-1020;
+  if (lx != EMPTY) add_loss(th, b, 1.0, lx + 3);
+}
+
+/* Emission of a carry: mode 0 (linear mode) t, 1: t 2^(xl - y) = t fb, 2: (t fa) fb (some
+ * lane's 2^(xl - y) below the normal range). mode is a constant at every call site. */
+static inline __attribute__((always_inline)) double emit(vd t, vd fa, vd fb, int mode) {
+  if (mode == 0) return hsum(t);
+  if (mode == 1) return hsum(t * fb);
+  return hsum((t * fa) * fb);
+}
+
+/* Descending sweep over [lo, j] with a fixed span: the two loops of sweep_down. */
+static inline __attribute__((always_inline)) vd
+down_span(const group_t *g, const span_t *sp, int64_t j, int64_t lo, int64_t K, vd t, vd rws, vd fa,
+          vd fb, const double *mant, double *out, double *abar, int mode) {
+  const vd r = g->r, q = g->q, w = g->w;
+  if (sp->past_const && !sp->fut) {
+    const vd a = g->alpha_c, wa = w * a, rwqa = rws * (q * a);
+    const double wasum = hsum(wa);
+    for (int64_t i = j; i >= lo; --i) {
+      abar[i] += wasum;
+      out[i] += emit(t, fa, fb, mode);
+      t = r * t + rwqa * mant[i];
     }
-    add_loss(th, b, m, lx);
+  } else {
+    /* u = (r w 2^(E_b - xl)) (q alpha) M: q alpha = c = 1/(1/q + S) is moderate even
+     * where q ~ e^600 and alpha ~ e^-600, so no intermediate leaves the float64 range. */
+    for (int64_t i = j; i >= lo; --i) {
+      const vd a = 1.0 / (1.0 + q * span_s(g, sp, i, K));
+      abar[i] += hsum(w * a);
+      out[i] += emit(t, fa, fb, mode);
+      t = r * t + (rws * (q * a)) * mant[i];
+    }
   }
+  return t;
 }
 
 /* Descending sweep: alphabar and back_j (A_j with a window). */
@@ -547,25 +660,34 @@ HOT static void sweep_down(thread_t *th, const group_t *g) {
   const int64_t n = pb->n, B = pb->block, K = pb->bidir, L = pb->window_l;
   const double *mant = th->mant;
   double *out = th->out, *abar = th->abar;
-  const vd r = g->r, q = g->q, w = g->w;
-  vd t = vsplat(0.0), ell = vsplat(0.0);
+  const vd r = g->r, w = g->w;
+  /* lane_entry works on memory copies (tm, rwsm, fam, fbm); the loops use register copies:
+   * a vector whose address is taken may alias out[] and would be reloaded every token */
+  vd tm = vsplat(0.0), ell = vsplat(0.0);
   int64_t xl[HB];
   for (int k = 0; k < HB; ++k) xl[k] = EMPTY;
   for (int64_t b = pb->nb - 1; b >= 0; --b) {
     const int64_t b0 = b * B, b1 = imin(n, b0 + B);
-    vd rws = r * w, fa = vsplat(1.0), fb = vsplat(1.0);
+    vd rwsm = r * w, fam = vsplat(1.0), fbm = vsplat(1.0);
     if (pb->ext) {
       const int top = b == pb->nb - 1, prev_top = b + 1 == pb->nb - 1;
       const int reset = pb->windowed && b1 % L == 0; /* the carry restarts at the block's top */
       if (reset) {
-        t = vsplat(0.0);
+        tm = vsplat(0.0);
         ell = vsplat(0.0);
         for (int k = 0; k < HB; ++k) xl[k] = EMPTY;
       }
-      lane_entry(th, g, b, b1 - 1, top || reset, prev_top ? &g->dec_top : &g->dec_full,
-                 prev_top ? &g->add_top : &g->add_full, top ? &g->add_top : &g->add_full, &t, &ell, xl,
-                 &rws, &fa, &fb);
+      lane_entry(th, g, b, b1 - 1, top || reset, 1, prev_top ? &g->dec_top : &g->dec_full,
+                 prev_top ? &g->add_top : &g->add_full, top ? &g->add_top : &g->add_full, &tm, &ell, xl,
+                 &rwsm, &fam, &fbm);
     }
+    const vd rws = rwsm, fa = fam, fb = fbm;
+    int mode = 0;
+    if (pb->ext) {
+      mode = 1;
+      for (int k = 0; k < HB; ++k) mode = fa[k] != 1.0 ? 2 : mode;
+    }
+    vd t = tm;
     int64_t j = b1 - 1;
     while (j >= b0) {
       if (pb->windowed && (j + 1) % L == 0) { /* segment end: A_j = 0 */
@@ -575,26 +697,12 @@ HOT static void sweep_down(thread_t *th, const group_t *g) {
       span_t sp;
       int64_t lo = imax(b0, span_setup(pb, g, j, 1, &sp));
       if (pb->windowed) lo = imax(lo, (j / L) * L);
-      if (sp.past_const && !sp.fut) {
-        const vd a = g->alpha_c, wa = w * a, rwqa = rws * (q * a);
-        const double wasum = hsum(wa);
-        for (int64_t i = j; i >= lo; --i) {
-          abar[i] += wasum;
-          out[i] += hsum((t * fa) * fb);
-          t = r * t + rwqa * mant[i];
-        }
-      } else {
-        /* u = (r w 2^(E_b - xl)) (q alpha) M: q alpha = c = 1/(1/q + S) is moderate even
-         * where q ~ e^600 and alpha ~ e^-600, so no intermediate leaves the float64 range. */
-        for (int64_t i = j; i >= lo; --i) {
-          const vd a = 1.0 / (1.0 + q * span_s(g, &sp, i, K));
-          abar[i] += hsum(w * a);
-          out[i] += hsum((t * fa) * fb);
-          t = r * t + (rws * (q * a)) * mant[i];
-        }
-      }
+      if (mode == 0) t = down_span(g, &sp, j, lo, K, t, rws, fa, fb, mant, out, abar, 0);
+      else if (mode == 1) t = down_span(g, &sp, j, lo, K, t, rws, fa, fb, mant, out, abar, 1);
+      else t = down_span(g, &sp, j, lo, K, t, rws, fa, fb, mant, out, abar, 2);
       j = lo - 1;
     }
+    tm = t;
   }
 }
 
@@ -605,27 +713,38 @@ HOT static void sweep_up_bidir(thread_t *th, const group_t *g) {
   const double *mant = th->mant;
   double *out = th->out;
   const vd r = g->r, q = g->q;
-  vd t = vsplat(0.0), ell = vsplat(0.0);
+  vd tm = vsplat(0.0), ell = vsplat(0.0); /* memory copies for lane_entry (see sweep_down) */
   int64_t xl[HB];
   for (int k = 0; k < HB; ++k) xl[k] = EMPTY;
   for (int64_t b = 0; b * B < K; ++b) {
     const int64_t b0 = b * B, b1 = imin(K, imin(n, b0 + B));
-    vd rws = r * g->w, fa = vsplat(1.0), fb = vsplat(1.0);
+    vd rwsm = r * g->w, fam = vsplat(1.0), fbm = vsplat(1.0);
     if (pb->ext) { /* every block before the last is full */
-      lane_entry(th, g, b, b0, b == 0, &g->dec_full, &g->add_full, &g->add_full, &t, &ell, xl, &rws, &fa,
-                 &fb);
+      lane_entry(th, g, b, b0, b == 0, 0, &g->dec_full, &g->add_full, &g->add_full, &tm, &ell, xl, &rwsm,
+                 &fam, &fbm);
     }
+    const vd rws = rwsm, fa = fam, fb = fbm;
+    int mode = 0;
+    if (pb->ext) {
+      mode = 1;
+      for (int k = 0; k < HB; ++k) mode = fa[k] != 1.0 ? 2 : mode;
+    }
+    vd t = tm;
     int64_t e = b0;
     while (e < b1) {
       span_t sp;
       const int64_t hi = imin(b1, span_setup(pb, g, e, 0, &sp));
-      for (int64_t i = e; i < hi; ++i) {
-        const vd a = 1.0 / (1.0 + q * span_s(g, &sp, i, K));
-        out[i] += hsum((t * fa) * fb);
-        t = r * t + (rws * (q * a)) * mant[i];
-      }
+#define UP_LOOP(MODE)                                          \
+  for (int64_t i = e; i < hi; ++i) {                           \
+    const vd a = 1.0 / (1.0 + q * span_s(g, &sp, i, K));       \
+    out[i] += emit(t, fa, fb, MODE);                           \
+    t = r * t + (rws * (q * a)) * mant[i];                     \
+  }
+      if (mode == 0) { UP_LOOP(0) } else if (mode == 1) { UP_LOOP(1) } else { UP_LOOP(2) }
+#undef UP_LOOP
       e = hi;
     }
+    tm = t;
   }
 }
 
@@ -642,12 +761,15 @@ HOT static void sweep_up_window(thread_t *th, const group_t *g) {
   const double *mant = th->mant;
   double *out = th->out;
   const vd rho = g->rho;
-  vd c = vsplat(0.0);
+  /* cl: what C may have lost, in units of 2^(ce - CL_SHIFT) (extended mode): a loss far below
+   * 2^-1022 of C's scale still grows with C by up to 2^C_HEADROOM per span */
+  vd c = vsplat(0.0), cl = vsplat(0.0);
   int64_t ce[HB];
   for (int k = 0; k < HB; ++k) ce[k] = EMPTY;
   for (int64_t e = L; e < end;) {
     if (e % L == 0) { /* segment start: C restarts */
       c = vsplat(0.0);
+      cl = vsplat(0.0);
       for (int k = 0; k < HB; ++k) ce[k] = EMPTY;
     }
     const int64_t be = e / B, bj = (e - L) / B;
@@ -655,16 +777,32 @@ HOT static void sweep_up_window(thread_t *th, const group_t *g) {
     hi = imin(hi, (e / L + 1) * L);
     hi = imin(hi, e + g->ks);
     const int64_t eb = e < n ? th->ex[be] : EMPTY;
-    vd tf = vsplat(0.0);
+    vd tf = vsplat(0.0), flush = vsplat(0.0), rho1 = rho;
     int64_t need = EMPTY; /* exponent of the largest value this span can start from */
     for (int k = 0; k < HB; ++k) {
       if (eb != EMPTY && g->wqm[k] > 0.0 && g->rlm[k] > 0.0) {
         const int64_t te = g->rle[k] + g->wqe[k] + eb; /* entering terms r^L u_e <= rlm wqm 2^te */
-        if (ce[k] == EMPTY || te > ce[k]) { /* a larger term: C's scale follows it */
-          if (ce[k] != EMPTY) c[k] = scale2(c[k], ce[k] - te);
-          ce[k] = te;
+        if (ce[k] == EMPTY || te > ce[k]) {
+          /* a larger term: C's scale follows it, or C's own size after its first growth by
+           * r^-1 (which happens before the term joins): C itself is flushed only where it
+           * stays below 2^-1022 of the sum it joins */
+          int64_t cn = te;
+          if (ce[k] != EMPTY && c[k] != 0.0) cn = imax(te, ce[k] + expo(fabs(c[k])) + expo(rho[k]) - 1);
+          if (ce[k] != EMPTY) {
+            /* grow C (and cl) by r^-1 first, in its old scale (|c| < 1, no overflow), then
+             * rescale: what flushes now stays below 2^-1022 of the new sum */
+            const double c0 = c[k] * rho[k];
+            c[k] = scale2(c0, ce[k] - cn);
+            cl[k] = scale2(cl[k] * rho[k], ce[k] - cn) + 0x1p-1021;
+            if (c0 != 0.0 && fabs(c[k]) < DBL_MIN) cl[k] += scale2(2.0 * fabs(c0), ce[k] - cn + CL_SHIFT);
+            rho1[k] = 1.0; /* already grown for the span's first token */
+          } else {
+            cl[k] = 0.0;
+          }
+          ce[k] = cn;
         }
         tf[k] = scale2(g->rlm[k] * g->wqm[k], te - ce[k]);
+        flush[k] = pow2i(CL_SHIFT - 1021); /* tf M may underflow */
         need = imax(need, te + expo(g->rlm[k] * g->wqm[k]));
       }
       if (c[k] != 0.0) need = imax(need, ce[k] + expo(fabs(c[k])));
@@ -687,18 +825,49 @@ HOT static void sweep_up_window(thread_t *th, const group_t *g) {
     }
     const int64_t hin = imin(hi, n);
     int64_t i = e;
-    for (; i < hin; ++i) {
-      c = rho * c + tf * mant[i];
+    /* cl may grow by r^-ks <= 2^1011 in this span: cap it first at 2^12 units (2^-88 of C's
+     * scale, already far above what any entry may carry: a conservative bound) */
+    for (int k = 0; k < HB; ++k) cl[k] = cl[k] < 0x1p12 ? cl[k] : 0x1p12;
+    { /* the span's first token (rho1: lanes grown above are not grown again) */
+      c = rho1 * c + (i < hin ? tf * mant[i] : vsplat(0.0));
+      if (pb->ext) cl = rho1 * cl + flush;
       out[i - L] += hsum((c * fa) * fb);
+      ++i;
+    }
+    if (pb->ext) {
+      /* an entering term or a sum flushed: < 2^-1021 of C's scale, growing with C */
+      for (; i < hin; ++i) {
+        c = rho * c + tf * mant[i];
+        cl = rho * cl + flush;
+        out[i - L] += hsum((c * fa) * fb);
+      }
+    } else {
+      for (; i < hin; ++i) {
+        c = rho * c + tf * mant[i];
+        out[i - L] += hsum((c * fa) * fb);
+      }
     }
     for (; i < hi; ++i) { /* past the last token: u = 0 */
       c = rho * c;
+      cl = rho * cl;
       out[i - L] += hsum((c * fa) * fb);
+    }
+    if (pb->ext) { /* this span's emissions (block bj) carry at most cl 2^ce per lane */
+      int64_t lx = EMPTY;
+      for (int k = 0; k < HB; ++k) lx = ce[k] != EMPTY && cl[k] > 0.0 ? imax(lx, ce[k]) : lx;
+      if (lx != EMPTY) {
+        double m = 0.0;
+        for (int k = 0; k < HB; ++k) {
+          if (ce[k] != EMPTY && cl[k] > 0.0) m += scale2(cl[k], ce[k] - lx) + 0x1p-1020;
+        }
+        add_loss(th, bj, m, lx - CL_SHIFT);
+      }
     }
     for (int k = 0; k < HB; ++k) { /* back to |c| in [1/2, 1) */
       if (c[k] != 0.0) {
         const int64_t sh = expo(fabs(c[k]));
         c[k] = scale2(c[k], -sh);
+        cl[k] = scale2(cl[k], -sh);
         ce[k] += sh;
       }
     }
@@ -744,8 +913,8 @@ static int merge(thread_t *th, int64_t layer, double lam, int64_t lo_new, thread
     const int64_t b0 = b * B, b1 = imin(n, b0 + B), eb = th->ex[b];
     /* The threads' out in the scale of the largest actual entry (not of the scales Y_b
      * they were accumulated in), so that merging loses < 2^-1022 of that entry. */
-    int64_t ymx = EMPTY;
-    for (int64_t k = 0; k < nt; ++k) {
+    int64_t ymx = nt == 1 ? all[0].y[b] : EMPTY; /* one thread: nothing to merge */
+    for (int64_t k = 0; k < nt && nt > 1; ++k) {
       if (all[k].y[b] == EMPTY) continue;
       double mo = 0.0;
       for (int64_t j = b0; j < b1; ++j) mo = all[k].out[j] > mo ? all[k].out[j] : mo;
@@ -819,15 +988,18 @@ static int merge(thread_t *th, int64_t layer, double lam, int64_t lo_new, thread
         }
         if (all[k].lossm[b] > 0.0) tloss += scale2(all[k].lossm[b], all[k].losse[b] + sc);
       }
-      if (ymx != EMPTY) tloss += scale2((double)nt, ymx - 1022 + sc);
+      if (ymx != EMPTY && nt > 1) tloss += scale2((double)nt, ymx - 1022 + sc);
       tloss *= lm;
     }
     const double ownloss = eb == EMPTY ? 0.0 : scale2(1.0, eb - 1022 + RANGE_MARGIN - W);
     const int64_t dof = eb == EMPTY ? 0 : eb - W, dt = ymx == EMPTY ? 0 : ymx + le - W;
+    const int fast = dof >= -1022 && dof <= 1023 && dt >= -1022 && dt <= 1023;
+    const double fo = fast ? pow2i(dof) : 0.0, ft = fast ? pow2i(dt) : 0.0;
     double mx = 0.0;
     for (int64_t j = b0; j < b1; ++j) {
       const double own = th->next_mant[j], t2 = th->out[j];
-      const double va = scale2(own, dof), vb = scale2(t2, dt), v = va + vb;
+      const double va = fast ? own * fo : scale2(own, dof), vb = fast ? t2 * ft : scale2(t2, dt);
+      const double v = va + vb;
       th->next_mant[j] = v;
       if (!(v <= DBL_MAX)) {
         th->err_code = POSBIAS_ERR_NONFINITE;
@@ -849,7 +1021,10 @@ static int merge(thread_t *th, int64_t layer, double lam, int64_t lo_new, thread
       if (v > mx) mx = v;
     }
     const int64_t sh = expo(mx);
-    for (int64_t j = b0; j < b1; ++j) th->next_mant[j] = scale2(th->next_mant[j], -sh);
+    if (sh != 0) {
+      const double f = pow2i(-sh); /* |sh| <= 1: v < 2 */
+      for (int64_t j = b0; j < b1; ++j) th->next_mant[j] *= f;
+    }
     th->next_ex[b] = W + sh;
   }
   pb->part_min[layer * nt + th->id] = amin;
