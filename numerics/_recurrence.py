@@ -27,11 +27,11 @@ sequential pass over the B offsets inside blocks (vectorised over heads and
 blocks), an associative scan over block carries, and an elementwise fix-up.
 Only multiplications by r <= 1 occur, so no slope can overflow it.
 
-The diagonal excess is clipped to |d| <= D_CLIP = 600 in linear arithmetic; this
-changes alpha and c by a relative e^{-600} (below float64 resolution of any
-result). In log arithmetic nothing is clipped: log alpha = -logaddexp(0, log S - d)
-and log c = -logaddexp(d, log S), each to float64 relative accuracy for any finite d
-(forming log c as log alpha - d would cancel catastrophically at large |d|).
+The diagonal excess is never clipped: in linear arithmetic e^{-d} S is formed directly
+for |d| <= D_CLIP = 600 and as exp(log S - d) beyond. In log arithmetic
+log alpha = -logaddexp(0, log S - d) and log c = -logaddexp(d, log S), with log S formed
+in log space, each to float64 relative accuracy for any finite d and slope (forming
+log c as log alpha - d would cancel catastrophically at large |d|).
 """
 
 from __future__ import annotations
@@ -84,29 +84,65 @@ def geometric_sum(m, length):
     return jnp.where(m > 0, -jnp.expm1(-safe_m * length) / jnp.expm1(safe_m), length)
 
 
-def row_normaliser(m, positions, num_tokens, mask: Mask):
-    """S_i for heads m (G, 1) at positions (1, P): the kernel's off-diagonal row mass / c_i."""
-    past = positions.astype(m.dtype)
+def log_geometric_sum(m, length):
+    """log G(L) without forming G (exact for slopes far beyond the float64 range of e^{-m}):
+    log G(L) = -m + log(-expm1(-m L)) - log(-expm1(-m)) for m > 0, log L for m = 0."""
+    safe_m = jnp.where(m > 0, m, 1.0)
+    length = jnp.asarray(length, m.dtype)
+    with_slope = -safe_m + jnp.log(-jnp.expm1(-safe_m * length)) - jnp.log(-jnp.expm1(-safe_m))
+    return jnp.where(m > 0, jnp.where(length > 0, with_slope, -jnp.inf), jnp.log(length))
+
+
+def _reaches(positions, num_tokens, mask: Mask, dtype):
+    """(past reach, future reach) of each position under ``mask``."""
+    past = positions.astype(dtype)
     if mask.past_window is not None:
         past = jnp.minimum(past, mask.past_window - 1)
-    s = geometric_sum(m, past)
     k = mask.bidirectional_length(num_tokens)
-    if k > 1:
-        future = jnp.where(positions < k, k - 1 - positions, 0).astype(m.dtype)
-        s = s + geometric_sum(m, future)
-    return s
+    future = jnp.where(positions < k, k - 1 - positions, 0).astype(dtype) if k > 1 else None
+    return past, future
+
+
+def row_normaliser(m, positions, num_tokens, mask: Mask):
+    """S_i for heads m (G, 1) at positions (1, P): the kernel's off-diagonal row mass / c_i."""
+    past, future = _reaches(positions, num_tokens, mask, m.dtype)
+    s = geometric_sum(m, past)
+    return s if future is None else s + geometric_sum(m, future)
+
+
+def log_row_normaliser(m, positions, num_tokens, mask: Mask):
+    """log S_i, formed in log space (no underflow of e^{-m} for any slope)."""
+    past, future = _reaches(positions, num_tokens, mask, m.dtype)
+    s = log_geometric_sum(m, past)
+    return s if future is None else jnp.logaddexp(s, log_geometric_sum(m, future))
+
+
+def linear_weights(d, s):
+    """(alpha, c) = (1 / (1 + e^{-d} S), 1 / (e^{d} + S)) in linear arithmetic for any finite d:
+    e^{-d} S directly for |d| <= D_CLIP, as exp(log S - d) beyond (c = 0 where S = 0: no
+    off-diagonal entries there)."""
+    inside = jnp.abs(d) <= D_CLIP
+    q = jnp.exp(-jnp.clip(d, -D_CLIP, D_CLIP))
+    qs = jnp.where(inside, q * s, jnp.exp(jnp.log(s) - jnp.where(inside, 0.0, d)))
+    alpha = 1.0 / (1.0 + qs)
+    c = jnp.where(inside, q * alpha, jnp.where(s > 0, 1.0 / (jnp.exp(d) + s), 0.0))
+    return alpha, c
 
 
 def row_weights(ring: Semiring, m, d, positions, num_tokens, mask, s=None):
-    """(alpha, c) in ``ring`` for heads (G, 1) and positions (1, P); ``s``: S_i if already known."""
-    if s is None:
-        s = row_normaliser(m, positions, num_tokens, mask)
+    """(alpha, c) in ``ring`` for heads (G, 1) and positions (1, P); ``s``: S_i if already known.
+
+    Linear arithmetic: alpha = 1 / (1 + e^{-d} S), c = e^{-d} alpha. For |d| <= D_CLIP the
+    product e^{-d} S is formed directly; beyond it as exp(log S - d) (one rounding of the
+    exponent more, no clip), so no content value is ever altered. Needs e^{-m} > 0 in
+    float64 (slopes m <= 700; ``Structured.supports`` refuses steeper ones).
+    """
     if ring.can_subtract:  # linear arithmetic
-        q = jnp.exp(-jnp.clip(d, -D_CLIP, D_CLIP))
-        alpha = 1.0 / (1.0 + q * s)
-        return alpha, q * alpha
+        if s is None:
+            s = row_normaliser(m, positions, num_tokens, mask)
+        return linear_weights(d, s)
     # alpha = 1 / (1 + e^{-d} S), c = 1 / (e^{d} + S): each one logaddexp, no cancellation.
-    log_s = jnp.log(s)
+    log_s = log_row_normaliser(m, positions, num_tokens, mask)
     return -jnp.logaddexp(0.0, log_s - d), -jnp.logaddexp(d, log_s)
 
 

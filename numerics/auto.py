@@ -26,7 +26,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from posbias.numerics.engine import Engine, Profile
+from posbias.numerics.dense import Dense
+from posbias.numerics.engine import Engine, Profile, Unsupported
 from posbias.numerics.fft import FFT
 from posbias.numerics.measured import Measured
 from posbias.numerics.native import NativeError
@@ -52,16 +53,19 @@ class Auto(Engine):
         return max(Structured().memory_bytes(num_layers, num_heads, num_tokens),
                    FFT().memory_bytes(num_layers, num_heads, num_tokens))
 
-    def choose(self, stack, num_tokens: int, dtype) -> Engine:
-        """The first engine to run for this stack."""
+    def candidates(self, stack, num_tokens: int, dtype) -> list[Engine]:
+        """The engines to try, in order, that say they support this stack."""
         if isinstance(stack, KernelStack):
-            return Measured()
+            return [Measured()]
         structured = Structured()
         if structured.uses_native(dtype):
-            return Structured(extended=True)
-        if num_tokens >= self.fft_from_tokens and FFT().supports(stack, num_tokens) is None:
-            return FFT()
-        return structured
+            order = [Structured(extended=True)]
+        elif num_tokens >= self.fft_from_tokens:
+            order = [FFT()]
+        else:
+            order = []
+        order += [Structured(native=False), Structured(ring="log"), Dense()]
+        return [e for e in order if e.supports(stack, num_tokens) is None]
 
     def extended_route(self, stack, num_tokens: int, dtype, *, native_ok: bool = True) -> Engine | None:
         """An exact engine that keeps entries below 1e-308 (or None if none fits)."""
@@ -77,15 +81,21 @@ class Auto(Engine):
         return None
 
     def compute(self, stack, num_tokens: int, *, dtype, progress=None) -> Profile:
-        engine = self.choose(stack, num_tokens, dtype)
+        candidates = self.candidates(stack, num_tokens, dtype)
+        if not candidates:
+            raise Unsupported(f"auto engine: no engine computes this stack exactly at N = {num_tokens} "
+                              "(the dense engine, which handles any parameters, stops at N = 8192)")
         notes = []
         native_ok = True
-        try:
-            result = engine.profile(stack, num_tokens, dtype=dtype, progress=progress)
-        except NativeError as exc:  # the native kernel refused this input: take the plain route
-            native_ok = False
-            notes.append(f"auto: the native extended-range kernel refused this input ({exc}); re-ran in linear mode")
-            result = Structured().profile(stack, num_tokens, dtype=dtype, progress=progress)
+        for k, engine in enumerate(candidates):
+            try:
+                result = engine.profile(stack, num_tokens, dtype=dtype, progress=progress)
+                break
+            except (NativeError, Unsupported) as exc:
+                native_ok = native_ok and not isinstance(exc, NativeError)
+                if k == len(candidates) - 1:
+                    raise Unsupported(f"auto engine: every route refused this input (last: {exc})") from None
+                notes.append(f"auto: {engine.name} ({exc}); trying {candidates[k + 1].name}")
         notes.append(f"auto: {result.engine} ({result.path})")
         lost = int(result.unresolved().sum())
         if lost and result.path == "fft":

@@ -150,4 +150,29 @@ class Engine(abc.ABC):
         if reason is not None:
             raise Unsupported(f"{self.name} engine: {reason}")
         with jax.enable_x64(True):
-            return self.compute(stack, int(num_tokens), dtype=jnp.dtype(dtype), progress=progress)
+            with np.errstate(all="ignore"):  # an engine's floating-point notes are not the caller's business
+                result = self.compute(stack, int(num_tokens), dtype=jnp.dtype(dtype), progress=progress)
+        broken = implausible(result, jnp.dtype(dtype))
+        if broken:
+            raise Unsupported(f"{self.name} engine: {broken}; this input is beyond what it computes reliably")
+        return result
+
+
+def implausible(profile: Profile, dtype=np.float64) -> str | None:
+    """Why ``profile`` cannot be a profile (non-finite or negative entries, log p > 0, mass
+    far from 1), or None: a last guard that turns an engine failure on extreme input into
+    a refusal (or, under ``auto``, a fallback) instead of a wrong answer."""
+    p, logp = profile.probabilities, profile.log_probabilities
+    bad = np.flatnonzero(~np.isfinite(p) | (p < 0) | np.isnan(logp) | (logp > 1e-6))
+    if bad.size:
+        j = int(bad[0])
+        return f"it returned p({j}) = {float(p[j])!r} (log p = {float(logp[j])!r}), not a probability"
+    if profile.extended_range:
+        top = float(np.max(logp))
+        total = float(np.exp(top) * np.sum(np.exp(logp - top)))
+    else:
+        total = float(np.sum(p))
+    slack = 1e-6 if np.dtype(dtype) == np.float64 else 1e-2
+    if not abs(total - 1.0) <= slack:
+        return f"its profile sums to {total!r}, expected 1"
+    return None

@@ -62,6 +62,9 @@ class FFT(Engine):
             return f"expected an ALiBi + content stack, got {type(stack).__name__}"
         if stack.mask.reads_future:
             return f"handles causal and sliding-window masks only (mask {stack.mask.name} reads later tokens)"
+        slopes, _ = stack.scaled()
+        if np.max(slopes, initial=0.0) > 700.0:
+            return "slopes m/tau above 700 leave the float64 range in linear arithmetic (use the log engine)"
         return None
 
     def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:
@@ -124,9 +127,7 @@ def _layer(v, lam, short, table, long, *, num_tokens, mask, length, buckets, lon
     s_inf = jnp.where(m > 0, 1.0 / jnp.expm1(jnp.where(m > 0, m, 1.0)), 0.0)
     if window is not None:
         s_inf = rec.geometric_sum(m, window - 1)
-    q = jnp.exp(-jnp.clip(d, -rec.D_CLIP, rec.D_CLIP))
-    alpha_inf = 1.0 / (1.0 + q * s_inf)
-    c_inf = q * alpha_inf
+    alpha_inf, c_inf = rec.linear_weights(d, s_inf)
 
     # Toeplitz part: one correlation for every saturated head.
     g = jnp.arange(length)

@@ -128,7 +128,8 @@ Schedule = Constant | PowerDecay | Geometric | Custom
 
 def evaluate(schedule: Schedule, num_layers: int) -> tuple[np.ndarray, list[int]]:
     """(lambda clipped to [0, 1], indices of the layers that needed clipping)."""
-    raw = schedule.values(num_layers)
+    with np.errstate(all="ignore"):  # overflow shows up as a non-finite lambda, refused below
+        raw = schedule.values(num_layers)
     if not np.all(np.isfinite(raw)):
         raise ValueError(f"schedule {schedule.spec}: produced a non-finite lambda")
     clipped = np.clip(raw, 0.0, 1.0)

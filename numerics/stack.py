@@ -174,8 +174,7 @@ class KernelStack:
         if not np.issubdtype(kernels.dtype, np.floating):
             raise KernelError(f"kernels: expected floating-point values, got dtype {kernels.dtype}")
         if tol is None:
-            tol = 1e-9 if kernels.dtype == np.float64 else 64 * float(np.finfo(kernels.dtype).eps) * max(
-                1, kernels.shape[-1] if kernels.ndim else 1)
+            tol = kernel_tolerance(kernels.dtype, kernels.shape[-1] if kernels.ndim else 1)
         kernels = kernels.astype(np.float64)
         validate_kernels(kernels, causal=causal, tol=tol)
         lambdas = np.asarray(lambdas, np.float64).reshape(-1)
@@ -186,6 +185,16 @@ class KernelStack:
 
 
 Stack = AlibiStack | KernelStack
+
+
+def kernel_tolerance(dtype, num_tokens: int) -> float:
+    """How far a stored kernel row may sum from 1: 1e-9 for float64 (or wider) values; for
+    narrower floats the rounding of the stored values and of the row's own sum, 64 eps N,
+    but never more than 1e-3 (a row off by more is not a stochastic row)."""
+    eps = float(np.finfo(dtype).eps)
+    if eps <= float(np.finfo(np.float64).eps):
+        return 1e-9
+    return max(1e-9, min(64 * eps * max(1, int(num_tokens)), 1e-3))
 
 
 def _finite(name: str, x) -> np.ndarray:

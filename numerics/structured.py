@@ -41,6 +41,24 @@ from posbias.numerics.semiring import LINEAR, LOG, RINGS
 from posbias.numerics.stack import AlibiStack
 
 SHARED_NORMALISER_MAX = 1 << 24  # elements (128 MiB in float64)
+LINEAR_MAX_SLOPE = 700.0  # e^{-700} = 1e-304: steeper slopes underflow r in linear arithmetic
+NATIVE_CLIP_SAFE_SLOPE = 560.0  # the C kernel clips |d| to 600: exact while e^{m - 600} < 1e-17
+
+
+def native_refuses(stack: AlibiStack) -> str | None:
+    """Why the C kernel would not be exact for this stack (None: it is). It clips the
+    content diagonal to |d/tau| <= 600, which changes nothing unless a head combines
+    d/tau < -600 with a slope m/tau >= 560 (the clipped self-weight would then compete
+    with neighbours of weight e^{-m}); it accepts slopes up to 700."""
+    slopes, diagonal = stack.scaled()
+    if np.max(slopes, initial=0.0) > LINEAR_MAX_SLOPE:
+        return f"the native kernel accepts slopes m/tau up to {LINEAR_MAX_SLOPE:g}"
+    bad = np.argwhere((diagonal < -native.D_CLIP) & (slopes >= NATIVE_CLIP_SAFE_SLOPE))
+    if bad.size:
+        t, h = (int(i) for i in bad[0])
+        return (f"layer {t} head {h}: content d/tau = {diagonal[t, h]:.4g} below -{native.D_CLIP:g} with slope "
+                f"m/tau = {slopes[t, h]:.4g}, where the native kernel's clip of d is not exact")
+    return None
 
 
 @dataclass(frozen=True)
@@ -70,6 +88,13 @@ class Structured(Engine):
                     "(the structured engine's extended-range native mode handles them)")
         if self.extended and not (self.native and native.available()):
             return "extended range needs the native CPU kernel, which is not available here"
+        if self.ring == "linear":
+            slopes, _ = stack.scaled()
+            if np.max(slopes, initial=0.0) > LINEAR_MAX_SLOPE:
+                return (f"slopes m/tau up to {np.max(slopes):.4g}: beyond {LINEAR_MAX_SLOPE:g}, e^(-m) leaves the "
+                        "float64 range in linear arithmetic (the log engine handles any slope)")
+        if self.extended:
+            return native_refuses(stack)
         return None
 
     def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:
@@ -85,7 +110,7 @@ class Structured(Engine):
                 and jax.default_backend() == "cpu" and native.available())
 
     def compute(self, stack: AlibiStack, num_tokens: int, *, dtype, progress=None) -> Profile:
-        if self.uses_native(dtype):
+        if self.uses_native(dtype) and native_refuses(stack) is None:
             return self._native(stack, num_tokens, progress)
         if self.extended:
             raise Unsupported(f"{self.name} engine: extended range runs in the native kernel, float64 on the CPU only")

@@ -168,6 +168,9 @@ def _model_from_args(args):
 def _rollout(args) -> int:
     import json
 
+    if args.out is not None and str(args.out).strip() == "":
+        raise UserError("--out: expected a folder name, got an empty string")
+
     from posbias import output
     from posbias.files import write_run
     from posbias.run import InputError, load_kernels, run_stack

@@ -4,7 +4,8 @@ The schema is the one the authors' loader reads (../shared/data/README.md):
 ``sequence_length``, ``num_layers``, ``mask_config``, ``attention_config``,
 ``content_config``, ``lambda_schedule_config``, ``save_dir``. posbias adds the
 mask type ``prefix`` with key ``prefix_length``. Unknown keys, NaN/inf, wrong
-list lengths and non-positive sizes are errors. The file is read by
+list lengths, non-positive sizes, sizes above 2^53 and booleans where a number is
+expected (YAML ``true`` is not 1) are errors. The file is read by
 posbias/yaml_io.py: libyaml (C) with a YAML 1.2 resolver that gives ruamel.yaml's
 results, ruamel.yaml where the two could differ; sizes, nesting depth and alias
 expansion are limited before anything is built.

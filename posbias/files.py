@@ -18,6 +18,7 @@ import fcntl
 import os
 import shutil
 import tempfile
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -84,6 +85,23 @@ def _retired(names: list[str]) -> list[str]:
     return []
 
 
+STAMP_KEY = "posbias-set"
+"""PNG text key holding ``set_stamp`` of the text files written with the figure: which run a
+figure belongs to can be checked from the files alone (tests/test_hostile_cli.py does)."""
+
+
+def set_stamp(texts: dict[str, str]) -> str:
+    """SHA-256 over the names and contents of a run's text files."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in sorted(texts):
+        for part in (name, texts[name]):
+            data = part.encode("utf-8")
+            digest.update(len(data).to_bytes(8, "little") + data)
+    return digest.hexdigest()
+
+
 def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None) -> list[Path]:
     """Write ``texts`` (name -> text) and ``figures`` (name -> matplotlib Figure, PNG) into
     ``out_dir`` as one set; returns the written paths in order. On any failure raise
@@ -107,8 +125,12 @@ def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None)
         staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out_dir))
         for name, text in texts.items():
             (staging / name).write_text(text, encoding="utf-8")
+        stamp = set_stamp(texts)
         for name, fig in figures.items():
-            fig.savefig(staging / name, dpi=150, bbox_inches="tight", format="png")
+            with warnings.catch_warnings():  # layout notes (e.g. "constrained_layout not applied") are
+                warnings.simplefilter("ignore")  # not the user's business: stderr stays one line or empty
+                fig.savefig(staging / name, dpi=150, bbox_inches="tight", format="png",
+                            metadata={STAMP_KEY: stamp})
         for name in names:
             os.chmod(staging / name, mode)
         written = []

@@ -163,7 +163,7 @@ def _log_panel(ax, name: str, log_p: np.ndarray) -> None:
     ax.plot(j, shown, lw=1.4, color="C0", label="log10 p(j)")
     k = int(np.argmin(log10))
     ax.plot([k], [log10[k]], "o", ms=5, color="C3", clip_on=False, zorder=3,
-            label=f"argmin j = {k}, p = 10^{log10[k]:.1f}")
+            label=f"argmin j = {k}, p = 10^{log10[k]:.6g}")
     ax.set_ylim(top=min(0.0, float(np.max(log10)) + 0.05 * (float(np.max(log10)) - float(np.min(log10)) + 1)))
     _label_axes(ax, name, "log10 p(j)", log_p.size)
 

@@ -196,16 +196,6 @@ def _first_line(exc: BaseException) -> str:
     return line if len(line) <= 160 else line[:150] + "..."
 
 
-def kernel_tolerance(dtype, num_tokens: int) -> float:
-    """How far a stored kernel row may sum from 1: 1e-9 for float64 (or wider) values; for
-    narrower floats the rounding of the stored values and of the model's own sum, 64 eps N,
-    but never more than 1e-3 (a row off by more is not a stochastic row)."""
-    eps = float(np.finfo(dtype).eps)
-    if eps <= float(np.finfo(np.float64).eps):
-        return 1e-9
-    return max(1e-9, min(64 * eps * max(1, int(num_tokens)), 1e-3))
-
-
 def load_kernels(path: Path, schedule: str | None, causal: bool):
     """Measured-kernel mode: a KernelStack from .npy/.npz ('kernels', 'lambdas') and --schedule.
 
@@ -221,6 +211,8 @@ def load_kernels(path: Path, schedule: str | None, causal: bool):
         raise InputError(f"{path}: no such file")
     if path.is_dir():
         raise InputError(f"{path}: is a folder, expected a .npy or .npz file")
+    if not path.is_file():  # a device or a pipe: np.load and zipfile need a seekable file of known size
+        raise InputError(f"{path}: is not a regular file, expected a .npy or .npz file")
     try:
         declared = _declared_arrays(path)
     except _read_errors() as exc:
@@ -275,7 +267,7 @@ def load_kernels(path: Path, schedule: str | None, causal: bool):
             raise InputError(f"{path}: lambdas[{bad[0]}] = {lam[bad[0]]:g}, expected a value in [0, 1] "
                              "(or give --schedule SPEC, which clips)")
         lambdas = lam
-    tol = kernel_tolerance(kernels.dtype, kernels.shape[-1])
+    tol = nx.stack.kernel_tolerance(kernels.dtype, kernels.shape[-1])
     try:
         stack = nx.KernelStack.build(kernels, lambdas, causal=causal, tol=tol)
     except nx.KernelError as exc:
