@@ -37,6 +37,7 @@ log c as log alpha - d would cancel catastrophically at large |d|).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -44,7 +45,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from posbias.numerics.masks import Mask
-from posbias.numerics.semiring import Semiring
+from posbias.numerics.semiring import LINEAR, Semiring
+from posbias.numerics.stack import register_pytrees
+
+register_pytrees()
 
 D_CLIP = 600.0
 
@@ -254,3 +258,32 @@ def layer_step(ring: Semiring, v, layer: LayerParams, geometry: Geometry, s=None
 def alibi_diagonal(m, d, w, num_tokens: int, mask: Mask, ring: Semiring):
     """Head-averaged self-weights alpha-bar_i = sum_h w_h alpha_{h,i}, shape (N,), for heads (H,)."""
     return weighted_rows(ring, m[:, None], d[:, None], w[:, None], num_tokens, mask, num_tokens)[1]
+
+
+@partial(jax.jit, static_argnames=("ring", "geometry"))
+def layers_scan(v, layers: LayerParams, s, *, ring, geometry: Geometry):
+    """Apply the given layers top-down: v <- v R^(t) for t = last .. first.
+
+    ``s``: the row normalisers (H_pad, P) shared by every layer when all layers have
+    the same slopes (then they are computed once instead of once per layer).
+    Returns v and, per layer, (min_i alpha-bar_i, alpha-bar_{N-1}).
+    """
+
+    def body(v, layer):
+        v, alpha_bar = layer_step(ring, v, LayerParams(*layer), geometry, s)
+        n = geometry.num_tokens
+        return v, (jnp.min(ring.to_linear(alpha_bar[:n])), ring.to_linear(alpha_bar[n - 1]))
+
+    return jax.lax.scan(body, v, tuple(layers), reverse=True)
+
+
+@partial(jax.jit, static_argnames=("geometry",))
+def shared_normaliser(m, *, geometry: Geometry):
+    """S_i for heads m (H,) at positions 0..P-1: (H, P)."""
+    return row_normaliser(m[:, None], jnp.arange(geometry.padded)[None, :], geometry.num_tokens, geometry.mask)
+
+
+@partial(jax.jit, static_argnames=("num_tokens", "mask"))
+def kernel_diagonals(m, d, w, *, num_tokens, mask):
+    """(T, N) head-averaged self-weights for per-layer heads m, d, w (T, H), linear arithmetic (C4(b))."""
+    return jax.vmap(lambda a, b, c: alibi_diagonal(a, b, c, num_tokens, mask, LINEAR))(m, d, w)

@@ -26,10 +26,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from posbias.numerics.dense import Dense
 from posbias.numerics.engine import Engine, Profile, Unsupported
-from posbias.numerics.fft import FFT
-from posbias.numerics.measured import Measured
 from posbias.numerics.native import NativeError
 from posbias.numerics.stack import AlibiStack, KernelStack
 from posbias.numerics.structured import Structured
@@ -43,29 +40,49 @@ class Auto(Engine):
 
     def supports(self, stack, num_tokens: int) -> str | None:
         if isinstance(stack, KernelStack):
+            from posbias.numerics.measured import Measured
+
             return Measured().supports(stack, num_tokens)
         if isinstance(stack, AlibiStack):
             return None
         return f"expected an AlibiStack or KernelStack, got {type(stack).__name__}"
 
-    def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:
-        """The most any route it may take needs (first engine, exact re-run, extended range)."""
-        return max(Structured().memory_bytes(num_layers, num_heads, num_tokens),
-                   FFT().memory_bytes(num_layers, num_heads, num_tokens))
+    def needs_jax(self, stack, dtype) -> bool:
+        return False  # each engine it runs scopes its own JAX use
 
-    def candidates(self, stack, num_tokens: int, dtype) -> list[Engine]:
-        """The engines to try, in order, that say they support this stack."""
+    def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:
+        """What its first route needs (the engines it falls back to check their own)."""
+        return Structured().memory_bytes(num_layers, num_heads, num_tokens)
+
+    def candidates(self, stack, num_tokens: int, dtype):
+        """The engines to try, in order, that say they support this stack (imported lazily, so
+        the native CPU route never imports JAX)."""
         if isinstance(stack, KernelStack):
-            return [Measured()]
-        structured = Structured()
-        if structured.uses_native(dtype):
-            order = [Structured(extended=True)]
+            from posbias.numerics.measured import Measured
+
+            yield Measured()
+            return
+
+        def fft():
+            from posbias.numerics.fft import FFT
+
+            return FFT()
+
+        def dense():
+            from posbias.numerics.dense import Dense
+
+            return Dense()
+
+        order = []
+        if Structured().uses_native(dtype):
+            order.append(lambda: Structured(extended=True))
         elif num_tokens >= self.fft_from_tokens:
-            order = [FFT()]
-        else:
-            order = []
-        order += [Structured(native=False), Structured(ring="log"), Dense()]
-        return [e for e in order if e.supports(stack, num_tokens) is None]
+            order.append(fft)
+        order += [lambda: Structured(native=False), lambda: Structured(ring="log"), dense]
+        for make in order:
+            engine = make()
+            if engine.supports(stack, num_tokens) is None:
+                yield engine
 
     def extended_route(self, stack, num_tokens: int, dtype, *, native_ok: bool = True) -> Engine | None:
         """An exact engine that keeps entries below 1e-308 (or None if none fits)."""
@@ -81,24 +98,22 @@ class Auto(Engine):
         return None
 
     def compute(self, stack, num_tokens: int, *, dtype, progress=None) -> Profile:
-        candidates = self.candidates(stack, num_tokens, dtype)
-        if not candidates:
-            raise Unsupported(f"auto engine: no engine computes this stack exactly at N = {num_tokens} "
-                              "(the dense engine, which handles any parameters, stops at N = 8192)")
         notes = []
         native_ok = True
-        for k, engine in enumerate(candidates):
+        result = None
+        for engine in self.candidates(stack, num_tokens, dtype):
             try:
                 result = engine.profile(stack, num_tokens, dtype=dtype, progress=progress)
                 break
             except (NativeError, Unsupported) as exc:
                 native_ok = native_ok and not isinstance(exc, NativeError)
-                if k == len(candidates) - 1:
-                    raise Unsupported(f"auto engine: every route refused this input (last: {exc})") from None
-                notes.append(f"auto: {engine.name} ({exc}); trying {candidates[k + 1].name}")
+                notes.append(f"auto: {engine.name} refused ({exc}); trying the next route")
+        if result is None:
+            raise Unsupported(f"auto engine: no engine computes this stack exactly at N = {num_tokens}"
+                              + (f" ({notes[-1]})" if notes else " (the dense engine stops at N = 8192)"))
         notes.append(f"auto: {result.engine} ({result.path})")
         lost = int(result.unresolved().sum())
-        if lost and result.path == "fft":
+        if lost and result.path == "fft" and Structured(native=False).supports(stack, num_tokens) is None:
             notes.append(f"auto: {lost} entries below the FFT's resolution; re-ran on the exact recurrence")
             result = Structured().profile(stack, num_tokens, dtype=dtype, progress=progress)
             notes.append(f"auto: {result.engine} ({result.path})")

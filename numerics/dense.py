@@ -25,6 +25,9 @@ import numpy as np
 from posbias.numerics.engine import Engine, Profile, float64, linear_profile
 from posbias.numerics.kernels import layer_kernel
 from posbias.numerics.stack import AlibiStack
+from posbias.numerics.stack import register_pytrees
+
+register_pytrees()
 
 MAX_TOKENS = 8192  # 8192^2 float64 = 512 MiB per matrix
 

@@ -22,12 +22,11 @@ others the way a wrapper solver wraps any solver.
 from __future__ import annotations
 
 import abc
+import contextlib
 import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 Progress = Callable[[int, int], None]  # (layers done, total layers)
@@ -46,6 +45,8 @@ def float64(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        import jax
+
         with jax.enable_x64(True):
             return fn(*args, **kwargs)
 
@@ -136,7 +137,11 @@ class Engine(abc.ABC):
     def compute(self, stack, num_tokens: int, *, dtype, progress: Progress | None) -> Profile:
         """The profile; called by ``profile`` after ``supports`` said yes, inside float64 scope."""
 
-    def profile(self, stack, num_tokens: int, *, dtype=jnp.float64, progress: Progress | None = None) -> Profile:
+    def needs_jax(self, stack, dtype) -> bool:
+        """Whether ``compute`` runs JAX for this stack (then it runs under ``jax.enable_x64``)."""
+        return True
+
+    def profile(self, stack, num_tokens: int, *, dtype=np.float64, progress: Progress | None = None) -> Profile:
         """Check ``supports`` (raise ``Unsupported``), then compute in float64 scope."""
         if int(num_tokens) < 1:
             raise Unsupported(f"{self.name} engine: num_tokens must be >= 1, got {num_tokens}")
@@ -149,13 +154,23 @@ class Engine(abc.ABC):
                                   self.memory_bytes(stack.num_layers, heads, int(num_tokens)))
         if reason is not None:
             raise Unsupported(f"{self.name} engine: {reason}")
-        with jax.enable_x64(True):
+        dtype = np.dtype(dtype)
+        with _x64(self.needs_jax(stack, dtype)):
             with np.errstate(all="ignore"):  # an engine's floating-point notes are not the caller's business
-                result = self.compute(stack, int(num_tokens), dtype=jnp.dtype(dtype), progress=progress)
-        broken = implausible(result, jnp.dtype(dtype))
+                result = self.compute(stack, int(num_tokens), dtype=dtype, progress=progress)
+        broken = implausible(result, dtype)
         if broken:
             raise Unsupported(f"{self.name} engine: {broken}; this input is beyond what it computes reliably")
         return result
+
+
+def _x64(enabled: bool):
+    """``jax.enable_x64(True)`` when the engine runs JAX; nothing (and no JAX import) otherwise."""
+    if not enabled:
+        return contextlib.nullcontext()
+    import jax
+
+    return jax.enable_x64(True)
 
 
 def implausible(profile: Profile, dtype=np.float64) -> str | None:

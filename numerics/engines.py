@@ -28,36 +28,40 @@ Examples
 
 from __future__ import annotations
 
-import jax.numpy as jnp
+import importlib
 
-from posbias.numerics.auto import Auto
-from posbias.numerics.dense import Dense
+import numpy as np
+
 from posbias.numerics.engine import Engine, Profile, Progress
-from posbias.numerics.fft import FFT
-from posbias.numerics.measured import Measured
-from posbias.numerics.structured import Structured
 
-ENGINES: dict[str, Engine] = {
-    "auto": Auto(),
-    "structured": Structured(),
-    "log": Structured(ring="log"),
-    "fft": FFT(),
-    "dense": Dense(),
-    "measured": Measured(),
+_TABLE = {  # name -> (module, class, options): imported on first use (JAX only when needed)
+    "auto": ("auto", "Auto", {}),
+    "structured": ("structured", "Structured", {}),
+    "log": ("structured", "Structured", {"ring": "log"}),
+    "fft": ("fft", "FFT", {}),
+    "dense": ("dense", "Dense", {}),
+    "measured": ("measured", "Measured", {}),
 }
+NAMES = tuple(_TABLE)
 
 
 def get(engine: str | Engine) -> Engine:
     """The engine of that name (or the engine itself)."""
     if isinstance(engine, Engine):
         return engine
-    try:
-        return ENGINES[engine]
-    except KeyError:
-        raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}") from None
+    if engine not in _TABLE:
+        raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(_TABLE)}")
+    module, cls, options = _TABLE[engine]
+    return getattr(importlib.import_module(f"posbias.numerics.{module}"), cls)(**options)
 
 
-def profile(stack, num_tokens: int | None = None, *, engine: str | Engine = "auto", dtype=jnp.float64,
+def __getattr__(name: str):
+    if name == "ENGINES":  # the whole table, every engine constructed
+        return {key: get(key) for key in _TABLE}
+    raise AttributeError(name)
+
+
+def profile(stack, num_tokens: int | None = None, *, engine: str | Engine = "auto", dtype=np.float64,
             progress: Progress | None = None) -> Profile:
     """The profile p = e_{N-1}^T R^(T-1) ... R^(0) of ``stack`` over ``num_tokens`` tokens (THEORY.md, Notation).
 

@@ -42,6 +42,9 @@ from posbias.numerics.engine import Engine, Profile, linear_profile
 from posbias.numerics.masks import Mask
 from posbias.numerics.semiring import LINEAR
 from posbias.numerics.stack import AlibiStack
+from posbias.numerics.stack import register_pytrees
+
+register_pytrees()
 
 SATURATION = 42.0  # e^{-42} = 5.7e-19 < 2^-60
 

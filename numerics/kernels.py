@@ -16,6 +16,9 @@ import numpy as np
 from posbias.numerics.engine import float64
 from posbias.numerics.masks import allowed
 from posbias.numerics.stack import AlibiStack
+from posbias.numerics.stack import register_pytrees
+
+register_pytrees()
 
 
 def layer_kernel(slopes_t, diagonal_t, weights_t, num_tokens: int, mask) -> jax.Array:

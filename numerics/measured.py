@@ -15,6 +15,9 @@ import numpy as np
 
 from posbias.numerics.engine import Engine, Profile, float64, linear_profile
 from posbias.numerics.stack import KernelStack
+from posbias.numerics.stack import register_pytrees
+
+register_pytrees()
 
 
 @dataclass(frozen=True)

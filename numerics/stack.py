@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import jax
 import numpy as np
 
 from posbias.numerics.masks import Causal, Full, Mask, is_lower_triangular
@@ -124,11 +123,22 @@ class AlibiStack:
         return self.mask.name
 
 
-jax.tree_util.register_dataclass(
-    AlibiStack,
-    data_fields=["lambdas", "slopes", "diagonal", "head_weights", "temperature"],
-    meta_fields=["mask"],
-)
+_REGISTERED = []
+
+
+def register_pytrees() -> None:
+    """Make ``AlibiStack`` a JAX pytree (its arrays are leaves, the mask is static). Called by
+    every posbias module that imports JAX, so the native CPU path never imports JAX."""
+    if _REGISTERED:
+        return
+    import jax
+
+    jax.tree_util.register_dataclass(
+        AlibiStack,
+        data_fields=["lambdas", "slopes", "diagonal", "head_weights", "temperature"],
+        meta_fields=["mask"],
+    )
+    _REGISTERED.append(True)
 
 
 @dataclass(frozen=True)

@@ -28,21 +28,34 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from functools import partial
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from posbias.numerics import _recurrence as rec
 from posbias.numerics import native
 from posbias.numerics.engine import Engine, Profile, Unsupported, linear_profile, log_profile
-from posbias.numerics.semiring import LINEAR, LOG, RINGS
 from posbias.numerics.stack import AlibiStack
+
+RINGS = ("linear", "log")  # the number systems of numerics/semiring.py
 
 SHARED_NORMALISER_MAX = 1 << 24  # elements (128 MiB in float64)
 LINEAR_MAX_SLOPE = 700.0  # e^{-700} = 1e-304: steeper slopes underflow r in linear arithmetic
 NATIVE_CLIP_SAFE_SLOPE = 560.0  # the C kernel clips |d| to 600: exact while e^{m - 600} < 1e-17
+
+
+ACCELERATOR_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin", "jax_rocm7_plugin", "libtpu")
+
+
+def cpu_backend() -> bool:
+    """Whether JAX computes on the CPU here, answered without importing JAX when it is not
+    imported yet and no accelerator plugin is installed (the native path never needs it)."""
+    import importlib.util
+    import sys
+
+    if "jax" not in sys.modules and not any(importlib.util.find_spec(p) for p in ACCELERATOR_PLUGINS):
+        return True
+    import jax
+
+    return jax.default_backend() == "cpu"
 
 
 def native_refuses(stack: AlibiStack) -> str | None:
@@ -83,7 +96,7 @@ class Structured(Engine):
             return f"expected an ALiBi + content stack, got {type(stack).__name__}"
         if self.ring not in RINGS:
             return f"unknown number system {self.ring!r}; expected one of {sorted(RINGS)}"
-        if not RINGS[self.ring].can_subtract and stack.mask.past_window is not None:
+        if self.ring == "log" and stack.mask.past_window is not None:
             return ("sliding-window masks need subtraction, which log-space arithmetic cannot do "
                     "(the structured engine's extended-range native mode handles them)")
         if self.extended and not (self.native and native.available()):
@@ -99,15 +112,20 @@ class Structured(Engine):
 
     def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:
         params = 8 * 8 * num_layers * num_heads
-        if self.uses_native(jnp.float64):  # C kernel: a few (N,) buffers per thread (float64 only)
+        if self.uses_native(np.float64):  # C kernel: a few (N,) buffers per thread (float64 only)
             return 8 * num_tokens * (4 * (self.threads or os.cpu_count() or 2) + 8) + params
-        g = rec.plan(num_tokens, num_heads, None, self.group_budget)
+        from posbias.numerics._recurrence import plan
+
+        g = plan(num_tokens, num_heads, None, self.group_budget)
         return 8 * 10 * g.group * g.padded + 8 * 8 * g.padded + params
 
     def uses_native(self, dtype) -> bool:
         """Whether ``compute`` takes the C kernel for this dtype (decided here only)."""
-        return (self.native and self.ring == "linear" and jnp.dtype(dtype) == jnp.float64
-                and jax.default_backend() == "cpu" and native.available())
+        return (self.native and self.ring == "linear" and np.dtype(dtype) == np.float64
+                and cpu_backend() and native.available())
+
+    def needs_jax(self, stack, dtype) -> bool:
+        return not (self.uses_native(dtype) and native_refuses(stack) is None)
 
     def compute(self, stack: AlibiStack, num_tokens: int, *, dtype, progress=None) -> Profile:
         if self.uses_native(dtype) and native_refuses(stack) is None:
@@ -130,7 +148,12 @@ class Structured(Engine):
                               engine=self.name, path=res.path)
 
     def _xla(self, stack, num_tokens, dtype, progress) -> Profile:
-        ring = RINGS[self.ring]
+        import jax.numpy as jnp
+
+        from posbias.numerics import _recurrence as rec
+        from posbias.numerics.semiring import LOG, RINGS as SEMIRINGS
+
+        ring = SEMIRINGS[self.ring]
         geometry = rec.plan(num_tokens, stack.num_heads, stack.mask, self.group_budget)
         heads = -(-stack.num_heads // geometry.group) * geometry.group
         t_total = stack.num_layers
@@ -147,7 +170,7 @@ class Structured(Engine):
                                  arr(slopes), arr(diagonal), arr(stack.head_weights))
         shared = None
         if np.all(slopes == slopes[:1]) and heads * geometry.padded <= SHARED_NORMALISER_MAX:
-            shared = _shared_normaliser(layers.slopes[-1], geometry=geometry)
+            shared = rec.shared_normaliser(layers.slopes[-1], geometry=geometry)
         v = np.zeros(geometry.padded)
         v[num_tokens - 1] = 1.0
         v = ring.from_linear(jnp.asarray(v, dtype=dtype))
@@ -155,7 +178,7 @@ class Structured(Engine):
         done = 0
         for start in range(t_pad - chunk, -1, -chunk):
             part = rec.LayerParams(*(a[start:start + chunk] for a in layers))
-            v, (mn, last) = _layers(v, part, shared, ring=ring, geometry=geometry)
+            v, (mn, last) = rec.layers_scan(v, part, shared, ring=ring, geometry=geometry)
             mins.append(np.asarray(mn))
             lasts.append(np.asarray(last))
             done = min(t_total, done + chunk)
@@ -172,40 +195,16 @@ class Structured(Engine):
         return linear_profile(v, mins, lasts, engine=self.name, path="xla", resolution=resolution)
 
 
-@partial(jax.jit, static_argnames=("ring", "geometry"))
-def _layers(v, layers: rec.LayerParams, s, *, ring, geometry: rec.Geometry):
-    """Apply the given layers top-down: v <- v R^(t) for t = last .. first.
-
-    ``s``: the row normalisers (H_pad, P) shared by every layer when all layers have
-    the same slopes (then they are computed once instead of once per layer).
-    Returns v and, per layer, (min_i alpha-bar_i, alpha-bar_{N-1}).
-    """
-
-    def body(v, layer):
-        v, alpha_bar = rec.layer_step(ring, v, rec.LayerParams(*layer), geometry, s)
-        n = geometry.num_tokens
-        return v, (jnp.min(ring.to_linear(alpha_bar[:n])), ring.to_linear(alpha_bar[n - 1]))
-
-    return jax.lax.scan(body, v, tuple(layers), reverse=True)
-
-
-@partial(jax.jit, static_argnames=("geometry",))
-def _shared_normaliser(m, *, geometry: rec.Geometry):
-    """S_i for heads m (H,) at positions 0..P-1: (H, P)."""
-    return rec.row_normaliser(m[:, None], jnp.arange(geometry.padded)[None, :], geometry.num_tokens, geometry.mask)
-
-
 def kernel_diagonals(stack: AlibiStack, num_tokens: int) -> np.ndarray:
     """(T, N) head-averaged self-weights A^(t)[i, i] = sum_h w_h alpha_{h,i}(d) in closed form (C4(b))."""
+    import jax
+
+    from posbias.numerics import _recurrence as rec
+
     with jax.enable_x64(True):
         slopes, diagonal = stack.scaled()
-        return np.asarray(_kernel_diagonals(jnp.asarray(slopes), jnp.asarray(diagonal),
-                                            jnp.asarray(stack.head_weights), num_tokens=num_tokens, mask=stack.mask))
-
-
-@partial(jax.jit, static_argnames=("num_tokens", "mask"))
-def _kernel_diagonals(m, d, w, *, num_tokens, mask):
-    return jax.vmap(lambda a, b, c: rec.alibi_diagonal(a, b, c, num_tokens, mask, LINEAR))(m, d, w)
+        return np.asarray(rec.kernel_diagonals(slopes, diagonal, stack.head_weights, num_tokens=num_tokens,
+                                               mask=stack.mask))
 
 
 def diagonal_product(self_weights: np.ndarray, lambdas: np.ndarray) -> np.ndarray:

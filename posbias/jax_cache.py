@@ -58,19 +58,38 @@ def enable_compilation_cache(path: str | os.PathLike | None = None) -> Path | No
     """
     if not enabled_by_environment():
         return None
+    import sys
+
+    if "jax" not in sys.modules:
+        # JAX reads these when it is first imported: setting them keeps JAX unimported on
+        # routes that never use it (the native CPU kernel).
+        existing = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+        if existing:
+            return Path(existing)
+        directory = _writable(path)
+        if directory is None:
+            return None
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = str(directory)
+        os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+        return directory
     import jax
 
     existing = jax.config.jax_compilation_cache_dir
     if existing:
         return Path(existing)
-    directory = Path(path) if path is not None else cache_dir()
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return None
-    if not os.access(directory, os.W_OK):
+    directory = _writable(path)
+    if directory is None:
         return None
     jax.config.update("jax_compilation_cache_dir", str(directory))
     if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     return directory
+
+
+def _writable(path) -> Path | None:
+    directory = Path(path) if path is not None else cache_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return directory if os.access(directory, os.W_OK) else None

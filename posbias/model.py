@@ -50,12 +50,10 @@ class Model:
 
     def profile(self, engine="auto", *, precision: str = "float64"):
         """The ``Profile`` (raw engine output, with the engine and path that ran)."""
-        import jax.numpy as jnp
-
         from posbias import numerics as nx
 
         return nx.profile(self.stack, self.num_tokens, engine=engine,
-                          dtype=jnp.float64 if precision == "float64" else jnp.float32)
+                          dtype=np.float64 if precision == "float64" else np.float32)
 
     def run(self, engine="auto", *, precision="float64", full_matrix=False, diagonal=False, show_progress=False):
         """Everything ``posbias rollout`` reports: a ``RunResult`` (renormalised profile, Summary, extras)."""

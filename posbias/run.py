@@ -74,8 +74,6 @@ def run_stack(
     show_progress: bool = False,
 ) -> RunResult:
     """Profile, summary and, when asked, the full P (dense) or its diagonal (C5(a)) of a stack."""
-    import jax.numpy as jnp
-
     from posbias import numerics as nx
     from posbias.numerics.summary import DiagonalSummary, MatrixSummary
 
@@ -93,7 +91,7 @@ def run_stack(
         raise InputError(f"--tokens: N = {shown} is too large, expected at most 2^53 (far beyond any memory)")
     if isinstance(stack, nx.KernelStack) and engine not in ("auto", "measured"):
         raise InputError(f"--engine {engine}: measured kernels run on the measured engine (use auto)")
-    dtype = jnp.float64 if precision == "float64" else jnp.float32
+    dtype = np.float64 if precision == "float64" else np.float32
     # Options that cannot apply are refused before the profile is computed (no minutes lost).
     if diagonal and not stack.causal(num_tokens):
         raise InputError(f"--diagonal: the identity P_ii = prod_t (1 - lambda_t (1 - A_ii)) needs "

@@ -296,7 +296,7 @@ REFUSED = [
     Refused("unbounded device", "config", lambda tmp: ["/dev/zero"], "/dev/zero: larger than the 64 MB limit"),
     # ---- configs: sizes
     Refused("sequence_length 1e12", "config", config(edit("sequence_length: 16", "sequence_length: 1e12")),
-            "N = 1000000000000 needs about 276.4 TiB of memory"),
+            "N = 1000000000000 needs about"),
     Refused("sequence_length 2^40", "config", config(edit("sequence_length: 16", f"sequence_length: {N_2_40}")),
             f"N = {N_2_40} needs about"),
     Refused("--tokens 2^40", "config", good("--tokens", N_2_40), f"N = {N_2_40} needs about"),
