@@ -166,3 +166,16 @@ def test_auto_never_reports_an_extreme_from_fft_round_off(monkeypatch):
     assert res.path != "fft" and any("FFT's resolution" in n for n in res.notes)
     exact = nx.profile(stack, 16384, engine=nx.Structured(native=False, ring="log"))
     assert nx.summarize(res, stack).argmin == int(np.argmin(exact.log_probabilities))
+
+
+def test_audit_case_mpt7b_lambda_one_huge_negative_content(shared_data):
+    """Issue 8's worst case: mpt-7b with lambda = 1, N = 1024 and diagonal_scores [[-1e300]] gave
+    p(0) = 0.0183 with exit 0 (the dense engine and an independent NumPy rollout give 0.6429)."""
+    cfg = shared_data / "official-configs/no_content/mpt-7b.yaml"
+    model = posbias.load_config(cfg, tokens=1024, schedule="constant:1", content_diagonal=-1e300)
+    auto = model.profile()
+    dense = model.profile("dense").probabilities
+    assert round(float(dense[0]), 4) == 0.6429
+    assert np.max(np.abs(auto.probabilities - dense)) <= 1e-12
+    for engine in ("structured", "log", "fft"):
+        assert np.max(np.abs(model.profile(engine).probabilities - dense)) <= 1e-12, engine
