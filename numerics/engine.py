@@ -45,9 +45,7 @@ def float64(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        import jax
-
-        with jax.enable_x64(True):
+        with _x64(True):
             return fn(*args, **kwargs)
 
     return wrapper

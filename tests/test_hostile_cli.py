@@ -36,17 +36,9 @@ import pytest
 
 from posbias.cli import main
 from posbias.files import STAMP_KEY, set_stamp
+from tests.test_cli import GOOD  # the same small valid config as the CLI tests
 
 CONSOLE = Path(sys.executable).with_name("posbias")
-
-GOOD = """\
-sequence_length: 16
-num_layers: 3
-mask_config: {mask_type: causal, window_size: null}
-attention_config: {num_heads: 2, alibi_slopes: [[0.5, 0.125]], head_weights: null, softmax_temperature: 1.0}
-content_config: {diagonal_scores: [[1.0]], base_scores: [[0.0]]}
-lambda_schedule_config: {schedule_type: power_decay, lambda_0: 0.8, beta: 1.0}
-"""
 
 
 def edit(old: str, new: str, text: str = GOOD) -> str:
