@@ -169,12 +169,20 @@ def _layer(v, lam, short, table, long, *, num_tokens, mask, length, buckets, lon
     return new, jnp.min(alpha_bar), alpha_bar[num_tokens - 1]
 
 
-def layer_plan(m: np.ndarray, num_tokens: int, mask: Mask):
+# One prefix bucket costs about one XLA compilation (~0.35 s on a 2-core CPU) per
+# process; a padded prefix entry costs ~15 ns per layer. Buckets are merged while
+# that trades fewer compilations for less than their cost in padding.
+COMPILE_COST_ELEMENTS = 25_000_000
+
+
+def layer_plan(m: np.ndarray, num_tokens: int, mask: Mask, num_layers: int = 1):
     """Host-side split of one layer's heads.
 
     Returns (order of the saturating heads, buckets ((count, prefix), ...), long heads,
-    FFT block L). Saturating heads are bucketed by their prefix length, a power of two
-    (or N), so that no head pays for another's slower saturation.
+    FFT block L). Each saturating head needs an exact prefix of its saturation index
+    (a power of two, or N); heads are grouped into buckets that share one padded
+    prefix, chosen by :func:`merge_buckets` to minimise compilations plus padding
+    over ``num_layers`` layers.
     """
     index = saturation(m, mask.past_window)
     short = np.flatnonzero(index < num_tokens)
@@ -188,8 +196,28 @@ def layer_plan(m: np.ndarray, num_tokens: int, mask: Mask):
     prefix = np.minimum(num_tokens, 1 << np.ceil(np.log2(np.maximum(index[short], 2))).astype(int))
     order = np.argsort(prefix, kind="stable")
     sizes, counts = np.unique(prefix[order], return_counts=True)
-    buckets = tuple((int(c), _padded(int(p))) for p, c in zip(sizes, counts))
+    buckets = merge_buckets([_padded(int(p)) for p in sizes], [int(c) for c in counts], num_layers)
     return short[order], buckets, long, length
+
+
+def merge_buckets(prefixes: list[int], counts: list[int], num_layers: int) -> tuple[tuple[int, int], ...]:
+    """Partition ascending prefix sizes into contiguous buckets ((count, padded prefix), ...)
+    minimising ``buckets * COMPILE_COST_ELEMENTS + num_layers * sum(count * prefix)``
+    (dynamic programming over the split points; k distinct sizes, O(k^2))."""
+    k = len(prefixes)
+    best = [0.0] + [np.inf] * k  # best[j]: cost of the first j sizes
+    cut = [0] * (k + 1)
+    for j in range(1, k + 1):
+        for i in range(j):  # last bucket = sizes i..j-1, padded to prefixes[j-1]
+            cost = best[i] + COMPILE_COST_ELEMENTS + num_layers * sum(counts[i:j]) * prefixes[j - 1]
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    buckets, j = [], k
+    while j:
+        i = cut[j]
+        buckets.append((sum(counts[i:j]), prefixes[j - 1]))
+        j = i
+    return tuple(reversed(buckets))
 
 
 def _padded(prefix: int) -> int:
@@ -210,7 +238,7 @@ def _profile(stack, num_tokens: int, *, dtype, progress=None):
     tables = {}
     for done, t in enumerate(range(t_total - 1, -1, -1), start=1):
         m, d, w = slopes[t], diagonal[t], stack.head_weights[t]
-        short, buckets, long, length = layer_plan(m, num_tokens, stack.mask)
+        short, buckets, long, length = layer_plan(m, num_tokens, stack.mask, t_total)
         key = (m[short].tobytes(), length)
         if key not in tables:
             tables = {key: _decay_table(jnp.asarray(m[short], dtype), jnp.arange(length, dtype=dtype))}

@@ -13,11 +13,10 @@ def position_csv(**columns: np.ndarray) -> str:
 
     ``position_csv(probability=p)`` is the reference tool's profile format.
     """
-    values = np.column_stack([np.asarray(c, dtype=np.float64) for c in columns.values()])
-    header = ",".join(["token_position", *columns])
-    return header + "\n" + "".join(
-        f"{j}," + ",".join(repr(x) for x in row) + "\n" for j, row in enumerate(values.tolist())
-    )
+    header = ",".join(["token_position", *columns]) + "\n"
+    row = ("{}," + ",".join(["{!r}"] * len(columns)) + "\n").format
+    values = [np.asarray(c, dtype=np.float64).tolist() for c in columns.values()]
+    return header + "".join(map(row, range(len(values[0]) if values else 0), *values))
 
 
 def config_label(path: str | os.PathLike) -> str:

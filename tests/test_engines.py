@@ -180,13 +180,45 @@ def test_fft_engine_equals_structured(case):
     assert np.allclose(fast.last_self_weight, exact.last_self_weight, atol=1e-12)
 
 
+@pytest.mark.parametrize("merge", [True, False])
 @pytest.mark.parametrize("mask", [nx.Causal(), nx.SlidingWindow(2000)])
-def test_fft_engine_at_moderate_n(mask):
-    """Long and short heads (m from 0 to 0.95), content, N = 9000: several FFT blocks and buckets."""
+def test_fft_engine_at_moderate_n(mask, merge, monkeypatch):
+    """Long and short heads (m from 0 to 0.95), content, N = 9000: several FFT blocks, and
+    prefix buckets merged by cost (one bucket here) or kept apart (compile cost 0: one per size)."""
+    from posbias.numerics import fft
+
+    if not merge:
+        monkeypatch.setattr(fft, "COMPILE_COST_ELEMENTS", 0)
     slopes = np.concatenate([[0.0, 1e-4], nx.alibi_slopes(14)])
+    buckets = fft.layer_plan(slopes, 9000, mask, 4)[1]
+    assert (len(buckets) == 1) if merge else (len(buckets) > 4)
     stack = nx.AlibiStack.build(np.array([0.6, 0.3, 0.8, 0.2]), slopes, np.linspace(-4, 4, 16), mask=mask)
     exact = nx.profile(stack, 9000).probabilities
     assert np.max(np.abs(nx.profile(stack, 9000, engine="fft").probabilities - exact)) <= 1e-12
+
+
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=7), st.lists(st.integers(1, 30), min_size=7, max_size=7),
+       st.integers(1, 10**6))
+def test_fft_bucket_merge_is_the_cheapest_partition(exponents, counts, layers):
+    """merge_buckets' dynamic programme against every contiguous partition, enumerated."""
+    import itertools
+
+    from posbias.numerics import fft
+
+    prefixes = sorted({64 << e for e in exponents})
+    counts = counts[: len(prefixes)]
+    got = fft.merge_buckets(prefixes, counts, layers)
+    assert sum(c for c, _ in got) == sum(counts) and got[-1][1] == prefixes[-1]
+
+    def cost(buckets):
+        return len(buckets) * fft.COMPILE_COST_ELEMENTS + layers * sum(c * p for c, p in buckets)
+
+    best = min(
+        cost([(sum(counts[i:j]), prefixes[j - 1]) for i, j in zip((0, *cuts), (*cuts, len(prefixes)))])
+        for r in range(len(prefixes))
+        for cuts in itertools.combinations(range(1, len(prefixes)), r)
+    )
+    assert cost(got) == best
 
 
 def test_fft_engine_refuses_bidirectional_masks():
