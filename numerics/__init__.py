@@ -9,7 +9,7 @@ Public names:
 
 * stacks: ``AlibiStack``, ``KernelStack``, masks ``Causal``, ``SlidingWindow``, ``Prefix``,
   ``Full``, schedules ``Constant``, ``PowerDecay``, ``Geometric``, ``Custom``, ``alibi_slopes``;
-* engines: ``profile`` (the entry point), ``ENGINES``, ``Engine``, ``Profile``, ``Auto``,
+* engines: ``profile`` (the entry point), ``profiles`` (a batch of one shape), ``ENGINES``, ``Engine``, ``Profile``, ``Auto``,
   ``Structured``, ``FFT``, ``Dense``, ``Measured``, ``Unsupported``;
 * summaries: ``summarize``, ``Summary``, ``u_shape``;
 * dense routes and identities: ``alibi_kernels``, ``rollout_matrix``, ``dense_rollout``,
@@ -27,7 +27,7 @@ _EXPORTS = {
     "Constant": "schedules", "PowerDecay": "schedules", "Geometric": "schedules", "Custom": "schedules",
     "Schedule": "schedules",
     "alibi_slopes": "slopes",
-    "profile": "engines", "ENGINES": "engines", "get": "engines",
+    "profile": "engines", "ENGINES": "engines", "get": "engines", "profiles": "batch",
     "Engine": "engine", "Profile": "engine", "Unsupported": "engine",
     "Auto": "auto", "Structured": "structured", "FFT": "fft", "Dense": "dense", "Measured": "measured",
     "summarize": "summary", "Summary": "summary", "u_shape": "shape",
@@ -37,7 +37,7 @@ _EXPORTS = {
 }
 _ALIASES = {"dense_rollout": ("dense", "rollout")}
 _SUBMODULES = {"masks", "schedules", "slopes", "stack", "engine", "engines", "auto", "structured", "fft", "dense",
-               "measured", "summary", "shape", "kernels", "native", "semiring"}
+               "measured", "summary", "shape", "kernels", "native", "semiring", "batch"}
 
 __all__ = sorted([*_EXPORTS, *_ALIASES])
 
