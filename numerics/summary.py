@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from posbias.numerics.engine import Profile
-from posbias.numerics.shape import u_shape
+from posbias.numerics.shape import lost_in_middle, middle_mass_ratio, u_shape
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,13 @@ class Summary:
     prod_t (1 - lambda_t (1 - A^(t)_{N-1,N-1})) (C2(c), causal stacks only, else None);
     mass_defect = |sum p - 1| before renormalisation; unresolved: entries the engine
     did not determine (extremes are None when they could lie among them).
+
+    Graded shape measures (numerics/shape.py; None where the extremes are unresolved or N < 3):
+    argmin_relative = argmin / (N - 1) (0: first token, 1: last); log_dip_depth =
+    log(min(p_first, p_last) / p_min) >= 0 from log p (dip_depth = its exp, None beyond
+    the float64 range); middle_mass_ratio = mass of the middle third over its share under a
+    uniform profile (1: flat); lost_in_middle = middle_mass_ratio < 0.5 and the middle
+    third below each outer third.
     """
 
     num_layers: int
@@ -72,6 +79,11 @@ class Summary:
     path: str
     precision: str = "float64"
     unresolved: int = 0
+    argmin_relative: float | None = None
+    log_dip_depth: float | None = None
+    dip_depth: float | None = None
+    middle_mass_ratio: float | None = None
+    lost_in_middle: bool | None = None
     notes: tuple[str, ...] = ()
     diagonal: DiagonalSummary | None = None
     matrix: MatrixSummary | None = None
@@ -136,6 +148,7 @@ def summarize(profile: Profile, stack, *, precision: str = "float64") -> Summary
 
     def end(j):
         return (None, None) if lost[j] else (float(p[j]), float(logp[j]))
+    graded = _graded(p, n, argmin, log_p_min, end(0)[1], end(-1)[1])
     lambdas = np.asarray(stack.lambdas)
     delta = 1.0 - profile.min_self_weight
     causal = stack.causal(n)
@@ -162,4 +175,20 @@ def summarize(profile: Profile, stack, *, precision: str = "float64") -> Summary
         precision=precision,
         unresolved=int(lost.sum()) if not profile.extended_range else 0,
         notes=profile.notes,
+        **graded,
     )
+
+
+def _graded(p, n, argmin, log_p_min, log_first, log_last) -> dict:
+    """The graded shape measures (see ``Summary``). The middle-third mass is a sum, so
+    entries an engine did not resolve change it by at most their bound (negligible)."""
+    out = dict(middle_mass_ratio=middle_mass_ratio(p), lost_in_middle=lost_in_middle(p))
+    if out["middle_mass_ratio"] is not None:
+        out["middle_mass_ratio"] = float(out["middle_mass_ratio"])
+    if argmin is not None:
+        out["argmin_relative"] = argmin / (n - 1) if n > 1 else 0.0
+    if None not in (log_p_min, log_first, log_last):
+        depth = min(log_first, log_last) - log_p_min
+        out["log_dip_depth"] = float(depth)
+        out["dip_depth"] = float(np.exp(depth)) if depth < 700 else None
+    return out

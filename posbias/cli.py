@@ -132,6 +132,11 @@ def _print_summary(title: str, s: dict, written: list[Path]) -> None:
     shape = {True: "yes", False: "no", None: "unresolved"}[s["u_shape"]]
     print(f"  p(0) = {_prob(s, 'first', '.6g')}   p(N-1) = {_prob(s, 'last', '.6g')}   "
           f"argmin = {_fmt(s['argmin'], 'd')} (p = {_prob(s, 'min', '.3g')})   U-shaped: {shape}")
+    lost = {True: "yes", False: "no", None: "n/a"}[s["lost_in_middle"]]
+    depth = ("unresolved" if s["log_dip_depth"] is None else
+             f"{s['dip_depth']:.4g}" if s["dip_depth"] is not None else f"e^{s['log_dip_depth']:.6g}")
+    print(f"  argmin / (N-1) = {_fmt(s['argmin_relative'], '.4f')}   dip depth = {depth}   "
+          f"middle third = {_fmt(s['middle_mass_ratio'], '.4g')} x uniform   lost in the middle: {lost}")
     print(f"  entropy = {s['entropy']:.4f} nats   sum lambda = {s['sum_lambda']:.4f}   "
           f"sum lambda*delta = {s['sum_lambda_delta']:.4f}   last-token atom = {atom}")
     if s.get("matrix"):
