@@ -97,6 +97,11 @@ class Auto(Engine):
             return log
         return None
 
+    @staticmethod
+    def route_note(result: Profile) -> str:
+        """The note recording which engine and path produced ``result``."""
+        return f"auto: {result.engine} ({result.path})"
+
     def compute(self, stack, num_tokens: int, *, dtype, progress=None) -> Profile:
         notes = []
         native_ok = True
@@ -111,12 +116,12 @@ class Auto(Engine):
         if result is None:
             raise Unsupported(f"auto engine: no engine computes this stack exactly at N = {num_tokens}"
                               + (f" ({notes[-1]})" if notes else " (the dense engine stops at N = 8192)"))
-        notes.append(f"auto: {result.engine} ({result.path})")
+        notes.append(self.route_note(result))
         lost = int(result.unresolved().sum())
         if lost and result.path == "fft" and Structured(native=False).supports(stack, num_tokens) is None:
             notes.append(f"auto: {lost} entries below the FFT's resolution; re-ran on the exact recurrence")
             result = Structured().profile(stack, num_tokens, dtype=dtype, progress=progress)
-            notes.append(f"auto: {result.engine} ({result.path})")
+            notes.append(self.route_note(result))
             lost = int(result.unresolved().sum())
         if lost:
             route = self.extended_route(stack, num_tokens, dtype, native_ok=native_ok)
@@ -127,5 +132,5 @@ class Auto(Engine):
                 notes.append(f"auto: {lost} entries below the float64 range or the path's resolution; "
                              "re-ran with extended range")
                 result = route.profile(stack, num_tokens, dtype=dtype, progress=progress)
-                notes.append(f"auto: {result.engine} ({result.path})")
+                notes.append(self.route_note(result))
         return dataclasses.replace(result, notes=tuple(notes))

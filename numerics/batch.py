@@ -1,17 +1,32 @@
 """Batched profiles: many stacks of one shape (T, H, N, mask) in one call.
 
-``profiles(stacks, num_tokens)`` returns the same ``Profile`` objects as calling
-``posbias.numerics.profile`` on each stack, in order. It is the engine of
-``posbias sweep`` and of property-based runs.
+``profiles(stacks, num_tokens)`` returns, in order, the ``Profile`` that
+``posbias.numerics.profile`` gives for each stack (the same engine choice, the same
+numbers): p = e_{N-1}^T R^(T-1) ... R^(0) per stack (THEORY.md, Notation). It is the
+engine of ``posbias sweep`` and of property-based runs.
+
+Routes:
+
+* CPU with the native kernel (what ``auto`` picks there): every stack goes to the C
+  kernel's extended-range mode, one stack per worker thread (the kernel releases
+  the GIL; one thread per stack beats splitting a small stack's heads), with the
+  capability checks done once per stack and no per-call engine dispatch. The
+  result of each stack is bit-for-bit the single-profile result.
+* Otherwise (accelerators, other engines): the single-profile call per stack.
+  Either way a stack whose result has unresolved entries takes the single-profile
+  call, so ``auto``'s fallbacks apply unchanged.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 import numpy as np
 
-from posbias.numerics.engine import Profile, Progress
+from posbias.numerics.engine import Engine, Profile, Progress
 from posbias.numerics.stack import AlibiStack
 
 
@@ -20,20 +35,57 @@ def shape_key(stack: AlibiStack) -> tuple:
     return stack.num_layers, stack.num_heads, stack.mask
 
 
-def profiles(stacks: Sequence[AlibiStack], num_tokens: int, *, engine: str = "auto", dtype=np.float64,
-             progress: Progress | None = None) -> list[Profile]:
-    """Profiles of ``stacks`` (all of one shape, see ``shape_key``) over ``num_tokens`` tokens."""
-    from posbias.numerics.engines import profile
+def profiles(stacks: Sequence[AlibiStack], num_tokens: int, *, engine: str | Engine = "auto", dtype=np.float64,
+             progress: Progress | None = None, workers: int | None = None) -> list[Profile]:
+    """Profiles of ``stacks`` (all of one shape, see ``shape_key``) over ``num_tokens`` tokens.
+
+    ``engine`` as in ``posbias.numerics.profile``; ``progress(done, total)`` counts stacks;
+    ``workers``: threads for the native route (default: all cores).
+    """
+    from posbias.numerics.engines import get, profile
 
     stacks = list(stacks)
     if not stacks:
         return []
-    keys = {shape_key(s) for s in stacks}
-    if len(keys) > 1:
-        raise ValueError(f"stacks: expected one shape (T, H, mask) per batch, got {len(keys)}")
-    out = []
-    for i, stack in enumerate(stacks, start=1):
-        out.append(profile(stack, num_tokens, engine=engine, dtype=dtype))
+    if len({shape_key(s) for s in stacks}) > 1:
+        raise ValueError("stacks: expected one shape (T, H, mask) per batch, got several")
+    chosen = get(engine)
+    native = _native_route(chosen, stacks, int(num_tokens), dtype)
+    out: list[Profile | None] = [None] * len(stacks)
+    done = 0
+
+    def tick():
+        nonlocal done
+        done += 1
         if progress is not None:
-            progress(i, len(stacks))
+            progress(done, len(stacks))
+
+    if native is not None:
+        route, note = native
+        ok = [i for i, s in enumerate(stacks) if route.supports(s, int(num_tokens)) is None]
+        with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+            for i, result in zip(ok, pool.map(lambda i: route.profile(stacks[i], int(num_tokens), dtype=dtype), ok)):
+                if not result.unresolved().any():
+                    out[i] = dataclasses.replace(result, notes=(note(result),)) if note else result
+                    tick()
+    for i, stack in enumerate(stacks):
+        if out[i] is None:
+            out[i] = profile(stack, int(num_tokens), engine=chosen, dtype=dtype)
+            tick()
     return out
+
+
+def _native_route(engine: Engine, stacks, num_tokens: int, dtype):
+    """(the C-kernel engine to run each stack on, the note ``auto`` would record) when this
+    engine would run the native kernel first; None otherwise."""
+    from posbias.numerics.auto import Auto
+    from posbias.numerics.structured import Structured
+
+    if isinstance(engine, Auto):
+        first = next(engine.candidates(stacks[0], num_tokens, dtype), None)
+        if isinstance(first, Structured) and first.uses_native(dtype):
+            return dataclasses.replace(first, threads=1), Auto.route_note
+        return None
+    if isinstance(engine, Structured) and engine.uses_native(dtype):
+        return dataclasses.replace(engine, threads=1), None
+    return None

@@ -26,6 +26,7 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -45,13 +46,20 @@ NATIVE_CLIP_SAFE_SLOPE = 560.0  # the C kernel clips |d| to 600: exact while e^{
 ACCELERATOR_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin", "jax_rocm7_plugin", "libtpu")
 
 
+@functools.cache
+def accelerator_plugin_installed() -> bool:
+    """Whether a JAX accelerator plugin is installed (looked up once per process)."""
+    import importlib.util
+
+    return any(importlib.util.find_spec(p) for p in ACCELERATOR_PLUGINS)
+
+
 def cpu_backend() -> bool:
     """Whether JAX computes on the CPU here, answered without importing JAX when it is not
     imported yet and no accelerator plugin is installed (the native path never needs it)."""
-    import importlib.util
     import sys
 
-    if "jax" not in sys.modules and not any(importlib.util.find_spec(p) for p in ACCELERATOR_PLUGINS):
+    if "jax" not in sys.modules and not accelerator_plugin_installed():
         return True
     import jax
 
