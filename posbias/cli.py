@@ -106,10 +106,24 @@ def _parser() -> _Parser:
     sub.add_parser("derive", help="symbolic derivations (posbias derive --list; posbias derive NAME --help)",
                    add_help=False)
     sub.add_parser("proofs", help="check every certificate the proofs cite (posbias proofs --check)", add_help=False)
-    from posbias import verify
-
-    verify.add_parser(sub)
+    for module in SUBCOMMAND_MODULES:  # each adds its subcommands; they dispatch to its run(args)
+        _add_module_commands(sub, module)
     return top
+
+
+SUBCOMMAND_MODULES = ("posbias.verify", "posbias.compare")
+"""Modules with ``add_parser(subparsers)`` and ``run(args) -> int`` (imported when the parser is built:
+keep their top level light)."""
+
+
+def _add_module_commands(sub, module_name: str) -> None:
+    import importlib
+
+    module = importlib.import_module(module_name)
+    before = set(sub.choices)
+    module.add_parser(sub)
+    for name in set(sub.choices) - before:
+        sub.choices[name].set_defaults(run_command=module.run)
 
 
 def _fmt(x, spec: str) -> str:
@@ -254,10 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         enable_compilation_cache()
         if args.command == "rollout":
             return _rollout(args)
-        if args.command == "verify":
-            from posbias import verify
-
-            return verify.run(args)
+        if getattr(args, "run_command", None) is not None:
+            return args.run_command(args)
         from posbias.demo import run_demo
 
         return run_demo(args.out)
