@@ -111,7 +111,7 @@ def _parser() -> _Parser:
     return top
 
 
-SUBCOMMAND_MODULES = ("posbias.verify", "posbias.compare")
+SUBCOMMAND_MODULES = ("posbias.verify", "posbias.compare", "posbias.fit")
 """Modules with ``add_parser(subparsers)`` and ``run(args) -> int`` (imported when the parser is built:
 keep their top level light)."""
 

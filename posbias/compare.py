@@ -147,12 +147,10 @@ def format_table(rows: list[Row]) -> str:
 
 def overlay_figure(measured: np.ndarray, predictions: dict[str, np.ndarray], *, title: str):
     """Measured profile and predictions, linear (left) and log (right) scale."""
-    import matplotlib
+    from matplotlib.figure import Figure  # no pyplot: no global figure registry, no GUI backend
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
+    fig = Figure(figsize=(11, 4), layout="constrained")
+    axes = fig.subplots(1, 2)
     x = np.arange(len(measured))
     for ax, log in zip(axes, (False, True)):
         ax.plot(x, measured, color="black", lw=2, label="measured")

@@ -38,7 +38,8 @@ def _umask() -> int:
 ROLLOUT_FILES = ("profile.csv", "summary.json", "profile.png", "log_profile.csv", "diagonal.csv", "matrix.csv")
 DEMO_FILES = ("profiles.png", "summaries.md", "summaries.json")
 COMPARE_FILES = ("compare.json", "compare.png")
-FILE_SETS = (ROLLOUT_FILES, DEMO_FILES, COMPARE_FILES)
+FIT_FILES = ("fit.json", "fitted_profile.csv", "fit.png")
+FILE_SETS = (ROLLOUT_FILES, DEMO_FILES, COMPARE_FILES, FIT_FILES)
 """The files one run of a command may write. A run that writes part of a set removes the rest
 of that set left by an earlier run (e.g. diagonal.csv of an earlier --diagonal run), so the
 folder always holds the files of one run only."""
