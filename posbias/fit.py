@@ -264,13 +264,13 @@ def run(args) -> int:
         sys.stdout.write(text)
         return 0
     print(f"fit to {args.measured} (N = {measured.size}) of {args.config}: {spec.steps} Adam steps")
-    print(f"  W1/(N-1): {result.loss_before:.5f} before -> {result.loss_after:.5f} after")
+    print(f"  W1/(N-1): {result.loss_before:.4g} before -> {result.loss_after:.3g} after")
     for name, value in result.values.items():
-        shown = f"{value:.5g}" if isinstance(value, float) else "[" + ", ".join(f"{v:.4g}" for v in value) + "]"
+        shown = f"{value:.6g}" if isinstance(value, float) else "[" + ", ".join(f"{v:.4g}" for v in value) + "]"
         print(f"  {name} = {shown}")
     if heldout is not None:
         h = report["heldout"]
-        print(f"  held out ({args.heldout}, N = {h['num_tokens']}): W1/(N-1) {h['w1_before']:.5f} unfitted -> "
-              f"{h['w1_after']:.5f} fitted")
+        print(f"  held out ({args.heldout}, N = {h['num_tokens']}): W1/(N-1) {h['w1_before']:.4g} unfitted -> "
+              f"{h['w1_after']:.3g} fitted")
     print("  wrote " + ", ".join(str(p) for p in written))
     return 0
