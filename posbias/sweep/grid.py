@@ -1,0 +1,291 @@
+"""The grid of a sweep: its points, their stacks, and the batches they are computed in.
+
+Point i of the grid (row-major over ``Spec.dims``, the first dimension slowest) sets
+each axis to one value; everything else comes from the base model. Points that share
+a shape (T, H, N, mask) can be computed in one batched call
+(``posbias.numerics.batch.profiles``); each shape group is cut into batches whose
+estimated working set fits the memory budget. The batch plan depends on the spec and
+on the per-group batch sizes only, so a resumed sweep (which reuses the recorded sizes)
+recomputes exactly the batches an uninterrupted one would have.
+
+Per point the stack is (THEORY.md, Notation) lambda_t from the ``lambda`` axis
+(constant) or ``lambda0 / (t+1)^beta`` (power decay), slopes m_th = scale * m_h,
+content diagonal d_th = d, head weights, temperature and mask of the base.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from posbias.errors import UserError
+from posbias.sweep.spec import Spec, SpecError
+
+STRUCTURAL = ("layers", "tokens", "mask", "window", "slopes")
+DEFAULT_BATCH_CAP = 1024
+"""At most this many points per batch (one Parquet file, one ``profiles`` call per device)."""
+
+
+class PlanError(UserError):
+    """A sweep that cannot run as planned (memory, engine); one line with the estimate."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """Points of one shape: key (T, H, N, mask spec), their indices, batch size and bytes per point."""
+
+    key: tuple
+    points: np.ndarray
+    batch_size: int
+    bytes_per_point: int
+
+
+@dataclass(frozen=True)
+class Batch:
+    """index: global batch number (the file name); key: its shape; points: grid indices, ascending."""
+
+    index: int
+    key: tuple
+    points: np.ndarray
+
+
+class Grid:
+    """Axis value columns for every point and a stack factory (templates cached per shape)."""
+
+    def __init__(self, spec: Spec):
+        self.spec = spec
+        shape = spec.shape
+        n = spec.num_points
+        flat = np.arange(n, dtype=np.int64)
+        index = np.unravel_index(flat, shape) if shape else ()
+        self.columns: dict[str, np.ndarray] = {}
+        for d, names in enumerate(spec.dims):
+            for name in names:
+                values = spec.axis(name).values
+                if name in ("mask", "slopes"):
+                    arr = np.empty(len(values), dtype=object)
+                    arr[:] = list(values)
+                else:
+                    arr = np.asarray(values, dtype=np.int64 if isinstance(values[0], int) else np.float64)
+                self.columns[name] = arr[index[d]]
+        self._base_info = None
+
+    @property
+    def num_points(self) -> int:
+        return self.spec.num_points
+
+    # ------------------------------------------------------------------ shapes
+    def base_info(self):
+        """(T, H, N, mask spec, schedule spec) of the base model (a config is read once)."""
+        if self._base_info is None:
+            base = self.spec.base
+            if "config" in base:
+                m = _load_config(base["config"], _config_overrides(base))
+                s = m.stack
+                self._base_info = (s.num_layers, s.num_heads, m.num_tokens, s.mask.spec, m.schedule)
+            else:
+                slopes = base.get("slopes", "paper")
+                heads = base.get("heads", len(slopes) if isinstance(slopes, tuple) else None)
+                self._base_info = (base.get("layers"), heads, base.get("tokens"), base.get("mask", "causal"),
+                                   base.get("schedule"))
+        return self._base_info
+
+    def keys(self) -> list[tuple]:
+        """The shape key (T, H, N, mask) of every point."""
+        t0, h0, n0, mask0, _ = self.base_info()
+        c = self.columns
+        n = self.num_points
+
+        def col(name, default):
+            return c[name].tolist() if name in c else [default] * n
+
+        layers, tokens = col("layers", t0), col("tokens", n0)
+        heads = [len(s) for s in c["slopes"]] if "slopes" in c else [h0] * n
+        if "window" in c:
+            masks = [f"window:{w}" for w in c["window"].tolist()]
+        else:
+            masks = col("mask", _mask_spec(mask0))
+        return list(zip(layers, heads, tokens, masks))
+
+    @functools.lru_cache(maxsize=4)  # noqa: B019 (one grid per sweep)
+    def template(self, key: tuple):
+        """The base Model at shape ``key``: what every point of that shape starts from."""
+        t, h, n, mask = key
+        base = self.spec.base
+        if "config" in base:
+            over = _config_overrides(base)
+            over.update(layers=t, tokens=n, mask=mask)
+            if "slopes" in self.columns:
+                over["heads"] = h
+                over.setdefault("slopes", "paper")
+            return _load_config(base["config"], over)
+        from posbias.model import ModelError, build_model
+
+        slopes = base.get("slopes", "paper")
+        if isinstance(slopes, tuple):
+            slopes = list(slopes)
+        if "slopes" in self.columns:
+            slopes = "paper"
+        try:
+            return build_model(layers=t, heads=h, tokens=n, schedule=base.get("schedule", "constant:0.5"),
+                               slopes=slopes, content_diagonal=base.get("content_diagonal", 0.0),
+                               temperature=base.get("temperature", 1.0), mask=mask)
+        except ModelError as exc:
+            raise SpecError(f"{self.spec.path}: base: {exc}") from None
+
+    def power_decay_base(self):
+        """(lambda_0, beta) of a power_decay base schedule, or None."""
+        from posbias.numerics import schedules
+
+        spec = self.base_info()[4]
+        if isinstance(spec, str) and spec.startswith("power_decay"):
+            sched = schedules.parse(spec)
+            return sched.lambda_0, sched.beta
+        return None
+
+    # ------------------------------------------------------------------ stacks
+    def stack(self, i: int, key: tuple):
+        """The AlibiStack of point ``i`` (its axis values on the template of its shape).
+
+        Values were range-checked when the spec was read (lambda, lambda0 in [0, 1],
+        beta >= 0, slopes and scales >= 0, everything finite), so the stack is built
+        without revalidation."""
+        from posbias.numerics.stack import AlibiStack
+
+        c = self.columns
+        st = self.template(key).stack
+        t, h = st.num_layers, st.num_heads
+        if "lambda" in c:
+            lambdas = np.full(t, float(c["lambda"][i]))
+        elif "lambda0" in c or "beta" in c:
+            lam0, beta = self.power_decay_base() or (None, None)
+            lam0 = float(c["lambda0"][i]) if "lambda0" in c else lam0
+            beta = float(c["beta"][i]) if "beta" in c else beta
+            lambdas = _power_decay(lam0, beta, t)
+        else:
+            lambdas = st.lambdas
+        slopes = st.slopes
+        if "slopes" in c:
+            slopes = np.broadcast_to(np.asarray(c["slopes"][i], np.float64), (t, h))
+        if "slope_scale" in c:
+            slopes = slopes * float(c["slope_scale"][i])
+        diagonal = np.full((t, h), float(c["content_diagonal"][i])) if "content_diagonal" in c else st.diagonal
+        return AlibiStack(lambdas, slopes, diagonal, st.head_weights, st.temperature, st.mask)
+
+
+@functools.lru_cache(maxsize=8)
+def _power_decay(lambda_0: float, beta: float, num_layers: int) -> np.ndarray:
+    """lambda_t = lambda_0 / (t + 1)^beta, t = 0..T-1 (read-only: shared between points)."""
+    out = lambda_0 / (np.arange(num_layers, dtype=np.float64) + 1.0) ** beta
+    out.setflags(write=False)
+    return out
+
+
+def _mask_spec(text: str) -> str:
+    from posbias.numerics import masks
+
+    return masks.parse(text).spec
+
+
+def _config_overrides(base: dict) -> dict:
+    over = {k: base[k] for k in ("layers", "heads", "tokens", "schedule", "mask") if k in base}
+    if "slopes" in base:
+        over["slopes"] = base["slopes"] if isinstance(base["slopes"], str) else list(base["slopes"])
+    if "content_diagonal" in base:
+        over["content_diagonal"] = base["content_diagonal"]
+    return over
+
+
+def _load_config(path: str, overrides: dict):
+    from posbias.config import load
+
+    slopes = overrides.get("slopes")
+    explicit = slopes if isinstance(slopes, list) else None
+    if explicit is not None:
+        overrides = {**overrides, "slopes": "paper"}
+    model = load(path, **overrides)
+    if explicit is not None:
+        import dataclasses
+
+        st = model.stack
+        if len(explicit) != st.num_heads:
+            raise SpecError(f"{path}: base.slopes: {len(explicit)} values, expected heads = {st.num_heads}")
+        stack = dataclasses.replace(st, slopes=np.broadcast_to(np.asarray(explicit, np.float64),
+                                                                st.slopes.shape).copy())
+        model = dataclasses.replace(model, stack=stack)
+    return model
+
+
+# ---------------------------------------------------------------------- planning
+def point_bytes(engine: str, key: tuple, profiles: bool) -> int:
+    """Estimated bytes one point of shape ``key`` holds while its batch runs: the engine's working
+    set (``Engine.memory_bytes``), its stack's parameter arrays and its results."""
+    from posbias.numerics import budget
+    from posbias.numerics.engines import get
+
+    t, h, n, _ = key
+    results = 8 * n * (4 + 2 * bool(profiles)) + 64 * t
+    return int(get(engine).memory_bytes(t, h, n)) + budget.stack_bytes(t, h) + results
+
+
+def validate(grid: Grid, keys: list[tuple]) -> None:
+    """Build every shape's template and check what a point could trip over, before any work:
+    slopes and content that overflow after scaling and the temperature, and the engine's
+    capability on the first and last point of each shape."""
+    from posbias.numerics.engines import get
+
+    spec = grid.spec
+    first, last = {}, {}
+    for i, k in enumerate(keys):
+        first.setdefault(k, i)
+        last[k] = i
+    engine = get(spec.engine)
+    scale = float(np.max(grid.columns["slope_scale"])) if "slope_scale" in grid.columns else 1.0
+    for k in first:
+        st = grid.template(k).stack
+        if "slopes" not in grid.columns:
+            with np.errstate(over="ignore"):
+                top = float(np.max(st.slopes, initial=0.0)) * scale / st.temperature
+            if not np.isfinite(top):
+                raise SpecError(f"{spec.path}: axes.slope_scale: scaled slopes overflow (max slope x scale / tau "
+                                "is not finite)")
+        if "content_diagonal" in grid.columns:
+            d = float(np.max(np.abs(grid.columns["content_diagonal"])))
+            with np.errstate(over="ignore"):
+                if not np.isfinite(d / st.temperature):
+                    raise SpecError(f"{spec.path}: axes.content_diagonal: d / tau overflows")
+        if spec.engine != "auto":
+            for i in (first[k], last[k]):
+                reason = engine.supports(grid.stack(i, k), k[2])
+                if reason:
+                    raise PlanError(f"{spec.path}: engine {spec.engine}: point {i} (T = {k[0]}, H = {k[1]}, "
+                                    f"N = {k[2]}, mask {k[3]}): {reason}")
+
+
+def plan(grid: Grid, keys: list[tuple], *, budget_bytes: int, cap: int = DEFAULT_BATCH_CAP,
+         sizes: dict | None = None) -> tuple[list[Group], list[Batch]]:
+    """Shape groups (in order of their first point) and their batches.
+
+    ``sizes`` (shape key -> batch size, from a manifest) fixes the batch sizes of a resumed
+    sweep; otherwise each group gets min(cap, budget // bytes per point). Refuses (PlanError)
+    a shape whose single point does not fit the budget, with the estimate."""
+    from posbias.numerics.budget import describe
+
+    order: dict[tuple, list[int]] = {}
+    for i, k in enumerate(keys):
+        order.setdefault(k, []).append(i)
+    groups, batches = [], []
+    for k, members in order.items():
+        per = point_bytes(grid.spec.engine, k, grid.spec.profiles)
+        if per > budget_bytes:
+            raise PlanError(f"one point of shape T = {k[0]}, H = {k[1]}, N = {k[2]} ({k[3]}) needs about "
+                            f"{describe(per)}, more than the memory budget of {describe(budget_bytes)} "
+                            "(--memory-budget)")
+        size = sizes[k] if sizes is not None and k in sizes else max(1, min(cap, budget_bytes // per))
+        pts = np.asarray(members, dtype=np.int64)
+        groups.append(Group(k, pts, int(size), per))
+        for start in range(0, len(pts), size):
+            batches.append(Batch(len(batches), k, pts[start:start + size]))
+    return groups, batches

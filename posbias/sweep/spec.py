@@ -1,0 +1,386 @@
+"""Sweep specs: a base model and axes, read from YAML and validated before any work.
+
+A spec names a base model (THEORY.md, Notation: T layers, H heads, N tokens, the
+schedule lambda_t, slopes m_h, content diagonal d, the mask) and axes along which
+some of its parameters vary::
+
+    name: U-shape region                   # optional title (figures, manifest)
+    base:                                  # model flags, as `posbias rollout` takes them ...
+      layers: 32
+      heads: 32
+      tokens: 256
+      schedule: constant:0.5
+    # base: ../configs/bloom.yaml          # ... or a rollout config (relative to the spec)
+    # base: {config: bloom.yaml, tokens: 64}   (a config with flags overriding it)
+    axes:
+      lambda: {linspace: [0.05, 0.95, 100]}
+      slope_scale: {geomspace: [0.01, 10, 100]}
+    zip: [[lambda0, beta]]                 # axes that vary together (equal lengths)
+    engine: auto                           # auto | structured | log | fft | dense
+    profiles: false                        # store each profile p in the table
+    diagonal: false                        # min_i P_ii (C5(a)), causal masks
+
+Axes: ``lambda`` (lambda_t = value), ``lambda0`` and ``beta`` (lambda_t =
+lambda0 / (t+1)^beta), ``layers`` (T), ``tokens`` (N), ``slope_scale`` (every slope
+times this), ``slopes`` (explicit per-head slopes, one list per value),
+``content_diagonal`` (d on every head), ``mask`` (``causal``, ``full``,
+``window:W``, ``prefix:K``) and ``window`` (a sliding window of W tokens). Values
+are a list or a range: ``{linspace: [a, b, n]}``, ``{logspace: [a, b, n]}`` (10^a ..
+10^b), ``{geomspace: [a, b, n]}``, ``{range: [start, stop, step]}`` (stop excluded).
+The grid is the product of the axes in the order written, the first varying slowest;
+axes of one ``zip`` group take their k-th values together and stand at the place of
+the group's first axis.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from posbias.errors import UserError
+
+
+class SpecError(UserError):
+    """A bad spec: one line naming the file, the key and what was expected."""
+
+
+FLOAT_AXES = ("lambda", "lambda0", "beta", "slope_scale", "content_diagonal")
+INT_AXES = ("layers", "tokens", "window")
+AXES = ("lambda", "lambda0", "beta", "layers", "tokens", "slope_scale", "slopes", "content_diagonal", "mask",
+        "window")
+BASE_KEYS = ("config", "layers", "heads", "tokens", "schedule", "slopes", "content_diagonal", "mask", "temperature")
+TOP_KEYS = ("name", "base", "axes", "zip", "engine", "profiles", "diagonal")
+ENGINES = ("auto", "structured", "log", "fft", "dense")
+RANGES = ("linspace", "logspace", "geomspace", "range")
+MAX_POINTS = 1_000_000
+"""Grids larger than this are refused unless forced (``--force``)."""
+MAX_AXIS_VALUES = 10_000_000
+MAX_SIZE = 2**53
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One axis: its name and its values (floats, ints, strings or tuples of floats for ``slopes``)."""
+
+    name: str
+    values: tuple
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A validated sweep spec.
+
+    raw: the mapping as read (recorded in the manifest); path: the spec file;
+    base: the base mapping (flags; ``config`` resolved to an absolute path);
+    axes: in the order written; dims: groups of axis names, one per grid dimension
+    (a single axis, or a zip group); digest: SHA-256 over the spec and the base config's
+    bytes (a sweep resumes only with the same digest).
+    """
+
+    raw: dict
+    path: str
+    name: str
+    base: dict
+    axes: tuple[Axis, ...]
+    dims: tuple[tuple[str, ...], ...]
+    engine: str
+    profiles: bool
+    diagonal: bool
+    digest: str
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        lengths = {a.name: len(a.values) for a in self.axes}
+        return tuple(lengths[d[0]] for d in self.dims)
+
+    @property
+    def num_points(self) -> int:
+        return math.prod(self.shape)
+
+    def axis(self, name: str) -> Axis | None:
+        return next((a for a in self.axes if a.name == name), None)
+
+
+def _fail(where: str, what: str) -> SpecError:
+    return SpecError(f"{where}: {what}")
+
+
+def _shown(value, width: int = 40) -> str:
+    text = " ".join(repr(value).split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _number(where: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail(where, f"expected a number, got {_shown(value)}")
+    x = float(value)
+    if not math.isfinite(x):
+        raise _fail(where, f"expected a finite number, got {_shown(value)}")
+    return x
+
+
+def _range_values(where: str, kind: str, args) -> list:
+    if not isinstance(args, list) or len(args) != 3:
+        raise _fail(where, f"{kind}: expected a list [start, stop, {'step' if kind == 'range' else 'count'}], "
+                           f"got {_shown(args)}")
+    a, b = _number(f"{where}.{kind}[0]", args[0]), _number(f"{where}.{kind}[1]", args[1])
+    if kind == "range":
+        step = _number(f"{where}.range[2]", args[2])
+        if step == 0:
+            raise _fail(where, "range: step must not be 0")
+        count = math.ceil((b - a) / step)
+        if count > MAX_AXIS_VALUES:
+            raise _fail(where, f"range: {count} values, more than {MAX_AXIS_VALUES}")
+        return [a + k * step for k in range(max(0, count))]
+    n = args[2]
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1 or n > MAX_AXIS_VALUES:
+        raise _fail(f"{where}.{kind}[2]", f"expected a count between 1 and {MAX_AXIS_VALUES}, got {_shown(n)}")
+    if kind == "linspace":
+        return np.linspace(a, b, n).tolist()
+    if kind == "logspace":
+        with np.errstate(over="ignore"):
+            return np.logspace(a, b, n).tolist()
+    if a <= 0 or b <= 0:
+        raise _fail(where, f"geomspace: expected positive end points, got {a!r} and {b!r}")
+    return np.geomspace(a, b, n).tolist()
+
+
+def _raw_values(where: str, value) -> list:
+    if isinstance(value, dict):
+        if len(value) != 1 or next(iter(value)) not in RANGES:
+            raise _fail(where, f"expected a list of values or one of {{{'|'.join(RANGES)}: [...]}}, "
+                               f"got {_shown(value)}")
+        kind, args = next(iter(value.items()))
+        return _range_values(where, kind, args)
+    if not isinstance(value, list):
+        raise _fail(where, f"expected a list of values or {{linspace: [a, b, n]}} (a fixed value belongs in base), "
+                           f"got {_shown(value)}")
+    return value
+
+
+def _axis_values(name: str, where: str, raw: list, rounded: bool = False) -> tuple:
+    """Values of one axis, each checked against the axis's range."""
+    if not raw:
+        raise _fail(where, "empty axis, expected at least one value")
+    out = []
+    for k, v in enumerate(raw):
+        at = f"{where}[{k}]"
+        if name in FLOAT_AXES:
+            x = _number(at, v)
+            if name in ("lambda", "lambda0") and not 0.0 <= x <= 1.0:
+                raise _fail(at, f"{name} = {x!r}, expected a value in [0, 1]")
+            if name in ("beta", "slope_scale") and x < 0:
+                raise _fail(at, f"{name} = {x!r}, expected a value >= 0")
+            out.append(x)
+        elif name in INT_AXES:
+            x = _number(at, v)
+            n = int(round(x)) if abs(x) < 2.0**63 else -1
+            if not rounded and x != n:
+                raise _fail(at, f"{name} = {x!r}, expected an integer")
+            if n < 1 or n > MAX_SIZE:
+                raise _fail(at, f"{name} = {_shown(v)}, expected an integer between 1 and 2^53")
+            out.append(n)
+        elif name == "mask":
+            from posbias.numerics import masks
+
+            if not isinstance(v, str):
+                raise _fail(at, f"expected a mask ({masks.MASK_SPECS}), got {_shown(v)}")
+            try:
+                out.append(masks.parse(v).spec)
+            except ValueError as exc:
+                raise _fail(at, str(exc)) from None
+        else:  # slopes: one list of per-head slopes per value
+            if not isinstance(v, list) or not v:
+                raise _fail(at, f"expected a non-empty list of per-head slopes, got {_shown(v)}")
+            slopes = tuple(_number(f"{at}[{h}]", s) for h, s in enumerate(v))
+            bad = [h for h, s in enumerate(slopes) if s < 0]
+            if bad:
+                raise _fail(f"{at}[{bad[0]}]", f"slope {slopes[bad[0]]!r}, expected a value >= 0")
+            out.append(slopes)
+    if name in INT_AXES:
+        seen = {}
+        for k, n in enumerate(out):
+            if n in seen:
+                raise _fail(where, f"the value {n} appears twice (positions {seen[n]} and {k}"
+                                   " after rounding to integers); use fewer or wider-spaced values")
+            seen[n] = k
+    return tuple(out)
+
+
+def _parse_axes(where: str, axes) -> list[Axis]:
+    if not isinstance(axes, dict) or not axes:
+        raise _fail(where, f"expected a mapping of axis names to values ({', '.join(AXES)}), got {_shown(axes)}")
+    out = []
+    for name, value in axes.items():
+        at = f"{where}.{name}"
+        if name not in AXES:
+            raise _fail(at, f"unknown axis, expected one of {', '.join(AXES)}")
+        out.append(Axis(name, _axis_values(name, at, _raw_values(at, value), rounded=isinstance(value, dict))))
+    return out
+
+
+def _parse_zip(where: str, groups, axes: list[Axis]) -> list[tuple[str, ...]]:
+    if groups is None:
+        return []
+    if not isinstance(groups, list) or not all(isinstance(g, list) for g in groups):
+        raise _fail(where, f"expected a list of axis-name lists, e.g. [[lambda0, beta]], got {_shown(groups)}")
+    lengths = {a.name: len(a.values) for a in axes}
+    used = set()
+    out = []
+    for k, group in enumerate(groups):
+        at = f"{where}[{k}]"
+        if len(group) < 2:
+            raise _fail(at, f"expected at least two axis names, got {_shown(group)}")
+        for name in group:
+            if name not in lengths:
+                raise _fail(at, f"{_shown(name)} is not an axis of this spec (axes: {', '.join(lengths)})")
+            if name in used:
+                raise _fail(at, f"axis {name} is in two zip groups")
+            used.add(name)
+        if len({lengths[n] for n in group}) != 1:
+            shown = ", ".join(f"{n} has {lengths[n]}" for n in group)
+            raise _fail(at, f"zipped axes need equal lengths ({shown})")
+        out.append(tuple(group))
+    return out
+
+
+def _dims(axes: list[Axis], zips: list[tuple[str, ...]]) -> tuple[tuple[str, ...], ...]:
+    group_of = {n: g for g in zips for n in g}
+    dims, placed = [], set()
+    for a in axes:
+        if a.name in placed:
+            continue
+        group = group_of.get(a.name, (a.name,))
+        ordered = tuple(n.name for n in axes if n.name in group)
+        dims.append(ordered)
+        placed.update(group)
+    return tuple(dims)
+
+
+def _parse_base(where: str, base, spec_dir: Path) -> dict:
+    if isinstance(base, str):
+        base = {"config": base}
+    if not isinstance(base, dict):
+        raise _fail(where, f"expected a config path or a mapping of model flags ({', '.join(BASE_KEYS)}), "
+                           f"got {_shown(base)}")
+    out = {}
+    for key, value in base.items():
+        at = f"{where}.{key}"
+        if key not in BASE_KEYS:
+            raise _fail(at, f"unknown key, expected one of {', '.join(BASE_KEYS)}")
+        if key == "config":
+            if not isinstance(value, str) or not value:
+                raise _fail(at, f"expected a path to a rollout config, got {_shown(value)}")
+            path = Path(value) if Path(value).is_absolute() else spec_dir / value
+            if not path.is_file():
+                raise _fail(at, f"{value}: no such file (paths are relative to the spec file)")
+            out[key] = str(path)
+        elif key in ("layers", "heads", "tokens"):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SIZE:
+                raise _fail(at, f"expected a positive integer, got {_shown(value)}")
+            out[key] = value
+        elif key in ("schedule", "mask"):
+            if not isinstance(value, str):
+                raise _fail(at, f"expected a spec string, got {_shown(value)}")
+            out[key] = value
+        elif key == "slopes":
+            if isinstance(value, str):
+                if value not in ("paper", "hf"):
+                    raise _fail(at, f"expected paper, hf or a list of per-head slopes, got {_shown(value)}")
+                out[key] = value
+            else:
+                out[key] = _axis_values("slopes", at, [value])[0]
+        elif key == "content_diagonal":
+            out[key] = _number(at, value)
+        else:  # temperature
+            x = _number(at, value)
+            if x <= 0:
+                raise _fail(at, f"expected a value > 0, got {x!r}")
+            out[key] = x
+    return out
+
+
+def _check_combination(where: str, base: dict, names: set[str]) -> None:
+    if "lambda" in names and names & {"lambda0", "beta"}:
+        raise _fail(where, "axis lambda (constant schedule) cannot be combined with lambda0 / beta (power decay)")
+    if "mask" in names and "window" in names:
+        raise _fail(where, "axes mask and window both set the mask; use one")
+    if "config" in base:
+        return
+    for key, axis in (("layers", "layers"), ("tokens", "tokens")):
+        if key not in base and axis not in names:
+            raise _fail(where, f"base.{key} is missing (or give an axis {axis})")
+    if "heads" not in base and "slopes" not in names and not isinstance(base.get("slopes"), tuple):
+        raise _fail(where, "base.heads is missing (or give explicit slopes)")
+    if "schedule" not in base and not ("lambda" in names or {"lambda0", "beta"} <= names):
+        raise _fail(where, "base.schedule is missing (or give an axis lambda, or lambda0 and beta)")
+
+
+def _check_schedule(where: str, base: dict, names: set[str]) -> None:
+    """lambda0 or beta alone varies one parameter of a power_decay base schedule."""
+    if bool(names & {"lambda0", "beta"}) and not {"lambda0", "beta"} <= names:
+        spec = base.get("schedule")
+        if spec is None and "config" in base:
+            from posbias.yaml_io import read_yaml
+
+            cfg = read_yaml(base["config"]).get("lambda_schedule_config") or {}
+            spec = cfg.get("schedule_type") if isinstance(cfg, dict) else None
+        if not (isinstance(spec, str) and spec.startswith("power_decay")):
+            one = "lambda0" if "lambda0" in names else "beta"
+            raise _fail(where, f"axis {one} alone needs a power_decay base schedule (or both lambda0 and beta axes)")
+
+
+def digest(raw: dict, base: dict) -> str:
+    """SHA-256 of the spec (canonical JSON) and of the bytes of its base config file, if any."""
+    h = hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode("utf-8"))
+    if "config" in base:
+        h.update(Path(base["config"]).read_bytes())
+    return h.hexdigest()
+
+
+def parse(raw, path: str = "<spec>", spec_dir: Path | None = None) -> Spec:
+    """Validate a spec mapping (as read from YAML) into a ``Spec``; raise SpecError (one line)."""
+    where = str(path)
+    if not isinstance(raw, dict):
+        raise _fail(where, f"expected a mapping with keys {', '.join(TOP_KEYS)}")
+    for key in raw:
+        if key not in TOP_KEYS:
+            raise _fail(f"{where}: {key}", f"unknown key, expected one of {', '.join(TOP_KEYS)}")
+    if "base" not in raw:
+        raise _fail(f"{where}: base", "required key is missing (a config path or model flags)")
+    if "axes" not in raw:
+        raise _fail(f"{where}: axes", "required key is missing (e.g. axes: {lambda: [0.25, 0.5]})")
+    base = _parse_base(f"{where}: base", raw["base"], spec_dir or Path("."))
+    axes = _parse_axes(f"{where}: axes", raw["axes"])
+    zips = _parse_zip(f"{where}: zip", raw.get("zip"), axes)
+    names = {a.name for a in axes}
+    _check_combination(f"{where}: axes", base, names)
+    _check_schedule(f"{where}: axes", base, names)
+    engine = raw.get("engine", "auto")
+    if engine not in ENGINES:
+        raise _fail(f"{where}: engine", f"expected one of {', '.join(ENGINES)}, got {_shown(engine)}")
+    flags = {}
+    for key in ("profiles", "diagonal"):
+        value = raw.get(key, False)
+        if not isinstance(value, bool):
+            raise _fail(f"{where}: {key}", f"expected true or false, got {_shown(value)}")
+        flags[key] = value
+    name = raw.get("name", Path(where).stem)
+    if not isinstance(name, str):
+        raise _fail(f"{where}: name", f"expected a string, got {_shown(name)}")
+    return Spec(raw, where, name, base, tuple(axes), _dims(axes, zips), engine, flags["profiles"],
+                flags["diagonal"], digest(raw, base))
+
+
+def load(path: str | Path) -> Spec:
+    """Read and validate a spec file (YAML, read by posbias/yaml_io.py's limited loader)."""
+    from posbias.yaml_io import read_yaml
+
+    path = Path(path)
+    raw = read_yaml(path)
+    return parse(raw, str(path), path.parent)
