@@ -6,6 +6,8 @@ import argparse
 import contextlib
 import io
 import json
+import subprocess
+import sys
 from fractions import Fraction
 
 import numpy as np
@@ -25,6 +27,14 @@ def _cli(argv, capsys=None):
     sub = parser.add_subparsers(dest="command", required=True)
     pv.add_parser(sub)
     return pv.run(parser.parse_args(["verify", *argv]))
+
+
+def test_importing_the_package_and_building_the_parser_loads_neither_hypothesis_nor_jax():
+    code = ("import argparse, sys, posbias, posbias.verify as pv, posbias.verify.__main__\n"
+            "pv.add_parser(argparse.ArgumentParser().add_subparsers())\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'hypothesis', 'jax', 'jaxlib', 'sympy'}))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_every_registered_claim_has_a_property_and_the_named_searches_exist():
@@ -85,7 +95,7 @@ def test_necessity_search_finds_and_shrinks_a_counterexample(name, full_run):
     assert res["verdict"] == "found" and res["ok"], f"{name}: {res['verdict']} {res['detail']}"
     assert res["shrinks"] > 0
     # the file is replayable: the loaded example still fails the check
-    ce = pv.load_counterexample(out / f"{pv._slug(name)}.json")
+    ce = pv.load_counterexample(out / f"{pv.slug(name)}.json")
     assert ce.property == name and ce.replay() is False
     n, t = _size(ce.example)
     max_n, max_t = SMALL[name]
@@ -117,7 +127,7 @@ def test_the_known_c6_counterexample_is_exact():
     p = pv.c6_old_profile(8, Fraction(1, 5), 8, Fraction(3, 4))
     assert all(isinstance(x, Fraction) for x in p) and sum(p) == 1
     assert [round(float(x), 4) for x in p[-3:]] == [0.2136, 0.3078, 0.2725]
-    assert pv._c6_old_check(8, Fraction(1, 5), 8, Fraction(3, 4)) is False
+    assert PROPS["C6 old: steep => monotone"].check(8, Fraction(1, 5), 8, Fraction(3, 4)) is False
     stack = posbias.AlibiStack.build([0.75] * 8, [np.log(5.0)])
     assert np.allclose(pv.engine_profile(stack, 8), [float(x) for x in p], atol=1e-13)
 
