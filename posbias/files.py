@@ -39,7 +39,9 @@ ROLLOUT_FILES = ("profile.csv", "summary.json", "profile.png", "log_profile.csv"
 DEMO_FILES = ("profiles.png", "summaries.md", "summaries.json")
 COMPARE_FILES = ("compare.json", "compare.png")
 FIT_FILES = ("fit.json", "fitted_profile.csv", "fit.png")
-FILE_SETS = (ROLLOUT_FILES, DEMO_FILES, COMPARE_FILES, FIT_FILES)
+MEASURE_FILES = ("rollout.yaml", "kernels.npz", "attention.npz", "influence.csv", "lambda.csv", "content.csv",
+                 "measure.json", "lambda.png")
+FILE_SETS = (ROLLOUT_FILES, DEMO_FILES, COMPARE_FILES, FIT_FILES, MEASURE_FILES)
 """The files one run of a command may write. A run that writes part of a set removes the rest
 of that set left by an earlier run (e.g. diagonal.csv of an earlier --diagonal run), so the
 folder always holds the files of one run only."""
@@ -92,25 +94,28 @@ STAMP_KEY = "posbias-set"
 figure belongs to can be checked from the files alone (tests/test_hostile_cli.py does)."""
 
 
-def set_stamp(texts: dict[str, str]) -> str:
-    """SHA-256 over the names and contents of a run's text files."""
+def set_stamp(texts: dict[str, str | bytes]) -> str:
+    """SHA-256 over the names and contents of a run's text (and binary) files."""
     import hashlib
 
     digest = hashlib.sha256()
     for name in sorted(texts):
         for part in (name, texts[name]):
-            data = part.encode("utf-8")
+            data = part.encode("utf-8") if isinstance(part, str) else part
             digest.update(len(data).to_bytes(8, "little") + data)
     return digest.hexdigest()
 
 
-def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None) -> list[Path]:
-    """Write ``texts`` (name -> text) and ``figures`` (name -> matplotlib Figure, PNG) into
-    ``out_dir`` as one set; returns the written paths in order. On any failure raise
-    OutputError (one line) and leave ``out_dir`` as it was (absent if it was absent)."""
+def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None,
+              binaries: dict[str, bytes] | None = None) -> list[Path]:
+    """Write ``texts`` (name -> text), ``binaries`` (name -> bytes, e.g. .npz) and ``figures``
+    (name -> matplotlib Figure, PNG) into ``out_dir`` as one set; returns the written paths
+    in order. On any failure raise OutputError (one line) and leave ``out_dir`` as it was
+    (absent if it was absent)."""
     out_dir = Path(out_dir)
     figures = figures or {}
-    names = [*texts, *figures]
+    binaries = binaries or {}
+    names = [*texts, *binaries, *figures]
     for name in names:
         target = out_dir / name
         try:
@@ -127,7 +132,9 @@ def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None)
         staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out_dir))
         for name, text in texts.items():
             (staging / name).write_text(text, encoding="utf-8")
-        stamp = set_stamp(texts)
+        for name, data in binaries.items():
+            (staging / name).write_bytes(data)
+        stamp = set_stamp({**texts, **binaries})
         for name, fig in figures.items():
             with warnings.catch_warnings():  # layout notes (e.g. "constrained_layout not applied") are
                 warnings.simplefilter("ignore")  # not the user's business: stderr stays one line or empty

@@ -1,0 +1,218 @@
+"""``posbias train`` and ``posbias measure``: train the byte-level ALiBi model, measure it.
+
+``add_parser(subparsers)`` adds both subcommands to the ``posbias`` command's parser and
+``run(args)`` executes them (bad input: one line on stderr, exit code 2, nothing written);
+``main(argv)`` runs them on their own (``python -m posbias.lm.cli train ...``).
+Nothing here imports JAX until a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from posbias.argtypes import at_least
+from posbias.errors import UserError
+from posbias.lm.config import PRESETS, SLOPE_CONVENTIONS
+
+EXIT_USAGE = 2
+_positive = at_least(1)
+_nonneg = at_least(0)
+
+TRAIN_EPILOG = """\
+examples:
+  posbias train --out runs/lm-default                 (the default preset: about 9 minutes on 2 CPU cores)
+  posbias train --preset ci --out runs/lm-ci          (under a minute)
+  posbias train --out runs/lm-default                 (again after an interruption: resumes from the checkpoint)
+"""
+
+MEASURE_EPILOG = """\
+examples:
+  posbias measure runs/lm-default --tokens 256 --samples 64
+  posbias rollout runs/lm-default/measure-N256-S64/rollout.yaml
+  posbias rollout --kernels runs/lm-default/measure-N256-S64/kernels.npz --causal
+"""
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def _size(text: str) -> int:
+    from posbias.numerics.budget import parse_size
+
+    try:
+        return parse_size(text)
+    except (ValueError, IndexError):
+        raise argparse.ArgumentTypeError(f"expected a size such as 512M or 2G, got {text!r}") from None
+
+
+def add_parser(subparsers) -> tuple:
+    """Add ``train`` and ``measure`` to an argparse subparsers object; returns both parsers."""
+    tr = subparsers.add_parser(
+        "train", help="train the byte-level ALiBi language model on CPython's reference text",
+        description="Train a JAX decoder (pre-LayerNorm, ALiBi heads, GELU MLP, bytes) on pydoc_data.topics with "
+                    "AdamW; checkpoints are atomic and a second run with the same --out resumes.",
+        epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    tr.add_argument("--out", type=Path, required=True, help="run folder (checkpoint.npz, config.json, train.json)")
+    tr.add_argument("--preset", choices=sorted(PRESETS), default="default",
+                    help="default (the measured model) or ci (tiny, under a minute)")
+    m = tr.add_argument_group("model (override the preset)")
+    m.add_argument("--layers", type=_positive, metavar="T")
+    m.add_argument("--heads", type=_positive, metavar="H")
+    m.add_argument("--width", type=_positive, metavar="D", help="model width (a multiple of H)")
+    m.add_argument("--context", type=_positive, metavar="N", help="context length (longest input)")
+    m.add_argument("--slopes", choices=SLOPE_CONVENTIONS, help="ALiBi slopes: paper 2^(-8h/H) or hf")
+    o = tr.add_argument_group("training (override the preset)")
+    o.add_argument("--steps", type=_positive)
+    o.add_argument("--batch", type=_positive, help="sequences per step")
+    o.add_argument("--lr", type=_float, help="peak learning rate")
+    o.add_argument("--warmup", type=_nonneg, help="warm-up steps")
+    o.add_argument("--seed", type=_nonneg)
+    o.add_argument("--eval-every", type=_positive, metavar="K", help="validation every K steps")
+    tr.add_argument("--checkpoint-every", type=_positive, metavar="K",
+                    help="write the checkpoint every K steps (default: --eval-every); does not change the result")
+    tr.add_argument("--quiet", action="store_true", help="no progress bar or per-evaluation lines")
+
+    me = subparsers.add_parser(
+        "measure", help="measure a trained model: lambda_t, kernels, content, influence",
+        description="Measure a posbias train checkpoint on S held-out sequences of N bytes: lambda_t with error "
+                    "bars, attention kernels, content b/d, influence ||d p_top1 / d e_j||; writes a rollout "
+                    "config, the kernels in the --kernels format and the influence profile.",
+        epilog=MEASURE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    me.add_argument("checkpoint", type=Path, metavar="RUN", help="run folder of posbias train (or its checkpoint.npz)")
+    me.add_argument("--tokens", type=_nonneg, metavar="N", help="sequence length (default: the model's context)")
+    me.add_argument("--samples", type=_nonneg, metavar="S", default=64, help="held-out sequences (default 64)")
+    me.add_argument("--out", type=Path, help="output folder (default: RUN/measure-N<N>-S<S>)")
+    me.add_argument("--precision", choices=("float64", "float32"), default="float64")
+    me.add_argument("--memory", type=_size, default=2**30, metavar="SIZE",
+                    help="memory budget of one batch of sequences (default 1G)")
+    me.add_argument("--content-scale", choices=("scaled", "raw"), default="scaled",
+                    help="content b, d in rollout.yaml: divided by sqrt(d_head) as the softmax sees them (default), "
+                         "or raw q.k as the paper's code records them")
+    me.add_argument("--quiet", action="store_true", help="no progress bar")
+    return tr, me
+
+
+def run(args) -> int:
+    """Execute ``posbias train`` or ``posbias measure`` from parsed arguments; returns the exit code."""
+    try:
+        if args.command == "train":
+            return _train(args)
+        return _measure(args)
+    except UserError as exc:
+        print(f"posbias {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _train(args) -> int:
+    import dataclasses
+
+    from posbias.lm.train import train
+
+    preset = PRESETS[args.preset]
+    model = dataclasses.replace(preset.model, **{k: getattr(args, k) for k in
+                                                 ("layers", "heads", "width", "context", "slopes")
+                                                 if getattr(args, k) is not None})
+    cfg = dataclasses.replace(preset.train, **{k: getattr(args, k) for k in
+                                               ("steps", "batch", "lr", "warmup", "seed", "eval_every")
+                                               if getattr(args, k) is not None})
+    if args.warmup is None and cfg.warmup >= cfg.steps:
+        cfg = dataclasses.replace(cfg, warmup=cfg.steps // 10)
+    result = train(model, cfg, args.out, checkpoint_every=args.checkpoint_every, progress=not args.quiet,
+                   log=(lambda line: None) if args.quiet else None)
+    resumed = f" (resumed at step {result.resumed_from})" if result.resumed_from else ""
+    print(f"posbias train: T={model.layers}, H={model.heads}, D={model.width}, context {model.context}, "
+          f"{cfg.steps} steps{resumed}, {result.wall_s:.0f} s")
+    print(f"  bits per byte: train {result.train_bpb:.4f}   validation {result.val_bpb:.4f}   "
+          f"unigram (validation) {result.unigram_bpb:.4f}")
+    print("  wrote " + ", ".join(str(p) for p in result.files))
+    return 0
+
+
+def _measure(args) -> int:
+    from posbias.lm import checkpoint as ckpt
+    from posbias.lm import outputs
+    from posbias.lm.data import heldout_sequences, load_corpus
+    from posbias.lm.measure import MeasureError, measure
+    from posbias.run import progress_bar
+
+    loaded = ckpt.load(args.checkpoint)
+    context = loaded.model.context
+    n = context if args.tokens is None else args.tokens
+    if n < 1:
+        raise MeasureError(f"--tokens: expected a positive integer, got {n}")
+    if n > context:
+        raise MeasureError(f"--tokens {n}: longer than the model's context length {context} "
+                           f"({ckpt.resolve(args.checkpoint)})")
+    if args.samples < 1:
+        raise MeasureError(f"--samples: expected a positive integer (held-out sequences), got {args.samples}")
+    corpus = load_corpus()
+    available = corpus.validation.size - n + 1
+    if args.samples > available:
+        raise MeasureError(f"--samples {args.samples}: the validation text ({corpus.validation.size} bytes) has "
+                           f"only {available} windows of {n} bytes")
+    run_dir = args.checkpoint if args.checkpoint.is_dir() else args.checkpoint.parent
+    out = args.out if args.out is not None else run_dir / f"measure-N{n}-S{args.samples}"
+    outputs.check_out(out)
+    notes = []
+    if not loaded.complete:
+        notes.append(f"checkpoint at step {loaded.step} of {loaded.train.steps}: training is not complete")
+    if loaded.meta.get("corpus") != corpus.fingerprint:
+        notes.append("the corpus differs from the one the model was trained on (another Python version); "
+                     "the validation topics are still held out")
+    for note in notes:
+        print(f"posbias measure: warning: {note}", file=sys.stderr)
+    sequences = heldout_sequences(corpus.validation, n, args.samples)
+    with progress_bar(not args.quiet, "measure", "sequences") as update:
+        m = measure(loaded.params, loaded.model, sequences, precision=args.precision, memory=args.memory,
+                    progress=update)
+    source = str(ckpt.resolve(args.checkpoint))
+    files = outputs.render(m, source=source, content_scale=args.content_scale,
+                           meta={"model": loaded.model.to_dict(), "step": loaded.step, "notes": notes,
+                                 "validation_topics": list(corpus.validation_topics)})
+    written = outputs.write_set(out, files)
+    lam = "  ".join(f"{v:.3f}±{s:.3f}" for v, s in zip(m.lambdas, m.lambda_std))
+    print(f"posbias measure: {source} (T={loaded.model.layers}, H={loaded.model.heads}), N = {n}, "
+          f"S = {args.samples}, {args.precision}")
+    print(f"  lambda_t (± std over sequences): {lam}   sum = {m.lambdas.sum():.3f}")
+    print(f"  content d (scaled) per layer, head-mean: "
+          + "  ".join(f"{v:+.3f}" for v in m.content.diagonal_scaled.mean(axis=1))
+          + f"   R^2 mean {m.content.r2.mean():.3f}")
+    print(f"  influence: p(0) = {m.influence[0]:.4g}   p(N-1) = {m.influence[-1]:.4g}   "
+          f"argmin = {int(m.influence.argmin())}")
+    print("  wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, as the posbias command does
+        raise _Usage(f"{self.prog}: {message}")
+
+
+class _Usage(Exception):
+    pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``posbias train|measure ...`` on its own (the same parser and behaviour as when wired into posbias)."""
+    argv = sys.argv[1:] if argv is None else argv
+    top = _Parser(prog="posbias")
+    add_parser(top.add_subparsers(dest="command", required=True, parser_class=_Parser))
+    try:
+        args = top.parse_args(argv)
+    except _Usage as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
+    from posbias.jax_cache import enable_compilation_cache
+
+    enable_compilation_cache()
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

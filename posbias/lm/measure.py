@@ -1,0 +1,210 @@
+"""Measuring a trained model on held-out text: lambda_t, attention kernels, content, influence.
+
+For S held-out sequences of N bytes (``posbias.lm.data.heldout_sequences`` on the
+validation split), in float64 by default (``jax.enable_x64`` scoped to the call):
+
+* lambda_t (THEORY.md Notation; the paper's definition): per position i of a sequence
+  r_i = ||a_t,i|| / (||x_t,i|| + ||a_t,i||), a_t the attention sub-layer's output after W_O
+  and x_t the block input (the denominator clamped at 1e-10, as the paper's code does);
+  lambda_t = the mean of r over positions and sequences. ``lambda_std`` is the paper's
+  spread: the (population) standard deviation over sequences of each sequence's mean over
+  positions; ``lambda_std_positions`` the standard deviation over all (sequence, position).
+* kernels: the data-set mean of every head's attention weights, (T, H, N, N), and their
+  head average A^(t) (uniform head weights, as the model averages heads), (T, N, N).
+* content: the data-set mean of the raw content logits q_i . k_j (ALiBi not included),
+  per layer and head, fitted on the causal entries j <= i by least squares with THEORY.md's
+  content model b + d [i = j]: b = mean of the strictly-lower entries, d = mean of the
+  diagonal - b, and R^2 = 1 - SS_res / SS_tot over the causal entries. Reported raw and
+  divided by sqrt(d_head) (the scale the softmax sees; R^2 is the same for both).
+* influence (THEORY.md "Comparing with measured influence"): ||d p_top1 / d e_j||_2, the
+  gradient of the model's top-1 next-byte probability at the last position (the top byte
+  held fixed) with respect to the input embedding e_j of position j; by ``jax.grad``
+  vmapped over sequences, in batches sized to a memory budget; averaged over sequences
+  and normalised to sum 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from posbias.errors import UserError
+from posbias.lm.config import ModelConfig
+
+DENOMINATOR_FLOOR = 1e-10
+
+
+class MeasureError(UserError):
+    """Bad measurement input: one line."""
+
+
+@dataclass(frozen=True)
+class ContentFit:
+    """Per layer and head (T, H): background b, diagonal excess d (raw q.k and / sqrt(d_head)), R^2."""
+
+    background_raw: np.ndarray
+    diagonal_raw: np.ndarray
+    background_scaled: np.ndarray
+    diagonal_scaled: np.ndarray
+    r2: np.ndarray
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What ``measure`` returns; every array float64 (or the float32 of a float32 measurement)."""
+
+    num_tokens: int
+    samples: int
+    precision: str
+    slopes: np.ndarray            # (H,)
+    lambdas: np.ndarray           # (T,)
+    lambda_std: np.ndarray        # (T,) over sequences of per-sequence means (the paper's)
+    lambda_std_positions: np.ndarray  # (T,) over all (sequence, position)
+    lambda_per_sequence: np.ndarray   # (S, T)
+    kernels_per_head: np.ndarray  # (T, H, N, N)
+    kernels: np.ndarray           # (T, N, N)
+    content_mean: np.ndarray      # (T, H, N, N) raw q.k, mean over sequences
+    content: ContentFit
+    grad_norms: np.ndarray | None     # (S, N) ||d p_top1 / d e_j|| (None when not asked)
+    influence: np.ndarray | None      # (N,) mean over sequences, normalised to sum 1
+    batch: int
+
+
+def bytes_per_sequence(config: ModelConfig, num_tokens: int, itemsize: int = 8) -> int:
+    """A conservative count of what one sequence holds in the capture forward or the gradient:
+    per layer about 6 (H, N, N) arrays (weights, logits and their cotangents) and 16 (N, D)
+    plus 4 (N, 4D) activations."""
+    t, h, n, d, f = config.layers, config.heads, num_tokens, config.width, config.mlp_ratio * config.width
+    return itemsize * t * (6 * h * n * n + 16 * n * d + 4 * n * f) + itemsize * n * 256 * 4
+
+
+def batch_size(config: ModelConfig, num_tokens: int, samples: int, memory: int, itemsize: int = 8) -> int:
+    return int(max(1, min(samples, memory // bytes_per_sequence(config, num_tokens, itemsize))))
+
+
+def content_fit(mean_logits: np.ndarray, head_dim: int) -> ContentFit:
+    """Fit b + d [i = j] to (T, H, N, N) mean logits on their causal entries (module docstring)."""
+    t, h, n, _ = mean_logits.shape
+    lower = np.tril(np.ones((n, n), bool), -1)
+    diag = np.eye(n, dtype=bool)
+    causal = lower | diag
+    b = mean_logits[..., lower].mean(axis=-1) if n > 1 else np.zeros((t, h))
+    d = mean_logits[..., diag].mean(axis=-1) - b
+    fitted = b[..., None, None] + d[..., None, None] * np.eye(n)
+    resid = ((mean_logits - fitted)[..., causal] ** 2).sum(axis=-1)
+    values = mean_logits[..., causal]
+    total = ((values - values.mean(axis=-1, keepdims=True)) ** 2).sum(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r2 = np.where(total > 0, 1.0 - resid / np.where(total > 0, total, 1.0), 1.0)
+    scale = np.sqrt(head_dim)
+    return ContentFit(b, d, b / scale, d / scale, r2)
+
+
+def _cast(params, dtype):
+    import jax
+    import jax.numpy as jnp
+
+    return jax.tree_util.tree_map(lambda v: jnp.asarray(v, dtype), params)
+
+
+def capture_fn(config: ModelConfig):
+    """jit: (params, (B, N) tokens) -> per-sequence lambda means (B, T), lambda sums of squares
+    over positions (B, T), attention weights (B, T, H, N, N), raw content logits (B, T, H, N, N)."""
+    import jax
+    import jax.numpy as jnp
+
+    from posbias.lm.model import forward
+
+    def one(params, tokens):
+        _, cap = forward(params, tokens, config, capture=True)
+        an = jnp.linalg.norm(cap["a"], axis=-1)
+        xn = jnp.linalg.norm(cap["x"], axis=-1)
+        r = an / jnp.maximum(xn + an, DENOMINATOR_FLOOR)  # (T, N)
+        return r.mean(axis=-1), (r ** 2).sum(axis=-1), cap["probs"], cap["content"]
+
+    return jax.jit(jax.vmap(one, in_axes=(None, 0)))
+
+
+def influence_fn(config: ModelConfig):
+    """jit: (params, (B, N) tokens) -> (B, N) ||d p_top1 / d e_j||_2 at the last position."""
+    import jax
+    import jax.numpy as jnp
+
+    from posbias.lm.model import forward
+
+    def top1(embedded, params, tokens):
+        probs = jax.nn.softmax(forward(params, tokens, config, embedded=embedded)[-1])
+        return probs[jnp.argmax(jax.lax.stop_gradient(probs))]
+
+    def one(params, tokens):
+        grads = jax.grad(top1)(params["embed"][tokens], params, tokens)
+        return jnp.linalg.norm(grads, axis=-1)
+
+    return jax.jit(jax.vmap(one, in_axes=(None, 0)))
+
+
+def _batches(sequences: np.ndarray, batch: int):
+    """(chunk, padded): equal-size batches (one compile), the last padded with copies of its first row."""
+    for i in range(0, len(sequences), batch):
+        chunk = sequences[i:i + batch]
+        yield chunk, np.concatenate([chunk, np.repeat(chunk[:1], batch - len(chunk), axis=0)])
+
+
+def measure(params_flat: dict, config: ModelConfig, sequences: np.ndarray, *, precision: str = "float64",
+            memory: int = 2**30, progress=None, influence: bool = True) -> Measurement:
+    """Every measurement of the module docstring on (S, N) byte sequences (the influence
+    gradients only with ``influence``)."""
+    import jax
+
+    from posbias.lm.model import slopes_of, unflatten
+
+    sequences = np.asarray(sequences, np.int32)
+    if sequences.ndim != 2 or sequences.shape[0] < 1 or sequences.shape[1] < 1:
+        raise MeasureError(f"sequences: expected shape (S, N) with S, N >= 1, got {sequences.shape}")
+    s, n = sequences.shape
+    if n > config.context:
+        raise MeasureError(f"N = {n} is longer than the model's context length {config.context}")
+    x64 = precision == "float64"
+    with jax.enable_x64(x64):
+        import jax.numpy as jnp
+
+        dtype = jnp.float64 if x64 else jnp.float32
+        params = _cast(unflatten(params_flat), dtype)
+        batch = batch_size(config, n, s, memory, 8 if x64 else 4)
+        t, h = config.layers, config.heads
+        lam_seq = np.zeros((s, t))
+        lam_sq = np.zeros(t)
+        probs_sum = np.zeros((t, h, n, n))
+        content_sum = np.zeros((t, h, n, n))
+        norms = np.zeros((s, n))
+        capture, grad_fn = capture_fn(config), (influence_fn(config) if influence else None)
+        done = 0
+        for chunk, padded in _batches(sequences, batch):
+            k = len(chunk)
+            lm, lsq, pr, co = (np.asarray(v, np.float64)[:k] for v in capture(params, jnp.asarray(padded)))
+            lam_seq[done:done + k] = lm
+            lam_sq += lsq.sum(axis=0)
+            probs_sum += pr.sum(axis=0)
+            content_sum += co.sum(axis=0)
+            if grad_fn is not None:
+                norms[done:done + k] = np.asarray(grad_fn(params, jnp.asarray(padded)), np.float64)[:k]
+            done += k
+            if progress is not None:
+                progress(done, s)
+    out_dtype = np.float64 if x64 else np.float32
+    lambdas = lam_seq.mean(axis=0)
+    std_positions = np.sqrt(np.maximum(lam_sq / (s * n) - lambdas ** 2, 0.0))
+    per_head = (probs_sum / s).astype(out_dtype)
+    mean_content = content_sum / s
+    mean_norms = norms.mean(axis=0)
+    if influence and not (np.all(np.isfinite(mean_norms)) and mean_norms.sum() > 0):
+        raise MeasureError("influence: the gradients of p_top1 are zero or not finite on these sequences")
+    return Measurement(
+        num_tokens=n, samples=s, precision=precision, slopes=slopes_of(config),
+        lambdas=lambdas, lambda_std=lam_seq.std(axis=0), lambda_std_positions=std_positions,
+        lambda_per_sequence=lam_seq, kernels_per_head=per_head,
+        kernels=per_head.mean(axis=1, dtype=np.float64).astype(out_dtype),
+        content_mean=mean_content, content=content_fit(mean_content, config.head_dim),
+        grad_norms=norms if influence else None, influence=mean_norms / mean_norms.sum() if influence else None,
+        batch=batch)

@@ -1,0 +1,230 @@
+"""Training the byte-level ALiBi decoder with optax: AdamW, warm-up + cosine decay, clipping.
+
+The loss is the mean next-byte cross-entropy; we report it in bits per byte (nats / ln 2).
+Each step is one jit-compiled function of (params, optimiser state, batch); the batch of
+step s is drawn from (seed, s) alone (``posbias.lm.data.train_batch``) and the initial
+parameters from the seed, so a run is deterministic, and a run resumed from a checkpoint
+(written atomically every ``checkpoint_every`` steps, see ``posbias.lm.checkpoint``) goes
+on exactly as the uninterrupted run would have: same batches, same state, same numbers.
+
+Training runs in float32 under ``jax.enable_x64(False)`` for the duration of the call, so
+it neither depends on nor changes the caller's JAX configuration.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from posbias.errors import UserError
+from posbias.lm import checkpoint as ckpt
+from posbias.lm.config import ModelConfig, TrainConfig
+from posbias.lm.data import eval_windows, heldout_sequences, load_corpus, train_batch, unigram_bits
+
+LN2 = math.log(2.0)
+SUMMARY = "train.json"
+EVAL_BATCH = 16
+
+
+class TrainError(UserError):
+    """Bad training input: one line."""
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """Bits per byte of the final model on the train windows and the validation split, the
+    unigram baseline, steps done in this call, wall seconds of the whole run, and the files."""
+
+    train_bpb: float
+    val_bpb: float
+    unigram_bpb: float
+    steps: int
+    steps_this_call: int
+    wall_s: float
+    tokens_per_s: float
+    resumed_from: int
+    files: tuple[Path, ...]
+    history: tuple[dict, ...]
+
+
+def optimizer(cfg: TrainConfig):
+    """clip_by_global_norm(clip) then AdamW with linear warm-up to ``lr`` and cosine decay to
+    ``lr * final_lr_fraction`` at the last step; weight decay on matrices only."""
+    import optax
+
+    from posbias.lm.model import MATRICES, flatten, unflatten
+
+    schedule = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, cfg.warmup, cfg.steps, cfg.lr * cfg.final_lr_fraction)
+
+    def decay_mask(params):
+        flat = flatten(params)
+        return unflatten({k: k.rsplit("/", 1)[-1] in MATRICES for k in flat})
+
+    return optax.chain(optax.clip_by_global_norm(cfg.clip),
+                       optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, weight_decay=cfg.weight_decay, mask=decay_mask))
+
+
+def _identity(model: ModelConfig, train: TrainConfig, fingerprint: str) -> dict:
+    return {"model": model.to_dict(), "train": train.to_dict(), "corpus": fingerprint}
+
+
+def _first_difference(saved: dict, wanted: dict) -> str:
+    for part in ("model", "train"):
+        for key, value in wanted[part].items():
+            if saved[part].get(key) != value:
+                return f"{part}.{key} = {saved[part].get(key)!r} in the checkpoint, {value!r} requested"
+    return f"corpus fingerprint {saved['corpus']} in the checkpoint, {wanted['corpus']} here (another Python version?)"
+
+
+@contextmanager
+def _progress(enabled: bool, total: int, done: int):
+    """yields update(step, loss_bits) -> None; a rich bar with loss and ETA on a terminal."""
+    if not (enabled and sys.stderr.isatty()):
+        yield lambda step, loss: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]} bpb"),
+                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), transient=True,
+                  console=Console(stderr=True)) as bar:
+        task = bar.add_task("train", total=total, completed=done, loss="-")
+
+        def update(step, loss):
+            bar.update(task, completed=step, loss=f"{loss:.3f}")
+
+        yield update
+
+
+def train(model: ModelConfig, cfg: TrainConfig, out: Path, *, checkpoint_every: int | None = None,
+          progress: bool = False, log=None) -> TrainResult:
+    """Train (or resume) the run in folder ``out``; see the module docstring.
+
+    A folder holding a checkpoint of the same model, recipe and corpus resumes from it; one
+    of another run is refused (TrainError) before anything is written."""
+    import json
+
+    problem = model.problem() or cfg.problem()
+    if problem:
+        raise TrainError(problem)
+    every = checkpoint_every or cfg.eval_every
+    if every < 1:
+        raise TrainError(f"--checkpoint-every: expected a positive integer, got {every}")
+    out = Path(out)
+    if str(out).strip() == "":
+        raise TrainError("--out: expected a folder name, got an empty string")
+    if out.exists() and not out.is_dir():
+        raise TrainError(f"--out {out}: exists and is not a folder")
+    corpus = load_corpus()
+    if corpus.train.size < model.context + 2 or corpus.validation.size < model.context + 2:
+        raise TrainError(f"context {model.context} is longer than the corpus splits allow")
+    wanted = _identity(model, cfg, corpus.fingerprint)
+    saved = None
+    if (out / ckpt.CHECKPOINT).exists():
+        saved = ckpt.load(out / ckpt.CHECKPOINT)
+        have = {"model": saved.model.to_dict(), "train": saved.train.to_dict(), "corpus": saved.meta.get("corpus")}
+        if have != wanted:
+            raise TrainError(f"--out {out}: holds a checkpoint of another run ({_first_difference(have, wanted)}); "
+                             "use another --out")
+    emit = log or (lambda line: print(line, file=sys.stderr))
+
+    import jax
+
+    with jax.enable_x64(False):
+        return _run(model, cfg, out, corpus, wanted, saved, every, progress, emit, json)
+
+
+def _run(model, cfg, out, corpus, wanted, saved, every, progress, emit, json):
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from posbias.lm.model import flatten, init_params, loss_nats, unflatten
+
+    opt = optimizer(cfg)
+    params = init_params(model, jax.random.PRNGKey(cfg.seed))
+    state = opt.init(params)
+    start, history, wall_before = 0, [], 0.0
+    if saved is not None:
+        params = unflatten({k: jnp.asarray(v, jnp.float32) for k, v in saved.params.items()})
+        leaves, treedef = jax.tree_util.tree_flatten(state)
+        if len(leaves) != len(saved.opt_leaves) or any(np.shape(a) != np.shape(b) for a, b in zip(leaves, saved.opt_leaves)):
+            raise TrainError(f"{out / ckpt.CHECKPOINT}: optimiser state does not match the recipe")
+        state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(v, a.dtype) for a, v in zip(leaves, saved.opt_leaves)])
+        start, history = saved.step, list(saved.meta.get("history", []))
+        wall_before = float(saved.meta.get("wall_s", 0.0))
+
+    @jax.jit
+    def step_fn(params, state, batch):
+        loss, grads = jax.value_and_grad(loss_nats)(params, batch, model)
+        updates, state = opt.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, loss
+
+    @jax.jit
+    def eval_fn(params, batch):  # (B,) mean loss (nats) of each window
+        return jax.vmap(lambda w: loss_nats(params, w[None], model))(batch)
+
+    length = model.context + 1
+    val_windows = eval_windows(corpus.validation, length)
+    train_windows = heldout_sequences(corpus.train, length, len(val_windows))
+
+    def bits(params, windows):
+        """Mean bits per predicted byte over ``windows`` (every window predicts length - 1 bytes)."""
+        losses = []
+        for i in range(0, len(windows), EVAL_BATCH):  # equal-size batches (one compile): the last is padded
+            chunk = windows[i:i + EVAL_BATCH]
+            batch = np.concatenate([chunk, np.repeat(chunk[:1], EVAL_BATCH - len(chunk), axis=0)])
+            losses.append(np.asarray(eval_fn(params, jnp.asarray(batch)))[:len(chunk)])
+        return float(np.concatenate(losses).mean()) / LN2
+
+    out.mkdir(parents=True, exist_ok=True)
+    meta_base = {**wanted, "corpus_topics": {"train": len(corpus.train_topics),
+                                             "validation": list(corpus.validation_topics)},
+                 "python": sys.version.split()[0]}
+    if saved is None:
+        ckpt.save_config(out, meta_base)
+    clock = time.perf_counter()
+    running, seen = [], 0
+
+    def save(step):
+        meta = {**meta_base, "step": step, "history": history, "wall_s": wall_before + time.perf_counter() - clock}
+        ckpt.save(out, meta, {k: np.asarray(v) for k, v in flatten(params).items()},
+                  [np.asarray(v) for v in jax.tree_util.tree_leaves(state)])
+
+    with _progress(progress, cfg.steps, start) as update:
+        for s in range(start, cfg.steps):
+            batch = jnp.asarray(train_batch(corpus.train, cfg.batch, length, cfg.seed, s))
+            params, state, loss = step_fn(params, state, batch)
+            running.append(float(loss) / LN2)
+            seen += 1
+            update(s + 1, running[-1])
+            done = s + 1
+            if done % cfg.eval_every == 0 or done == cfg.steps:
+                val = bits(params, val_windows)
+                history.append({"step": done, "train_loss_bpb": float(np.mean(running)), "val_bpb": val})
+                emit(f"step {done}/{cfg.steps}  train loss {np.mean(running):.4f} bpb  validation {val:.4f} bpb  "
+                     f"{wall_before + time.perf_counter() - clock:.0f} s")
+                running = []
+            if done % every == 0 or done == cfg.steps:
+                save(done)
+    wall = wall_before + time.perf_counter() - clock
+    this_call = time.perf_counter() - clock
+    train_bpb = bits(params, train_windows)
+    val_bpb = history[-1]["val_bpb"] if history and history[-1]["step"] == cfg.steps else bits(params, val_windows)
+    unigram = unigram_bits(corpus.train, corpus.validation)
+    tokens_per_s = seen * cfg.batch * model.context / this_call if seen else 0.0
+    summary = {**meta_base, "steps": cfg.steps, "train_bpb": train_bpb, "val_bpb": val_bpb,
+               "unigram_val_bpb": unigram, "wall_s": wall, "tokens_per_s_last_session": tokens_per_s,
+               "train_bytes": int(corpus.train.size), "validation_bytes": int(corpus.validation.size),
+               "history": history}
+    target = out / SUMMARY
+    ckpt.atomic_write_bytes(target, lambda f: f.write((json.dumps(summary, indent=1) + "\n").encode("utf-8")))
+    return TrainResult(train_bpb, val_bpb, unigram, cfg.steps, seen, wall, tokens_per_s, start,
+                       (out / ckpt.CHECKPOINT, out / ckpt.CONFIG, target), tuple(history))
+
