@@ -130,6 +130,8 @@ def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None,
     try:
         _remove_stale_staging(out_dir)
         staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out_dir))
+        for name in names:  # names may hold sub-folders (profiles/128/a.csv)
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
         for name, text in texts.items():
             (staging / name).write_text(text, encoding="utf-8")
         for name, data in binaries.items():
@@ -145,6 +147,7 @@ def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None,
         written = []
         with _locked(out_dir):
             for name in names:
+                (out_dir / name).parent.mkdir(parents=True, exist_ok=True)
                 os.replace(staging / name, out_dir / name)
                 written.append(out_dir / name)
             for name in _retired(names):
