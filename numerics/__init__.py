@@ -7,10 +7,10 @@ for the duration of the call). Names are imported on first use, so
 
 Public names:
 
-* stacks: ``AlibiStack``, ``KernelStack``, masks ``Causal``, ``SlidingWindow``, ``Prefix``,
+* stacks: ``AlibiStack``, ``KernelStack``, ``PeriodicStack`` (a block of layers repeated, any depth), masks ``Causal``, ``SlidingWindow``, ``Prefix``,
   ``Full``, schedules ``Constant``, ``PowerDecay``, ``Geometric``, ``Custom``, ``alibi_slopes``;
 * engines: ``profile`` (the entry point), ``profiles`` (a batch of one shape), ``ENGINES``, ``Engine``, ``Profile``, ``Auto``,
-  ``Structured``, ``FFT``, ``Dense``, ``Measured``, ``Unsupported``;
+  ``Structured``, ``FFT``, ``Dense``, ``Measured``, ``Power``, ``Unsupported``;
 * summaries: ``summarize``, ``Summary``, ``u_shape``;
 * dense routes and identities: ``alibi_kernels``, ``rollout_matrix``, ``dense_rollout``,
   ``profile_from_kernels``, ``kernel_diagonals``, ``diagonal_product``, ``validate_kernels``.
@@ -29,6 +29,7 @@ _EXPORTS = {
     "alibi_slopes": "slopes",
     "profile": "engines", "ENGINES": "engines", "get": "engines", "profiles": "batch",
     "Engine": "engine", "Profile": "engine", "Unsupported": "engine",
+    "PeriodicStack": "periodic", "Power": "power",
     "Auto": "auto", "Structured": "structured", "FFT": "fft", "Dense": "dense", "Measured": "measured",
     "summarize": "summary", "Summary": "summary", "u_shape": "shape",
     "alibi_kernels": "kernels", "validate_kernels": "kernels", "KernelError": "kernels",
@@ -37,7 +38,8 @@ _EXPORTS = {
 }
 _ALIASES = {"dense_rollout": ("dense", "rollout")}
 _SUBMODULES = {"masks", "schedules", "slopes", "stack", "engine", "engines", "auto", "structured", "fft", "dense",
-               "measured", "summary", "shape", "kernels", "native", "semiring", "batch"}
+               "measured", "summary", "shape", "kernels", "native", "semiring", "batch", "periodic", "power",
+               "differentiable"}
 
 __all__ = sorted([*_EXPORTS, *_ALIASES])
 

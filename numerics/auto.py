@@ -19,6 +19,15 @@ threshold of the choice:
    (sliding windows have no log-space route). What was done is recorded in
    ``Profile.notes``; a profile that still has unresolved entries says so there,
    and summaries report those entries as unresolved rather than as values.
+4. A compact periodic stack (``PeriodicStack``: a block of layers repeated q times, T up
+   to 10^9 and beyond) goes to the power engine (numerics/power.py: O(N^3 log q), extended
+   range by per-column scale exponents) when N <= 8192 and its estimated time is below
+   the per-layer scan's (``power_seconds`` vs ``scan_seconds``); otherwise, when T is
+   small enough to hold (T, H) arrays, the stack is expanded and takes the routes above.
+   When the power profile leaves entries unresolved (a column of B^(2^k) spanning more than
+   the float64 range) and the extended-range scan is estimated at most
+   ``periodic_retry_seconds``, it re-runs on the expanded stack. Its Profile carries one
+   self-weight per distinct layer (block, then top).
 """
 
 from __future__ import annotations
@@ -26,8 +35,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
+
 from posbias.numerics.engine import Engine, Profile, Unsupported
 from posbias.numerics.native import NativeError
+from posbias.numerics.periodic import EXPAND_MAX_LAYERS, PeriodicStack
 from posbias.numerics.stack import AlibiStack, KernelStack
 from posbias.numerics.structured import Structured
 
@@ -37,6 +49,58 @@ class Auto(Engine):
     name = "auto"
     fft_from_tokens: int = 16384
     log_retry_max_work: int = 200_000_000
+    scan_seconds_per_unit: float = 1e-9     # native scan per layer x head x token (2 shared cores: T = 10^4, H = 32, N = 4096 in ~2 s)
+    power_seconds_per_flop: float = 4e-11   # BLAS multiply-add in an N x N product
+    periodic_retry_seconds: float = 300.0   # re-run an unresolved power profile on the scan when this fast
+
+    def scan_seconds(self, stack: PeriodicStack, num_tokens: int) -> float:
+        """Estimated time of the per-layer scan over all T layers."""
+        return self.scan_seconds_per_unit * stack.num_layers * stack.num_heads * num_tokens
+
+    def power_seconds(self, stack: PeriodicStack, num_tokens: int) -> float:
+        """Estimated time of the power engine: the block's products and the squarings."""
+        n, q = float(num_tokens), stack.repeats
+        build = stack.num_layers - (q - 1) * stack.period  # the distinct layers
+        steps = q.bit_length() - 1 + bin(q).count("1")
+        tri = 1 / 3 if stack.causal(num_tokens) else 1.0
+        return self.power_seconds_per_flop * n**3 * (build + tri * steps)
+
+    def profile(self, stack, num_tokens: int, *, dtype=np.float64, progress=None) -> Profile:
+        """As ``Engine.profile``; a ``PeriodicStack`` takes the route of ``periodic_profile``."""
+        if isinstance(stack, PeriodicStack):
+            return self.periodic_profile(stack, int(num_tokens), dtype=dtype, progress=progress)
+        return super().profile(stack, num_tokens, dtype=dtype, progress=progress)
+
+    def periodic_profile(self, stack: PeriodicStack, num_tokens: int, *, dtype, progress=None) -> Profile:
+        """The power engine, or the expanded stack's ordinary route where that is estimated faster."""
+        from posbias.numerics.power import Power
+
+        power = Power()
+        scan, pow_ = self.scan_seconds(stack, num_tokens), self.power_seconds(stack, num_tokens)
+        expandable = stack.num_layers <= EXPAND_MAX_LAYERS
+        if power.supports(stack, num_tokens) is None and (pow_ <= scan or not expandable):
+            result = power.profile(stack, num_tokens, dtype=dtype, progress=progress)
+            choice = (f"auto: power ({result.path}) for a periodic stack of T = {stack.num_layers} "
+                      f"(period {stack.period}, estimated {pow_:.3g} s against {scan:.3g} s for the per-layer scan)")
+            lost = int(result.unresolved().sum())
+            if not (lost and expandable and scan <= self.periodic_retry_seconds):
+                return dataclasses.replace(result, notes=result.notes + (choice,))
+            choice += (f"; {lost} entries unresolved, re-ran on the per-layer scan with extended range "
+                       f"(estimated {scan:.3g} s <= {self.periodic_retry_seconds:g} s)")
+            return self.expanded(stack, num_tokens, dtype=dtype, progress=progress, notes=result.notes + (choice,))
+        if not expandable:
+            raise Unsupported(f"auto engine: {power.supports(stack, num_tokens)}, and T = {stack.num_layers} layers "
+                              f"is too deep for the per-layer scan (at most {EXPAND_MAX_LAYERS})")
+        return self.expanded(stack, num_tokens, dtype=dtype, progress=progress,
+                             notes=(f"auto: periodic stack of T = {stack.num_layers} expanded to the per-layer scan "
+                                    f"(estimated {scan:.3g} s against {pow_:.3g} s for the power engine)",))
+
+    def expanded(self, stack: PeriodicStack, num_tokens: int, *, dtype, progress, notes) -> Profile:
+        """The ordinary route on the expanded stack, self-weights compressed back to the distinct layers."""
+        result = super().profile(stack.expand(), num_tokens, dtype=dtype, progress=progress)
+        return dataclasses.replace(result, min_self_weight=stack.compress(result.min_self_weight),
+                                   last_self_weight=stack.compress(result.last_self_weight),
+                                   notes=tuple(notes) + result.notes)
 
     def supports(self, stack, num_tokens: int) -> str | None:
         if isinstance(stack, KernelStack):

@@ -64,7 +64,9 @@ class Profile:
     last_self_weight:  (T,) A^(t)[N-1, N-1]    (the last-token atom, C2(c))
     engine:            name of the engine that produced the numbers
     path:              how it ran: "native" / "native-extended" (C kernel on the CPU),
-                       "xla", "xla-log", "fft", "dense", "measured"
+                       "xla", "xla-log", "fft", "dense", "measured", "power-scaled"
+                       (squaring of a periodic stack's block; its self-weights are then
+                       one per distinct layer, shape (p + r,), not (T,))
     resolution:        absolute error bound of the entries relative to max p (0: every
                        entry carries float64 relative accuracy). The FFT route's error is
                        absolute (~1e-16 of the largest entries), so entries below

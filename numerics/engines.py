@@ -11,6 +11,8 @@ log          the same recurrence in log space (extended range)           no slid
 fft          saturation split + FFT, O(N log L) per layer                causal / sliding window
              (numerics/fft.py); absolute error ~1e-16 of max p
 dense        full P by N x N products (numerics/dense.py)                N <= 8192
+power        periodic stacks by squaring the block product, O(N^3 log T)  N <= 8192, any depth
+             with per-column scale exponents (numerics/power.py)
 measured     given (T, N, N) kernels (numerics/measured.py)              a KernelStack
 ===========  ==========================================================  ============================
 
@@ -40,6 +42,7 @@ _TABLE = {  # name -> (module, class, options): imported on first use (JAX only 
     "log": ("structured", "Structured", {"ring": "log"}),
     "fft": ("fft", "FFT", {}),
     "dense": ("dense", "Dense", {}),
+    "power": ("power", "Power", {}),
     "measured": ("measured", "Measured", {}),
 }
 NAMES = tuple(_TABLE)

@@ -115,7 +115,7 @@ class Summary:
 def entropy(p: np.ndarray) -> float:
     """Shannon entropy -sum p log p in nats (0 log 0 = 0)."""
     q = p[p > 0]
-    return float(-np.sum(q * np.log(q)))
+    return float(-np.sum(q * np.log(q))) + 0.0  # + 0.0: no "-0.0000" for a collapsed profile
 
 
 def last_token_atom(lambdas: np.ndarray, last_self_weight: np.ndarray) -> float:
@@ -149,9 +149,16 @@ def summarize(profile: Profile, stack, *, precision: str = "float64") -> Summary
     def end(j):
         return (None, None) if lost[j] else (float(p[j]), float(logp[j]))
     graded = _graded(p, n, argmin, log_p_min, end(0)[1], end(-1)[1])
-    lambdas = np.asarray(stack.lambdas)
-    delta = 1.0 - profile.min_self_weight
     causal = stack.causal(n)
+    if hasattr(stack, "sum_lambda_delta"):  # a compact stack (PeriodicStack): no T-long arrays, one
+        sum_lambda = stack.sum_lambda()     # self-weight per distinct layer in the profile
+        sum_lambda_delta = stack.sum_lambda_delta(profile.min_self_weight)
+        atom = stack.last_token_atom(profile.last_self_weight) if causal else None
+    else:
+        lambdas = np.asarray(stack.lambdas)
+        sum_lambda = float(np.sum(lambdas))
+        sum_lambda_delta = float(np.sum(lambdas * (1.0 - profile.min_self_weight)))
+        atom = last_token_atom(lambdas, profile.last_self_weight) if causal else None
     return Summary(
         num_layers=int(stack.num_layers),
         num_tokens=n,
@@ -165,9 +172,9 @@ def summarize(profile: Profile, stack, *, precision: str = "float64") -> Summary
         p_min=p_min,
         log_p_min=log_p_min,
         entropy=entropy(p),
-        sum_lambda=float(np.sum(lambdas)),
-        sum_lambda_delta=float(np.sum(lambdas * delta)),
-        last_token_atom=last_token_atom(lambdas, profile.last_self_weight) if causal else None,
+        sum_lambda=sum_lambda,
+        sum_lambda_delta=sum_lambda_delta,
+        last_token_atom=atom,
         u_shape=shape,
         mass_defect=defect,
         engine=profile.engine,

@@ -41,7 +41,8 @@ _EXPORTS = {
 }
 _NUMERICS = ("AlibiStack", "KernelStack", "Causal", "SlidingWindow", "Prefix", "Full", "Constant", "PowerDecay",
              "Geometric", "Custom", "alibi_slopes", "profile", "summarize", "Profile", "Summary", "ENGINES",
-             "Engine", "Auto", "Structured", "FFT", "Dense", "Measured", "Unsupported", "kernel_diagonals",
+             "Engine", "Auto", "Structured", "FFT", "Dense", "Measured", "Power", "PeriodicStack", "Unsupported",
+             "profiles", "kernel_diagonals",
              "diagonal_product", "alibi_kernels", "rollout_matrix", "u_shape")
 
 __all__ = sorted([*_EXPORTS, *_NUMERICS])

@@ -15,7 +15,7 @@ from posbias.argtypes import at_least
 from posbias.errors import UserError
 
 EXIT_USAGE = 2
-ENGINE_NAMES = ("auto", "structured", "log", "fft", "dense")
+ENGINE_NAMES = ("auto", "structured", "log", "fft", "dense", "power")
 
 
 class UsageError(Exception):
@@ -83,6 +83,10 @@ def _parser() -> _Parser:
     model.add_argument("--content-diagonal", type=_content, metavar="D",
                        help="content diagonal excess d: one number, or one per layer (comma-separated); default 0")
     model.add_argument("--mask", metavar="MASK", help="attention mask (see below; default causal)")
+    model.add_argument("--periodic", action="store_true",
+                       help="--schedule custom:L0,...,L(p-1) lists one period of p layers, repeated up to --layers "
+                            "(any depth: the power engine squares the block product); constant schedules at "
+                            "T >= 100000 are compact without it")
     ro.add_argument("--content-broadcast", choices=("all", "first-head"), default="all",
                     help="a single content value in a config goes to every head (all) or, as the reference "
                          "tool does, to head 0 only")
@@ -111,7 +115,8 @@ def _parser() -> _Parser:
     return top
 
 
-SUBCOMMAND_MODULES = ("posbias.verify", "posbias.compare", "posbias.fit")
+SUBCOMMAND_MODULES = ("posbias.verify", "posbias.compare", "posbias.fit", "posbias.sweep.cli", "posbias.sweep.plot",
+                      "posbias.lm.cli", "posbias.validate")
 """Modules with ``add_parser(subparsers)`` and ``run(args) -> int`` (imported when the parser is built:
 keep their top level light)."""
 
@@ -174,6 +179,9 @@ def _model_from_args(args):
     flags = dict(tokens=args.tokens, layers=args.layers, heads=args.heads, slopes=args.slopes,
                  schedule=args.schedule, content_diagonal=args.content_diagonal, mask=args.mask)
     if args.config is not None:
+        if args.periodic:
+            raise UserError("--periodic: applies to models from flags (--layers ... --schedule custom:...), "
+                            "not to a CONFIG file")
         return cfg.load(args.config, content_broadcast=args.content_broadcast, **flags)
     missing = [f"--{k}" for k in ("layers", "heads", "tokens", "schedule") if flags[k] is None]
     if missing:
@@ -181,7 +189,7 @@ def _model_from_args(args):
     return build_model(layers=args.layers, heads=args.heads, tokens=args.tokens, schedule=args.schedule,
                        slopes=args.slopes or "paper",
                        content_diagonal=0.0 if args.content_diagonal is None else args.content_diagonal,
-                       mask=args.mask or "causal")
+                       mask=args.mask or "causal", periodic=args.periodic)
 
 
 def _rollout(args) -> int:
@@ -198,7 +206,7 @@ def _rollout(args) -> int:
         if args.config is not None:
             raise InputError("give either CONFIG or --kernels, not both")
         model_flags = [f for f in ("layers", "heads", "tokens", "slopes", "content_diagonal", "mask")
-                       if getattr(args, f) is not None]
+                       if getattr(args, f) is not None] + (["periodic"] if args.periodic else [])
         if model_flags:
             raise InputError(f"--{model_flags[0].replace('_', '-')} describes an ALiBi model; "
                              "it does not apply to --kernels (only --schedule does)")
@@ -218,7 +226,7 @@ def _rollout(args) -> int:
             content_broadcast=args.content_broadcast, slopes=args.slopes or ("file" if args.config else "paper"))
         out_dir = args.out or Path(model.save_dir or "posbias-out")
         title, warnings, schedule = str(args.config) if args.config else "model from flags", model.warnings, model.schedule
-        stack_lambdas = model.stack.lambdas
+        stack_lambdas = getattr(model.stack, "lambdas", None)  # None: a compact stack labels itself
     for w in warnings:
         print(f"posbias: warning: {w}", file=sys.stderr)
     s = summary.to_dict()
@@ -244,7 +252,8 @@ def _rollout(args) -> int:
     label = f"T={s['num_layers']}{heads}, N={s['num_tokens']}, {s['mask']}"
     shown = result.profile if result.log_profile is None else result.log_profile
     figure = output.profile_figure([(label, shown)], title=output.config_label(title),
-                                   subtitle=output.lambda_label(stack_lambdas, _short(schedule)),
+                                   subtitle=(output.lambda_label(stack_lambdas, _short(schedule))
+                                             if stack_lambdas is not None else model.stack.lambda_label(_short(schedule))),
                                    log_values=result.log_profile is not None)
     written = write_run(out_dir, files, {"profile.png": figure})
     if args.json:

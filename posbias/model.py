@@ -11,6 +11,13 @@ Its methods are the questions researchers ask of it (THEORY.md labels):
 * ``diagonal()``: P_ii = prod_t (1 - lambda_t (1 - A^(t)_ii)) (C5(a), causal masks);
 * ``matrix()``: the full P by dense products (N <= 8192).
 
+Deep stacks whose layers repeat are kept compact (``posbias.numerics.periodic``): a
+constant schedule at T >= ``COMPACT_FROM_LAYERS`` (with slopes, content and head weights
+the same in every layer), or ``periodic=True`` with ``custom:L0,...,L(p-1)`` giving one
+period, builds a ``PeriodicStack`` (the block of p layers, how often it repeats, the
+remainder on top) without any (T, H) array; its profile comes from the power engine
+(O(N^3 log T), THEORY.md Notation), so T = 10^9 is an ordinary request.
+
 Examples
 --------
 >>> m = build_model(layers=4, heads=8, tokens=32, schedule="constant:0.5")
@@ -19,6 +26,9 @@ Examples
 >>> s = m.summary()
 >>> bool(s.argmin is not None and abs(m.profile().probabilities.sum() - 1) < 1e-12)
 True
+>>> deep = build_model(layers=10**9, heads=8, tokens=16, schedule="constant:0.5")
+>>> type(deep.stack).__name__, deep.stack.num_layers, deep.stack.period
+('PeriodicStack', 1000000000, 1)
 """
 
 from __future__ import annotations
@@ -28,6 +38,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from posbias.errors import UserError
+
+
+COMPACT_FROM_LAYERS = 100_000  # constant schedules from this depth build a compact PeriodicStack
 
 
 class ModelError(UserError):
@@ -57,17 +70,26 @@ class Model:
 
     def run(self, engine="auto", *, precision="float64", full_matrix=False, diagonal=False, show_progress=False):
         """Everything ``posbias rollout`` reports: a ``RunResult`` (renormalised profile, Summary, extras)."""
+        from dataclasses import replace
+
         from posbias.run import run_stack
 
+        compact = _is_compact(self.stack)
+        if compact and full_matrix:
+            raise ModelError(f"--full: the dense P of a compact periodic stack (T = {self.stack.num_layers}) "
+                             "is not formed; its profile comes from the power engine")
+        if compact and diagonal and not self.stack.causal(self.num_tokens):
+            raise ModelError(f"--diagonal: the identity P_ii = prod_t (1 - lambda_t (1 - A_ii)) needs "
+                             f"lower-triangular kernels; mask {self.stack.mask_name} reads later tokens")
         result = run_stack(self.stack, self.num_tokens, engine=engine, precision=precision,
                            full_matrix=full_matrix, diagonal=diagonal, show_progress=show_progress)
         provenance = {"source": self.source}
         if self.schedule:  # a long custom list is in the source file already
             provenance["schedule"] = self.schedule if len(self.schedule) <= 64 else self.schedule.split(":")[0]
+        if compact:
+            provenance["period"] = self.stack.period
         if self.overrides:
             provenance["overrides"] = list(self.overrides)
-        from dataclasses import replace
-
         return replace(result, summary=result.summary.with_provenance(**provenance))
 
     def summary(self, engine="auto"):
@@ -76,21 +98,34 @@ class Model:
 
     def diagonal(self) -> np.ndarray:
         """(N,) P_ii by the identity prod_t (1 - lambda_t (1 - A^(t)_ii)) (C5(a)); causal masks only."""
-        from posbias import numerics as nx
-
         if not self.stack.causal(self.num_tokens):
             raise ModelError(f"diagonal: the identity needs lower-triangular kernels; mask {self.stack.mask.name} "
                              "reads later tokens (use matrix())")
-        return nx.diagonal_product(nx.kernel_diagonals(self.stack, self.num_tokens), self.stack.lambdas)
+        return np.exp(self.log_diagonal())
+
+    def log_diagonal(self) -> np.ndarray:
+        """(N,) log P_ii (C5(a)), finite far below the float64 range (compact periodic stacks too)."""
+        from posbias.run import log_diagonal
+
+        return log_diagonal(self.stack, self.num_tokens)
 
     def matrix(self) -> np.ndarray:
         """(N, N) P = R^(T-1) ... R^(0) by dense products (N <= 8192)."""
         from posbias import numerics as nx
 
+        if _is_compact(self.stack):
+            raise ModelError(f"matrix: the dense P of a compact periodic stack (T = {self.stack.num_layers}) "
+                             "is not formed")
         reason = nx.Dense().supports(self.stack, self.num_tokens)
         if reason:
             raise ModelError(f"matrix: {reason}")
         return np.asarray(nx.dense_rollout(self.stack, self.num_tokens)[0])
+
+
+def _is_compact(stack) -> bool:
+    from posbias.numerics.periodic import PeriodicStack
+
+    return isinstance(stack, PeriodicStack)
 
 
 def _from_spec(what: str, spec, parse):
@@ -166,6 +201,32 @@ def content_of(content_diagonal, num_layers: int, num_heads: int) -> np.ndarray:
     return np.array(np.broadcast_to(d, (num_layers, num_heads)))
 
 
+def period_of(schedule, num_layers: int, periodic: bool, slopes, content_diagonal, head_weights) -> int | None:
+    """The number of layers p of the block a compact stack repeats, or None for an ordinary stack.
+
+    ``periodic``: the custom schedule lists one period (its length is p; per-layer content then
+    has p values too). Otherwise a constant schedule at T >= ``COMPACT_FROM_LAYERS`` whose slopes,
+    content and head weights are the same in every layer is time-invariant (p = 1)."""
+    from posbias.numerics import schedules
+
+    if periodic:
+        if isinstance(schedule, schedules.Constant):
+            return 1
+        if not isinstance(schedule, schedules.Custom):
+            raise ModelError(f"periodic: expected a custom:L0,L1,... schedule listing one period of lambdas, "
+                             f"got {getattr(schedule, 'spec', schedule)}")
+        p = len(schedule.lambdas)
+        if p > num_layers:
+            raise ModelError(f"periodic: one period of {p} layers is longer than layers = {num_layers}")
+        return p
+    if not isinstance(schedule, schedules.Constant) or num_layers < COMPACT_FROM_LAYERS:
+        return None
+    same = (isinstance(slopes, str) or np.ndim(slopes) <= 1,
+            np.ndim(content_diagonal) == 0,
+            head_weights is None or np.ndim(head_weights) <= 1)
+    return 1 if all(same) else None
+
+
 def build_model(
     *,
     layers: int,
@@ -177,6 +238,7 @@ def build_model(
     head_weights=None,
     temperature: float = 1.0,
     mask="causal",
+    periodic: bool = False,
 ) -> Model:
     """A model from numbers: T = ``layers``, H = ``heads``, N = ``tokens``.
 
@@ -184,20 +246,30 @@ def build_model(
     slopes: ``"paper"`` (m_h = 2^(-8h/H)), ``"hf"`` (the transformers construction) or
     explicit (H,) / (T, H) values; content_diagonal: d as a number, T numbers or (T, H);
     mask: ``"causal"``, ``"full"``, ``"window:W"``, ``"prefix:K"`` or a mask object.
+    periodic: the ``custom:`` schedule is one period of p layers, repeated up to T
+    (per-layer slopes, content and head weights then give p layers); the stack is a
+    compact ``PeriodicStack``, as is a constant schedule at T >= ``COMPACT_FROM_LAYERS``.
     """
+    from posbias.numerics.periodic import PeriodicStack
     from posbias.numerics.stack import AlibiStack, StackError
 
     for name, value in (("layers", layers), ("heads", heads), ("tokens", tokens)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ModelError(f"{name}: expected a positive integer, got {value!r}")
-    check_size(layers, heads)
+    layers = int(layers)
     sched = parse_schedule(schedule)
-    lambdas, warnings = lambdas_of(sched, layers)
+    period = period_of(sched, layers, bool(periodic), slopes, content_diagonal, head_weights)
+    built = layers if period is None else period
+    if period is None:
+        check_size(layers, heads)
+    lambdas, warnings = lambdas_of(sched, built)
     try:
-        stack = AlibiStack.build(lambdas, slopes_of(slopes, heads), content_of(content_diagonal, layers, heads),
+        stack = AlibiStack.build(lambdas, slopes_of(slopes, heads), content_of(content_diagonal, built, heads),
                                  head_weights, temperature, parse_mask(mask))
     except StackError as exc:
         raise ModelError(str(exc)) from None
     if stack.num_heads != heads:
         raise ModelError(f"slopes: {stack.num_heads} heads given, expected heads = {heads}")
+    if period is not None:
+        stack = PeriodicStack.build(stack, layers)
     return Model(stack, int(tokens), "flags", warnings, schedule=getattr(sched, "spec", None))

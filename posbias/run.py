@@ -113,10 +113,9 @@ def run_stack(
         p_diag = rows = None
         extra = {}
         if diagonal:
-            self_weights = (np.diagonal(stack.kernels, axis1=1, axis2=2) if isinstance(stack, nx.KernelStack)
-                            else nx.kernel_diagonals(stack, num_tokens))
-            p_diag = nx.diagonal_product(self_weights, stack.lambdas)
-            k = int(np.argmin(p_diag))
+            log_diag = log_diagonal(stack, num_tokens)
+            p_diag = np.exp(log_diag)
+            k = int(np.argmin(log_diag))
             extra["diagonal"] = DiagonalSummary(float(p_diag[k]), k)
         if full_matrix:
             if isinstance(stack, nx.KernelStack):
@@ -134,6 +133,22 @@ def run_stack(
     p, logp, _ = nx.summary.normalised(prof)
     log_out = logp if prof.extended_range and bool(np.any(p < nx.engine.UNDERFLOW)) else None
     return RunResult(p, summary, log_out, p_diag, rows)
+
+
+def log_diagonal(stack, num_tokens: int) -> np.ndarray:
+    """(N,) log P_ii = sum_t log(1 - lambda_t (1 - A^(t)_ii)) (C5(a), lower-triangular kernels) for
+    measured kernels, an ALiBi stack or a compact periodic stack (its distinct layers, counted)."""
+    from posbias import numerics as nx
+
+    if isinstance(stack, nx.KernelStack):
+        weights, lambdas = np.diagonal(stack.kernels, axis1=1, axis2=2), stack.lambdas
+    elif hasattr(stack, "log_diagonal"):  # PeriodicStack: never T-long arrays
+        weights = np.concatenate([nx.kernel_diagonals(s, num_tokens) for s in stack.distinct])
+        return stack.log_diagonal(weights)
+    else:
+        weights, lambdas = nx.kernel_diagonals(stack, num_tokens), stack.lambdas
+    with np.errstate(divide="ignore"):
+        return np.sum(np.log1p(-np.asarray(lambdas)[:, None] * (1.0 - weights)), axis=0)
 
 
 def _npy_header(handle) -> tuple[tuple[int, ...], np.dtype]:
