@@ -79,3 +79,21 @@ def lost_in_middle(p, threshold: float = LOST_IN_MIDDLE_THRESHOLD) -> bool | Non
         return None
     first, middle, last = (_total(p[s]) for s in thirds(len(p)))
     return bool(ratio < threshold and middle < first and middle < last)
+
+
+def log_middle_measures(log_p, threshold: float = LOST_IN_MIDDLE_THRESHOLD) -> tuple[float | None, bool | None]:
+    """(log middle_mass_ratio, lost_in_middle) from a log profile (natural logs, any
+    normalisation): the same quantities as ``middle_mass_ratio`` and ``lost_in_middle``,
+    decided in log space so that masses far below the float64 range still compare.
+    (None, None) when N < 3."""
+    import numpy as np
+
+    log_p = np.asarray(log_p, dtype=np.float64)
+    n = log_p.size
+    if n < 3:
+        return None, None
+    first, middle, last = (float(np.logaddexp.reduce(log_p[s])) for s in thirds(n))
+    total = float(np.logaddexp.reduce(log_p))
+    count = thirds(n)[1].stop - thirds(n)[1].start
+    log_ratio = middle - total + float(np.log(n / count))
+    return log_ratio, bool(log_ratio < np.log(threshold) and middle < first and middle < last)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from posbias.numerics.engine import Profile
-from posbias.numerics.shape import lost_in_middle, middle_mass_ratio, u_shape
+from posbias.numerics.shape import log_middle_measures, u_shape
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,8 @@ class Summary:
     argmin_relative = argmin / (N - 1) (0: first token, 1: last); log_dip_depth =
     log(min(p_first, p_last) / p_min) >= 0 from log p (dip_depth = its exp, None beyond
     the float64 range); middle_mass_ratio = mass of the middle third over its share under a
-    uniform profile (1: flat); lost_in_middle = middle_mass_ratio < 0.5 and the middle
+    uniform profile (1: flat; its log in log_middle_mass_ratio, finite below the float64
+    range); lost_in_middle = middle_mass_ratio < 0.5 and the middle
     third below each outer third.
     """
 
@@ -83,6 +84,7 @@ class Summary:
     log_dip_depth: float | None = None
     dip_depth: float | None = None
     middle_mass_ratio: float | None = None
+    log_middle_mass_ratio: float | None = None
     lost_in_middle: bool | None = None
     notes: tuple[str, ...] = ()
     diagonal: DiagonalSummary | None = None
@@ -148,7 +150,7 @@ def summarize(profile: Profile, stack, *, precision: str = "float64") -> Summary
 
     def end(j):
         return (None, None) if lost[j] else (float(p[j]), float(logp[j]))
-    graded = _graded(p, n, argmin, log_p_min, end(0)[1], end(-1)[1])
+    graded = _graded(logp, n, argmin, log_p_min, end(0)[1], end(-1)[1])
     causal = stack.causal(n)
     if hasattr(stack, "sum_lambda_delta"):  # a compact stack (PeriodicStack): no T-long arrays, one
         sum_lambda = stack.sum_lambda()     # self-weight per distinct layer in the profile
@@ -186,12 +188,17 @@ def summarize(profile: Profile, stack, *, precision: str = "float64") -> Summary
     )
 
 
-def _graded(p, n, argmin, log_p_min, log_first, log_last) -> dict:
-    """The graded shape measures (see ``Summary``). The middle-third mass is a sum, so
-    entries an engine did not resolve change it by at most their bound (negligible)."""
-    out = dict(middle_mass_ratio=middle_mass_ratio(p), lost_in_middle=lost_in_middle(p))
-    if out["middle_mass_ratio"] is not None:
-        out["middle_mass_ratio"] = float(out["middle_mass_ratio"])
+def _graded(logp, n, argmin, log_p_min, log_first, log_last) -> dict:
+    """The graded shape measures (see ``Summary``), from log p so that masses below the
+    float64 range still compare. The thirds' masses are sums, so entries an engine did not
+    resolve change them by at most their bound (negligible)."""
+    log_ratio, lost = log_middle_measures(logp)
+    if log_ratio is not None and not np.isfinite(log_ratio):  # every middle entry lost to underflow
+        log_ratio = lost = None
+    out = {"lost_in_middle": lost}
+    if log_ratio is not None:
+        out["log_middle_mass_ratio"] = log_ratio
+        out["middle_mass_ratio"] = float(np.exp(log_ratio))
     if argmin is not None:
         out["argmin_relative"] = argmin / (n - 1) if n > 1 else 0.0
     if None not in (log_p_min, log_first, log_last):

@@ -143,6 +143,14 @@ def _prob(s: dict, which: str, spec: str) -> str:
     return _fmt(p, spec)
 
 
+def _ratio(s: dict) -> str:
+    """middle_mass_ratio, as e^(log) where it is below the float64 range."""
+    ratio, log_ratio = s["middle_mass_ratio"], s["log_middle_mass_ratio"]
+    if ratio is not None and ratio < 1e-300 and log_ratio is not None:
+        return f"e^{log_ratio:.6g}"
+    return _fmt(ratio, ".4g")
+
+
 def _print_summary(title: str, s: dict, written: list[Path]) -> None:
     atom = "n/a (non-causal mask)" if s["last_token_atom"] is None else f"{s['last_token_atom']:.6g}"
     heads = "" if s.get("num_heads") is None else f", H={s['num_heads']}"
@@ -155,7 +163,7 @@ def _print_summary(title: str, s: dict, written: list[Path]) -> None:
     depth = ("unresolved" if s["log_dip_depth"] is None else
              f"{s['dip_depth']:.4g}" if s["dip_depth"] is not None else f"e^{s['log_dip_depth']:.6g}")
     print(f"  argmin / (N-1) = {_fmt(s['argmin_relative'], '.4f')}   dip depth = {depth}   "
-          f"middle third = {_fmt(s['middle_mass_ratio'], '.4g')} x uniform   lost in the middle: {lost}")
+          f"middle third = {_ratio(s)} x uniform   lost in the middle: {lost}")
     print(f"  entropy = {s['entropy']:.4f} nats   sum lambda = {s['sum_lambda']:.4f}   "
           f"sum lambda*delta = {s['sum_lambda_delta']:.4f}   last-token atom = {atom}")
     if s.get("matrix"):

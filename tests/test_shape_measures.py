@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import posbias.numerics as nx
-from posbias.numerics.shape import lost_in_middle, middle_mass_ratio, thirds
+from posbias.numerics.shape import log_middle_measures, lost_in_middle, middle_mass_ratio, thirds
 
 
 @given(st.integers(0, 10_000))
@@ -39,6 +39,8 @@ def test_numpy_and_fraction_routes_agree():
         exact = [F(int(x), int(q.sum())) for x in q]
         assert abs(middle_mass_ratio(q / q.sum()) - float(middle_mass_ratio(exact))) < 1e-12
         assert lost_in_middle(q / q.sum()) == lost_in_middle(exact)
+        log_ratio, lost = log_middle_measures(np.log(q) - 7.0)  # any normalisation
+        assert abs(np.exp(log_ratio) - float(middle_mass_ratio(exact))) < 1e-12 and lost == lost_in_middle(exact)
 
 
 @pytest.mark.parametrize("layers,lam,d", [(70, 0.05, 0.0), (32, 0.5, 0.0), (8, 0.9, 3.0)])
@@ -67,3 +69,7 @@ def test_dip_depth_from_log_space_beyond_float64():
     assert s.log_p_min < -800 and s.log_dip_depth is not None and np.isfinite(s.log_dip_depth)
     assert s.log_dip_depth == pytest.approx(min(s.log_p_first, s.log_p_last) - s.log_p_min, abs=0)
     assert s.dip_depth is None or s.log_dip_depth < 700
+    middle = slice(683, 1366)  # N = 2048: j in [2048/3, 4096/3)
+    logp = nx.profile(stack, 2048).log_probabilities
+    expected = np.logaddexp.reduce(logp[middle]) - np.logaddexp.reduce(logp) + np.log(2048 / 683)
+    assert s.log_middle_mass_ratio == pytest.approx(expected, rel=1e-12) and expected < -200
