@@ -8,13 +8,22 @@ an N x N matrix. Three paths, same mathematics:
 * ``native`` (CPU, float64, linear arithmetic): the C kernel of numerics/native.py,
   heads split across threads; with ``extended=True`` its block-floating-point mode,
   which keeps every entry representable far below 1e-308 (finite log p everywhere).
-* ``xla``: the recurrences as a jit-compiled ``lax.scan`` over layers, heads in
-  groups so that memory stays O(group * N); what runs on GPU/TPU and where no C
-  compiler exists. Under a sliding window it subtracts the part leaving the window,
-  so its error is absolute there (``Profile.resolution``); the native kernel avoids
-  the subtraction (segment recurrences) and stays relative.
+* ``xla``: a jit-compiled ``lax.scan`` over layers; what runs on GPU/TPU and where no C
+  compiler exists. Each layer is the chunked formulation of numerics/_recurrence.py,
+  parallel in positions and heads: one matmul of all chunks and heads with stacked
+  Toeplitz blocks of r^{k-q}, an associative scan over the chunk carries, a small
+  matmul for the carries (cost and memory stated there). All heads run at once while
+  H x N fits ``group_budget`` elements, else in as few groups as fit. Windows of
+  w - 1 <= 256 tokens run as two banded matmuls without subtraction (relative
+  accuracy); longer windows subtract the part leaving the window, so the error is
+  absolute there (``Profile.resolution``); the native kernel avoids the subtraction
+  (segment recurrences) and stays relative. ``xla_scan="blocked"`` selects the earlier
+  formulation (a sequential scan over head groups, inside it a sequential scan over
+  ~sqrt N offsets), kept for comparison.
 * ``xla-log`` (``ring="log"``): the XLA path in log space (logaddexp, +): extended
   range without the C kernel; sliding windows are refused (log space cannot subtract).
+  It keeps the blocked formulation: a chunk matmul in log space is a log-sum-exp
+  contraction, which has no exact matmul form once a chunk spans more than float64's range.
 
 Examples
 --------
@@ -37,8 +46,10 @@ from posbias.numerics.engine import Engine, Profile, Unsupported, linear_profile
 from posbias.numerics.stack import AlibiStack
 
 RINGS = ("linear", "log")  # the number systems of numerics/semiring.py
+XLA_SCANS = ("chunked", "blocked")  # formulations of the XLA path in linear arithmetic
 
 SHARED_NORMALISER_MAX = 1 << 24  # elements (128 MiB in float64)
+BLOCKED_BUDGET = 1 << 22  # the blocked formulation holds ~10 (group, P) arrays: at most this many elements per group
 LINEAR_MAX_SLOPE = 700.0  # e^{-700} = 1e-304: steeper slopes underflow r in linear arithmetic
 NATIVE_CLIP_SAFE_SLOPE = 560.0  # the C kernel clips |d| to 600: exact while e^{m - 600} < 1e-17
 
@@ -86,14 +97,20 @@ def native_refuses(stack: AlibiStack) -> str | None:
 class Structured(Engine):
     """ring: "linear" or "log"; native: use the C kernel where it runs (CPU, float64, linear);
     extended: the C kernel's extended-range mode (requires the native kernel);
-    group_budget: XLA path, at most this many (head x position) elements per head group;
-    layers_per_call: XLA path, layers per jit call when progress is reported."""
+    group_budget: XLA path, at most this many (head x position) elements per head group
+    (the blocked formulation, log ring included, caps it at ``BLOCKED_BUDGET``);
+    threads: native path, worker threads (default: all cores);
+    xla_scan: XLA path in linear arithmetic, "chunked" (parallel in positions and heads)
+    or "blocked" (the earlier sequential formulation, for comparison);
+    chunk: chunked XLA path, the chunk length C (None: the rule of ``_recurrence.chunk_size``)."""
 
     ring: str = "linear"
     native: bool = True
     extended: bool = False
-    group_budget: int = 1 << 22
+    group_budget: int = 1 << 27
     threads: int | None = None
+    xla_scan: str = "chunked"
+    chunk: int | None = None
 
     @property
     def name(self) -> str:
@@ -104,6 +121,10 @@ class Structured(Engine):
             return f"expected an ALiBi + content stack, got {type(stack).__name__}"
         if self.ring not in RINGS:
             return f"unknown number system {self.ring!r}; expected one of {sorted(RINGS)}"
+        if self.xla_scan not in XLA_SCANS:
+            return f"unknown XLA formulation {self.xla_scan!r}; expected one of {list(XLA_SCANS)}"
+        if self.chunk is not None and not (isinstance(self.chunk, int) and self.chunk >= 1):
+            return f"chunk must be a positive integer, got {self.chunk!r}"
         if self.ring == "log" and stack.mask.past_window is not None:
             return ("sliding-window masks need subtraction, which log-space arithmetic cannot do "
                     "(the structured engine's extended-range native mode handles them)")
@@ -122,10 +143,20 @@ class Structured(Engine):
         params = 8 * 8 * num_layers * num_heads
         if self.uses_native(np.float64):  # C kernel: a few (N,) buffers per thread (float64 only)
             return 8 * num_tokens * (4 * (self.threads or os.cpu_count() or 2) + 8) + params
-        from posbias.numerics._recurrence import plan
+        from posbias.numerics import _recurrence as rec
 
-        g = plan(num_tokens, num_heads, None, self.group_budget)
+        if self.chunked():
+            c = rec.chunk_plan(num_tokens, num_heads, None, self.group_budget, self.chunk)
+            # u and one temporary (G, P), the Toeplitz blocks, the shared normalisers when stored
+            shared = 8 * num_heads * c.padded if num_heads * c.padded <= SHARED_NORMALISER_MAX else 0
+            widest = max(c.chunk, min(rec.BAND_MAX, 1 << int(np.ceil(np.log2(max(num_tokens, 2))))))  # a window's C
+            return 8 * (3 * c.group * c.padded + 3 * c.group * widest ** 2 + 12 * c.padded) + shared + params
+        g = rec.plan(num_tokens, num_heads, None, min(self.group_budget, BLOCKED_BUDGET))
         return 8 * 10 * g.group * g.padded + 8 * 8 * g.padded + params
+
+    def chunked(self) -> bool:
+        """Whether the XLA path takes the chunked formulation (linear arithmetic only)."""
+        return self.ring == "linear" and self.xla_scan == "chunked"
 
     def uses_native(self, dtype) -> bool:
         """Whether ``compute`` takes the C kernel for this dtype (decided here only)."""
@@ -162,7 +193,12 @@ class Structured(Engine):
         from posbias.numerics.semiring import LOG, RINGS as SEMIRINGS
 
         ring = SEMIRINGS[self.ring]
-        geometry = rec.plan(num_tokens, stack.num_heads, stack.mask, self.group_budget)
+        if self.chunked():
+            moderate = bool(np.all(np.abs(stack.scaled()[1]) <= rec.D_CLIP))
+            geometry = rec.chunk_plan(num_tokens, stack.num_heads, stack.mask, self.group_budget, self.chunk,
+                                      moderate)
+        else:
+            geometry = rec.plan(num_tokens, stack.num_heads, stack.mask, min(self.group_budget, BLOCKED_BUDGET))
         heads = -(-stack.num_heads // geometry.group) * geometry.group
         t_total = stack.num_layers
         chunk = t_total if progress is None else max(1, t_total // 20)
@@ -178,7 +214,10 @@ class Structured(Engine):
                                  arr(slopes), arr(diagonal), arr(stack.head_weights))
         shared = None
         if np.all(slopes == slopes[:1]) and heads * geometry.padded <= SHARED_NORMALISER_MAX:
-            shared = rec.shared_normaliser(layers.slopes[-1], geometry=geometry)
+            if self.chunked():
+                shared = rec.chunked_normaliser(layers.slopes[-1], plan=geometry)
+            else:
+                shared = rec.shared_normaliser(layers.slopes[-1], geometry=geometry)
         v = np.zeros(geometry.padded)
         v[num_tokens - 1] = 1.0
         v = ring.from_linear(jnp.asarray(v, dtype=dtype))
@@ -186,7 +225,10 @@ class Structured(Engine):
         done = 0
         for start in range(t_pad - chunk, -1, -chunk):
             part = rec.LayerParams(*(a[start:start + chunk] for a in layers))
-            v, (mn, last) = rec.layers_scan(v, part, shared, ring=ring, geometry=geometry)
+            if self.chunked():
+                v, (mn, last) = rec.chunked_layers_scan(v, part, shared, plan=geometry)
+            else:
+                v, (mn, last) = rec.layers_scan(v, part, shared, ring=ring, geometry=geometry)
             mins.append(np.asarray(mn))
             lasts.append(np.asarray(last))
             done = min(t_total, done + chunk)
@@ -199,7 +241,9 @@ class Structured(Engine):
             return log_profile(v, mins, lasts, engine=self.name, path="xla-log")
         # Sliding windows subtract r^w u_{j+w}: the error is then absolute (~eps of the
         # largest entries), so tiny entries are not resolved on this path.
-        resolution = 16.0 * float(np.finfo(np.float64).eps) * (t_total + 1) if stack.mask.past_window else 0.0
+        # The chunked path's banded windows (w - 1 <= C) subtract nothing: relative accuracy.
+        subtracts = stack.mask.past_window is not None and not (self.chunked() and geometry.band)
+        resolution = 16.0 * float(np.finfo(np.float64).eps) * (t_total + 1) if subtracts else 0.0
         return linear_profile(v, mins, lasts, engine=self.name, path="xla", resolution=resolution)
 
 
