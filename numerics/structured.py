@@ -247,6 +247,98 @@ class Structured(Engine):
         return linear_profile(v, mins, lasts, engine=self.name, path="xla", resolution=resolution)
 
 
+    def compute_batch(self, stacks, num_tokens: int, *, dtype, devices=None) -> list[Profile]:
+        """Profiles of many stacks of one shape (T, H, mask) on the XLA path in one jit-compiled
+        call: the per-stack layer scan vmapped over the batch. With ``devices`` (more than one),
+        the batch axis is sharded over a Mesh of them (NamedSharding); each stack's numbers do
+        not depend on the sharding (the batch axis only indexes independent scans). Checks as
+        ``Engine.profile`` does, per stack (``supports``) and for the batch (memory)."""
+        import jax
+        import jax.numpy as jnp
+
+        from posbias.numerics import _recurrence as rec
+        from posbias.numerics import budget
+        from posbias.numerics.engine import implausible
+        from posbias.numerics.semiring import LOG, RINGS as SEMIRINGS
+
+        first = stacks[0]
+        for stack in stacks:
+            reason = self.supports(stack, num_tokens)
+            if reason is not None:
+                raise Unsupported(f"{self.name} engine: {reason}")
+        count = len(stacks)
+        reason = budget.check(f"a batch of {count} stacks of T = {first.num_layers}, H = {first.num_heads}, "
+                              f"N = {num_tokens}",
+                              count * self.memory_bytes(first.num_layers, first.num_heads, num_tokens))
+        if reason is not None:
+            raise Unsupported(f"{self.name} engine: {reason}")
+        ring = SEMIRINGS[self.ring]
+        scaled = [s.scaled() for s in stacks]
+        if self.chunked():
+            moderate = all(bool(np.all(np.abs(d) <= rec.D_CLIP)) for _, d in scaled)
+            geometry = rec.chunk_plan(num_tokens, first.num_heads, first.mask, self.group_budget, self.chunk,
+                                      moderate)
+        else:
+            geometry = rec.plan(num_tokens, first.num_heads, first.mask, min(self.group_budget, BLOCKED_BUDGET))
+        heads = -(-first.num_heads // geometry.group) * geometry.group
+        devices = list(devices or [])
+        padded_count = -(-count // max(1, len(devices))) * max(1, len(devices))
+
+        def stacked(values):  # (B, T, H_pad), padding stacks repeat the last one
+            x = np.stack(values + values[-1:] * (padded_count - count))
+            return np.pad(x, ((0, 0), (0, 0), (0, heads - x.shape[2])))
+
+        lambdas = np.stack([s.lambdas for s in stacks] + [stacks[-1].lambdas] * (padded_count - count))
+        arrays = (lambdas, stacked([m for m, _ in scaled]), stacked([d for _, d in scaled]),
+                  stacked([s.head_weights for s in stacks]))
+        v0 = np.zeros((padded_count, geometry.padded))
+        v0[:, num_tokens - 1] = 1.0
+        chunked = self.chunked()
+        with jax.enable_x64(True), np.errstate(all="ignore"):
+            inputs = [jnp.asarray(a, dtype) for a in (ring.from_linear(v0), *arrays)]
+            if len(devices) > 1:
+                from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+                mesh = Mesh(np.array(devices), ("batch",))
+                inputs = [jax.device_put(a, NamedSharding(mesh, PartitionSpec("batch"))) for a in inputs]
+            v, (mins, lasts) = _batched(chunked, geometry, self.ring)(*inputs)
+            v = np.asarray(v, np.float64)[:count, :num_tokens]
+            mins, lasts = np.asarray(mins, np.float64)[:count], np.asarray(lasts, np.float64)[:count]
+        out = []
+        for k, stack in enumerate(stacks):
+            if ring is LOG:
+                result = log_profile(v[k], mins[k], lasts[k], engine=self.name, path="xla-log")
+            else:
+                subtracts = stack.mask.past_window is not None and not (chunked and geometry.band)
+                resolution = 16.0 * float(np.finfo(np.float64).eps) * (stack.num_layers + 1) if subtracts else 0.0
+                result = linear_profile(v[k], mins[k], lasts[k], engine=self.name, path="xla",
+                                        resolution=resolution)
+            broken = implausible(result, dtype)
+            if broken:
+                raise Unsupported(f"{self.name} engine: {broken}; this input is beyond what it computes reliably")
+            out.append(result)
+        return out
+
+
+@functools.cache
+def _batched(chunked: bool, geometry, ring_name: str):
+    """jit(vmap(the layer scan of one stack)) for this geometry (compiled once per shape)."""
+    import jax
+
+    from posbias.numerics import _recurrence as rec
+    from posbias.numerics.semiring import RINGS as SEMIRINGS
+
+    ring = SEMIRINGS[ring_name]
+
+    def one(v, lam, m, d, w):
+        layers = rec.LayerParams(lam, m, d, w)
+        if chunked:
+            return rec.chunked_layers_scan(v, layers, None, plan=geometry)
+        return rec.layers_scan(v, layers, None, ring=ring, geometry=geometry)
+
+    return jax.jit(jax.vmap(one))
+
+
 def kernel_diagonals(stack: AlibiStack, num_tokens: int) -> np.ndarray:
     """(T, N) head-averaged self-weights A^(t)[i, i] = sum_h w_h alpha_{h,i}(d) in closed form (C4(b))."""
     import jax

@@ -8,11 +8,11 @@ Order of work (nothing is computed before 1-4 have passed):
 4. check the output folder: a fresh sweep needs a folder without a manifest, ``--resume``
    needs the same spec digest and reuses the recorded batch sizes;
 5. compute this process's unfinished batches (batch index % P == process index): each batch is
-   one ``posbias.numerics.batch.profiles`` call on one device, summarised (``summarize``) and
-   written as one Parquet file (atomic rename). Several local JAX devices each take batches from
-   one queue, each under ``jax.default_device`` (the batch shapes do not depend on the number
-   of devices, so every batch's numbers are the ones one device computes). The native CPU kernel
-   uses no JAX device: it runs batches one after another (it threads over heads itself);
+   one ``posbias.numerics.batch.profiles`` call, summarised (``summarize``) and written as one
+   Parquet file (atomic rename). With several local JAX devices the batch axis is sharded over
+   a Mesh of them (``jax.sharding.NamedSharding``; ``Structured.compute_batch``): every point
+   is an independent scan, so its numbers do not depend on the number of devices. The native
+   CPU kernel uses no JAX device: its batches run one stack per worker thread;
 6. complete the manifest (merged with every process's part).
 """
 
@@ -21,8 +21,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import queue
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -95,9 +93,9 @@ def native_route(engine: str) -> bool:
 
 
 def local_devices(engine: str, limit: int | None):
-    """[(label, jax device or None)]: the devices batches run on."""
+    """(label, [jax devices] or None): what each batch runs on (None: the native kernel)."""
     if native_route(engine):
-        return [("cpu: native kernel", None)]
+        return "cpu: native kernel", None
     import jax
 
     devs = jax.local_devices()
@@ -106,7 +104,7 @@ def local_devices(engine: str, limit: int | None):
             raise UserError(f"--devices {limit}: only {len(devs)} local device(s) here "
                             f"({', '.join(str(d) for d in devs)})")
         devs = devs[:limit]
-    return [(f"{d.platform}:{d.id}", d) for d in devs]
+    return ", ".join(f"{d.platform}:{d.id}" for d in devs), list(devs)
 
 
 def _summaries(spec: Spec, stacks, profs, n: int, keep_profiles: bool):
@@ -226,9 +224,10 @@ def run_sweep(spec: Spec, opts: Options) -> Outcome:
     done, redo = tb.finished(folder, layout, batches, digest)
     notes += redo
     pending = [b for b in mine if b.index not in done]
-    devices = local_devices(spec.engine, opts.devices)
+    label, devices = local_devices(spec.engine, opts.devices)
     part_path = out / mf.part_name(opts.process_id)
-    part = {"process": opts.process_id, "host": mf.host(), "devices": [d[0] for d in devices], "batches": {}}
+    part = {"process": opts.process_id, "host": mf.host(),
+            "devices": label.split(", ") if devices else [label], "batches": {}}
     if part_path.is_file():
         import json
 
@@ -236,31 +235,23 @@ def run_sweep(spec: Spec, opts: Options) -> Outcome:
             part["batches"] = json.loads(part_path.read_text(encoding="utf-8")).get("batches", {})
         except ValueError:
             pass
-    lock = threading.Lock()
     computed = []
     t_compute = time.perf_counter()
     from posbias.run import progress_bar
 
     total_points = sum(len(b.points) for b in mine)
-    done_points = [total_points - sum(len(b.points) for b in pending)]
+    done_points = total_points - sum(len(b.points) for b in pending)
     with progress_bar(opts.progress and bool(pending), "sweep", unit="points") as update:
         if update:
-            update(done_points[0], total_points)
-
-        def finish(batch, record):
-            with lock:
-                part["batches"][str(batch.index)] = record
-                mf.write_json(part_path, part)
-                computed.append(batch.index)
-                done_points[0] += len(batch.points)
-                if update:
-                    update(done_points[0], total_points)
-
-        def work(batch, label, device):
-            record = compute_batch(grid, spec, layout, batch, label, device, folder, digest, opts.process_id)
-            finish(batch, record)
-
-        _dispatch(pending, devices, work)
+            update(done_points, total_points)
+        for batch in pending:
+            record = compute_batch(grid, spec, layout, batch, label, devices, folder, digest, opts.process_id)
+            part["batches"][str(batch.index)] = record
+            mf.write_json(part_path, part)
+            computed.append(batch.index)
+            done_points += len(batch.points)
+            if update:
+                update(done_points, total_points)
     t_end = time.perf_counter()
     part["timings"] = {"compute_s": round(t_end - t_compute, 3), "total_s": round(t_end - t_start, 3),
                        "batches_computed": len(computed)}
@@ -270,47 +261,14 @@ def run_sweep(spec: Spec, opts: Options) -> Outcome:
         merged = mf.merge(out, main, len(batches), done_all)
         merged["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         mf.write_json(out / mf.MAIN, merged)
-    return Outcome(spec, out, groups, batches, computed, len(mine) - len(pending), [d[0] for d in devices],
+    return Outcome(spec, out, groups, batches, computed, len(mine) - len(pending), part["devices"],
                    t_end - t_start, merged["complete"], notes)
 
 
-def _dispatch(pending, devices, work) -> None:
-    """Run ``work(batch, label, device)`` for every pending batch: inline on one device, else one
-    thread per device pulling from a shared queue (a failure stops the others and is re-raised)."""
-    if len(devices) == 1:
-        label, device = devices[0]
-        for batch in pending:
-            work(batch, label, device)
-        return
-    jobs = queue.Queue()
-    for b in pending:
-        jobs.put(b)
-    errors = []
-
-    def loop(label, device):
-        while not errors:
-            try:
-                batch = jobs.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                work(batch, label, device)
-            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
-                errors.append(exc)
-                return
-
-    threads = [threading.Thread(target=loop, args=d, daemon=True) for d in devices]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-
-
-def compute_batch(grid, spec: Spec, layout, batch, label: str, device, folder: Path, digest: str,
+def compute_batch(grid, spec: Spec, layout, batch, label: str, devices, folder: Path, digest: str,
                   process: int) -> dict:
-    """One batch: stacks, ``profiles`` on ``device``, summaries, one Parquet file. Returns its record."""
+    """One batch: stacks, ``profiles`` (sharded over ``devices`` when several), summaries, one
+    Parquet file. Returns its record."""
     from posbias.numerics.batch import profiles
     from posbias.numerics.engine import Unsupported
 
@@ -318,13 +276,13 @@ def compute_batch(grid, spec: Spec, layout, batch, label: str, device, folder: P
     n = batch.key[2]
     stacks = [grid.stack(int(i), batch.key) for i in batch.points]
     scope = contextlib.nullcontext()
-    if device is not None:
+    if devices:
         import jax
 
-        scope = jax.default_device(device)
+        scope = jax.default_device(devices[0])
     try:
         with scope:
-            profs = profiles(stacks, n, engine=spec.engine)
+            profs = profiles(stacks, n, engine=spec.engine, devices=devices if devices and len(devices) > 1 else None)
     except Unsupported as exc:
         raise UserError(f"batch {batch.index} (points {int(batch.points[0])}..{int(batch.points[-1])}): {exc}") from None
     rows, ps, engines = _summaries(spec, stacks, profs, n, layout.profiles)
