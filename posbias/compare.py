@@ -12,8 +12,9 @@ Three distances between two probability vectors p, q over positions 0 .. N-1:
 
 ``posbias compare MEASURED.csv PRED.csv [PRED.csv ...]`` prints a table (best W1 marked),
 ``--json`` prints JSON instead, and an overlay figure (linear and log scale) is written
-to ``--out`` (default ``posbias-out``). Files are ``token_position,<name>`` CSVs as
-``posbias rollout`` writes them; profiles of different lengths or that do not sum to 1
+to ``--out`` (default ``posbias-out``). Files are ``token_position,<name>[,...]`` CSVs as
+``posbias rollout`` and ``posbias measure`` write them (the profile is the first column after
+``token_position``); profiles of different lengths or that do not sum to 1
 within 1e-9 are refused.
 """
 
@@ -87,8 +88,9 @@ def compare(measured: np.ndarray, predictions: dict[str, np.ndarray]) -> list[Ro
 
 
 def read_profile(path: Path) -> np.ndarray:
-    """The probability column of a ``token_position,<name>`` CSV (positions 0 .. N-1, in order),
-    refused with one line unless finite, non-negative and summing to 1 within 1e-9."""
+    """The first column after ``token_position`` of a CSV (positions 0 .. N-1, in order; e.g.
+    ``profile.csv`` of ``posbias rollout`` or ``influence.csv`` of ``posbias measure``), refused
+    with one line unless finite, non-negative and summing to 1 within 1e-9."""
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as exc:
@@ -97,14 +99,15 @@ def read_profile(path: Path) -> np.ndarray:
     if not lines:
         raise CompareError(f"{path}: empty file, expected a header token_position,probability and one row per token")
     header = [h.strip() for h in lines[0].split(",")]
-    if len(header) != 2 or header[0] != "token_position":
-        raise CompareError(f"{path}: header {lines[0]!r}, expected 'token_position,<name>' (two columns)")
+    if len(header) < 2 or header[0] != "token_position":
+        raise CompareError(f"{path}: header {lines[0]!r}, expected 'token_position,<name>[,...]' (the profile is "
+                           "the first column after token_position)")
     values = np.empty(len(lines) - 1)
     for k, line in enumerate(lines[1:]):
         cells = line.split(",")
         try:
             position, value = int(cells[0]), float(cells[1])
-            if len(cells) != 2:
+            if len(cells) != len(header):
                 raise ValueError
         except (ValueError, IndexError):
             raise CompareError(f"{path}: line {k + 2} is {line!r}, expected 'position,value'") from None

@@ -73,6 +73,7 @@ def test_command_table_json_and_default_folder(tmp_path, monkeypatch, capsys):
     ("token_position,probability\n0,nan\n1,0.4\n", "finite"),
     ("token_position,probability\n0,1.5\n1,-0.5\n", "finite value >= 0"),
     ("token_position,probability\n0,x\n", "expected 'position,value'"),
+    ("token_position,probability,sem\n0,0.5\n1,0.5,0.1\n", "expected 'position,value'"),
 ])
 def test_bad_files_one_line_exit_2_nothing_written(tmp_path, capsys, text, message):
     m = _write(tmp_path / "m.csv", np.array([0.5, 0.5]))
@@ -90,3 +91,10 @@ def test_different_lengths_refused(tmp_path, capsys):
     assert main(["compare", str(m), str(q), "--out", str(tmp_path / "o")]) == 2
     assert "3 positions, expected 2" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_first_value_column_of_wider_files(tmp_path):
+    """influence.csv of posbias measure: token_position,influence,grad_norm_mean,grad_norm_sem."""
+    f = tmp_path / "influence.csv"
+    f.write_text("token_position,influence,grad_norm_mean,grad_norm_sem\n0,0.25,3.0,0.1\n1,0.75,9.0,0.2\n")
+    assert pc.read_profile(f).tolist() == [0.25, 0.75]
