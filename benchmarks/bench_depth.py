@@ -6,8 +6,9 @@ never as a test:
 
 Whole ``posbias rollout`` processes (wall time and the child's peak RSS from getrusage):
 
-1. ``--layers T`` with a constant schedule: a compact stack, the power engine (squarings of
-   the N x N block product, numerics/power.py);
+1. ``--layers T`` with a constant schedule: a compact stack, the power engine alone
+   (``--engine power``: squarings of the N x N block product, numerics/power.py), and with
+   ``--with-auto`` the default choice (auto re-runs the exact scan when power loses entries);
 2. the plain per-layer scan (``--engine structured``, native C kernel) at ``--scan-layers`` and
    ten times that, extrapolated linearly to T (the difference of the two runs is the per-layer
    cost, so process start-up and JIT are not multiplied).
@@ -54,12 +55,16 @@ def main(argv=None) -> int:
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--schedule", default="constant:0.5")
     ap.add_argument("--scan-layers", type=int, default=1000)
+    ap.add_argument("--with-auto", action="store_true", help="also the default engine choice (auto)")
     a = ap.parse_args(argv)
     model = ["--heads", str(a.heads), "--tokens", str(a.tokens), "--schedule", a.schedule]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        wall, rss, s = run(["--layers", str(a.layers), *model], Path(tmp) / "power")
-        rows.append((f"power engine, T = {a.layers}", wall, rss, s))
+        wall, rss, s = run(["--layers", str(a.layers), *model, "--engine", "power"], Path(tmp) / "power")
+        rows.append((f"power engine alone, T = {a.layers}", wall, rss, s))
+        if a.with_auto:
+            wall, rss, s_auto = run(["--layers", str(a.layers), *model], Path(tmp) / "auto")
+            rows.append((f"auto (power, exact-scan retry if lost), T = {a.layers}", wall, rss, s_auto))
         w1, r1, s1 = run(["--layers", str(a.scan_layers), *model, "--engine", "structured"], Path(tmp) / "s1")
         w2, r2, _ = run(["--layers", str(10 * a.scan_layers), *model, "--engine", "structured"], Path(tmp) / "s2")
         rows.append((f"plain scan, T = {a.scan_layers}", w1, r1, s1))

@@ -51,7 +51,7 @@ class Auto(Engine):
     log_retry_max_work: int = 200_000_000
     scan_seconds_per_unit: float = 1e-9     # native scan per layer x head x token (2 shared cores: T = 10^4, H = 32, N = 4096 in ~2 s)
     power_seconds_per_flop: float = 4e-11   # BLAS multiply-add in an N x N product
-    periodic_retry_seconds: float = 300.0   # re-run an unresolved power profile on the scan when this fast
+    periodic_retry_seconds: float = 60.0    # re-run an unresolved power profile on the scan when this fast
 
     def scan_seconds(self, stack: PeriodicStack, num_tokens: int) -> float:
         """Estimated time of the per-layer scan over all T layers."""

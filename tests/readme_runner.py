@@ -111,7 +111,7 @@ _FLAGS = {"skip", "skip-output", "output", "reflow"}
 _VALUED = {"rtol", "atol", "timeout"}
 
 # Top-level entries of the checkout not mirrored into the scratch folder.
-_NOT_MIRRORED = {".git", "build", "dist", "out", "posbias-demo", "posbias-out", "results",
+_NOT_MIRRORED = {".git", "build", "dist", "out", "posbias-demo", "posbias-out", "results", "runs",
                  ".pytest_cache", ".hypothesis", "__pycache__", ".mypy_cache", ".ruff_cache"}
 
 
