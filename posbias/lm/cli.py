@@ -180,7 +180,7 @@ def _measure(args) -> int:
     print(f"posbias measure: {source} (T={loaded.model.layers}, H={loaded.model.heads}), N = {n}, "
           f"S = {args.samples}, {args.precision}")
     print(f"  lambda_t (± std over sequences): {lam}   sum = {m.lambdas.sum():.3f}")
-    print(f"  content d (scaled) per layer, head-mean: "
+    print("  content d (scaled) per layer, head-mean: "
           + "  ".join(f"{v:+.3f}" for v in m.content.diagonal_scaled.mean(axis=1))
           + f"   R^2 mean {m.content.r2.mean():.3f}")
     print(f"  influence: p(0) = {m.influence[0]:.4g}   p(N-1) = {m.influence[-1]:.4g}   "
@@ -189,29 +189,11 @@ def _measure(args) -> int:
     return 0
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2, as the posbias command does
-        raise _Usage(f"{self.prog}: {message}")
+def main(argv=None) -> int:
+    """``posbias train|measure ...`` (the same parser and behaviour as the posbias command)."""
+    from posbias.cli import main as posbias_main
 
-
-class _Usage(Exception):
-    pass
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``posbias train|measure ...`` on its own (the same parser and behaviour as when wired into posbias)."""
-    argv = sys.argv[1:] if argv is None else argv
-    top = _Parser(prog="posbias")
-    add_parser(top.add_subparsers(dest="command", required=True, parser_class=_Parser))
-    try:
-        args = top.parse_args(argv)
-    except _Usage as exc:
-        print(str(exc), file=sys.stderr)
-        return EXIT_USAGE
-    from posbias.jax_cache import enable_compilation_cache
-
-    enable_compilation_cache()
-    return run(args)
+    return posbias_main([*(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

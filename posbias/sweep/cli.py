@@ -142,21 +142,10 @@ def _bytes(n: int) -> str:
 
 
 def main(argv=None) -> int:
-    """``python -m posbias.sweep.cli SPEC ...``: the subcommand on its own."""
+    """``python -m posbias.sweep.cli SPEC ...``: ``posbias sweep`` (the same parser and behaviour)."""
+    from posbias.cli import main as posbias_main
 
-    class _P(argparse.ArgumentParser):
-        def error(self, message):
-            print(f"{self.prog}: {message}", file=sys.stderr)
-            raise SystemExit(EXIT_USAGE)
-
-    top = _P(prog="posbias")
-    sub = top.add_subparsers(dest="command", required=True, parser_class=_P)
-    add_parser(sub)
-    try:
-        args = top.parse_args(["sweep", *(sys.argv[1:] if argv is None else argv)])
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return run(args)
+    return posbias_main(["sweep", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -59,11 +59,6 @@ def add_parser(subparsers):
 def run(args) -> int:
     """Execute ``posbias verify`` from parsed arguments; returns the exit code (bad input: one line, 2)."""
     try:
-        import hypothesis  # noqa: F401
-    except ImportError:
-        print("posbias verify: error: needs the hypothesis package (pip install hypothesis)", file=sys.stderr)
-        return EXIT_USAGE
-    try:
         if args.examples is not None and args.examples < 1:
             raise VerifyError("--examples: expected a positive integer")
         if args.tokens is not None and args.tokens < 1:
@@ -110,16 +105,7 @@ def _load_model(args):
 
 
 def main(argv=None) -> int:
-    """``python -m posbias.verify ...``: the subcommand on its own (for testing before wiring)."""
-    import argparse
+    """``python -m posbias.verify ...``: ``posbias verify`` (the same parser and behaviour)."""
+    from posbias.cli import main as posbias_main
 
-    class _P(argparse.ArgumentParser):
-        def error(self, message):
-            print(f"{self.prog}: {message}", file=sys.stderr)
-            raise SystemExit(EXIT_USAGE)
-
-    top = _P(prog="posbias")
-    sub = top.add_subparsers(dest="command", required=True, parser_class=_P)
-    add_parser(sub)
-    args = top.parse_args(["verify", *(sys.argv[1:] if argv is None else argv)])
-    return run(args)
+    return posbias_main(["verify", *(sys.argv[1:] if argv is None else argv)])
