@@ -72,7 +72,41 @@ def test_version(tmp_path):
 
 
 @pytest.mark.parametrize("args", [["--help"], ["rollout", "--help"], ["demo", "--help"], ["derive", "--help"],
-                                  ["proofs", "--help"], ["derive", "drift", "--help"], ["derive", "--list"]])
+                                  ["proofs", "--help"], ["derive", "drift", "--help"], ["derive", "--list"],
+                                  ["verify", "--help"], ["sweep", "--help"], ["plot", "--help"], ["compare", "--help"],
+                                  ["fit", "--help"], ["train", "--help"], ["measure", "--help"], ["validate", "--help"]])
 def test_help_everywhere(tmp_path, args):
     out = _run(args, tmp_path)
     assert out.stdout.strip() and not out.stderr
+
+
+def test_sweep_and_plot_without_out(tmp_path):
+    """posbias sweep SPEC writes ./posbias-sweep/<spec name>/ below the working folder; posbias plot DIR
+    draws into DIR; both from a folder other than the repository."""
+    (tmp_path / "grid.yaml").write_text("name: tiny grid\nbase: {layers: 3, heads: 2, tokens: 12}\n"
+                                        "axes:\n  lambda: [0.3, 0.7]\n  slope_scale: [0.5, 2.0]\n")
+    out = _run(["sweep", "grid.yaml"], tmp_path)
+    folders = [p for p in (tmp_path / "posbias-sweep").iterdir() if p.is_dir()]
+    assert len(folders) == 1 and (folders[0] / "manifest.json").is_file(), out.stdout
+    assert len(list((folders[0] / "table").glob("*.parquet"))) >= 1
+    plotted = _run(["plot", str(folders[0].relative_to(tmp_path))], tmp_path)
+    pngs = list(folders[0].glob("*.png"))
+    assert len(pngs) == 1 and pngs[0].name in plotted.stdout
+
+
+def test_compare_and_fit_without_out(tmp_path):
+    """Without --out, compare and fit write into ./posbias-out below the working folder."""
+    _run(["rollout", "--layers", "3", "--heads", "2", "--tokens", "16", "--schedule", "constant:0.5",
+          "--content-diagonal", "2", "--out", "m"], tmp_path)
+    _run(["rollout", "--layers", "3", "--heads", "2", "--tokens", "16", "--schedule", "constant:0.5", "--out", "p"],
+         tmp_path)
+    _run(["compare", "m/profile.csv", "p/profile.csv"], tmp_path)
+    assert sorted(p.name for p in (tmp_path / "posbias-out").iterdir()) == ["compare.json", "compare.png"]
+    (tmp_path / "model.yaml").write_text(
+        "sequence_length: 16\nnum_layers: 3\nmask_config: {mask_type: causal, window_size: null}\n"
+        "attention_config: {num_heads: 2, alibi_slopes: [[0.0625, 0.00390625]], head_weights: null,"
+        " softmax_temperature: 1.0}\n"
+        "content_config: {diagonal_scores: [[0.0]], base_scores: [[0.0]]}\n"
+        "lambda_schedule_config: {schedule_type: constant, lambda_const: 0.5}\n")
+    _run(["fit", "m/profile.csv", "model.yaml", "--no-temperature", "--steps", "50"], tmp_path)
+    assert {"fit.json", "fitted_profile.csv", "fit.png"} <= {p.name for p in (tmp_path / "posbias-out").iterdir()}
