@@ -29,6 +29,11 @@ class OutputError(UserError):
     """The output folder cannot be written; one line naming it."""
 
 
+def file_mode() -> int:
+    """The permissions the user's umask gives a new file (0o666 minus the umask)."""
+    return 0o666 & ~_umask()
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -125,7 +130,7 @@ def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None,
         if odd:
             raise _fail(out_dir, f"{name} exists and is not a regular file")
     created = _prepare(out_dir)
-    mode = 0o666 & ~_umask()
+    mode = file_mode()
     staging = None
     try:
         _remove_stale_staging(out_dir)
@@ -183,11 +188,12 @@ def _remove_stale_staging(out_dir: Path) -> None:
     """Remove staging folders whose writing process no longer exists (a kill -9 mid-run)."""
     for folder in out_dir.glob(STAGING_PREFIX + "*"):  # glob ignores unreadable entries
         pid = folder.name[len(STAGING_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (its leftovers are not stale)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -195,3 +201,21 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def atomic_write(path: Path, write, *, binary: bool = True) -> None:
+    """Call ``write(handle)`` on a temporary file beside ``path``, fsync it, give it the user's
+    permissions and rename it over ``path``: readers see the old file or the new one, never a
+    part (a kill -9 leaves at most a hidden ``.NAME.*.tmp``)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, file_mode())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

@@ -12,8 +12,6 @@ copy of the configs (written the same way).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -51,25 +49,9 @@ class Checkpoint:
 
 def atomic_write_bytes(path: Path, write) -> None:
     """Call ``write(file)`` on a temporary file beside ``path``, fsync it, rename it over ``path``."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from posbias.files import atomic_write
 
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    atomic_write(path, write)
 
 
 def save(folder: Path, meta: dict, params_flat: dict, opt_leaves) -> Path:

@@ -14,7 +14,6 @@ import json
 import os
 import platform
 import socket
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -46,23 +45,10 @@ def versions() -> dict:
 
 def write_json(path: Path, data: dict) -> None:
     """Write JSON atomically: a temporary file in the same folder, then a rename."""
+    from posbias.files import atomic_write
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=1, default=str)
-            handle.write("\n")
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    atomic_write(path, lambda handle: handle.write(json.dumps(data, indent=1, default=str) + "\n"), binary=False)
 
 
 def read(out_dir: Path) -> dict | None:

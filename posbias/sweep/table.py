@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from posbias.errors import UserError
+from posbias.files import alive
 
 TABLE_DIR = "table"
 META_KEY = b"posbias.sweep"
@@ -225,18 +226,8 @@ def remove_stale_temporaries(folder: Path, indices: set[int]) -> None:
         return
     for path in folder.glob(TMP_PREFIX + "*.tmp"):
         index, pid = path.name[len(TMP_PREFIX):].split(".")[:2]
-        if index.isdigit() and int(index) in indices and pid.isdigit() and not _alive(int(pid)):
+        if index.isdigit() and int(index) in indices and pid.isdigit() and not alive(int(pid)):
             path.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def read_table(out_dir: str | Path):
