@@ -6,21 +6,9 @@ import pkgutil
 
 import pytest
 
+from tests.project_packages import packages
 
-
-BASES = ("posbias", "posbias.numerics", "posbias.theorem")
-
-
-def _packages() -> tuple[str, ...]:
-    """The three layers and every sub-package below them (posbias.verify, posbias.sweep, ...)."""
-    names = list(BASES)
-    for base in BASES:
-        path = importlib.import_module(base).__path__
-        names += [info.name for info in pkgutil.walk_packages(path, prefix=base + ".") if info.ispkg]
-    return tuple(dict.fromkeys(names))
-
-
-PACKAGES = _packages()
+PACKAGES = packages()
 
 
 def _modules():

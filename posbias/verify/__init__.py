@@ -8,21 +8,7 @@ dropped, hypothesis's own engine (``hypothesis.find``) must find a case where th
 conclusion fails, shrink it, and the run shows it as exact small matrices (Fractions)
 and writes it as JSON (``load_counterexample`` replays it).
 
-=================================  =====================================================
-necessity search                   dropped hypothesis
-=================================  =====================================================
-``C1 w/o causality``               K causal (K may read later tokens)
-``C2(b) w/o monotonicity``         every A^(t) stochastically monotone
-``C3(c) w/ non-monotone layer``    every layer ALiBi (a layer below is any causal kernel)
-``C4(a) w/ non-constant shift``    b constant along the row
-``C6 old: steep => monotone``      the withdrawn statement "a steep slope (r = e^-m
-                                   <= 1/5) makes the profile monotone" (THEORY.md C6)
-``C6 U-shapes exist``              (existence: a U-shaped profile at depth >= 2)
-=================================  =====================================================
-
-The searches draw exact cases (integer-weight rows, vertices e_j, r = 1/k, lambda = k/8)
-and steer with ``hypothesis.target`` where failures are rare (C2(b), C6), so the shrunk
-counterexample is a few exact Fractions that its explanation turns into a negative CDF gap.
+The necessity searches and the hypothesis each drops are listed in ``posbias.verify.searches``.
 
 With a model (``verify_model(stack, N)``; ``posbias verify --stack CONFIG`` or
 ``--kernels FILE``) the run states which hypotheses hold for it (causal? every layer
