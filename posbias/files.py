@@ -46,7 +46,8 @@ COMPARE_FILES = ("compare.json", "compare.png")
 FIT_FILES = ("fit.json", "fitted_profile.csv", "fit.png")
 MEASURE_FILES = ("rollout.yaml", "kernels.npz", "attention.npz", "influence.csv", "lambda.csv", "content.csv",
                  "measure.json", "lambda.png")
-FILE_SETS = (ROLLOUT_FILES, DEMO_FILES, COMPARE_FILES, FIT_FILES, MEASURE_FILES)
+HF_MEASURE_FILES = ("config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json")
+FILE_SETS = (ROLLOUT_FILES, DEMO_FILES, COMPARE_FILES, FIT_FILES, MEASURE_FILES, HF_MEASURE_FILES)
 """The files one run of a command may write. A run that writes part of a set removes the rest
 of that set left by an earlier run (e.g. diagonal.csv of an earlier --diagonal run), so the
 folder always holds the files of one run only."""

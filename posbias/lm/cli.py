@@ -84,8 +84,14 @@ def add_parser(subparsers) -> tuple:
                     "bars, attention kernels, content b/d, influence ||d p_top1 / d e_j||; writes a rollout "
                     "config, the kernels in the --kernels format and the influence profile.",
         epilog=MEASURE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    me.add_argument("checkpoint", type=Path, metavar="RUN", help="run folder of posbias train (or its checkpoint.npz)")
-    me.add_argument("--tokens", type=_nonneg, metavar="N", help="sequence length (default: the model's context)")
+    me.add_argument("checkpoint", type=Path, metavar="RUN",
+                    help="run folder of posbias train (or its checkpoint.npz), or a Hugging Face checkpoint folder "
+                         "(config.json, *.safetensors, tokenizer.json: bloom, mpt, gpt2)")
+    me.add_argument("--data", type=Path, metavar="FILE",
+                    help="Hugging Face checkpoints: text (.txt) or JSON lines with a \"text\" field (.jsonl); "
+                         "default: the pydoc_data validation topics")
+    me.add_argument("--tokens", type=_nonneg, metavar="N",
+                    help="sequence length (default: the model's context; Hugging Face checkpoints: 256)")
     me.add_argument("--samples", type=_nonneg, metavar="S", default=64, help="held-out sequences (default 64)")
     me.add_argument("--out", type=Path, help="output folder (default: RUN/measure-N<N>-S<S>)")
     me.add_argument("--precision", choices=("float64", "float32"), default="float64")
@@ -141,6 +147,15 @@ def _measure(args) -> int:
     from posbias.lm.measure import MeasureError, measure
     from posbias.run import progress_bar
 
+    from posbias.hf.checkpoint import is_checkpoint
+
+    if args.checkpoint.is_dir() and not (args.checkpoint / ckpt.CHECKPOINT).exists() and is_checkpoint(args.checkpoint):
+        from posbias.hf.cli import run_measure
+
+        return run_measure(args)
+    if args.data is not None:
+        raise MeasureError("--data applies to Hugging Face checkpoints; a posbias train model is measured on its "
+                           "held-out topics")
     loaded = ckpt.load(args.checkpoint)
     context = loaded.model.context
     n = context if args.tokens is None else args.tokens

@@ -144,7 +144,7 @@ def influence_fn(config: ModelConfig):
     return jax.jit(jax.vmap(one, in_axes=(None, 0)))
 
 
-def _batches(sequences: np.ndarray, batch: int):
+def batches(sequences: np.ndarray, batch: int):
     """(chunk, padded): equal-size batches (one compile), the last padded with copies of its first row."""
     for i in range(0, len(sequences), batch):
         chunk = sequences[i:i + batch]
@@ -172,39 +172,54 @@ def measure(params_flat: dict, config: ModelConfig, sequences: np.ndarray, *, pr
         dtype = jnp.float64 if x64 else jnp.float32
         params = _cast(unflatten(params_flat), dtype)
         batch = batch_size(config, n, s, memory, 8 if x64 else 4)
-        t, h = config.layers, config.heads
-        lam_seq = np.zeros((s, t))
-        lam_sq = np.zeros(t)
-        probs_sum = np.zeros((t, h, n, n))
-        content_sum = np.zeros((t, h, n, n))
-        norms = np.zeros((s, n))
-        capture, grad_fn = capture_fn(config), (influence_fn(config) if influence else None)
-        done = 0
-        for chunk, padded in _batches(sequences, batch):
-            k = len(chunk)
-            lm, lsq, pr, co = (np.asarray(v, np.float64)[:k] for v in capture(params, jnp.asarray(padded)))
-            lam_seq[done:done + k] = lm
-            lam_sq += lsq.sum(axis=0)
-            probs_sum += pr.sum(axis=0)
-            content_sum += co.sum(axis=0)
-            if grad_fn is not None:
-                norms[done:done + k] = np.asarray(grad_fn(params, jnp.asarray(padded)), np.float64)[:k]
-            done += k
-            if progress is not None:
-                progress(done, s)
+        return accumulate(capture_fn(config), influence_fn(config) if influence else None, params, sequences,
+                          batch=batch, precision=precision, slopes=slopes_of(config), head_dim=config.head_dim,
+                          progress=progress)
+
+
+def accumulate(capture, grad_fn, params, sequences: np.ndarray, *, batch: int, precision: str, slopes: np.ndarray,
+               head_dim: int, progress=None) -> Measurement:
+    """The model-independent part of a measurement: run ``capture`` (and ``grad_fn`` when not None)
+    over (S, N) sequences in batches of ``batch`` and reduce to a ``Measurement`` (module docstring).
+    ``capture(params, (B, N))`` returns per-sequence lambda means (B, T), lambda sums of squares over
+    positions (B, T), probabilities and raw content logits (B, T, H, N, N); ``grad_fn(params, (B, N))``
+    the (B, N) gradient norms. Call it under the precision's ``jax.enable_x64`` setting."""
+    import jax.numpy as jnp
+
+    s, n = sequences.shape
+    lam_seq = lam_sq = probs_sum = content_sum = None
+    norms = np.zeros((s, n))
+    done = 0
+    for chunk, padded in batches(sequences, batch):
+        k = len(chunk)
+        lm, lsq, pr, co = (np.asarray(v, np.float64)[:k] for v in capture(params, jnp.asarray(padded)))
+        if lam_seq is None:
+            lam_seq, lam_sq = np.zeros((s, lm.shape[1])), np.zeros(lm.shape[1])
+            probs_sum, content_sum = np.zeros(pr.shape[1:]), np.zeros(co.shape[1:])
+        lam_seq[done:done + k] = lm
+        lam_sq += lsq.sum(axis=0)
+        probs_sum += pr.sum(axis=0)
+        content_sum += co.sum(axis=0)
+        if grad_fn is not None:
+            norms[done:done + k] = np.asarray(grad_fn(params, jnp.asarray(padded)), np.float64)[:k]
+        done += k
+        if progress is not None:
+            progress(done, s)
+    x64 = precision == "float64"
     out_dtype = np.float64 if x64 else np.float32
     lambdas = lam_seq.mean(axis=0)
-    std_positions = np.sqrt(np.maximum(lam_sq / (s * n) - lambdas ** 2, 0.0))
     per_head = (probs_sum / s).astype(out_dtype)
     mean_content = content_sum / s
     mean_norms = norms.mean(axis=0)
+    influence = grad_fn is not None
     if influence and not (np.all(np.isfinite(mean_norms)) and mean_norms.sum() > 0):
         raise MeasureError("influence: the gradients of p_top1 are zero or not finite on these sequences")
     return Measurement(
-        num_tokens=n, samples=s, precision=precision, slopes=slopes_of(config),
-        lambdas=lambdas, lambda_std=lam_seq.std(axis=0), lambda_std_positions=std_positions,
+        num_tokens=n, samples=s, precision=precision, slopes=np.asarray(slopes, np.float64), lambdas=lambdas,
+        lambda_std=lam_seq.std(axis=0),
+        lambda_std_positions=np.sqrt(np.maximum(lam_sq / (s * n) - lambdas ** 2, 0.0)),
         lambda_per_sequence=lam_seq, kernels_per_head=per_head,
         kernels=per_head.mean(axis=1, dtype=np.float64).astype(out_dtype),
-        content_mean=mean_content, content=content_fit(mean_content, config.head_dim),
-        grad_norms=norms if influence else None, influence=mean_norms / mean_norms.sum() if influence else None,
-        batch=batch)
+        content_mean=mean_content, content=content_fit(mean_content, head_dim),
+        grad_norms=norms if influence else None,
+        influence=mean_norms / mean_norms.sum() if influence else None, batch=batch)

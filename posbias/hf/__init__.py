@@ -1,0 +1,16 @@
+"""Measuring Hugging Face checkpoints with a JAX-native forward (no torch, no network).
+
+* ``posbias.hf.checkpoint``: a local checkpoint folder (config.json, *.safetensors with or
+  without a sharded index, tokenizer.json) read with the ``safetensors`` and ``tokenizers``
+  packages;
+* ``posbias.hf.families``: the per-family table of weight names and conventions (BLOOM,
+  GPT-2, MPT);
+* ``posbias.hf.forward``: one forward for every family, returning the logits and what the
+  measurements read (block inputs, attention outputs after the output projection, per-head
+  attention probabilities, content logits with the ALiBi term separate);
+* ``posbias.hf.measure``, ``posbias.hf.data``, ``posbias.hf.outputs``, ``posbias.hf.cli``:
+  ``posbias measure CHECKPOINT_DIR`` (lambda_t, kernels, content, influence as in
+  ``posbias.lm.measure``).
+
+Nothing here imports JAX at import time.
+"""

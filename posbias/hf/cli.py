@@ -1,0 +1,90 @@
+"""``posbias measure CHECKPOINT_DIR`` for a Hugging Face checkpoint folder.
+
+``run_measure(args)`` does the work from parsed arguments (``checkpoint``, ``data``,
+``tokens``, ``samples``, ``out``, ``precision``, ``memory``, ``content_scale``, ``quiet``;
+the ``posbias measure`` parser of posbias/lm/cli.py) and returns the exit code; bad input
+raises ``UserError`` (one line; the caller prints it and exits 2). ``main(argv)`` is
+``posbias measure`` itself:
+
+    python -m posbias.hf.cli CHECKPOINT_DIR [--data FILE.txt|FILE.jsonl] [--tokens N] [--samples S] [--out DIR]
+
+Nothing here imports JAX until a command runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from posbias.errors import UserError
+
+EXIT_USAGE = 2
+DEFAULT_TOKENS = 256
+
+
+def _check_out(out: Path) -> None:
+    from posbias.hf.outputs import FILES
+
+    if str(out).strip() == "":
+        raise UserError("--out: expected a folder name, got an empty string")
+    if os.path.lexists(out) and not out.is_dir():
+        raise UserError(f"--out {out}: exists and is not a folder")
+    for name in FILES:
+        if os.path.lexists(out / name) and not (out / name).is_file():
+            raise UserError(f"--out {out}: {name} exists and is not a regular file")
+
+
+def run_measure(args) -> int:
+    """Measure the checkpoint folder ``args.checkpoint`` (module docstring); returns 0."""
+    import numpy as np
+
+    from posbias.files import write_run
+    from posbias.hf import checkpoint, data, forward, outputs
+    from posbias.hf.measure import measure, params_bytes
+    from posbias.lm.measure import MeasureError
+    from posbias.run import progress_bar
+
+    ck = checkpoint.load(args.checkpoint)
+    spec = ck.spec
+    n = args.tokens if args.tokens is not None else min(DEFAULT_TOKENS, spec.context or DEFAULT_TOKENS)
+    if n < 1:
+        raise MeasureError(f"--tokens: expected a positive integer, got {n}")
+    if spec.context is not None and n > spec.context:
+        raise MeasureError(f"--tokens {n}: longer than the model's {spec.context} learned positions ({ck.folder})")
+    if args.samples < 1:
+        raise MeasureError(f"--samples: expected a positive integer, got {args.samples}")
+    out = args.out if args.out is not None else ck.folder / f"measure-N{n}-S{args.samples}"
+    _check_out(out)
+    text, label = data.read_text(getattr(args, "data", None))
+    seqs = data.sequences(ck.tokenizer(), text, n, args.samples, label)
+    itemsize = 8 if args.precision == "float64" else 4
+    params = forward.params(ck, np.float64 if itemsize == 8 else np.float32)
+    with progress_bar(not args.quiet, "measure", "sequences") as update:
+        m = measure(params, spec, seqs, precision=args.precision, memory=args.memory, progress=update)
+    notes = [] if spec.positions == "alibi" else [
+        "learned absolute positions: the slopes in config.yaml are 0; the position signal is in the content logits"]
+    meta = {"model_type": spec.model_type, "layers": spec.layers, "heads": spec.heads, "width": spec.width,
+            "vocab": spec.vocab, "data": label, "notes": notes,
+            "params_bytes": params_bytes(spec, itemsize)}
+    files = outputs.render(m, source=str(ck.folder), content_scale=args.content_scale, meta=meta)
+    written = write_run(Path(out), {}, binaries=files)
+    lam = "  ".join(f"{v:.3f}±{s:.3f}" for v, s in zip(m.lambdas, m.lambda_std))
+    print(f"posbias measure: {ck.folder} ({spec.model_type}, T={spec.layers}, H={spec.heads}, D={spec.width}), "
+          f"N = {n}, S = {args.samples}, {args.precision}")
+    print(f"  lambda_t (± std over sequences): {lam}   sum = {m.lambdas.sum():.3f}")
+    print(f"  influence: p(0) = {m.influence[0]:.4g}   p(N-1) = {m.influence[-1]:.4g}   "
+          f"argmin = {int(m.influence.argmin())}")
+    print("  wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def main(argv=None) -> int:
+    """``python -m posbias.hf.cli CHECKPOINT_DIR ...``: ``posbias measure`` (the same parser and behaviour)."""
+    from posbias.cli import main as posbias_main
+
+    return posbias_main(["measure", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""The JAX forward of a Hugging Face checkpoint, in the canonical block of ``posbias.hf.families``.
+
+``params(ckpt, dtype)`` reads every tensor once and rearranges it into one layout for all
+families (per-layer arrays stacked on a leading axis T; linear weights (in, out); the fused
+QKV split into W_q, W_k, W_v of shape (D, H, d_head)); ``forward(params, ids, spec)`` is a
+pure function of those arrays (the blocks run in one ``lax.scan``, as in
+``posbias.lm.model``), so ``jax.jit`` and ``jax.grad`` apply to it unchanged.
+
+With ``capture`` it also returns what the measurements read (THEORY.md Notation, lambda_t
+and "Comparing with measured influence"):
+
+* ``x`` (T, N, D): block inputs x_t (x_0 is the embedding after BLOOM's embedding LayerNorm,
+  or token plus position embedding for GPT-2);
+* ``a`` (T, N, D): attention sub-layer outputs after the output projection (bias included);
+* ``probs`` (T, H, N, N): per-head attention probabilities;
+* ``content`` (T, H, N, N): raw content logits q_hi . k_hj (not scaled, no positional term;
+  entries above the diagonal are meaningless);
+* ``scale`` (T,): the factor s_t the softmax applies to ``content``;
+* ``position`` (H, N, N): the ALiBi term -m_h (i - j) (zeros for learned positions; -inf
+  above the diagonal), so that probs = softmax_j(scale_t * content + position);
+* ``hidden``: (N, D) the final hidden state after the last LayerNorm (transformers'
+  last ``hidden_states`` entry).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from posbias.errors import UserError
+from posbias.hf.checkpoint import Checkpoint, CheckpointError
+from posbias.hf.families import Spec
+from posbias.numerics.slopes import alibi_slopes
+
+BLOOM_GELU = 0.79788456
+
+
+def slopes(spec: Spec) -> np.ndarray:
+    """(H,) float64 ALiBi slopes: the transformers construction for BLOOM (``alibi_slopes(H, "hf")``);
+    zeros for learned absolute positions."""
+    if spec.positions != "alibi":
+        return np.zeros(spec.heads)
+    if spec.slope_convention == "mpt":
+        return mpt_slopes(spec.heads, spec.alibi_bias_max)
+    return alibi_slopes(spec.heads, "hf")
+
+
+def mpt_slopes(heads: int, bias_max: float = 8.0) -> np.ndarray:
+    """MPT's slopes: with P the smallest power of two >= H, 2^(-h B / P), h = 1..P (B = alibi_bias_max),
+    then for H < P the even-indexed ones (h = 2, 4, ..) followed by the odd (h = 1, 3, ..), the first H kept.
+    For H a power of two and B = 8 this is the paper's 2^(-8h/H)."""
+    p = 1 << (heads - 1).bit_length()
+    full = 2.0 ** (-np.arange(1, p + 1, dtype=np.float64) * (bias_max / p))
+    if p != heads:
+        full = np.concatenate([full[1::2], full[::2]])[:heads]
+    return full
+
+
+def _linear(w: np.ndarray, layout: str) -> np.ndarray:
+    """(in, out) of a stored linear weight."""
+    return w.T if layout == "out-in" else w
+
+
+def _layer(ckpt: Checkpoint, t: int, dtype) -> dict:
+    fam, spec = ckpt.family, ckpt.spec
+    pre = fam.layer.format(i=t)
+    h, k, d = spec.heads, spec.head_dim, spec.width
+
+    def get(name, shape=None):
+        if fam.optional_biases and name.endswith(".bias") and not ckpt.has(pre + name):
+            return np.zeros(shape, dtype)
+        value = np.asarray(ckpt.tensor(pre + name)).astype(dtype)
+        if shape is not None and value.size != int(np.prod(shape)):
+            raise CheckpointError(f"{ckpt.folder}: tensor {ckpt.prefix + pre + name} has shape {value.shape}, "
+                                  f"expected {int(np.prod(shape))} entries for shape {shape}")
+        return value
+
+    w = _linear(get(fam.qkv[0], (d, 3 * d)), fam.linear_layout)  # (D, 3D)
+    b = get(fam.qkv[1], (3 * d,))
+    if fam.qkv_layout == "per-head":   # output index h * 3K + s * K + k
+        w = w.reshape(d, h, 3, k).transpose(2, 0, 1, 3)
+        b = b.reshape(h, 3, k).transpose(1, 0, 2)
+    else:                              # output index s * D + h * K + k
+        w = w.reshape(d, 3, h, k).transpose(1, 0, 2, 3)
+        b = b.reshape(3, h, k)
+    f = 4 * d
+    return {
+        "ln1_g": get(fam.ln1[0], (d,)), "ln1_b": get(fam.ln1[1], (d,)),
+        "wq": w[0], "wk": w[1], "wv": w[2], "bq": b[0], "bk": b[1], "bv": b[2],
+        "wo": _linear(get(fam.attn_out[0], (d, d)), fam.linear_layout).reshape(h, k, d),
+        "bo": get(fam.attn_out[1], (d,)),
+        "ln2_g": get(fam.ln2[0], (d,)), "ln2_b": get(fam.ln2[1], (d,)),
+        "w1": _linear(get(fam.mlp_in[0], (d, f)), fam.linear_layout).reshape(d, f), "b1": get(fam.mlp_in[1], (f,)),
+        "w2": _linear(get(fam.mlp_out[0], (f, d)), fam.linear_layout).reshape(f, d), "b2": get(fam.mlp_out[1], (d,)),
+    }
+
+
+def params(ckpt: Checkpoint, dtype=np.float32) -> dict:
+    """Every tensor of ``ckpt`` in the canonical layout (module docstring), as NumPy arrays of ``dtype``
+    (bfloat16 and float16 weights are cast up)."""
+    fam, spec = ckpt.family, ckpt.spec
+    d = spec.width
+
+    def optional(name):
+        if fam.optional_biases and name.endswith(".bias") and not ckpt.has(name):
+            return np.zeros(d, dtype)
+        return np.asarray(ckpt.tensor(name)).astype(dtype)
+
+    embed = np.asarray(ckpt.tensor(fam.embed)).astype(dtype)
+    if embed.shape != (spec.vocab, spec.width):
+        raise CheckpointError(f"{ckpt.folder}: {fam.embed} has shape {embed.shape}, expected "
+                              f"({spec.vocab}, {spec.width}) from config.json")
+    layers = [_layer(ckpt, t, dtype) for t in range(spec.layers)]
+    out = {"embed": embed, "blocks": {name: np.stack([lay[name] for lay in layers]) for name in layers[0]},
+           "lnf_g": optional(fam.final_norm[0]), "lnf_b": optional(fam.final_norm[1])}
+    if fam.embed_norm is not None:
+        out["embn_g"] = np.asarray(ckpt.tensor(fam.embed_norm[0])).astype(dtype)
+        out["embn_b"] = np.asarray(ckpt.tensor(fam.embed_norm[1])).astype(dtype)
+    if fam.position_embed is not None:
+        out["positions"] = np.asarray(ckpt.tensor(fam.position_embed)).astype(dtype)
+    if not ckpt.config.get("tie_word_embeddings", True):
+        out["unembed"] = np.asarray(_top_level(ckpt, fam.lm_head)).astype(dtype).T
+    return out
+
+
+def _top_level(ckpt: Checkpoint, name: str) -> np.ndarray:
+    """A tensor outside the base prefix (the untied lm_head of a *ForCausalLM save)."""
+    from safetensors import safe_open
+
+    if name not in ckpt.files:
+        raise CheckpointError(f"{ckpt.folder}: tensor {name} is missing and config.json says "
+                              f"tie_word_embeddings is false")
+    with safe_open(str(ckpt.files[name]), framework="numpy") as f:
+        return f.get_tensor(name)
+
+
+def _layer_norm(x, g, b, eps):
+    import jax.numpy as jnp
+
+    mu = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean((x - mu) ** 2, axis=-1, keepdims=True)
+    return (x - mu) / jnp.sqrt(var + eps) * g + b
+
+
+def _activation(u, kind: str):
+    import jax
+    import jax.numpy as jnp
+
+    if kind == "gelu-bloom":
+        return u * 0.5 * (1.0 + jnp.tanh(BLOOM_GELU * u * (1.0 + 0.044715 * u * u)))
+    return jax.nn.gelu(u, approximate=(kind == "gelu-tanh"))
+
+
+def position_term(spec: Spec, num_tokens: int, dtype):
+    """(H, N, N): -m_h (i - j) on j <= i (0 for learned positions), -inf above the diagonal."""
+    import jax.numpy as jnp
+
+    idx = jnp.arange(num_tokens)
+    distance = (idx[:, None] - idx[None, :]).astype(dtype)
+    bias = -jnp.asarray(slopes(spec), dtype)[:, None, None] * distance[None]
+    return jnp.where(distance[None] >= 0, bias, -jnp.inf)
+
+
+def _scales(spec: Spec) -> np.ndarray:
+    if spec.softmax_scale is not None:
+        return np.full(spec.layers, spec.softmax_scale)
+    base = 1.0 / np.sqrt(spec.head_dim) if spec.scale_attn else 1.0
+    t = np.arange(spec.layers, dtype=np.float64)
+    return base / (t + 1.0) if spec.inverse_layer_scale else np.full(spec.layers, base)
+
+
+def forward(params: dict, ids, spec: Spec, *, capture: bool = False, embedded=None):
+    """Logits (N, V) of one sequence of N token ids; with ``capture`` also the dict of the module
+    docstring. ``embedded`` (N, D) replaces the token-embedding lookup e_j (for gradients with
+    respect to the input embeddings; GPT-2's position embeddings are still added)."""
+    import jax
+    import jax.numpy as jnp
+
+    e = params["embed"][ids] if embedded is None else embedded
+    n, dtype = e.shape[0], e.dtype
+    if spec.context is not None and n > spec.context:
+        raise UserError(f"N = {n} tokens is longer than the model's {spec.context} learned positions")
+    x0 = e
+    if "positions" in params:
+        x0 = x0 + params["positions"][:n]
+    if "embn_g" in params:
+        x0 = _layer_norm(x0, params["embn_g"], params["embn_b"], spec.eps)
+    pos = position_term(spec, n, dtype)
+    scales = jnp.asarray(_scales(spec), dtype)
+
+    def step(x, inputs):
+        p, s = inputs
+        h = _layer_norm(x, p["ln1_g"], p["ln1_b"], spec.eps)
+        q = jnp.einsum("nd,dhk->hnk", h, p["wq"]) + p["bq"][:, None, :]
+        k = jnp.einsum("nd,dhk->hnk", h, p["wk"]) + p["bk"][:, None, :]
+        v = jnp.einsum("nd,dhk->hnk", h, p["wv"]) + p["bv"][:, None, :]
+        if spec.clip_qkv is not None:
+            q, k, v = (jnp.clip(z, -spec.clip_qkv, spec.clip_qkv) for z in (q, k, v))
+        content = jnp.einsum("hik,hjk->hij", q, k)
+        probs = jax.nn.softmax(s * content + pos, axis=-1)
+        a = jnp.einsum("hnk,hkd->nd", jnp.einsum("hij,hjk->hik", probs, v), p["wo"]) + p["bo"]
+        y = (h if spec.residual_post_ln else x) + a
+        u = _layer_norm(y, p["ln2_g"], p["ln2_b"], spec.eps)
+        out = (u if spec.residual_post_ln else y) + _activation(u @ p["w1"] + p["b1"], spec.activation) @ p["w2"] \
+            + p["b2"]
+        return out, ((x, a, probs, content) if capture else None)
+
+    x, ys = jax.lax.scan(step, x0, (params["blocks"], scales))
+    hidden = _layer_norm(x, params["lnf_g"], params["lnf_b"], spec.eps)
+    logits = hidden @ (params["unembed"] if "unembed" in params else params["embed"].T)
+    if not capture:
+        return logits
+    xs, a, probs, content = ys
+    return logits, {"x": xs, "a": a, "probs": probs, "content": content, "scale": scales, "position": pos,
+                    "hidden": hidden}

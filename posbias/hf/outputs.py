@@ -1,0 +1,54 @@
+"""The files of ``posbias measure`` on a Hugging Face checkpoint, rendered in memory and written as one set.
+
+* ``config.yaml``: the measured model in the reference schema, read by ``posbias rollout``
+  unmodified (``posbias.lm.outputs.rollout_yaml``: slopes, uniform head weights, content
+  b and d per layer and head, lambda_t as a custom schedule);
+* ``kernels.npz``: ``kernels`` (T, N, N) head-averaged measured A^(t) and ``lambdas`` (T,)
+  (the ``posbias rollout --kernels`` format), plus ``per_head`` (T, H, N, N),
+  ``content_logits`` (T, H, N, N) and ``slopes`` (H,);
+* ``influence.csv``: ``token_position,influence,grad_norm_mean,grad_norm_sem``;
+* ``lambdas.csv``: ``layer,mean,std`` (std over sequences of per-sequence means);
+* ``report.json``: checkpoint, family, shapes, data, N, S, precision, lambdas, content fit,
+  influence summary, memory estimate, notes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+
+from posbias.lm.outputs import rollout_yaml
+from posbias.output import position_csv
+
+FILES = ("config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json")
+
+
+def render(m, *, source: str, content_scale: str, meta: dict) -> dict[str, bytes]:
+    """name -> contents of the files of the module docstring."""
+    s, t = m.samples, len(m.lambdas)
+    sem = m.grad_norms.std(axis=0, ddof=1) / np.sqrt(s) if s > 1 else np.full(m.num_tokens, np.nan)
+    buf = io.BytesIO()
+    np.savez(buf, kernels=m.kernels, lambdas=m.lambdas, per_head=m.kernels_per_head,
+             content_logits=m.content_mean, slopes=m.slopes)
+    lam = ["layer,mean,std"] + [f"{i},{float(m.lambdas[i])!r},{float(m.lambda_std[i])!r}" for i in range(t)]
+    fit = m.content
+    report = {**meta, "source": source, "num_tokens": m.num_tokens, "samples": m.samples,
+              "precision": m.precision, "batch": m.batch, "content_scale_in_yaml": content_scale,
+              "slopes": m.slopes.tolist(), "lambdas": m.lambdas.tolist(), "lambda_std": m.lambda_std.tolist(),
+              "lambda_std_positions": m.lambda_std_positions.tolist(), "sum_lambda": float(m.lambdas.sum()),
+              "content": {"background_scaled": fit.background_scaled.tolist(),
+                          "diagonal_scaled": fit.diagonal_scaled.tolist(), "r2": fit.r2.tolist(),
+                          "mean_r2": float(fit.r2.mean())},
+              "influence": {"first": float(m.influence[0]), "last": float(m.influence[-1]),
+                            "argmin": int(np.argmin(m.influence))},
+              "max_row_sum_error": float(np.abs(m.kernels.astype(np.float64).sum(axis=-1) - 1).max())}
+    return {
+        "config.yaml": rollout_yaml(m, content_scale=content_scale, source=source).encode(),
+        "kernels.npz": buf.getvalue(),
+        "influence.csv": position_csv(influence=m.influence, grad_norm_mean=m.grad_norms.mean(axis=0),
+                                      grad_norm_sem=sem).encode(),
+        "lambdas.csv": ("\n".join(lam) + "\n").encode(),
+        "report.json": (json.dumps(report, indent=1) + "\n").encode(),
+    }

@@ -1,0 +1,176 @@
+"""Build the tiny Hugging Face fixtures of tests/fixtures/hf/ (needs torch and transformers: the ``[hf]`` extra).
+
+For each family (``bloom``, ``gpt2``, ``mpt``) this builds a randomly initialised model from its
+transformers config class (2 layers, a few heads, width 32-48), saves it as a checkpoint
+folder (config.json, model.safetensors, tokenizer.json: a byte-level BPE trained here on
+a few KB of CPython's pydoc_data text), and records what transformers computes on fixed
+token ids, in float32, eval mode, eager attention:
+
+* ``expected.npz``: ``input_ids`` (N,), ``logits`` (N, V), ``attentions`` (T, H, N, N),
+  ``hidden_states`` (T + 1, N, D) (transformers' convention: the T block inputs, then
+  the final hidden state after the last LayerNorm), ``attention_outputs`` (T, N, D) (the
+  output projection's output, bias included, hooked on the module), ``content`` (T, H, N, N)
+  (raw q_i . k_j from the hooked fused QKV projection, split as transformers splits it);
+* ``versions.json``: the torch, transformers, tokenizers and safetensors versions used.
+
+The weights are the config class's initialisation with a larger range (0.2), then every
+LayerNorm gain, LayerNorm bias and linear bias perturbed by N(0, 0.1^2): a forward that
+dropped a bias or a gain would not match.
+
+    python scripts/make_hf_fixtures.py [--out tests/fixtures/hf] [--family bloom gpt2]
+
+``make_fixture(family, folder)`` is what tests/test_hf.py calls to regenerate a fixture on
+the spot where torch is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+FAMILIES = ("bloom", "gpt2", "mpt")
+MPT_CLIP = 1.0
+TEXT = ("The attention of a transformer reads earlier positions; ALiBi subtracts a slope times the "
+        "distance from each logit, so nearby tokens weigh more than distant ones.")
+NUM_TOKENS = 16
+VOCAB = 320
+SEED = 1234
+
+
+def corpus_text(limit: int = 8000) -> str:
+    """A few KB of CPython's reference text (pydoc_data.topics, sorted topic names)."""
+    from pydoc_data.topics import topics
+
+    out, size = [], 0
+    for name in sorted(topics):
+        out.append(topics[name])
+        size += len(topics[name])
+        if size >= limit:
+            break
+    return "".join(out)[:limit]
+
+
+def build_tokenizer(vocab_size: int = VOCAB):
+    """A byte-level BPE (the tokenizers library) trained on ``corpus_text``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  special_tokens=["<eos>"], show_progress=False)
+    tok.train_from_iterator([corpus_text()], trainer=trainer)
+    return tok
+
+
+def _config(family: str, vocab: int):
+    if family == "bloom":
+        from transformers import BloomConfig
+
+        # 6 heads: not a power of two, so the extra-slope branch of BLOOM's construction is exercised
+        return BloomConfig(vocab_size=vocab, hidden_size=48, n_layer=2, n_head=6, layer_norm_epsilon=1e-5,
+                           initializer_range=0.2, hidden_dropout=0.0, attention_dropout=0.0,
+                           bos_token_id=0, eos_token_id=0)
+    if family == "gpt2":
+        from transformers import GPT2Config
+
+        return GPT2Config(vocab_size=vocab, n_positions=32, n_embd=32, n_layer=2, n_head=4,
+                          activation_function="gelu_new", initializer_range=0.2, resid_pdrop=0.0,
+                          embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    if family == "mpt":
+        from transformers import MptConfig
+
+        # 6 heads: MPT's interleaved slopes for a head count that is not a power of two; clip_qkv active
+        return MptConfig(vocab_size=vocab, d_model=48, n_heads=6, n_layers=2, max_seq_len=32, expansion_ratio=4,
+                         layer_norm_epsilon=1e-5, initializer_range=0.2, resid_pdrop=0.0, emb_pdrop=0.0,
+                         attn_config={"clip_qkv": MPT_CLIP, "alibi_bias_max": 8, "attn_pdrop": 0})
+    raise ValueError(f"unknown family {family!r}; expected one of {FAMILIES}")
+
+
+def _content(family: str, fused, config) -> np.ndarray:
+    """(H, N, N) raw q_i . k_j from a fused QKV projection output (N, 3D), split as transformers splits it."""
+    n = fused.shape[0]
+    heads = config.n_heads if family == "mpt" else config.n_head
+    dim = fused.shape[1] // 3 // heads
+    if family == "mpt":  # MptAttention: clamp, then chunk into q | k | v
+        fused = fused.clamp(-MPT_CLIP, MPT_CLIP)
+    if family == "bloom":  # BloomAttention._reshape: view (N, H, 3, K)
+        view = fused.view(n, heads, 3, dim)
+        q, k = view[:, :, 0], view[:, :, 1]
+    else:  # GPT2Attention: split into q | k | v, each viewed (N, H, K)
+        q, k, _ = fused.split(heads * dim, dim=1)
+        q, k = q.reshape(n, heads, dim), k.reshape(n, heads, dim)
+    return (q.permute(1, 0, 2) @ k.permute(1, 2, 0)).numpy()
+
+
+def make_fixture(family: str, folder) -> Path:
+    """Build, save and record one family's fixture in ``folder`` (module docstring); returns it."""
+    import safetensors
+    import tokenizers
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = build_tokenizer()
+    ids = tok.encode(TEXT).ids[:NUM_TOKENS]
+    if len(ids) < NUM_TOKENS:
+        raise RuntimeError(f"the fixture text encodes to {len(ids)} tokens, fewer than {NUM_TOKENS}")
+    torch.manual_seed(SEED)
+    config = _config(family, tok.get_vocab_size())
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32)
+    model.eval()
+    gen = torch.Generator().manual_seed(SEED + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim == 1:  # LayerNorm gains and biases, linear biases
+                p.add_(0.1 * torch.randn(p.shape, generator=gen))
+    model.save_pretrained(folder, safe_serialization=True)
+    tok.save(str(folder / "tokenizer.json"))
+    attn_out, qkv = [], []
+    hooks = []
+    for block in (model.transformer.blocks if family == "mpt" else model.transformer.h):
+        attn = block.self_attention if family == "bloom" else block.attn
+        out_proj = {"bloom": "dense", "gpt2": "c_proj", "mpt": "out_proj"}[family]
+        fused = {"bloom": "query_key_value", "gpt2": "c_attn", "mpt": "Wqkv"}[family]
+        out_proj, fused = getattr(attn, out_proj), getattr(attn, fused)
+        hooks.append(out_proj.register_forward_hook(lambda mod, inp, out: attn_out.append(out[0].detach())))
+        hooks.append(fused.register_forward_hook(lambda mod, inp, out: qkv.append(out[0].detach())))
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), output_attentions=True, output_hidden_states=True)
+    for hook in hooks:
+        hook.remove()
+    content = np.stack([_content(family, f, config) for f in qkv]).astype(np.float32)
+    np.savez_compressed(
+        folder / "expected.npz",
+        input_ids=np.asarray(ids, np.int64), text=np.asarray(TEXT),
+        logits=out.logits[0].numpy().astype(np.float32),
+        attentions=np.stack([a[0].numpy() for a in out.attentions]).astype(np.float32),
+        hidden_states=np.stack([h[0].numpy() for h in out.hidden_states]).astype(np.float32),
+        attention_outputs=np.stack([a.numpy() for a in attn_out]).astype(np.float32), content=content)
+    versions = {"torch": torch.__version__, "transformers": transformers.__version__,
+                "tokenizers": tokenizers.__version__, "safetensors": safetensors.__version__,
+                "numpy": np.__version__, "seed": SEED, "dtype": "float32", "attn_implementation": "eager"}
+    (folder / "versions.json").write_text(json.dumps(versions, indent=1) + "\n")
+    return folder
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "tests/fixtures/hf")
+    parser.add_argument("--family", nargs="+", choices=FAMILIES, default=list(FAMILIES))
+    args = parser.parse_args(argv)
+    for family in args.family:
+        folder = make_fixture(family, args.out / family)
+        size = sum(p.stat().st_size for p in folder.iterdir())
+        print(f"{family}: {folder} ({size / 1024:.0f} KiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
