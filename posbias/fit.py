@@ -172,23 +172,10 @@ def fit(stack, measured: np.ndarray, spec: FitSpec = FitSpec(), *, progress=None
 
 
 def _figure(measured, result: FitResult, title: str):
-    from matplotlib.figure import Figure
+    from posbias.compare import overlay_figure
 
-    fig = Figure(figsize=(11, 4), layout="constrained")
-    axes = fig.subplots(1, 2)
-    x = np.arange(measured.size)
-    for ax, log in zip(axes, (False, True)):
-        ax.plot(x, measured, color="black", lw=2, label="measured")
-        ax.plot(x, result.before, lw=1.2, label=f"before fit (W1 {result.loss_before:.4f})")
-        ax.plot(x, result.after, lw=1.2, label=f"after fit (W1 {result.loss_after:.4f})")
-        ax.set_xlabel("token position j")
-        ax.set_ylabel("p(j)")
-        ax.set_title("log scale" if log else "linear scale")
-        if log:
-            ax.set_yscale("log")
-    axes[0].legend(fontsize=8)
-    fig.suptitle(title)
-    return fig
+    return overlay_figure(measured, {f"before fit (W1 {result.loss_before:.4f})": result.before,
+                                     f"after fit (W1 {result.loss_after:.4f})": result.after}, title=title)
 
 
 EPILOG = """\

@@ -22,8 +22,9 @@ MASKS = ("causal", "window", "prefix", "full")
 # ----------------------------------------------------------------------------- references
 
 
-def dense_kernel(m, d, n, window, k):
-    """Row-stochastic kernel of one head: softmax over allowed j of d [i = j] - m |i - j|."""
+def masked_logits(m, d, n, window, k):
+    """d [i = j] - m |i - j| over the allowed j (causal, a window of ``window`` tokens, a
+    bidirectional prefix of ``k``), -inf elsewhere."""
     i = np.arange(n)[:, None]
     j = np.arange(n)[None, :]
     allowed = j <= i
@@ -32,7 +33,12 @@ def dense_kernel(m, d, n, window, k):
     if k > 1:
         allowed |= (i < k) & (j < k)
     logits = np.where(i == j, np.clip(d, -600, 600), 0.0) - m * np.abs(i - j)
-    logits = np.where(allowed, logits, -np.inf)
+    return np.where(allowed, logits, -np.inf)
+
+
+def dense_kernel(m, d, n, window, k):
+    """Row-stochastic kernel of one head: softmax over allowed j of d [i = j] - m |i - j|."""
+    logits = masked_logits(m, d, n, window, k)
     e = np.exp(logits - logits.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
 
@@ -66,15 +72,7 @@ def _logsumexp(x, axis):
 
 def log_dense_kernel(m, d, n, window, k):
     """log of dense_kernel, computed in log space (exact where the kernel underflows)."""
-    i = np.arange(n)[:, None]
-    j = np.arange(n)[None, :]
-    allowed = j <= i
-    if window:
-        allowed &= (i - j) <= window - 1
-    if k > 1:
-        allowed |= (i < k) & (j < k)
-    logits = np.where(i == j, np.clip(d, -600, 600), 0.0) - m * np.abs(i - j)
-    logits = np.where(allowed, logits, -np.inf)
+    logits = masked_logits(m, d, n, window, k)
     return logits - _logsumexp(logits, 1)[:, None]
 
 
