@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from posbias.errors import UserError
-from posbias.hf import checkpoint, forward
+from posbias.hf import checkpoint, forward, weights
 from posbias.hf.families import UnsupportedModel
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
@@ -32,7 +32,7 @@ def _run(folder, dtype=np.float32):
 
     ck = checkpoint.load(folder)
     expected = np.load(Path(folder) / "expected.npz")
-    p = forward.params(ck, dtype)
+    p = weights.params(ck, dtype)
     fn = jax.jit(lambda p, ids: forward.forward(p, ids, ck.spec, capture=True))
     logits, cap = fn(p, expected["input_ids"].astype(np.int32))
     return ck, expected, np.asarray(logits), {k: np.asarray(v) for k, v in cap.items()}
@@ -65,8 +65,8 @@ def test_forward_matches_transformers_fixture(family):
 def test_forward_imports_no_torch():
     import subprocess
 
-    code = ("import sys, numpy as np; from posbias.hf import checkpoint, forward; "
-            f"ck = checkpoint.load({str(FIXTURES / 'gpt2')!r}); p = forward.params(ck); "
+    code = ("import sys, numpy as np; from posbias.hf import checkpoint, forward, weights; "
+            f"ck = checkpoint.load({str(FIXTURES / 'gpt2')!r}); p = weights.params(ck); "
             "forward.forward(p, np.arange(4), ck.spec, capture=True); "
             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -144,8 +144,8 @@ def test_bfloat16_weights_are_cast_up(tmp_path):
     tensors = _tensors(src)
     save_file({k: v.astype(ml_dtypes.bfloat16) for k, v in tensors.items()}, str(tmp_path / "model.safetensors"))
     shutil.copy(src / "config.json", tmp_path / "config.json")
-    bf = forward.params(checkpoint.load(tmp_path), np.float32)
-    full = forward.params(checkpoint.load(src), np.float32)
+    bf = weights.params(checkpoint.load(tmp_path), np.float32)
+    full = weights.params(checkpoint.load(src), np.float32)
     assert bf["embed"].dtype == np.float32
     # rounding to bfloat16 is elementwise, so it commutes with the canonical rearrangement
     rounded = np.asarray(tensors["transformer.wte.weight"]).astype(ml_dtypes.bfloat16).astype(np.float32)
@@ -177,7 +177,7 @@ def test_bad_folders_are_one_line(tmp_path):
 
 def test_gpt2_refuses_more_tokens_than_positions():
     ck = checkpoint.load(FIXTURES / "gpt2")
-    p = forward.params(ck)
+    p = weights.params(ck)
     with pytest.raises(UserError, match="32 learned positions"):
         forward.forward(p, np.zeros(ck.spec.context + 1, np.int32), ck.spec)
 
@@ -219,7 +219,7 @@ def test_measure_lambda_and_kernels_match_transformers_tensors():
     ck = checkpoint.load(FIXTURES / "bloom")
     expected = np.load(FIXTURES / "bloom" / "expected.npz")
     ids = expected["input_ids"].astype(np.int32)
-    m = measure(forward.params(ck, np.float64), ck.spec, np.stack([ids, ids]), influence=False)
+    m = measure(weights.params(ck, np.float64), ck.spec, np.stack([ids, ids]), influence=False)
     a = expected["attention_outputs"].astype(np.float64)
     x = expected["hidden_states"][:-1].astype(np.float64)
     an, xn = np.linalg.norm(a, axis=-1), np.linalg.norm(x, axis=-1)
@@ -239,7 +239,7 @@ def test_measure_influence_equals_finite_differences():
 
     ck = checkpoint.load(FIXTURES / "gpt2")
     ids = np.load(FIXTURES / "gpt2" / "expected.npz")["input_ids"][:8].astype(np.int32)
-    p64 = forward.params(ck, np.float64)
+    p64 = weights.params(ck, np.float64)
     m = measure(p64, ck.spec, ids[None], precision="float64")
     with jax.enable_x64(True):
         logits = np.asarray(forward.forward(p64, ids, ck.spec))
@@ -316,7 +316,7 @@ def test_mpt_clip_qkv_is_applied():
     ck = checkpoint.load(FIXTURES / "mpt")
     assert ck.spec.clip_qkv == 1.0 and not any(name.endswith(".bias") for name in ck.files)
     expected = np.load(FIXTURES / "mpt" / "expected.npz")
-    p = forward.params(ck)
+    p = weights.params(ck)
     ids = expected["input_ids"].astype(np.int32)
     unclipped = dataclasses.replace(ck.spec, clip_qkv=None)
     assert np.abs(np.asarray(forward.forward(p, ids, unclipped)) - expected["logits"]).max() > 1e-3

@@ -40,7 +40,7 @@ def run_measure(args) -> int:
     import numpy as np
 
     from posbias.files import write_run
-    from posbias.hf import checkpoint, data, forward, outputs
+    from posbias.hf import checkpoint, data, outputs, weights
     from posbias.hf.measure import measure, params_bytes
     from posbias.lm.measure import MeasureError
     from posbias.run import progress_bar
@@ -59,7 +59,7 @@ def run_measure(args) -> int:
     text, label = data.read_text(getattr(args, "data", None))
     seqs = data.sequences(ck.tokenizer(), text, n, args.samples, label)
     itemsize = 8 if args.precision == "float64" else 4
-    params = forward.params(ck, np.float64 if itemsize == 8 else np.float32)
+    params = weights.params(ck, np.float64 if itemsize == 8 else np.float32)
     with progress_bar(not args.quiet, "measure", "sequences") as update:
         m = measure(params, spec, seqs, precision=args.precision, memory=args.memory, progress=update)
     notes = [] if spec.positions == "alibi" else [
