@@ -138,6 +138,7 @@ class Spec:
     alibi_bias_max: float = 8.0
     softmax_scale: float | None = None  # MPT: replaces 1/sqrt(d_head)
     clip_qkv: float | None = None       # MPT: q, k, v clamped to [-c, c]
+    causal: bool = True                 # False for encoders (BERT): every token reads every token
 
     @property
     def head_dim(self) -> int:
