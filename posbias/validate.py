@@ -1,14 +1,22 @@
-"""The paper's experiment on the model trained here (``posbias validate``; THEORY.md,
-"Comparing with measured influence").
+"""The paper's experiment on a measured model (``posbias validate``; THEORY.md,
+"Comparing with measured influence"): the model trained here (``posbias train``) or a
+Hugging Face checkpoint folder (``posbias.hf``: BLOOM, MPT, GPT-2).
 
 For each sequence length N, on held-out text, the measured influence profile (d) is
 compared with four predictions:
 
 (a) attention-only rollout: lambda_t = 1, the model's ALiBi slopes, no content (C1, C3);
 (b) residual-aware rollout: the measured lambda_t, no content (C2);
-(c) (b) plus the measured content diagonal d (scaled by 1/sqrt(d_head), as the softmax sees it; C4);
-(d) measured influence ||d p_top1 / d e_j|| (posbias.lm.measure);
+(c) (b) plus the measured content diagonal d, as the softmax sees it: s_t d_raw with s_t
+    the layer's logit scale (``ContentFit.diagonal_scaled``; 1/sqrt(d_head) by default) (C4);
+(d) measured influence ||d p_top1 / d e_j|| (posbias.lm.measure, posbias.hf.measure);
 (e) the rollout of the measured, data-set-averaged kernels with the measured lambda_t.
+
+The slopes are those the softmax sees (``posbias.hf.forward.slopes`` for checkpoints): zero
+for learned absolute positions, where (a) and (b) are rollouts of the mask alone. Decoders
+use the causal mask; encoders (``Spec.causal`` false) the full mask, every token reading
+every token (bidirectional ALiBi is -m |i - j|, posbias.numerics.masks). The profile is the
+last row of the rollout, p = e_{N-1}^T R^(T-1) ... R^(0).
 
 Each of (a), (b), (c), (e) is scored against (d) by W1 on positions / (N - 1), Spearman's
 rho and total variation (posbias.compare). Nothing here tunes a prediction to (d): (a)-(c)
@@ -20,7 +28,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -34,23 +44,32 @@ PANELS = {
     "e": "rollout of measured kernels",
 }
 PREDICTIONS = ("a", "b", "c", "e")
+ALIBI_DEFAULT_LENGTHS = (128, 256)
 
 
 class ValidateError(UserError):
     """Bad validate input; one line."""
 
 
-def predictions(measurement, slopes: np.ndarray) -> dict[str, np.ndarray]:
-    """Profiles (a), (b), (c), (e) for one measurement (module docstring), float64, each summing to 1."""
+def predictions(measurement, slopes: np.ndarray, *, causal: bool = True) -> dict[str, np.ndarray]:
+    """Profiles (a), (b), (c), (e) for one measurement (module docstring), float64, each summing to 1.
+
+    ``causal`` false: the full mask for (a)-(c) and kernels not required to be lower triangular
+    for (e). The content diagonal of (c) is the measurement's ``content.diagonal_scaled`` (s_t d_raw).
+    Kernel rows are renormalised in float64 (a float32 measurement sums to 1 only within ~1e-6)."""
     import posbias.numerics as nx
+    from posbias.numerics.masks import Causal, Full
 
     m = measurement
     n, t = m.num_tokens, len(m.lambdas)
+    mask = Causal() if causal else Full()
+    kernels = np.asarray(m.kernels, np.float64)
+    kernels = kernels / kernels.sum(axis=-1, keepdims=True)
     out = {
-        "a": nx.profile(nx.AlibiStack.build(np.ones(t), slopes), n),
-        "b": nx.profile(nx.AlibiStack.build(m.lambdas, slopes), n),
-        "c": nx.profile(nx.AlibiStack.build(m.lambdas, slopes, m.content.diagonal_scaled), n),
-        "e": nx.profile(nx.KernelStack.build(np.asarray(m.kernels, np.float64), m.lambdas, causal=True)),
+        "a": nx.profile(nx.AlibiStack.build(np.ones(t), slopes, mask=mask), n),
+        "b": nx.profile(nx.AlibiStack.build(m.lambdas, slopes, mask=mask), n),
+        "c": nx.profile(nx.AlibiStack.build(m.lambdas, slopes, m.content.diagonal_scaled, mask=mask), n),
+        "e": nx.profile(nx.KernelStack.build(kernels, m.lambdas, causal=causal)),
     }
     profiles = {}
     for key, prof in out.items():
@@ -69,14 +88,18 @@ def score(measured: np.ndarray, profiles: dict[str, np.ndarray]) -> dict[str, di
             for k, p in profiles.items()}
 
 
-def report_markdown(report: dict, meta: dict) -> str:
-    lines = [f"# posbias validate: {meta['checkpoint']}", "",
-             f"Model T = {meta['layers']}, H = {meta['heads']}, width {meta['width']}, context {meta['context']}; "
-             f"S = {meta['samples']} held-out sequences per length; float64 measurement.", ""]
+def report_markdown(report: dict, *, source: str, model_line: str, notes: tuple[str, ...] = (),
+                    lambdas: dict | None = None) -> str:
+    """report.md: the model, the notes, and per N the table of (a), (b), (c), (e) against (d)."""
+    lines = [f"# posbias validate: {source}", "", model_line, ""]
+    lines += [f"- {note}" for note in notes] + ([""] if notes else [])
     for n, rows in report.items():
         best = min(rows, key=lambda k: rows[k]["w1"])
-        lines += [f"## N = {n}", "", "| panel | prediction | W1/(N-1) vs (d) | Spearman vs (d) | TV vs (d) |",
-                  "|---|---|---|---|---|"]
+        lines += [f"## N = {n}", ""]
+        if lambdas is not None:
+            lam = np.asarray(lambdas[n])
+            lines += ["Measured lambda_t: " + ", ".join(f"{v:.4f}" for v in lam) + f" (sum {lam.sum():.4f}).", ""]
+        lines += ["| panel | prediction | W1/(N-1) vs (d) | Spearman vs (d) | TV vs (d) |", "|---|---|---|---|---|"]
         for key, row in rows.items():
             rho = "n/a" if row["spearman"] is None else f"{row['spearman']:.4f}"
             mark = " (best W1)" if key == best else ""
@@ -115,10 +138,136 @@ def default_lengths(context: int) -> tuple[int, ...]:
     return (context // 2, context) if context >= 4 else (context,)
 
 
+@dataclass(frozen=True)
+class Subject:
+    """A model to validate, read but not yet measured.
+
+    ``limit``: the longest N with ``limit_phrase`` naming it (None: no limit, ALiBi);
+    ``training_length``: the length an ALiBi checkpoint was trained at, where known (longer N extrapolate);
+    ``sequences(lengths, samples)``: N -> (S, N) held-out token ids for every length (refusing
+    text too short before anything is measured); ``measurer()``: loads the weights and returns
+    (sequences, progress) -> ``posbias.lm.measure.Measurement``."""
+
+    source: str
+    model_line: str
+    notes: tuple[str, ...]
+    limit: int | None
+    limit_phrase: str
+    training_length: int | None
+    default_lengths: tuple[int, ...]
+    slopes: np.ndarray
+    causal: bool
+    sequences: Callable[[tuple[int, ...], int], dict]
+    measurer: Callable[[], Callable]
+
+
+def _trained_subject(args) -> Subject:
+    """The model trained here: the given run folder / checkpoint.npz, or runs/lm-<preset> (trained first if needed)."""
+    from posbias.lm import checkpoint as ckpt
+    from posbias.lm.config import PRESETS
+    from posbias.lm.data import heldout_sequences, load_corpus
+    from posbias.lm.measure import measure
+    from posbias.lm.model import slopes_of
+    from posbias.lm.train import train
+
+    if args.data is not None:
+        raise ValidateError("--data applies to Hugging Face checkpoints; a posbias train model is validated on "
+                            "its held-out topics")
+    if args.checkpoint is not None:
+        loaded, source = ckpt.load(args.checkpoint), str(args.checkpoint)
+    else:
+        run_dir = Path("runs") / f"lm-{args.preset}"
+        preset = PRESETS[args.preset]
+        done = (run_dir / ckpt.CHECKPOINT).exists() and ckpt.load(run_dir / ckpt.CHECKPOINT).complete
+        if not done:
+            print(f"posbias validate: training the {args.preset} model into {run_dir} first", file=sys.stderr)
+            train(preset.model, preset.train, run_dir, progress=not args.json, log=lambda line: None)
+        loaded, source = ckpt.load(run_dir / ckpt.CHECKPOINT), str(run_dir)
+    model = loaded.model
+
+    def sequences(lengths, samples):
+        validation = load_corpus().validation
+        return {n: heldout_sequences(validation, n, samples) for n in lengths}
+
+    def measurer():
+        return lambda seqs, progress: measure(loaded.params, model, seqs, precision=args.precision,
+                                              memory=args.memory, progress=progress)
+
+    line = (f"Model T = {model.layers}, H = {model.heads}, width {model.width}, context {model.context}; "
+            f"S = {args.samples} held-out sequences per length; {args.precision} measurement.")
+    return Subject(source, line, (), model.context, f"context {model.context}", None, default_lengths(model.context),
+                   slopes_of(model), True, sequences, measurer)
+
+
+def _training_length(config: dict) -> int | None:
+    """The sequence length an ALiBi checkpoint was trained at, where its config.json says (MPT, BLOOM)."""
+    value = config.get("max_seq_len", config.get("seq_length"))
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _hf_subject(args) -> Subject:
+    """A Hugging Face checkpoint folder (posbias.hf), measured on ``--data`` or the pydoc validation text."""
+    from posbias.hf import checkpoint, data, weights
+    from posbias.hf.forward import slopes
+    from posbias.hf.measure import measure
+
+    ck = checkpoint.load(args.checkpoint)
+    spec = ck.spec
+    text, label = data.read_text(args.data)
+    alibi = spec.positions == "alibi"
+    context = "ALiBi, no limit" if alibi else f"{spec.context} learned positions"
+    kind = "causal decoder" if spec.causal else "encoder, full mask"
+    line = (f"Hugging Face checkpoint: model_type {spec.model_type}, T = {spec.layers}, H = {spec.heads}, "
+            f"width {spec.width}, vocab {spec.vocab}, context {context} ({kind}); data: {label}; "
+            f"S = {args.samples} sequences per length; {args.precision} measurement.")
+    mask = "causal mask" if spec.causal else "full mask"
+    notes = ()
+    if not alibi:
+        notes += (f"Learned absolute positions: no ALiBi term (slopes 0), so (a) and (b) are pure {mask} "
+                  f"rollouts; the learned position signal lives in the content logits, so it reaches (c) only "
+                  f"through the measured content diagonal and (e) through the measured kernels.",)
+    if not spec.causal:
+        notes += ("Encoder: every token reads every token; (a)-(c) and (e) use the full mask and the profile is "
+                  "the last position's row" + (" (ALiBi in (a)-(c): the symmetric -m |i - j|)." if alibi else "."),)
+    tokenizer = ck.tokenizer()
+
+    def sequences(lengths, samples):
+        count, n = len(tokenizer.encode(text).ids), max(lengths)
+        if count < n:
+            raise ValidateError(f"--data {label}: {count} tokens, fewer than --lengths N = {n}")
+        if samples > count - n + 1:
+            raise ValidateError(f"--samples {samples}: {label} has {count} tokens, only {count - n + 1} "
+                                f"windows of N = {n}")
+        return {n: data.sequences(tokenizer, text, n, samples, label) for n in lengths}
+
+    def measurer():
+        params = weights.params(ck, None)
+        return lambda seqs, progress: measure(params, spec, seqs, precision=args.precision, memory=args.memory,
+                                              progress=progress)
+
+    lengths = ALIBI_DEFAULT_LENGTHS if alibi else default_lengths(min(spec.context, ALIBI_DEFAULT_LENGTHS[-1]))
+    return Subject(str(ck.folder), line, notes, spec.context, context,
+                   _training_length(ck.config) if alibi else None, lengths, slopes(spec), spec.causal,
+                   sequences, measurer)
+
+
+def _subject(args) -> Subject:
+    """A Hugging Face checkpoint folder (the dispatch of ``posbias measure``) or the model trained here."""
+    from posbias.hf.checkpoint import is_checkpoint
+    from posbias.lm import checkpoint as ckpt
+
+    path = args.checkpoint
+    if path is not None and path.is_dir() and not (path / ckpt.CHECKPOINT).exists() and is_checkpoint(path):
+        return _hf_subject(args)
+    return _trained_subject(args)
+
+
 EPILOG = """\
 examples:
   posbias validate --preset ci --out out/validate              (trains the CI model first if needed)
   posbias validate --checkpoint runs/lm-default --lengths 128,256 --out out/validate
+  posbias validate --checkpoint ~/models/bloom-560m --lengths 128,256 --samples 32 --out out/bloom
+  posbias validate --checkpoint ~/models/gpt2 --data notes.jsonl --out out/gpt2
 """
 
 
@@ -132,46 +281,46 @@ def _lengths(text: str) -> tuple[int, ...]:
     return values
 
 
+def _size(text: str) -> int:
+    from posbias.numerics.budget import parse_size
+
+    try:
+        return parse_size(text)
+    except (ValueError, IndexError):
+        raise argparse.ArgumentTypeError(f"expected a size such as 512M or 2G, got {text!r}") from None
+
+
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "validate", help="the paper's experiment on the model trained here: predictions (a)-(c), (e) vs influence (d)",
-        description="Measure the trained model (training it first if --checkpoint is not given and its run "
-                    "folder has no finished checkpoint) at each length and compare the rollout predictions with "
-                    "the measured influence. Writes profiles/<N>/{a,b,c,d,e}.csv, report.json, report.md and "
-                    "validate.png to --out.",
+        "validate", help="the paper's experiment on a measured model: predictions (a)-(c), (e) vs influence (d)",
+        description="Measure a model at each length and compare the rollout predictions with the measured "
+                    "influence: the model trained here (trained first if --checkpoint is not given and its run "
+                    "folder has no finished checkpoint) or a Hugging Face checkpoint folder (bloom, mpt, gpt2). "
+                    "Writes profiles/<N>/{a,b,c,d,e}.csv, report.json, report.md and validate.png to --out.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", type=Path, help="a trained run folder or checkpoint.npz (default: train or "
-                                                   "resume runs/lm-<preset>)")
+    p.add_argument("--checkpoint", type=Path,
+                   help="a trained run folder or checkpoint.npz, or a Hugging Face checkpoint folder (config.json, "
+                        "*.safetensors, tokenizer.json) (default: train or resume runs/lm-<preset>)")
     p.add_argument("--preset", choices=("default", "ci"), default="default",
                    help="the model to train when --checkpoint is not given (default: default)")
-    p.add_argument("--lengths", type=_lengths, help="sequence lengths N (default: half the context and the context, "
-                                                    "i.e. 128,256 for the default model)")
+    p.add_argument("--lengths", type=_lengths,
+                   help="sequence lengths N (default: half the context and the context, i.e. 128,256 for the "
+                        "default model; Hugging Face checkpoints: 128,256 with ALiBi, at most the learned "
+                        "positions otherwise)")
     p.add_argument("--samples", type=int, default=64, help="held-out sequences per length (default 64)")
+    p.add_argument("--data", type=Path, metavar="FILE",
+                   help="Hugging Face checkpoints: text (.txt) or JSON lines with a \"text\" field (.jsonl); "
+                        "default: the pydoc_data validation topics")
+    p.add_argument("--precision", choices=("float64", "float32"), default="float64",
+                   help="measurement precision (default float64)")
+    p.add_argument("--memory", type=_size, default=2**30, metavar="SIZE",
+                   help="memory budget of one batch of sequences (default 1G)")
     p.add_argument("--out", type=Path, help="output folder (default: posbias-out)")
     p.add_argument("--json", action="store_true", help="print report.json instead of the tables")
 
 
-def _checkpoint(args):
-    from posbias.lm import checkpoint as ckpt
-    from posbias.lm.config import PRESETS
-    from posbias.lm.train import train
-
-    if args.checkpoint is not None:
-        return ckpt.load(args.checkpoint), str(args.checkpoint)
-    run_dir = Path("runs") / f"lm-{args.preset}"
-    preset = PRESETS[args.preset]
-    done = (run_dir / ckpt.CHECKPOINT).exists() and ckpt.load(run_dir / ckpt.CHECKPOINT).complete
-    if not done:
-        print(f"posbias validate: training the {args.preset} model into {run_dir} first", file=sys.stderr)
-        train(preset.model, preset.train, run_dir, progress=not args.json, log=lambda line: None)
-    return ckpt.load(run_dir / ckpt.CHECKPOINT), str(run_dir)
-
-
 def run(args) -> int:
     from posbias.files import write_run
-    from posbias.lm.data import heldout_sequences, load_corpus
-    from posbias.lm.measure import measure
-    from posbias.lm.model import slopes_of
     from posbias.output import position_csv
     from posbias.run import progress_bar
 
@@ -181,32 +330,35 @@ def run(args) -> int:
         raise ValidateError(f"--samples: expected a positive integer, got {args.samples}")
     if args.checkpoint is not None and not args.checkpoint.exists():
         raise ValidateError(f"--checkpoint {args.checkpoint}: no such file or folder")
-    loaded, source = _checkpoint(args)
-    model = loaded.model
-    lengths = args.lengths or default_lengths(model.context)
-    too_long = [n for n in lengths if n > model.context]
+    subject = _subject(args)
+    lengths = args.lengths or subject.default_lengths
+    too_long = [n for n in lengths if subject.limit is not None and n > subject.limit]
     if too_long:
-        raise ValidateError(f"--lengths: N = {too_long[0]} is longer than the model's context {model.context}")
-    corpus = load_corpus()
-    slopes = slopes_of(model)
-    report, panels_by_n, texts = {}, {}, {}
+        raise ValidateError(f"--lengths: N = {too_long[0]} is longer than the model's {subject.limit_phrase}")
+    sequences = subject.sequences(lengths, args.samples)
+    notes = subject.notes
+    beyond = [str(n) for n in lengths if subject.training_length is not None and n > subject.training_length]
+    if beyond:
+        notes += (f"N = {', '.join(beyond)}: longer than the training length {subject.training_length} in "
+                  f"config.json (ALiBi extrapolates).",)
+    measure = subject.measurer()
+    report, panels_by_n, texts, lambdas = {}, {}, {}, {}
     for n in lengths:
-        sequences = heldout_sequences(corpus.validation, n, args.samples)
         with progress_bar(not args.json, f"measure N = {n}", "sequences") as update:
-            m = measure(loaded.params, model, sequences, progress=update)
-        panels = predictions(m, slopes)
+            m = measure(sequences[n], update)
+        panels = predictions(m, subject.slopes, causal=subject.causal)
         panels["d"] = m.influence
         report[str(n)] = score(m.influence, {k: panels[k] for k in PREDICTIONS})
         panels_by_n[n] = panels
+        lambdas[str(n)] = m.lambdas
         for key in "abcde":
             texts[f"profiles/{n}/{key}.csv"] = position_csv(probability=panels[key])
-    meta = {"checkpoint": source, "layers": model.layers, "heads": model.heads, "width": model.width,
-            "context": model.context, "samples": args.samples}
     text = json.dumps(report, indent=2) + "\n"
     texts["report.json"] = text
-    texts["report.md"] = report_markdown(report, meta)
+    texts["report.md"] = report_markdown(report, source=subject.source, model_line=subject.model_line,
+                                         notes=notes, lambdas=lambdas)
     written = write_run(args.out or Path("posbias-out"), texts,
-                        {"validate.png": figure(panels_by_n, f"posbias validate: {source}")})
+                        {"validate.png": figure(panels_by_n, f"posbias validate: {subject.source}")})
     if args.json:
         sys.stdout.write(text)
         return 0

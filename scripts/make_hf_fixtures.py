@@ -1,23 +1,31 @@
 """Build the tiny Hugging Face fixtures of tests/fixtures/hf/ (needs torch and transformers: the ``[hf]`` extra).
 
-For each family (``bloom``, ``gpt2``, ``mpt``) this builds a randomly initialised model from its
-transformers config class (2 layers, a few heads, width 32-48), saves it as a checkpoint
-folder (config.json, model.safetensors, tokenizer.json: a byte-level BPE trained here on
-a few KB of CPython's pydoc_data text), and records what transformers computes on fixed
-token ids, in float32, eval mode, eager attention:
+For each fixture (``FIXTURES``: BLOOM, GPT-2, MPT, three Falcon layouts with ALiBi, BERT) this
+builds a randomly initialised model from its transformers config class (2 layers, a few
+heads, width 32-64), saves it as a checkpoint folder (config.json, model.safetensors,
+tokenizer.json: a byte-level BPE trained here on a few KB of CPython's pydoc_data text),
+and records what transformers computes on fixed token ids, in float32, eval mode, eager
+attention:
 
-* ``expected.npz``: ``input_ids`` (N,), ``logits`` (N, V), ``attentions`` (T, H, N, N),
+* ``expected.npz``: ``input_ids`` (N,), ``logits`` (N, V) (BERT, an encoder without a
+  language-model head: the last hidden state (N, D)), ``attentions`` (T, H, N, N),
   ``hidden_states`` (T + 1, N, D) (transformers' convention: the T block inputs, then
   the final hidden state after the last LayerNorm), ``attention_outputs`` (T, N, D) (the
   output projection's output, bias included, hooked on the module), ``content`` (T, H, N, N)
-  (raw q_i . k_j from the hooked fused QKV projection, split as transformers splits it);
+  (raw q_i . k_j from the hooked QKV projections, split as transformers splits them);
+* Falcon: transformers' FalconModel adds the ALiBi term twice (in the attention and again
+  folded into the mask; ``posbias.hf.families``). The standard keys hold the checkpoints'
+  own semantics, computed with transformers' FalconDecoderLayer modules called in turn
+  with the ALiBi tensor and a plain causal mask (the term once, as RefinedWeb's modelling
+  code adds it); ``transformers_logits`` and ``transformers_attentions`` hold what
+  FalconForCausalLM itself returns;
 * ``versions.json``: the torch, transformers, tokenizers and safetensors versions used.
 
 The weights are the config class's initialisation with a larger range (0.2), then every
 LayerNorm gain, LayerNorm bias and linear bias perturbed by N(0, 0.1^2): a forward that
 dropped a bias or a gain would not match.
 
-    python scripts/make_hf_fixtures.py [--out tests/fixtures/hf] [--family bloom gpt2]
+    python scripts/make_hf_fixtures.py [--out tests/fixtures/hf] [--family bloom falcon]
 
 ``make_fixture(family, folder)`` is what tests/test_hf.py calls to regenerate a fixture on
 the spot where torch is installed.
@@ -32,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-FAMILIES = ("bloom", "gpt2", "mpt")
+FAMILIES = ("bert", "bloom", "falcon", "falcon-mq", "falcon-grouped", "gpt2", "mpt")
 MPT_CLIP = 1.0
 TEXT = ("The attention of a transformer reads earlier positions; ALiBi subtracts a slope times the "
         "distance from each logit, so nearby tokens weigh more than distant ones.")
@@ -88,12 +96,38 @@ def _config(family: str, vocab: int):
         return MptConfig(vocab_size=vocab, d_model=48, n_heads=6, n_layers=2, max_seq_len=32, expansion_ratio=4,
                          layer_norm_epsilon=1e-5, initializer_range=0.2, resid_pdrop=0.0, emb_pdrop=0.0,
                          attn_config={"clip_qkv": MPT_CLIP, "alibi_bias_max": 8, "attn_pdrop": 0})
+    if family.startswith("falcon"):
+        from transformers import FalconConfig
+
+        # 16 heads: 2^(-h/2) slopes, not exact in bfloat16, so Falcon's rounding is exercised
+        layout = {"falcon": dict(parallel_attn=False, multi_query=False, bias=True),        # Falcon-RW
+                  "falcon-mq": dict(parallel_attn=True, multi_query=True, bias=False),
+                  "falcon-grouped": dict(new_decoder_architecture=True, num_kv_heads=4, bias=False,
+                                         num_ln_in_parallel_attn=2)}[family]
+        return FalconConfig(vocab_size=vocab, hidden_size=64, num_hidden_layers=2, num_attention_heads=16,
+                            alibi=True, ffn_hidden_size=96, layer_norm_epsilon=1e-5, initializer_range=0.2,
+                            hidden_dropout=0.0, attention_dropout=0.0, bos_token_id=0, eos_token_id=0, **layout)
+    if family == "bert":
+        from transformers import BertConfig
+
+        return BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                          intermediate_size=80, hidden_act="gelu", max_position_embeddings=32,
+                          initializer_range=0.2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                          layer_norm_eps=1e-12, pad_token_id=0)
     raise ValueError(f"unknown family {family!r}; expected one of {FAMILIES}")
 
 
-def _content(family: str, fused, config) -> np.ndarray:
-    """(H, N, N) raw q_i . k_j from a fused QKV projection output (N, 3D), split as transformers splits it."""
+def _content(family: str, attn, fused, config) -> np.ndarray:
+    """(H, N, N) raw q_i . k_j from the hooked QKV projection output(s), split as transformers splits them."""
+    if family == "bert":  # separate query and key linears: (N, D) each, viewed (N, H, K)
+        q, k = (t.reshape(t.shape[0], config.num_attention_heads, -1) for t in fused[:2])
+        return (q.permute(1, 0, 2) @ k.permute(1, 2, 0)).numpy()
+    fused = fused[0]
     n = fused.shape[0]
+    if family.startswith("falcon"):  # FalconAttention._split_heads: (1, N, H, K) queries, keys (H or 1 heads)
+        q, k, _ = attn._split_heads(fused[None])
+        q, k = q[0].permute(1, 0, 2), k[0].permute(1, 0, 2)
+        return (q @ k.transpose(1, 2)).numpy()
     heads = config.n_heads if family == "mpt" else config.n_head
     dim = fused.shape[1] // 3 // heads
     if family == "mpt":  # MptAttention: clamp, then chunk into q | k | v
@@ -107,13 +141,48 @@ def _content(family: str, fused, config) -> np.ndarray:
     return (q.permute(1, 0, 2) @ k.permute(1, 2, 0)).numpy()
 
 
+def _modules(family: str, model):
+    """Per block: (attention module, output projection, [QKV projection(s)])."""
+    if family == "bert":
+        return [(lay.attention.self, lay.attention.output.dense, [lay.attention.self.query, lay.attention.self.key])
+                for lay in model.encoder.layer]
+    out = []
+    for block in (model.transformer.blocks if family == "mpt" else model.transformer.h):
+        attn = block.attn if family in ("gpt2", "mpt") else block.self_attention
+        names = {"bloom": ("dense", "query_key_value"), "gpt2": ("c_proj", "c_attn"),
+                 "mpt": ("out_proj", "Wqkv")}.get(family, ("dense", "query_key_value"))
+        out.append((attn, getattr(attn, names[0]), [getattr(attn, names[1])]))
+    return out
+
+
+def _falcon_single_alibi(model, ids):
+    """Falcon with the ALiBi term once: transformers' own embedding, FalconDecoderLayer modules, final
+    LayerNorm and head, called in turn with the ALiBi tensor and a plain causal mask."""
+    import torch
+    from transformers.models.falcon.modeling_falcon import build_alibi_tensor
+
+    tr = model.transformer
+    x = tr.word_embeddings(ids)
+    n = ids.shape[1]
+    alibi = build_alibi_tensor(torch.ones((1, n), dtype=torch.long), model.config.num_attention_heads, x.dtype)
+    mask = torch.full((n, n), torch.finfo(x.dtype).min).triu(1)[None, None]
+    hidden, attentions = [], []
+    for block in tr.h:
+        hidden.append(x)
+        x, probs = block(x, alibi=alibi, attention_mask=mask, output_attentions=True)
+        attentions.append(probs)
+    x = tr.ln_f(x)
+    hidden.append(x)
+    return model.lm_head(x), tuple(attentions), tuple(hidden)
+
+
 def make_fixture(family: str, folder) -> Path:
     """Build, save and record one family's fixture in ``folder`` (module docstring); returns it."""
     import safetensors
     import tokenizers
     import torch
     import transformers
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModel, AutoModelForCausalLM
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -123,7 +192,8 @@ def make_fixture(family: str, folder) -> Path:
         raise RuntimeError(f"the fixture text encodes to {len(ids)} tokens, fewer than {NUM_TOKENS}")
     torch.manual_seed(SEED)
     config = _config(family, tok.get_vocab_size())
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32)
+    auto = AutoModel if family == "bert" else AutoModelForCausalLM
+    model = auto.from_config(config, attn_implementation="eager", dtype=torch.float32)
     model.eval()
     gen = torch.Generator().manual_seed(SEED + 1)
     with torch.no_grad():
@@ -132,27 +202,38 @@ def make_fixture(family: str, folder) -> Path:
                 p.add_(0.1 * torch.randn(p.shape, generator=gen))
     model.save_pretrained(folder, safe_serialization=True)
     tok.save(str(folder / "tokenizer.json"))
-    attn_out, qkv = [], []
-    hooks = []
-    for block in (model.transformer.blocks if family == "mpt" else model.transformer.h):
-        attn = block.self_attention if family == "bloom" else block.attn
-        out_proj = {"bloom": "dense", "gpt2": "c_proj", "mpt": "out_proj"}[family]
-        fused = {"bloom": "query_key_value", "gpt2": "c_attn", "mpt": "Wqkv"}[family]
-        out_proj, fused = getattr(attn, out_proj), getattr(attn, fused)
+    attn_out, qkv, hooks = [], [], []
+    modules = _modules(family, model)
+    for _, out_proj, projections in modules:
         hooks.append(out_proj.register_forward_hook(lambda mod, inp, out: attn_out.append(out[0].detach())))
-        hooks.append(fused.register_forward_hook(lambda mod, inp, out: qkv.append(out[0].detach())))
+        for proj in projections:
+            hooks.append(proj.register_forward_hook(lambda mod, inp, out: qkv.append(out[0].detach())))
+    inputs = torch.tensor([ids])
+    extra = {}
     with torch.no_grad():
-        out = model(torch.tensor([ids]), output_attentions=True, output_hidden_states=True)
+        out = model(inputs, output_attentions=True, output_hidden_states=True)
+        if family == "bert":
+            logits, attentions, hidden = out.last_hidden_state, out.attentions, out.hidden_states
+        elif family.startswith("falcon"):
+            extra = {"transformers_logits": out.logits[0].numpy().astype(np.float32),
+                     "transformers_attentions": np.stack([a[0].numpy() for a in out.attentions]).astype(np.float32)}
+            attn_out.clear()
+            qkv.clear()
+            logits, attentions, hidden = _falcon_single_alibi(model, inputs)
+        else:
+            logits, attentions, hidden = out.logits, out.attentions, out.hidden_states
     for hook in hooks:
         hook.remove()
-    content = np.stack([_content(family, f, config) for f in qkv]).astype(np.float32)
+    per = len(modules[0][2])
+    content = np.stack([_content(family, attn, qkv[per * t:per * (t + 1)], config)
+                        for t, (attn, _, _) in enumerate(modules)]).astype(np.float32)
     np.savez_compressed(
         folder / "expected.npz",
         input_ids=np.asarray(ids, np.int64), text=np.asarray(TEXT),
-        logits=out.logits[0].numpy().astype(np.float32),
-        attentions=np.stack([a[0].numpy() for a in out.attentions]).astype(np.float32),
-        hidden_states=np.stack([h[0].numpy() for h in out.hidden_states]).astype(np.float32),
-        attention_outputs=np.stack([a.numpy() for a in attn_out]).astype(np.float32), content=content)
+        logits=logits[0].numpy().astype(np.float32),
+        attentions=np.stack([a[0].numpy() for a in attentions]).astype(np.float32),
+        hidden_states=np.stack([h[0].numpy() for h in hidden]).astype(np.float32),
+        attention_outputs=np.stack([a.numpy() for a in attn_out]).astype(np.float32), content=content, **extra)
     versions = {"torch": torch.__version__, "transformers": transformers.__version__,
                 "tokenizers": tokenizers.__version__, "safetensors": safetensors.__version__,
                 "numpy": np.__version__, "seed": SEED, "dtype": "float32", "attn_implementation": "eager"}

@@ -1,8 +1,8 @@
 """The JAX forward of Hugging Face checkpoints (posbias.hf) against transformers' own outputs.
 
 The fixtures in tests/fixtures/hf/ were written by scripts/make_hf_fixtures.py with torch and
-transformers (versions in each versions.json): tiny random BLOOM and GPT-2 checkpoints and
-what transformers computed on fixed token ids. These tests read them without torch; one
+transformers (versions in each versions.json): tiny random BERT, BLOOM, Falcon (three
+layouts), GPT-2 and MPT checkpoints and what transformers computed on fixed token ids. These tests read them without torch; one
 test regenerates them on the spot where torch and transformers are installed.
 """
 
@@ -23,7 +23,7 @@ from posbias.hf import checkpoint, forward, weights
 from posbias.hf.families import UnsupportedModel
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
-FAMILIES = ("bloom", "gpt2", "mpt")
+FAMILIES = ("bert", "bloom", "falcon", "falcon-mq", "falcon-grouped", "gpt2", "mpt")
 TOL = 1e-5
 
 
@@ -38,28 +38,32 @@ def _run(folder, dtype=np.float32):
     return ck, expected, np.asarray(logits), {k: np.asarray(v) for k, v in cap.items()}
 
 
-def _compare(expected, logits, cap, tol=TOL):
+def _compare(expected, logits, cap, tol=TOL, causal=True):
     np.testing.assert_allclose(logits, expected["logits"], rtol=tol, atol=tol)
     np.testing.assert_allclose(cap["probs"], expected["attentions"], rtol=tol, atol=tol)
     np.testing.assert_allclose(cap["x"], expected["hidden_states"][:-1], rtol=tol, atol=tol)
     np.testing.assert_allclose(cap["hidden"], expected["hidden_states"][-1], rtol=tol, atol=tol)
     np.testing.assert_allclose(cap["a"], expected["attention_outputs"], rtol=tol, atol=tol)
     n = logits.shape[0]
-    causal = np.tril(np.ones((n, n), bool))
-    np.testing.assert_allclose(cap["content"][..., causal], expected["content"][..., causal], rtol=tol, atol=tol)
+    read = np.tril(np.ones((n, n), bool)) if causal else np.ones((n, n), bool)
+    np.testing.assert_allclose(cap["content"][..., read], expected["content"][..., read], rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_forward_matches_transformers_fixture(family):
     ck, expected, logits, cap = _run(FIXTURES / family)
-    _compare(expected, logits, cap)
+    _compare(expected, logits, cap, causal=ck.spec.causal)
     # the probabilities are exactly the softmax of the separable logits the forward reports
     z = cap["scale"][:, None, None, None] * cap["content"].astype(np.float64) + cap["position"][None]
     z = z - z.max(axis=-1, keepdims=True)
     ref = np.exp(z) / np.exp(z).sum(axis=-1, keepdims=True)
     np.testing.assert_allclose(cap["probs"], ref, atol=1e-6)
     assert np.abs(ref.sum(axis=-1) - 1).max() < 1e-12
-    assert np.all(cap["probs"][..., ~np.tril(np.ones(ref.shape[-2:], bool))] == 0)
+    upper = ~np.tril(np.ones(ref.shape[-2:], bool))
+    if ck.spec.causal:
+        assert np.all(cap["probs"][..., upper] == 0)
+    else:  # an encoder reads later tokens too
+        assert ck.spec.model_type == "bert" and np.all(cap["probs"][..., upper] > 0)
 
 
 def test_forward_imports_no_torch():
@@ -196,8 +200,8 @@ def test_regenerated_fixture_matches(family, tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     folder = _fixture_script().make_fixture(family, tmp_path / family)
-    _, expected, logits, cap = _run(folder)
-    _compare(expected, logits, cap)
+    ck, expected, logits, cap = _run(folder)
+    _compare(expected, logits, cap, causal=ck.spec.causal)
 
 
 def test_bloom_slopes_equal_transformers():
@@ -329,3 +333,113 @@ def test_mpt_slopes_equal_transformers():
     for heads in (1, 2, 3, 6, 7, 8, 12, 32, 48):
         alibi = mpt.build_mpt_alibi_tensor(heads, 5, alibi_bias_max=8).numpy().astype(np.float64)  # (H, 1, 5)
         np.testing.assert_allclose(-alibi[:, 0, 0] / 4, forward.mpt_slopes(heads, 8.0), rtol=1e-6)
+
+
+def _bfloat16(x: Fraction) -> Fraction:
+    """x rounded to 8 significant bits, ties to even (bfloat16's rounding), by exact arithmetic."""
+    if x == 0:
+        return x
+    e = x.numerator.bit_length() - x.denominator.bit_length()
+    e += 1 if Fraction(2) ** e <= x else 0  # now 2^(e-1) <= x < 2^e
+    ulp = Fraction(2) ** (e - 8)
+    q, r = divmod(x, ulp)
+    q += 1 if (r > ulp / 2 or (r == ulp / 2 and q % 2)) else 0
+    return q * ulp
+
+
+def test_falcon_position_term_is_the_bfloat16_alibi_once():
+    """Falcon's term alibi_scale bf16(bf16(m_h) bf16(j)), checked by exact rounding, and the effective slopes."""
+    import math
+
+    from posbias.numerics.slopes import alibi_slopes
+
+    ck = checkpoint.load(FIXTURES / "falcon")
+    spec = ck.spec
+    assert (spec.heads, spec.head_dim, spec.alibi_scale) == (16, 4, 0.5)
+    exact = [_bfloat16(Fraction(float(m))) for m in alibi_slopes(16, "hf")]
+    assert any(Fraction(float(m)) != b for m, b in zip(alibi_slopes(16, "hf"), exact))  # rounding is exercised
+    assert forward.slopes(spec).tolist() == [float(b) / math.sqrt(spec.head_dim) for b in exact]
+    n = 700
+    pos = np.asarray(forward.position_term(spec, n, np.float64))
+    for h in (0, 1, 7, 15):
+        term = [float(_bfloat16(exact[h] * _bfloat16(Fraction(j)))) * spec.alibi_scale for j in range(n)]
+        for i in (0, 5, 255, 256, 300, 699):
+            assert pos[h, i, :i + 1].tolist() == term[:i + 1]
+            assert np.all(pos[h, i, i + 1:] == -np.inf)
+    # beyond j = 256 bfloat16 no longer holds m_h j exactly: the term is not linear there
+    assert np.abs(np.diff(pos[1, -1], 2)).max() > 0
+
+
+def test_falcon_fixture_records_transformers_double_alibi():
+    """transformers' FalconModel adds the term twice; alibi_scale x 2 reproduces it, and the fixture tells them apart."""
+    import dataclasses
+
+    import jax
+
+    for family in ("falcon", "falcon-mq", "falcon-grouped"):
+        ck = checkpoint.load(FIXTURES / family)
+        expected = np.load(FIXTURES / family / "expected.npz")
+        p = weights.params(ck)
+        ids = expected["input_ids"].astype(np.int32)
+        doubled = dataclasses.replace(ck.spec, alibi_scale=2 * ck.spec.alibi_scale)
+        logits, cap = jax.jit(lambda p, ids: forward.forward(p, ids, doubled, capture=True))(p, ids)
+        np.testing.assert_allclose(np.asarray(logits), expected["transformers_logits"], rtol=TOL, atol=TOL)
+        np.testing.assert_allclose(np.asarray(cap["probs"]), expected["transformers_attentions"], rtol=TOL, atol=TOL)
+        assert np.abs(expected["transformers_logits"] - expected["logits"]).max() > 1e-2
+
+
+def test_falcon_layouts_read_from_config():
+    specs = {f: checkpoint.load(FIXTURES / f).spec for f in ("falcon", "falcon-mq", "falcon-grouped")}
+    assert (specs["falcon"].block, specs["falcon"].kv_groups) == ("pre-ln", 16)
+    assert (specs["falcon-mq"].block, specs["falcon-mq"].kv_groups) == ("parallel", 1)
+    assert (specs["falcon-grouped"].block, specs["falcon-grouped"].kv_groups) == ("parallel-2ln", 4)
+    assert all(s.mlp == 96 for s in specs.values())
+    assert not any(name.endswith("dense.bias") for name in checkpoint.load(FIXTURES / "falcon-mq").files)
+
+
+def test_falcon_position_term_equals_transformers_alibi_tensor():
+    pytest.importorskip("torch")
+    falcon = pytest.importorskip("transformers.models.falcon.modeling_falcon")
+    import dataclasses
+
+    import torch
+
+    spec = checkpoint.load(FIXTURES / "falcon").spec
+    n = 3000
+    for heads in (8, 12, 16, 64, 71):
+        s = dataclasses.replace(spec, heads=heads, width=4 * heads)
+        alibi = falcon.build_alibi_tensor(torch.ones((1, n), dtype=torch.long), heads, torch.float32)
+        theirs = alibi[:, 0, :].numpy().astype(np.float64) * s.alibi_scale
+        ours = np.asarray(forward.position_term(s, n, np.float64))[:, -1, :]
+        assert np.array_equal(ours, theirs), heads
+
+
+def test_bert_reads_every_position_and_returns_hidden_states():
+    ck = checkpoint.load(FIXTURES / "bert")
+    spec = ck.spec
+    assert not spec.causal and not spec.lm_head and spec.block == "post-ln" and spec.context == 32
+    assert spec.mlp == 80 and np.all(forward.slopes(spec) == 0)
+    assert np.all(np.asarray(forward.position_term(spec, 5, np.float64)) == 0)
+    p = weights.params(ck)
+    assert "lnf_g" not in p and "unembed" not in p
+    out = np.asarray(forward.forward(p, np.arange(6, dtype=np.int32), spec))
+    assert out.shape == (6, spec.width)
+
+
+@pytest.mark.parametrize("config, match", [
+    ({"model_type": "falcon", "alibi": False}, "rotary"),
+    ({"model_type": "falcon", "alibi": True, "activation": "relu"}, "activation 'relu'"),
+    ({"model_type": "falcon", "alibi": True, "new_decoder_architecture": True, "num_kv_heads": 3},
+     "not a multiple of num_kv_heads"),
+    ({"model_type": "bert", "position_embedding_type": "relative_key"}, "relative_key"),
+    ({"model_type": "bert", "is_decoder": True}, "decoder"),
+])
+def test_unsupported_settings_are_one_line(tmp_path, config, match):
+    from posbias.hf.families import spec_of
+
+    base = {"falcon": {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 16, "vocab_size": 10},
+            "bert": {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 16, "vocab_size": 10,
+                     "max_position_embeddings": 8, "intermediate_size": 32}}[config["model_type"]]
+    with pytest.raises(UserError, match=match) as err:
+        spec_of({**base, **config})
+    assert "\n" not in str(err.value)

@@ -162,12 +162,12 @@ def test_content_fit_recovers_background_and_diagonal():
     d = np.array([[0.25, 3.0]])
     logits = b[..., None, None] + d[..., None, None] * np.eye(n)
     logits = logits + np.triu(np.full((n, n), 99.0), 1)   # entries above the diagonal are ignored
-    fit = content_fit(logits, dh)
+    fit = content_fit(logits, np.full(1, 1 / np.sqrt(dh)))
     assert np.allclose(fit.background_raw, b, atol=1e-14) and np.allclose(fit.diagonal_raw, d, atol=1e-14)
     assert np.allclose(fit.background_scaled, b / 4, atol=1e-14) and np.allclose(fit.diagonal_scaled, d / 4)
     assert np.allclose(fit.r2, 1.0)
     noisy = logits + np.tril(np.random.default_rng(0).standard_normal((n, n)))
-    assert np.all(content_fit(noisy, dh).r2 < 1.0)
+    assert np.all(content_fit(noisy, np.full(1, 1 / np.sqrt(dh))).r2 < 1.0)
 
 
 # ---------------------------------------------------------------- training, CLI

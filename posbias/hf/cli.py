@@ -35,13 +35,28 @@ def _check_out(out: Path) -> None:
             raise UserError(f"--out {out}: {name} exists and is not a regular file")
 
 
+def family_notes(spec) -> list[str]:
+    """What a reader of report.json must know about how this family's measurement relates to the theory."""
+    notes = []
+    if spec.positions != "alibi":
+        notes.append("learned absolute positions: the slopes in config.yaml are 0; the position signal is in "
+                     "the content logits")
+    if spec.alibi_rounding == "bfloat16":
+        notes.append(f"Falcon ALiBi: the slopes in config.yaml are bf16(m_h) * {spec.alibi_scale:.6g} (the term is "
+                     f"added before the 1/sqrt(d_head) scaling), as the softmax sees them; the model forms m_h j in "
+                     f"bfloat16, exact for j < 256 only up to the slope's 8-bit rounding")
+    if not spec.causal:
+        notes.append("encoder: every token reads every token (config.yaml mask_type full); influence is the "
+                     "Frobenius norm ||d y / d e_j|| of the final hidden state y at the last position")
+    return notes
+
+
 def run_measure(args) -> int:
     """Measure the checkpoint folder ``args.checkpoint`` (module docstring); returns 0."""
-    import numpy as np
-
     from posbias.files import write_run
     from posbias.hf import checkpoint, data, outputs, weights
-    from posbias.hf.measure import measure, params_bytes
+    from posbias.hf.measure import measure
+    from posbias.hf.memory import params_bytes
     from posbias.lm.measure import MeasureError
     from posbias.run import progress_bar
 
@@ -59,15 +74,15 @@ def run_measure(args) -> int:
     text, label = data.read_text(getattr(args, "data", None))
     seqs = data.sequences(ck.tokenizer(), text, n, args.samples, label)
     itemsize = 8 if args.precision == "float64" else 4
-    params = weights.params(ck, np.float64 if itemsize == 8 else np.float32)
+    params = weights.params(ck, None)  # as stored: the measurement casts to its precision (posbias.hf.measure)
     with progress_bar(not args.quiet, "measure", "sequences") as update:
         m = measure(params, spec, seqs, precision=args.precision, memory=args.memory, progress=update)
-    notes = [] if spec.positions == "alibi" else [
-        "learned absolute positions: the slopes in config.yaml are 0; the position signal is in the content logits"]
+    notes = family_notes(spec)
     meta = {"model_type": spec.model_type, "layers": spec.layers, "heads": spec.heads, "width": spec.width,
             "vocab": spec.vocab, "data": label, "notes": notes,
-            "params_bytes": params_bytes(spec, itemsize)}
-    files = outputs.render(m, source=str(ck.folder), content_scale=args.content_scale, meta=meta)
+            "params_bytes": params_bytes(spec, itemsize, tied=ck.config.get("tie_word_embeddings", True))}
+    files = outputs.render(m, source=str(ck.folder), content_scale=args.content_scale, meta=meta,
+                           causal=spec.causal)
     written = write_run(Path(out), {}, binaries=files)
     lam = "  ".join(f"{v:.3f}±{s:.3f}" for v, s in zip(m.lambdas, m.lambda_std))
     print(f"posbias measure: {ck.folder} ({spec.model_type}, T={spec.layers}, H={spec.heads}, D={spec.width}), "

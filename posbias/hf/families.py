@@ -1,37 +1,57 @@
 """The per-family table: where each Hugging Face family keeps its weights and which conventions it follows.
 
-Every supported family is read into one canonical decoder block (``posbias.hf.forward``):
+Every supported family is read into one canonical transformer block (``posbias.hf.forward``):
 
-    h = LN_1(x_t);  q, k, v = h W_q + b_q, h W_k + b_k, h W_v + b_v   (per head, d_head wide)
+    attention input h = LN_1(x_t) (pre-LN and parallel blocks) or x_t itself (post-LN)
+    q, k, v = h W_q + b_q, h W_k + b_k, h W_v + b_v              (per head, d_head wide)
     logit_hij = s_t (q_hi . k_hj) + pos_hij,  s_t = 1/sqrt(d_head) (GPT-2: optionally / (t + 1))
-    a_t = sum_h softmax_j(logit_h)_ij v_hj W_O,h + b_O                (attention output after W_O)
-    x_{t+1} = r + a_t + MLP(LN_2(r + a_t))                            (r = x_t, or h for BLOOM's
-                                                                       apply_residual_connection_post_layernorm)
+    a_t = sum_h softmax_j(logit_h)_ij v_hj W_O,h + b_O            (attention output after W_O)
+    pre-LN   (BLOOM, GPT-2, MPT, Falcon-RW): y = r + a_t,  x_{t+1} = y + MLP(LN_2(y))
+             (r = x_t, or h for BLOOM's apply_residual_connection_post_layernorm)
+    parallel (Falcon parallel_attn):        x_{t+1} = x_t + a_t + MLP(LN_2(x_t))
+             (LN_2 = LN_1 with one LayerNorm; Falcon's new architecture has its own ln_mlp)
+    post-LN  (BERT):                         y = LN_1(x_t + a_t),  x_{t+1} = LN_2(y + MLP(y))
 
 with pos_hij = -m_h (i - j) on j <= i for ALiBi families (THEORY.md Notation; BLOOM adds
 m_h j, which differs by the row constant m_h i and so gives the same softmax), 0 for
 learned absolute positions (added to the embeddings instead), and -inf above the
-diagonal. A ``Family`` says how the checkpoint's tensors map onto W_q ... b_2:
+diagonal under a causal mask (encoders: every j). A ``Family`` says how the checkpoint's
+tensors map onto W_q ... b_2:
 
-* ``qkv_layout``: ``per-head`` (BLOOM's fused query_key_value: output index
-  h * 3 d_head + s * d_head + k, s = 0, 1, 2 for q, k, v) or ``blocks`` (GPT-2's c_attn:
-  s * D + h * d_head + k);
+* ``qkv_layout``: ``grouped`` (a fused projection whose output is (G, H/G + 2, d_head):
+  per key/value group g its H/G queries, then its key and value: BLOOM's and Falcon-RW's
+  query_key_value is G = H, i.e. h * 3 d_head + s * d_head + k; Falcon's multi_query is
+  G = 1; its new architecture G = num_kv_heads; a key/value head is shared by the H/G query
+  heads of its group), ``blocks`` (GPT-2's c_attn, MPT's Wqkv: s * D + h * d_head + k) or
+  ``separate`` (BERT's query, key and value linears);
 * ``linear_layout``: ``out-in`` (torch.nn.Linear, weight (out, in): transposed on reading)
   or ``in-out`` (GPT-2's Conv1D, weight (in, out));
-* ``embed_norm``: BLOOM's LayerNorm on the word embeddings (x_0 = LN(e));
-* ``optional_biases``: MPT saves no biases (LayerNorms without bias, bias-free linears):
-  an absent bias is zero; MPT also clamps q, k, v to [-clip_qkv, clip_qkv], may replace
-  1/sqrt(d_head) by ``softmax_scale``, and builds its slopes with ``alibi_bias_max`` B:
-  with P the smallest power of two >= H, 2^(-h B / P), h = 1..P, even-indexed first, the
-  first H kept (for B = 8 the same slopes as BLOOM's construction, for every H);
+* ``embed_norm``: a LayerNorm on the embeddings (BLOOM: x_0 = LN(e); BERT: x_0 = LN(e + pos + type_0));
+* ``optional_biases``: MPT saves no biases (LayerNorms without bias, bias-free linears),
+  Falcon none with ``bias: false``: an absent bias is zero; MPT also clamps q, k, v to
+  [-clip_qkv, clip_qkv], may replace 1/sqrt(d_head) by ``softmax_scale``, and builds its slopes
+  with ``alibi_bias_max`` B: with P the smallest power of two >= H, 2^(-h B / P), h = 1..P,
+  even-indexed first, the first H kept (for B = 8 the same slopes as BLOOM's construction,
+  for every H);
+* Falcon's ALiBi (``Spec.alibi_scale``, ``Spec.alibi_rounding``): the slopes of BLOOM's
+  construction rounded to bfloat16, the term m_h j formed in bfloat16 (j rounded to
+  bfloat16 first, as torch multiplies a bfloat16 tensor by an integer one) and added to the
+  raw q.k *before* the 1/sqrt(d_head) scaling: pos_hij = bf16(bf16(m_h) bf16(j)) / sqrt(d_head),
+  so the effective slope the softmax sees is bf16(m_h) / sqrt(d_head) (1/8 of BLOOM's for
+  d_head = 64), exact up to the bfloat16 rounding of m_h j. This is the term of the
+  checkpoints' own modelling code (RefinedWeb's modelling_RW.py) and of transformers'
+  FalconAttention; transformers' FalconModel (checked with 5.24) also folds the same term
+  into the attention mask, so its eager forward adds it twice: ``alibi_scale`` = 2 /
+  sqrt(d_head) reproduces that, and the committed Falcon fixture records both;
 * ``activation``: ``gelu-bloom`` (x/2 (1 + tanh(0.79788456 x (1 + 0.044715 x^2))), BLOOM's
-  constant) the config's ``activation_function`` for GPT-2 (``gelu_new``,
-  ``gelu_pytorch_tanh``: the tanh approximation; ``gelu``: the exact erf form), or the exact
-  erf GELU for MPT.
+  constant), the config's ``activation_function`` for GPT-2 or ``hidden_act`` for BERT
+  (``gelu_new``, ``gelu_pytorch_tanh``: the tanh approximation; ``gelu``: the exact erf form),
+  or the exact erf GELU for MPT and Falcon.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from posbias.errors import UserError
@@ -53,20 +73,22 @@ class Family:
     position_embed: str | None    # learned absolute positions
     layer: str
     ln1: tuple
-    qkv: tuple                    # (weight, bias)
+    qkv: tuple                    # fused: (weight, bias); separate: (w_q, b_q, w_k, b_k, w_v, b_v)
     qkv_layout: str
     attn_out: tuple
     ln2: tuple
     mlp_in: tuple
     mlp_out: tuple
-    final_norm: tuple
-    lm_head: str                  # absent from the files when tied to ``embed``
+    final_norm: tuple | None      # None: the last block's output is the final hidden state (BERT)
+    lm_head: str | None           # absent from the files when tied to ``embed``; None: an encoder without one
     linear_layout: str
     positions: str                # "alibi" or "learned"
-    layers_key: str
-    heads_key: str
-    width_key: str
+    layers_key: tuple             # config keys, first present wins
+    heads_key: tuple
+    width_key: tuple
+    eps_key: str = "layer_norm_epsilon"
     optional_biases: bool = False  # a bias absent from the files is zero (MPT saves none)
+    token_type_embed: str | None = None  # BERT: type 0 is added at every position
 
 
 BLOOM = Family(
@@ -74,13 +96,13 @@ BLOOM = Family(
     base_prefixes=("transformer.", ""), embed="word_embeddings.weight",
     embed_norm=("word_embeddings_layernorm.weight", "word_embeddings_layernorm.bias"), position_embed=None,
     layer="h.{i}.", ln1=("input_layernorm.weight", "input_layernorm.bias"),
-    qkv=("self_attention.query_key_value.weight", "self_attention.query_key_value.bias"), qkv_layout="per-head",
+    qkv=("self_attention.query_key_value.weight", "self_attention.query_key_value.bias"), qkv_layout="grouped",
     attn_out=("self_attention.dense.weight", "self_attention.dense.bias"),
     ln2=("post_attention_layernorm.weight", "post_attention_layernorm.bias"),
     mlp_in=("mlp.dense_h_to_4h.weight", "mlp.dense_h_to_4h.bias"),
     mlp_out=("mlp.dense_4h_to_h.weight", "mlp.dense_4h_to_h.bias"),
     final_norm=("ln_f.weight", "ln_f.bias"), lm_head="lm_head.weight", linear_layout="out-in",
-    positions="alibi", layers_key="n_layer", heads_key="n_head", width_key="hidden_size")
+    positions="alibi", layers_key=("n_layer",), heads_key=("n_head",), width_key=("hidden_size",))
 
 GPT2 = Family(
     model_type="gpt2", summary="GPT-2 (learned absolute positions, Conv1D weights)",
@@ -89,7 +111,7 @@ GPT2 = Family(
     qkv_layout="blocks", attn_out=("attn.c_proj.weight", "attn.c_proj.bias"), ln2=("ln_2.weight", "ln_2.bias"),
     mlp_in=("mlp.c_fc.weight", "mlp.c_fc.bias"), mlp_out=("mlp.c_proj.weight", "mlp.c_proj.bias"),
     final_norm=("ln_f.weight", "ln_f.bias"), lm_head="lm_head.weight", linear_layout="in-out",
-    positions="learned", layers_key="n_layer", heads_key="n_head", width_key="n_embd")
+    positions="learned", layers_key=("n_layer",), heads_key=("n_head",), width_key=("n_embd",))
 
 MPT = Family(
     model_type="mpt", summary="MPT (ALiBi with MPT's slopes, bias-free layers, clip_qkv)",
@@ -98,10 +120,40 @@ MPT = Family(
     qkv_layout="blocks", attn_out=("attn.out_proj.weight", "attn.out_proj.bias"),
     ln2=("norm_2.weight", "norm_2.bias"), mlp_in=("ffn.up_proj.weight", "ffn.up_proj.bias"),
     mlp_out=("ffn.down_proj.weight", "ffn.down_proj.bias"), final_norm=("norm_f.weight", "norm_f.bias"),
-    lm_head="lm_head.weight", linear_layout="out-in", positions="alibi", layers_key="n_layers",
-    heads_key="n_heads", width_key="d_model", optional_biases=True)
+    lm_head="lm_head.weight", linear_layout="out-in", positions="alibi", layers_key=("n_layers",),
+    heads_key=("n_heads",), width_key=("d_model",), optional_biases=True)
 
-FAMILIES = {f.model_type: f for f in (BLOOM, GPT2, MPT)}
+FALCON = Family(
+    model_type="falcon", summary="Falcon with ALiBi (Falcon-RW; sequential or parallel attention/MLP, "
+                                 "multi-query or grouped keys)",
+    base_prefixes=("transformer.", ""), embed="word_embeddings.weight", embed_norm=None, position_embed=None,
+    layer="h.{i}.", ln1=("input_layernorm.weight", "input_layernorm.bias"),
+    qkv=("self_attention.query_key_value.weight", "self_attention.query_key_value.bias"), qkv_layout="grouped",
+    attn_out=("self_attention.dense.weight", "self_attention.dense.bias"),
+    ln2=("post_attention_layernorm.weight", "post_attention_layernorm.bias"),
+    mlp_in=("mlp.dense_h_to_4h.weight", "mlp.dense_h_to_4h.bias"),
+    mlp_out=("mlp.dense_4h_to_h.weight", "mlp.dense_4h_to_h.bias"),
+    final_norm=("ln_f.weight", "ln_f.bias"), lm_head="lm_head.weight", linear_layout="out-in",
+    positions="alibi", layers_key=("num_hidden_layers", "n_layer"), heads_key=("num_attention_heads", "n_head"),
+    width_key=("hidden_size", "n_embed"), optional_biases=True)
+
+BERT = Family(
+    model_type="bert", summary="BERT (encoder: full attention, post-LN, learned absolute positions)",
+    base_prefixes=("bert.", ""), embed="embeddings.word_embeddings.weight",
+    embed_norm=("embeddings.LayerNorm.weight", "embeddings.LayerNorm.bias"),
+    position_embed="embeddings.position_embeddings.weight", layer="encoder.layer.{i}.",
+    ln1=("attention.output.LayerNorm.weight", "attention.output.LayerNorm.bias"),
+    qkv=("attention.self.query.weight", "attention.self.query.bias", "attention.self.key.weight",
+         "attention.self.key.bias", "attention.self.value.weight", "attention.self.value.bias"),
+    qkv_layout="separate", attn_out=("attention.output.dense.weight", "attention.output.dense.bias"),
+    ln2=("output.LayerNorm.weight", "output.LayerNorm.bias"),
+    mlp_in=("intermediate.dense.weight", "intermediate.dense.bias"),
+    mlp_out=("output.dense.weight", "output.dense.bias"), final_norm=None, lm_head=None,
+    linear_layout="out-in", positions="learned", layers_key=("num_hidden_layers",),
+    heads_key=("num_attention_heads",), width_key=("hidden_size",), eps_key="layer_norm_eps",
+    token_type_embed="embeddings.token_type_embeddings.weight")
+
+FAMILIES = {f.model_type: f for f in (BERT, BLOOM, FALCON, GPT2, MPT)}
 ACTIVATIONS = {"gelu_new": "gelu-tanh", "gelu_pytorch_tanh": "gelu-tanh", "gelu_fast": "gelu-tanh", "gelu": "gelu-erf"}
 
 
@@ -134,21 +186,42 @@ class Spec:
     residual_post_ln: bool = False
     inverse_layer_scale: bool = False
     scale_attn: bool = True
-    slope_convention: str = "hf"     # "hf" (BLOOM) or "mpt" (MPT's interleaved construction)
+    slope_convention: str = "hf"     # "hf" (BLOOM, Falcon) or "mpt" (MPT's interleaved construction)
     alibi_bias_max: float = 8.0
     softmax_scale: float | None = None  # MPT: replaces 1/sqrt(d_head)
     clip_qkv: float | None = None       # MPT: q, k, v clamped to [-c, c]
     causal: bool = True                 # False for encoders (BERT): every token reads every token
+    block: str = "pre-ln"               # "pre-ln", "parallel", "parallel-2ln" (Falcon ln_mlp) or "post-ln"
+    kv_groups: int | None = None        # grouped QKV layout: G key/value groups (None: one per head)
+    mlp_width: int | None = None        # None: 4 D
+    alibi_scale: float = 1.0            # Falcon: 1/sqrt(d_head) (module docstring)
+    alibi_rounding: str | None = None   # Falcon: "bfloat16"
+    lm_head: bool = True                # False: an encoder whose output is the final hidden state
 
     @property
     def head_dim(self) -> int:
         return self.width // self.heads
 
+    @property
+    def mlp(self) -> int:
+        return self.mlp_width if self.mlp_width is not None else 4 * self.width
 
-def _int(config: dict, key: str, where: str) -> int:
+
+def _int(config: dict, keys, where: str) -> int:
+    keys = (keys,) if isinstance(keys, str) else keys
+    key = next((k for k in keys if k in config), keys[0])
     value = config.get(key)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise UserError(f"{where}: {key} must be a positive integer, got {value!r}")
+    return value
+
+
+def _flag(config: dict, key: str, default: bool, where: str) -> bool:
+    value = config.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise UserError(f"{where}: {key} must be true or false, got {value!r}")
     return value
 
 
@@ -160,17 +233,23 @@ def spec_of(config: dict, where: str = "config.json") -> Spec:
     width = _int(config, family.width_key, where)
     vocab = _int(config, "vocab_size", where)
     if width % heads:
-        raise UserError(f"{where}: {family.width_key} = {width} is not a multiple of {family.heads_key} = {heads}")
-    eps = config.get("layer_norm_epsilon", 1e-5)
+        raise UserError(f"{where}: {family.width_key[0]} = {width} is not a multiple of "
+                        f"{family.heads_key[0]} = {heads}")
+    eps = config.get(family.eps_key, 1e-5)
     if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
-        raise UserError(f"{where}: layer_norm_epsilon must be a positive number, got {eps!r}")
+        raise UserError(f"{where}: {family.eps_key} must be a positive number, got {eps!r}")
+    shape = (layers, heads, width, vocab, float(eps))
     if family is BLOOM:
         if config.get("pretraining_tp", 1) > 1 and config.get("slow_but_exact", False):
             raise UnsupportedModel(f"{where}: BLOOM with slow_but_exact tensor-parallel slicing is not supported")
-        return Spec("bloom", layers, heads, width, vocab, float(eps), "gelu-bloom", "alibi", True, None,
+        return Spec("bloom", *shape, "gelu-bloom", "alibi", True, None,
                     residual_post_ln=bool(config.get("apply_residual_connection_post_layernorm", False)))
     if family is MPT:
-        return _mpt_spec(config, layers, heads, width, vocab, float(eps), where)
+        return _mpt_spec(config, *shape, where)
+    if family is FALCON:
+        return _falcon_spec(config, *shape, where)
+    if family is BERT:
+        return _bert_spec(config, *shape, where)
     act = config.get("activation_function", "gelu_new")
     if act not in ACTIVATIONS:
         raise UnsupportedModel(f"{where}: GPT-2 activation_function {act!r} is not supported; "
@@ -179,8 +258,7 @@ def spec_of(config: dict, where: str = "config.json") -> Spec:
         raise UnsupportedModel(f"{where}: GPT-2 n_inner = {config['n_inner']} (only 4 * n_embd is supported)")
     if config.get("add_cross_attention", False):
         raise UnsupportedModel(f"{where}: GPT-2 with cross-attention is not supported")
-    return Spec("gpt2", layers, heads, width, vocab, float(eps), ACTIVATIONS[act], "learned", False,
-                _int(config, "n_positions", where),
+    return Spec("gpt2", *shape, ACTIVATIONS[act], "learned", False, _int(config, "n_positions", where),
                 inverse_layer_scale=bool(config.get("scale_attn_by_inverse_layer_idx", False)),
                 scale_attn=bool(config.get("scale_attn_weights", True)))
 
@@ -206,3 +284,75 @@ def _mpt_spec(config: dict, layers: int, heads: int, width: int, vocab: int, eps
         raise UserError(f"{where}: attn_config.alibi_bias_max must be a positive number, got {bias_max!r}")
     return Spec("mpt", layers, heads, width, vocab, eps, "gelu-erf", "alibi", False, None,
                 slope_convention="mpt", alibi_bias_max=float(bias_max), **numbers)
+
+
+def _falcon_spec(config: dict, layers: int, heads: int, width: int, vocab: int, eps: float, where: str) -> Spec:
+    if not _flag(config, "alibi", False, where):
+        raise UnsupportedModel(f"{where}: Falcon with rotary position embeddings (alibi: false, e.g. falcon-7b) is "
+                               f"not supported: its positional term is not separable from the content logits; "
+                               f"the ALiBi Falcons (falcon-rw-*) are")
+    if config.get("activation", "gelu") != "gelu":
+        raise UnsupportedModel(f"{where}: Falcon activation {config['activation']!r} is not supported "
+                               f"(only 'gelu')")
+    new = _flag(config, "new_decoder_architecture", False, where)
+    parallel = _flag(config, "parallel_attn", True, where)
+    if new:
+        groups = _int(config, "num_kv_heads", where) if config.get("num_kv_heads") is not None else heads
+        lns = config.get("num_ln_in_parallel_attn") or 2
+        if lns not in (1, 2):
+            raise UserError(f"{where}: num_ln_in_parallel_attn must be 1 or 2, got {lns!r}")
+        block = "parallel-2ln" if lns == 2 else "parallel"
+    else:
+        groups = 1 if _flag(config, "multi_query", True, where) else heads
+        block = "parallel" if parallel else "pre-ln"
+    if heads % groups:
+        raise UserError(f"{where}: num_attention_heads = {heads} is not a multiple of num_kv_heads = {groups}")
+    ffn = config.get("ffn_hidden_size")
+    mlp = _int(config, "ffn_hidden_size", where) if ffn is not None else 4 * width
+    return Spec("falcon", layers, heads, width, vocab, eps, "gelu-erf", "alibi", False, None, block=block,
+                kv_groups=groups, mlp_width=mlp, alibi_scale=1.0 / math.sqrt(width // heads),
+                alibi_rounding="bfloat16")
+
+
+def _bert_spec(config: dict, layers: int, heads: int, width: int, vocab: int, eps: float, where: str) -> Spec:
+    act = config.get("hidden_act", "gelu")
+    if act not in ACTIVATIONS:
+        raise UnsupportedModel(f"{where}: BERT hidden_act {act!r} is not supported; expected one of "
+                               f"{sorted(ACTIVATIONS)}")
+    if config.get("position_embedding_type", "absolute") != "absolute":
+        raise UnsupportedModel(f"{where}: BERT position_embedding_type {config['position_embedding_type']!r} "
+                               f"is not supported (only 'absolute')")
+    if _flag(config, "is_decoder", False, where) or _flag(config, "add_cross_attention", False, where):
+        raise UnsupportedModel(f"{where}: BERT as a decoder (is_decoder / add_cross_attention) is not supported")
+    return Spec("bert", layers, heads, width, vocab, eps, ACTIVATIONS[act], "learned", True,
+                _int(config, "max_position_embeddings", where), causal=False, block="post-ln",
+                mlp_width=_int(config, "intermediate_size", where), lm_head=False)
+
+
+def layer_norm_names(family: Family, spec: Spec) -> tuple[tuple, tuple]:
+    """(LN_1, LN_2) weight names of a block: Falcon's parallel block with one LayerNorm feeds the MLP
+    from LN_1; its new architecture names them ln_attn and ln_mlp."""
+    if family is FALCON and spec.block == "parallel":
+        return family.ln1, family.ln1
+    if family is FALCON and spec.block == "parallel-2ln":
+        return ("ln_attn.weight", "ln_attn.bias"), ("ln_mlp.weight", "ln_mlp.bias")
+    return family.ln1, family.ln2
+
+
+def split_qkv(family: Family, spec: Spec, weight, bias):
+    """A fused QKV projection ((D, out) weight in (in, out) layout and (out,) bias) as
+    (3, D, H, d_head) weights and (3, H, d_head) biases for q, k, v (module docstring, ``qkv_layout``);
+    grouped keys and values are repeated for the H/G query heads of their group."""
+    import numpy as np
+
+    d, h, k = spec.width, spec.heads, spec.head_dim
+    if family.qkv_layout == "blocks":          # output index s * D + h * K + k
+        return weight.reshape(d, 3, h, k).transpose(1, 0, 2, 3), bias.reshape(3, h, k)
+    g = spec.kv_groups if spec.kv_groups is not None else h
+    per = h // g                               # output index (g, per + 2, K)
+    w = weight.reshape(d, g, per + 2, k)
+    b = bias.reshape(g, per + 2, k)
+    q_w, q_b = w[:, :, :per].reshape(d, h, k), b[:, :per].reshape(h, k)
+    k_w, k_b = np.repeat(w[:, :, per], per, axis=1), np.repeat(b[:, per], per, axis=0)
+    v_w, v_b = np.repeat(w[:, :, per + 1], per, axis=1), np.repeat(b[:, per + 1], per, axis=0)
+    return np.stack([q_w, k_w, v_w]), np.stack([q_b, k_b, v_b])

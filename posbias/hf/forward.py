@@ -1,23 +1,27 @@
 """The JAX forward of a Hugging Face checkpoint, in the canonical block of ``posbias.hf.families``.
 
 ``forward(params, ids, spec)`` is a pure function of the arrays ``posbias.hf.weights.params``
-reads (one layout for all families) (the blocks run in one ``lax.scan``, as in
-``posbias.lm.model``), so ``jax.jit`` and ``jax.grad`` apply to it unchanged.
+reads (one layout for all families; the blocks run in one ``lax.scan``, as in
+``posbias.lm.model``), so ``jax.jit`` and ``jax.grad`` apply to it unchanged. It returns
+the logits (N, V), or for an encoder without a language-model head (``Spec.lm_head``
+false: BERT) the final hidden states (N, D).
 
 With ``capture`` it also returns what the measurements read (THEORY.md Notation, lambda_t
 and "Comparing with measured influence"):
 
 * ``x`` (T, N, D): block inputs x_t (x_0 is the embedding after BLOOM's embedding LayerNorm,
-  or token plus position embedding for GPT-2);
+  token plus position embedding for GPT-2, their sum with token type 0 after BERT's
+  embedding LayerNorm);
 * ``a`` (T, N, D): attention sub-layer outputs after the output projection (bias included);
 * ``probs`` (T, H, N, N): per-head attention probabilities;
 * ``content`` (T, H, N, N): raw content logits q_hi . k_hj (not scaled, no positional term;
   entries above the diagonal are meaningless);
 * ``scale`` (T,): the factor s_t the softmax applies to ``content``;
-* ``position`` (H, N, N): the ALiBi term -m_h (i - j) (zeros for learned positions; -inf
-  above the diagonal), so that probs = softmax_j(scale_t * content + position);
-* ``hidden``: (N, D) the final hidden state after the last LayerNorm (transformers'
-  last ``hidden_states`` entry).
+* ``position`` (H, N, N): the ALiBi term -m_h (i - j) (Falcon: its bfloat16 form, see
+  ``posbias.hf.families``; zeros for learned positions; -inf above the diagonal under a
+  causal mask), so that probs = softmax_j(scale_t * content + position);
+* ``hidden``: (N, D) the final hidden state after the last LayerNorm (BERT: the last
+  block's output; transformers' last ``hidden_states`` entry).
 """
 
 from __future__ import annotations
@@ -32,13 +36,24 @@ BLOOM_GELU = 0.79788456
 
 
 def slopes(spec: Spec) -> np.ndarray:
-    """(H,) float64 ALiBi slopes: the transformers construction for BLOOM (``alibi_slopes(H, "hf")``);
-    zeros for learned absolute positions."""
+    """(H,) float64 effective ALiBi slopes, the m_h of -m_h (i - j) as the softmax sees it: the
+    transformers construction for BLOOM (``alibi_slopes(H, "hf")``), MPT's for MPT, for Falcon
+    BLOOM's rounded to bfloat16 times ``spec.alibi_scale`` (1/sqrt(d_head)); zeros for learned
+    absolute positions."""
     if spec.positions != "alibi":
         return np.zeros(spec.heads)
     if spec.slope_convention == "mpt":
         return mpt_slopes(spec.heads, spec.alibi_bias_max)
-    return alibi_slopes(spec.heads, "hf")
+    return _base_slopes(spec) * spec.alibi_scale
+
+
+def _base_slopes(spec: Spec) -> np.ndarray:
+    base = alibi_slopes(spec.heads, "hf")
+    if spec.alibi_rounding == "bfloat16":
+        import ml_dtypes
+
+        base = base.astype(ml_dtypes.bfloat16).astype(np.float64)
+    return base
 
 
 def mpt_slopes(heads: int, bias_max: float = 8.0) -> np.ndarray:
@@ -70,16 +85,33 @@ def _activation(u, kind: str):
 
 
 def position_term(spec: Spec, num_tokens: int, dtype):
-    """(H, N, N): -m_h (i - j) on j <= i (0 for learned positions), -inf above the diagonal."""
+    """(H, N, N): -m_h (i - j) on j <= i (0 for learned positions), -inf above the diagonal under a
+    causal mask. Falcon: alibi_scale bf16(bf16(m_h) bf16(j)) (its bfloat16 term, which differs from
+    -m_h (i - j) by a row constant up to that rounding; ``posbias.hf.families``)."""
     import jax.numpy as jnp
 
     idx = jnp.arange(num_tokens)
     distance = (idx[:, None] - idx[None, :]).astype(dtype)
-    bias = -jnp.asarray(slopes(spec), dtype)[:, None, None] * distance[None]
+    if spec.positions == "alibi" and spec.alibi_rounding == "bfloat16":
+        # formed in NumPy with ml_dtypes (each product rounded to bfloat16); under jit XLA may keep
+        # a bfloat16 product in float32 when it is cast up at once
+        import ml_dtypes
+
+        m = _base_slopes(spec).astype(ml_dtypes.bfloat16)
+        term = (m[:, None] * np.arange(num_tokens).astype(ml_dtypes.bfloat16)[None, :]).astype(np.float64)
+        bias = jnp.broadcast_to(jnp.asarray(term * spec.alibi_scale, dtype)[:, None, :],
+                                (spec.heads, num_tokens, num_tokens))
+    else:
+        bias = -jnp.asarray(slopes(spec), dtype)[:, None, None] * distance[None]
+    if not spec.causal:
+        return bias
     return jnp.where(distance[None] >= 0, bias, -jnp.inf)
 
 
-def _scales(spec: Spec) -> np.ndarray:
+def softmax_scales(spec: Spec) -> np.ndarray:
+    """(T,) the factor s_t the softmax applies to the raw q.k of layer t: MPT's softmax_scale, else
+    1/sqrt(d_head) (1 without GPT-2's scale_attn_weights), divided by t + 1 under GPT-2's
+    scale_attn_by_inverse_layer_idx."""
     if spec.softmax_scale is not None:
         return np.full(spec.layers, spec.softmax_scale)
     base = 1.0 / np.sqrt(spec.head_dim) if spec.scale_attn else 1.0
@@ -106,11 +138,11 @@ def forward(params: dict, ids, spec: Spec, *, capture: bool = False, embedded=No
     if "embn_g" in params:
         x0 = _layer_norm(x0, params["embn_g"], params["embn_b"], spec.eps)
     pos = position_term(spec, n, dtype)
-    scales = jnp.asarray(_scales(spec), dtype)
+    scales = jnp.asarray(softmax_scales(spec), dtype)
 
     def step(x, inputs):
         p, s = inputs
-        h = _layer_norm(x, p["ln1_g"], p["ln1_b"], spec.eps)
+        h = x if spec.block == "post-ln" else _layer_norm(x, p["ln1_g"], p["ln1_b"], spec.eps)
         q = jnp.einsum("nd,dhk->hnk", h, p["wq"]) + p["bq"][:, None, :]
         k = jnp.einsum("nd,dhk->hnk", h, p["wk"]) + p["bk"][:, None, :]
         v = jnp.einsum("nd,dhk->hnk", h, p["wv"]) + p["bv"][:, None, :]
@@ -119,15 +151,27 @@ def forward(params: dict, ids, spec: Spec, *, capture: bool = False, embedded=No
         content = jnp.einsum("hik,hjk->hij", q, k)
         probs = jax.nn.softmax(s * content + pos, axis=-1)
         a = jnp.einsum("hnk,hkd->nd", jnp.einsum("hij,hjk->hik", probs, v), p["wo"]) + p["bo"]
-        y = (h if spec.residual_post_ln else x) + a
-        u = _layer_norm(y, p["ln2_g"], p["ln2_b"], spec.eps)
-        out = (u if spec.residual_post_ln else y) + _activation(u @ p["w1"] + p["b1"], spec.activation) @ p["w2"] \
-            + p["b2"]
+
+        def mlp(u):
+            return _activation(u @ p["w1"] + p["b1"], spec.activation) @ p["w2"] + p["b2"]
+
+        if spec.block == "post-ln":
+            y = _layer_norm(x + a, p["ln1_g"], p["ln1_b"], spec.eps)
+            out = _layer_norm(y + mlp(y), p["ln2_g"], p["ln2_b"], spec.eps)
+        elif spec.block.startswith("parallel"):
+            out = x + a + mlp(_layer_norm(x, p["ln2_g"], p["ln2_b"], spec.eps))
+        else:
+            y = (h if spec.residual_post_ln else x) + a
+            u = _layer_norm(y, p["ln2_g"], p["ln2_b"], spec.eps)
+            out = (u if spec.residual_post_ln else y) + mlp(u)
         return out, ((x, a, probs, content) if capture else None)
 
     x, ys = jax.lax.scan(jax.checkpoint(step) if remat else step, x0, (params["blocks"], scales))
-    hidden = _layer_norm(x, params["lnf_g"], params["lnf_b"], spec.eps)
-    logits = hidden @ (params["unembed"] if "unembed" in params else params["embed"].T)
+    hidden = _layer_norm(x, params["lnf_g"], params["lnf_b"], spec.eps) if "lnf_g" in params else x
+    if not spec.lm_head:
+        logits = hidden
+    else:
+        logits = hidden @ (params["unembed"] if "unembed" in params else params["embed"].T)
     if not capture:
         return logits
     xs, a, probs, content = ys

@@ -7,12 +7,27 @@ Notation and "Comparing with measured influence"), computed on S sequences of N 
   (denominator clamped at ``DENOMINATOR_FLOOR``), a_t the attention output after the
   output projection, x_t the block input; std over sequences of per-sequence means;
 * kernels: the data-set mean of every head's attention probabilities and their head mean;
-* content: the mean raw logits q.k fitted as b + d [i = j] (``posbias.lm.measure.content_fit``);
+* content: the mean raw logits q.k fitted as b + d [i = j] (``posbias.lm.measure.content_fit``
+  with the family's per-layer softmax scale s_t and its mask: a decoder's causal entries, an
+  encoder's every entry);
 * influence: ||d p_top1 / d e_j||_2 at the last position, e_j the token embedding,
-  averaged over sequences and normalised to sum 1.
+  averaged over sequences and normalised to sum 1 (an encoder without a language-model
+  head: ||d y / d e_j||_F, y the final hidden state at the last position).
 
 The result is a ``posbias.lm.measure.Measurement`` (the same record and the same
 ``content_fit``), with the family's slopes (zeros for learned absolute positions).
+
+Scale: the gradient runs the forward with rematerialisation (``jax.checkpoint`` on each
+block: the backward pass keeps the T block inputs and recomputes one block at a time);
+the batch is the number of sequences whose per-sequence work (``posbias.hf.memory``) fits
+the ``memory`` budget; the capture sums each batch's probabilities and content logits on the
+device. Weights narrower than the compute dtype (bfloat16 or float16 as stored, float32
+under float64) stay so on a GPU or TPU: JAX's type promotion casts each layer's slice to the
+compute dtype inside the scan (an exact cast: the results equal those of weights cast up
+front), so LayerNorms, softmax and every product run in the compute dtype. On the CPU they
+are cast up front (``device_params``): XLA's CPU backend converts the whole scanned stack
+before the loop anyway (measured with ``memory_analysis()``: the temp grows by the stack's
+float32 size).
 """
 
 from __future__ import annotations
@@ -20,64 +35,80 @@ from __future__ import annotations
 import numpy as np
 
 from posbias.hf.families import Spec
-from posbias.lm.measure import DENOMINATOR_FLOOR, Measurement, MeasureError, accumulate
+from posbias.hf.memory import batch_size, estimate
+from posbias.lm.measure import Measurement, MeasureError, accumulate, batch_capture, lambda_ratios
 
 
-def bytes_per_sequence(spec: Spec, num_tokens: int, itemsize: int = 8) -> int:
-    """A conservative count of one sequence's share of the capture forward or the gradient:
-    per layer about 6 (H, N, N) arrays and 16 (N, D) plus 4 (N, 4D) activations, and the logits."""
-    t, h, n, d = spec.layers, spec.heads, num_tokens, spec.width
-    return itemsize * (t * (6 * h * n * n + 16 * n * d + 4 * n * 4 * d) + 4 * n * spec.vocab)
-
-
-def params_bytes(spec: Spec, itemsize: int) -> int:
-    """The canonical parameters in the compute dtype: 12 D^2 + 13 D per layer, the embeddings and an untied head."""
-    d = spec.width
-    return itemsize * (spec.layers * (12 * d * d + 13 * d) + 2 * spec.vocab * d + (spec.context or 0) * d)
-
-
-def capture_fn(spec: Spec):
-    """jit: (params, (B, N) ids) -> lambda means (B, T), lambda sums of squares (B, T),
-    probabilities (B, T, H, N, N), raw content logits (B, T, H, N, N)."""
-    import jax
-    import jax.numpy as jnp
-
+def capture_fn(spec: Spec, dtype=np.float32):
+    """``posbias.lm.measure.batch_capture`` of the checkpoint's forward, in the compute ``dtype``."""
     from posbias.hf.forward import forward
 
     def one(params, ids):
-        _, cap = forward(params, ids, spec, capture=True)
-        an = jnp.linalg.norm(cap["a"], axis=-1)
-        xn = jnp.linalg.norm(cap["x"], axis=-1)
-        r = an / jnp.maximum(xn + an, DENOMINATOR_FLOOR)
-        return r.mean(axis=-1), (r ** 2).sum(axis=-1), cap["probs"], cap["content"]
+        _, cap = forward(params, ids, spec, capture=True, embedded=params["embed"][ids].astype(dtype))
+        return (*lambda_ratios(cap), cap["probs"], cap["content"])
 
-    return jax.jit(jax.vmap(one, in_axes=(None, 0)))
+    return batch_capture(one)
 
 
-def influence_fn(spec: Spec):
-    """jit: (params, (B, N) ids) -> (B, N) ||d p_top1 / d e_j||_2 at the last position."""
+def influence_fn(spec: Spec, dtype=np.float32):
+    """jit: (params, (B, N) ids) -> (B, N) influence norms per position j, in the compute ``dtype``,
+    through rematerialised blocks: ||d p_top1 / d e_j||_2 at the last position for a language model;
+    for an encoder without a language-model head (``spec.lm_head`` false) the Frobenius norm
+    ||d y / d e_j||_F of the final hidden state y (D,) at the last position, as
+    sqrt(sum_d ||d y_d / d e_j||^2) over D vector-Jacobian products taken one at a time."""
     import jax
     import jax.numpy as jnp
 
     from posbias.hf.forward import forward
 
     def top1(embedded, params, ids):
-        probs = jax.nn.softmax(forward(params, ids, spec, embedded=embedded)[-1])
+        probs = jax.nn.softmax(forward(params, ids, spec, embedded=embedded, remat=True)[-1])
         return probs[jnp.argmax(jax.lax.stop_gradient(probs))]
 
-    def one(params, ids):
-        return jnp.linalg.norm(jax.grad(top1)(params["embed"][ids], params, ids), axis=-1)
+    def language_model(params, ids):
+        return jnp.linalg.norm(jax.grad(top1)(params["embed"][ids].astype(dtype), params, ids), axis=-1)
 
-    return jax.jit(jax.vmap(one, in_axes=(None, 0)))
+    def encoder(params, ids):
+        embedded = params["embed"][ids].astype(dtype)
+        y, pullback = jax.vjp(lambda e: forward(params, ids, spec, embedded=e, remat=True)[-1], embedded)
+
+        def add(total, basis):
+            (g,) = pullback(basis)
+            return total + (g ** 2).sum(axis=-1), None
+
+        total, _ = jax.lax.scan(add, jnp.zeros(embedded.shape[0], dtype), jnp.eye(y.shape[0], dtype=dtype))
+        return jnp.sqrt(total)
+
+    return jax.jit(jax.vmap(language_model if spec.lm_head else encoder, in_axes=(None, 0)))
+
+
+def device_params(params_np: dict, dtype, *, keep_narrow: bool | None = None) -> dict:
+    """The parameters as JAX arrays: those wider than the compute ``dtype`` cast down; narrower ones
+    kept as given when ``keep_narrow`` (default: on every backend but the CPU, where XLA converts a
+    scanned stack of narrow weights whole before the loop, so that keeping them would hold both
+    copies), else cast up here."""
+    import jax
+    import jax.numpy as jnp
+
+    if keep_narrow is None:
+        keep_narrow = jax.default_backend() != "cpu"
+    itemsize = np.dtype(dtype).itemsize
+
+    def place(v):
+        wider, narrower = np.dtype(v.dtype).itemsize > itemsize, np.dtype(v.dtype).itemsize < itemsize
+        return jnp.asarray(v, dtype) if wider or (narrower and not keep_narrow) else jnp.asarray(v)
+
+    return jax.tree_util.tree_map(place, params_np)
 
 
 def measure(params_np: dict, spec: Spec, sequences, *, precision: str = "float64", memory: int = 2**30,
             progress=None, influence: bool = True) -> Measurement:
     """Every measurement of the module docstring on (S, N) token ids; ``params_np`` from
-    ``posbias.hf.forward.params`` (cast here to the precision)."""
+    ``posbias.hf.weights.params`` (any dtype: see the module docstring); batches of as many
+    sequences as fit ``memory`` bytes by ``posbias.hf.memory``."""
     import jax
 
-    from posbias.hf.forward import slopes
+    from posbias.hf.forward import slopes, softmax_scales
 
     sequences = np.asarray(sequences, np.int32)
     if sequences.ndim != 2 or sequences.shape[0] < 1 or sequences.shape[1] < 1:
@@ -88,12 +119,9 @@ def measure(params_np: dict, spec: Spec, sequences, *, precision: str = "float64
     if sequences.min() < 0 or sequences.max() >= spec.vocab:
         raise MeasureError(f"token ids must lie in [0, {spec.vocab}) (the model's vocab_size)")
     x64 = precision == "float64"
-    batch = int(max(1, min(s, memory // bytes_per_sequence(spec, n, 8 if x64 else 4))))
+    dtype = np.float64 if x64 else np.float32
+    batch = batch_size(estimate(spec, n, np.dtype(dtype).itemsize), memory, s, influence)
     with jax.enable_x64(x64):
-        import jax.numpy as jnp
-
-        dtype = np.float64 if x64 else np.float32
-        params = jax.tree_util.tree_map(lambda v: jnp.asarray(v, dtype), params_np)
-        return accumulate(capture_fn(spec), influence_fn(spec) if influence else None, params, sequences,
-                          batch=batch, precision=precision, slopes=slopes(spec), head_dim=spec.head_dim,
-                          progress=progress)
+        return accumulate(capture_fn(spec, dtype), influence_fn(spec, dtype) if influence else None,
+                          device_params(params_np, dtype), sequences, batch=batch, precision=precision,
+                          slopes=slopes(spec), scales=softmax_scales(spec), causal=spec.causal, progress=progress)

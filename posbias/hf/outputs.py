@@ -25,8 +25,9 @@ from posbias.output import position_csv
 FILES = ("config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json")
 
 
-def render(m, *, source: str, content_scale: str, meta: dict) -> dict[str, bytes]:
-    """name -> contents of the files of the module docstring."""
+def render(m, *, source: str, content_scale: str, meta: dict, causal: bool = True) -> dict[str, bytes]:
+    """name -> contents of the files of the module docstring (``causal`` false: an encoder, whose
+    config.yaml says mask_type full)."""
     s, t = m.samples, len(m.lambdas)
     sem = m.grad_norms.std(axis=0, ddof=1) / np.sqrt(s) if s > 1 else np.full(m.num_tokens, np.nan)
     buf = io.BytesIO()
@@ -45,7 +46,8 @@ def render(m, *, source: str, content_scale: str, meta: dict) -> dict[str, bytes
                             "argmin": int(np.argmin(m.influence))},
               "max_row_sum_error": float(np.abs(m.kernels.astype(np.float64).sum(axis=-1) - 1).max())}
     return {
-        "config.yaml": rollout_yaml(m, content_scale=content_scale, source=source).encode(),
+        "config.yaml": rollout_yaml(m, content_scale=content_scale, source=source,
+                                    mask="causal" if causal else "full").encode(),
         "kernels.npz": buf.getvalue(),
         "influence.csv": position_csv(influence=m.influence, grad_norm_mean=m.grad_norms.mean(axis=0),
                                       grad_norm_sem=sem).encode(),

@@ -1,8 +1,19 @@
 """A checkpoint's tensors in the canonical layout of ``posbias.hf.forward``.
 
 ``params(ckpt, dtype)`` reads every tensor once and rearranges it into one layout for all
-families: per-layer arrays stacked on a leading axis T; linear weights (in, out); the fused
-QKV split into W_q, W_k, W_v of shape (D, H, d_head); W_O as (H, d_head, D).
+families: per-layer arrays stacked on a leading axis T; linear weights (in, out); the QKV
+projection split into W_q, W_k, W_v of shape (D, H, d_head) (grouped keys and values repeated
+for the query heads of their group: ``posbias.hf.families.split_qkv``); W_O as (H, d_head, D);
+an absent bias (MPT, Falcon without biases) as zeros; BERT's token-type-0 embedding, which
+every position adds, folded into ``positions`` (summed in float32 or wider).
+
+Memory: the safetensors files are memory-mapped and a tensor is copied out only when read.
+Each stacked (T, ...) array is allocated once, when layer 0's tensor of that name arrives,
+and filled layer by layer, so the peak is the result (one model copy) plus the few tensors
+of one layer in flight (a fused QKV projection and its split), never a second stack.
+``dtype=None`` keeps the stored dtype (bfloat16 and float16 stay as stored, NumPy /
+``ml_dtypes`` arrays: a 7B bfloat16 checkpoint stays 14 GB; the forward promotes them to
+its compute dtype layer by layer); absent biases are then zeros of the embedding's dtype.
 """
 
 from __future__ import annotations
@@ -10,6 +21,11 @@ from __future__ import annotations
 import numpy as np
 
 from posbias.hf.checkpoint import Checkpoint, CheckpointError
+from posbias.hf.families import layer_norm_names, split_qkv
+
+
+def _cast(value: np.ndarray, dtype) -> np.ndarray:
+    return value if dtype is None else value.astype(dtype, copy=False)
 
 
 def _linear(w: np.ndarray, layout: str) -> np.ndarray:
@@ -17,65 +33,83 @@ def _linear(w: np.ndarray, layout: str) -> np.ndarray:
     return w.T if layout == "out-in" else w
 
 
-def _layer(ckpt: Checkpoint, t: int, dtype) -> dict:
-    fam, spec = ckpt.family, ckpt.spec
-    pre = fam.layer.format(i=t)
-    h, k, d = spec.heads, spec.head_dim, spec.width
+def _getter(ckpt: Checkpoint, prefix: str, dtype, zeros_dtype):
+    """get(name, shape): the tensor ``prefix + name`` cast to ``dtype``, its entry count checked
+    against ``shape``; an absent bias of a family without biases is zeros of ``shape``."""
+    fam = ckpt.family
 
-    def get(name, shape=None):
-        if fam.optional_biases and name.endswith(".bias") and not ckpt.has(pre + name):
-            return np.zeros(shape, dtype)
-        value = np.asarray(ckpt.tensor(pre + name)).astype(dtype)
-        if shape is not None and value.size != int(np.prod(shape)):
-            raise CheckpointError(f"{ckpt.folder}: tensor {ckpt.prefix + pre + name} has shape {value.shape}, "
+    def get(name: str, shape: tuple) -> np.ndarray:
+        if fam.optional_biases and name.endswith(".bias") and not ckpt.has(prefix + name):
+            return np.zeros(shape, dtype if dtype is not None else zeros_dtype)
+        value = _cast(np.asarray(ckpt.tensor(prefix + name)), dtype)
+        if value.size != int(np.prod(shape)):
+            raise CheckpointError(f"{ckpt.folder}: tensor {ckpt.prefix + prefix + name} has shape {value.shape}, "
                                   f"expected {int(np.prod(shape))} entries for shape {shape}")
         return value
 
-    w = _linear(get(fam.qkv[0], (d, 3 * d)), fam.linear_layout)  # (D, 3D)
-    b = get(fam.qkv[1], (3 * d,))
-    if fam.qkv_layout == "per-head":   # output index h * 3K + s * K + k
-        w = w.reshape(d, h, 3, k).transpose(2, 0, 1, 3)
-        b = b.reshape(h, 3, k).transpose(1, 0, 2)
-    else:                              # output index s * D + h * K + k
-        w = w.reshape(d, 3, h, k).transpose(1, 0, 2, 3)
-        b = b.reshape(3, h, k)
-    f = 4 * d
-    return {
-        "ln1_g": get(fam.ln1[0], (d,)), "ln1_b": get(fam.ln1[1], (d,)),
-        "wq": w[0], "wk": w[1], "wv": w[2], "bq": b[0], "bk": b[1], "bv": b[2],
-        "wo": _linear(get(fam.attn_out[0], (d, d)), fam.linear_layout).reshape(h, k, d),
-        "bo": get(fam.attn_out[1], (d,)),
-        "ln2_g": get(fam.ln2[0], (d,)), "ln2_b": get(fam.ln2[1], (d,)),
-        "w1": _linear(get(fam.mlp_in[0], (d, f)), fam.linear_layout).reshape(d, f), "b1": get(fam.mlp_in[1], (f,)),
-        "w2": _linear(get(fam.mlp_out[0], (f, d)), fam.linear_layout).reshape(f, d), "b2": get(fam.mlp_out[1], (d,)),
-    }
+    return get
+
+
+def _layer(ckpt: Checkpoint, t: int, dtype, zeros_dtype):
+    """(name, array) for every canonical tensor of layer t, one at a time (nothing of the layer kept)."""
+    fam, spec = ckpt.family, ckpt.spec
+    get = _getter(ckpt, fam.layer.format(i=t), dtype, zeros_dtype)
+    h, k, d, f = spec.heads, spec.head_dim, spec.width, spec.mlp
+    ln1, ln2 = layer_norm_names(fam, spec)
+    yield "ln1_g", get(ln1[0], (d,))
+    yield "ln1_b", get(ln1[1], (d,))
+    if fam.qkv_layout == "separate":
+        for s, name in enumerate("qkv"):
+            yield "w" + name, _linear(get(fam.qkv[2 * s], (d, d)), fam.linear_layout).reshape(d, h, k)
+            yield "b" + name, get(fam.qkv[2 * s + 1], (d,)).reshape(h, k)
+    else:
+        groups = spec.kv_groups if fam.qkv_layout == "grouped" and spec.kv_groups is not None else h
+        out = (h + 2 * groups) * k
+        w, b = split_qkv(fam, spec, _linear(get(fam.qkv[0], (d, out)), fam.linear_layout).reshape(d, out),
+                         get(fam.qkv[1], (out,)))
+        for s, name in enumerate("qkv"):
+            yield "w" + name, w[s]
+            yield "b" + name, b[s]
+        del w, b
+    yield "wo", _linear(get(fam.attn_out[0], (d, d)), fam.linear_layout).reshape(h, k, d)
+    yield "bo", get(fam.attn_out[1], (d,))
+    yield "ln2_g", get(ln2[0], (d,))
+    yield "ln2_b", get(ln2[1], (d,))
+    yield "w1", _linear(get(fam.mlp_in[0], (d, f)), fam.linear_layout).reshape(d, f)
+    yield "b1", get(fam.mlp_in[1], (f,))
+    yield "w2", _linear(get(fam.mlp_out[0], (f, d)), fam.linear_layout).reshape(f, d)
+    yield "b2", get(fam.mlp_out[1], (d,))
 
 
 def params(ckpt: Checkpoint, dtype=np.float32) -> dict:
     """Every tensor of ``ckpt`` in the canonical layout (module docstring), as NumPy arrays of ``dtype``
-    (bfloat16 and float16 weights are cast up)."""
+    (bfloat16 and float16 weights are cast up), or as stored when ``dtype`` is None."""
     fam, spec = ckpt.family, ckpt.spec
     d = spec.width
-
-    def optional(name):
-        if fam.optional_biases and name.endswith(".bias") and not ckpt.has(name):
-            return np.zeros(d, dtype)
-        return np.asarray(ckpt.tensor(name)).astype(dtype)
-
-    embed = np.asarray(ckpt.tensor(fam.embed)).astype(dtype)
+    embed = _cast(np.asarray(ckpt.tensor(fam.embed)), dtype)
     if embed.shape != (spec.vocab, spec.width):
         raise CheckpointError(f"{ckpt.folder}: {fam.embed} has shape {embed.shape}, expected "
                               f"({spec.vocab}, {spec.width}) from config.json")
-    layers = [_layer(ckpt, t, dtype) for t in range(spec.layers)]
-    out = {"embed": embed, "blocks": {name: np.stack([lay[name] for lay in layers]) for name in layers[0]},
-           "lnf_g": optional(fam.final_norm[0]), "lnf_b": optional(fam.final_norm[1])}
+    blocks = {}
+    for t in range(spec.layers):
+        for name, value in _layer(ckpt, t, dtype, embed.dtype):
+            if t == 0:
+                blocks[name] = np.empty((spec.layers, *value.shape), value.dtype)
+            blocks[name][t] = value
+    out = {"embed": embed, "blocks": blocks}
+    get = _getter(ckpt, "", dtype, embed.dtype)
+    if fam.final_norm is not None:
+        out["lnf_g"], out["lnf_b"] = get(fam.final_norm[0], (d,)), get(fam.final_norm[1], (d,))
     if fam.embed_norm is not None:
-        out["embn_g"] = np.asarray(ckpt.tensor(fam.embed_norm[0])).astype(dtype)
-        out["embn_b"] = np.asarray(ckpt.tensor(fam.embed_norm[1])).astype(dtype)
+        out["embn_g"], out["embn_b"] = get(fam.embed_norm[0], (d,)), get(fam.embed_norm[1], (d,))
     if fam.position_embed is not None:
-        out["positions"] = np.asarray(ckpt.tensor(fam.position_embed)).astype(dtype)
-    if not ckpt.config.get("tie_word_embeddings", True):
-        out["unembed"] = np.asarray(_top_level(ckpt, fam.lm_head)).astype(dtype).T
+        positions = get(fam.position_embed, (spec.context, d)).reshape(spec.context, d)
+        if fam.token_type_embed is not None:   # summed in float32 at least: a narrow sum would round
+            wide = np.result_type(positions.dtype, np.float32)
+            positions = positions.astype(wide) + np.asarray(ckpt.tensor(fam.token_type_embed))[0].astype(wide)
+        out["positions"] = positions
+    if fam.lm_head is not None and not ckpt.config.get("tie_word_embeddings", True):
+        out["unembed"] = _cast(np.asarray(_top_level(ckpt, fam.lm_head)), dtype).T
     return out
 
 

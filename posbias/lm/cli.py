@@ -98,7 +98,8 @@ def add_parser(subparsers) -> tuple:
     me.add_argument("--memory", type=_size, default=2**30, metavar="SIZE",
                     help="memory budget of one batch of sequences (default 1G)")
     me.add_argument("--content-scale", choices=("scaled", "raw"), default="scaled",
-                    help="content b, d in rollout.yaml: divided by sqrt(d_head) as the softmax sees them (default), "
+                    help="content b, d in rollout.yaml: times the softmax's per-layer scale s_t (1/sqrt(d_head) unless "
+                         "the model sets another) as the softmax sees them (default), "
                          "or raw q.k as the paper's code records them")
     me.add_argument("--quiet", action="store_true", help="no progress bar")
     return tr, me

@@ -12,15 +12,21 @@ validation split), in float64 by default (``jax.enable_x64`` scoped to the call)
 * kernels: the data-set mean of every head's attention weights, (T, H, N, N), and their
   head average A^(t) (uniform head weights, as the model averages heads), (T, N, N).
 * content: the data-set mean of the raw content logits q_i . k_j (ALiBi not included),
-  per layer and head, fitted on the causal entries j <= i by least squares with THEORY.md's
-  content model b + d [i = j]: b = mean of the strictly-lower entries, d = mean of the
-  diagonal - b, and R^2 = 1 - SS_res / SS_tot over the causal entries. Reported raw and
-  divided by sqrt(d_head) (the scale the softmax sees; R^2 is the same for both).
+  per layer and head, fitted by least squares with THEORY.md's content model b + d [i = j]
+  on the entries the softmax reads (a decoder's causal entries j <= i, an encoder's every
+  entry): b = mean of the off-diagonal entries read, d = mean of the diagonal - b, and
+  R^2 = 1 - SS_res / SS_tot over the entries read. Reported raw and times the softmax's
+  scale s_t of layer t (the scale the softmax sees: 1/sqrt(d_head) for the model trained
+  here; R^2 is the same for both).
 * influence (THEORY.md "Comparing with measured influence"): ||d p_top1 / d e_j||_2, the
   gradient of the model's top-1 next-byte probability at the last position (the top byte
   held fixed) with respect to the input embedding e_j of position j; by ``jax.grad``
   vmapped over sequences, in batches sized to a memory budget; averaged over sequences
   and normalised to sum 1.
+
+The probabilities and content logits are summed over each batch on the device
+(``batch_capture``): the host receives one (T, H, N, N) sum per batch, never B copies, and
+adds it to float64 accumulators.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ class MeasureError(UserError):
 
 @dataclass(frozen=True)
 class ContentFit:
-    """Per layer and head (T, H): background b, diagonal excess d (raw q.k and / sqrt(d_head)), R^2."""
+    """Per layer and head (T, H): background b, diagonal excess d (raw q.k and times the softmax's scale s_t), R^2."""
 
     background_raw: np.ndarray
     diagonal_raw: np.ndarray
@@ -83,22 +89,31 @@ def batch_size(config: ModelConfig, num_tokens: int, samples: int, memory: int, 
     return int(max(1, min(samples, memory // bytes_per_sequence(config, num_tokens, itemsize))))
 
 
-def content_fit(mean_logits: np.ndarray, head_dim: int) -> ContentFit:
-    """Fit b + d [i = j] to (T, H, N, N) mean logits on their causal entries (module docstring)."""
+def content_fit(mean_logits: np.ndarray, scales, *, causal: bool = True) -> ContentFit:
+    """Fit b + d [i = j] to (T, H, N, N) mean logits by least squares on the entries the softmax
+    reads (``causal``: j <= i; else all), one layer at a time (module docstring); ``scales`` (T,)
+    the softmax's factor s_t per layer. With N = 1 there is no off-diagonal entry: b = 0 and d
+    is the diagonal."""
     t, h, n, _ = mean_logits.shape
-    lower = np.tril(np.ones((n, n), bool), -1)
+    scales = np.asarray(scales, np.float64)
+    if scales.shape != (t,):
+        raise MeasureError(f"content_fit: expected {t} per-layer softmax scales, got shape {scales.shape}")
     diag = np.eye(n, dtype=bool)
-    causal = lower | diag
-    b = mean_logits[..., lower].mean(axis=-1) if n > 1 else np.zeros((t, h))
-    d = mean_logits[..., diag].mean(axis=-1) - b
-    fitted = b[..., None, None] + d[..., None, None] * np.eye(n)
-    resid = ((mean_logits - fitted)[..., causal] ** 2).sum(axis=-1)
-    values = mean_logits[..., causal]
-    total = ((values - values.mean(axis=-1, keepdims=True)) ** 2).sum(axis=-1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r2 = np.where(total > 0, 1.0 - resid / np.where(total > 0, total, 1.0), 1.0)
-    scale = np.sqrt(head_dim)
-    return ContentFit(b, d, b / scale, d / scale, r2)
+    read = np.tril(np.ones((n, n), bool)) if causal else np.ones((n, n), bool)
+    off = read & ~diag
+    b, d, r2 = np.zeros((t, h)), np.zeros((t, h)), np.ones((t, h))
+    for layer in range(t):   # (H, N, N) temporaries, whatever T is
+        logits = mean_logits[layer]
+        if n > 1:
+            b[layer] = logits[:, off].mean(axis=-1)
+        d[layer] = logits[:, diag].mean(axis=-1) - b[layer]
+        values = logits[:, read]
+        fitted = (b[layer][:, None, None] + d[layer][:, None, None] * diag)[:, read]
+        resid = ((values - fitted) ** 2).sum(axis=-1)
+        total = ((values - values.mean(axis=-1, keepdims=True)) ** 2).sum(axis=-1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r2[layer] = np.where(total > 0, 1.0 - resid / np.where(total > 0, total, 1.0), 1.0)
+    return ContentFit(b, d, b * scales[:, None], d * scales[:, None], r2)
 
 
 def _cast(params, dtype):
@@ -108,22 +123,40 @@ def _cast(params, dtype):
     return jax.tree_util.tree_map(lambda v: jnp.asarray(v, dtype), params)
 
 
-def capture_fn(config: ModelConfig):
-    """jit: (params, (B, N) tokens) -> per-sequence lambda means (B, T), lambda sums of squares
-    over positions (B, T), attention weights (B, T, H, N, N), raw content logits (B, T, H, N, N)."""
-    import jax
+def lambda_ratios(cap: dict):
+    """Per-sequence lambda statistics of one forward's captured block inputs x (T, N, D) and
+    attention outputs a (T, N, D): the mean over positions of r = ||a|| / (||x|| + ||a||) and
+    the sum over positions of r^2, both (T,) (module docstring)."""
     import jax.numpy as jnp
 
+    an = jnp.linalg.norm(cap["a"], axis=-1)
+    xn = jnp.linalg.norm(cap["x"], axis=-1)
+    r = an / jnp.maximum(xn + an, DENOMINATOR_FLOOR)  # (T, N)
+    return r.mean(axis=-1), (r ** 2).sum(axis=-1)
+
+
+def batch_capture(one):
+    """jit: (params, (B, N) ids) -> lambda means (B, T), lambda sums of squares (B, T), and the
+    batch's sums of the probabilities and of the raw content logits (T, H, N, N), reduced on the
+    device; ``one(params, ids)`` returns one sequence's (T,), (T,), (T, H, N, N), (T, H, N, N)."""
+    import jax
+
+    def run(params, ids):
+        lam, lam_sq, probs, content = jax.vmap(one, in_axes=(None, 0))(params, ids)
+        return lam, lam_sq, probs.sum(axis=0), content.sum(axis=0)
+
+    return jax.jit(run)
+
+
+def capture_fn(config: ModelConfig):
+    """``batch_capture`` of the trained model's forward."""
     from posbias.lm.model import forward
 
     def one(params, tokens):
         _, cap = forward(params, tokens, config, capture=True)
-        an = jnp.linalg.norm(cap["a"], axis=-1)
-        xn = jnp.linalg.norm(cap["x"], axis=-1)
-        r = an / jnp.maximum(xn + an, DENOMINATOR_FLOOR)  # (T, N)
-        return r.mean(axis=-1), (r ** 2).sum(axis=-1), cap["probs"], cap["content"]
+        return (*lambda_ratios(cap), cap["probs"], cap["content"])
 
-    return jax.jit(jax.vmap(one, in_axes=(None, 0)))
+    return batch_capture(one)
 
 
 def influence_fn(config: ModelConfig):
@@ -145,10 +178,10 @@ def influence_fn(config: ModelConfig):
 
 
 def batches(sequences: np.ndarray, batch: int):
-    """(chunk, padded): equal-size batches (one compile), the last padded with copies of its first row."""
+    """Consecutive chunks of ``batch`` sequences (the last may be shorter: it compiles once more,
+    and no padding row enters the device-side sums)."""
     for i in range(0, len(sequences), batch):
-        chunk = sequences[i:i + batch]
-        yield chunk, np.concatenate([chunk, np.repeat(chunk[:1], batch - len(chunk), axis=0)])
+        yield sequences[i:i + batch]
 
 
 def measure(params_flat: dict, config: ModelConfig, sequences: np.ndarray, *, precision: str = "float64",
@@ -173,43 +206,49 @@ def measure(params_flat: dict, config: ModelConfig, sequences: np.ndarray, *, pr
         params = _cast(unflatten(params_flat), dtype)
         batch = batch_size(config, n, s, memory, 8 if x64 else 4)
         return accumulate(capture_fn(config), influence_fn(config) if influence else None, params, sequences,
-                          batch=batch, precision=precision, slopes=slopes_of(config), head_dim=config.head_dim,
-                          progress=progress)
+                          batch=batch, precision=precision, slopes=slopes_of(config),
+                          scales=np.full(config.layers, 1.0 / np.sqrt(config.head_dim)), progress=progress)
 
 
 def accumulate(capture, grad_fn, params, sequences: np.ndarray, *, batch: int, precision: str, slopes: np.ndarray,
-               head_dim: int, progress=None) -> Measurement:
+               scales, causal: bool = True, progress=None) -> Measurement:
     """The model-independent part of a measurement: run ``capture`` (and ``grad_fn`` when not None)
     over (S, N) sequences in batches of ``batch`` and reduce to a ``Measurement`` (module docstring).
-    ``capture(params, (B, N))`` returns per-sequence lambda means (B, T), lambda sums of squares over
-    positions (B, T), probabilities and raw content logits (B, T, H, N, N); ``grad_fn(params, (B, N))``
-    the (B, N) gradient norms. Call it under the precision's ``jax.enable_x64`` setting."""
+    ``capture(params, (B, N))`` is a ``batch_capture``: per-sequence lambda means and sums of squares
+    (B, T), the batch's sums of probabilities and raw content logits (T, H, N, N);
+    ``grad_fn(params, (B, N))`` the (B, N) gradient norms. ``scales`` (T,) and ``causal`` are the
+    softmax's per-layer scale and mask, for ``content_fit``. The host holds two (T, H, N, N) float64
+    sums and one batch's sum while adding it. Call it under the precision's ``jax.enable_x64``."""
     import jax.numpy as jnp
 
     s, n = sequences.shape
     lam_seq = lam_sq = probs_sum = content_sum = None
     norms = np.zeros((s, n))
     done = 0
-    for chunk, padded in batches(sequences, batch):
+    for chunk in batches(sequences, batch):
         k = len(chunk)
-        lm, lsq, pr, co = (np.asarray(v, np.float64)[:k] for v in capture(params, jnp.asarray(padded)))
+        ids = jnp.asarray(chunk)
+        lm, lsq, pr, co = capture(params, ids)
         if lam_seq is None:
             lam_seq, lam_sq = np.zeros((s, lm.shape[1])), np.zeros(lm.shape[1])
-            probs_sum, content_sum = np.zeros(pr.shape[1:]), np.zeros(co.shape[1:])
-        lam_seq[done:done + k] = lm
-        lam_sq += lsq.sum(axis=0)
-        probs_sum += pr.sum(axis=0)
-        content_sum += co.sum(axis=0)
+            probs_sum, content_sum = np.zeros(pr.shape), np.zeros(co.shape)
+        lam_seq[done:done + k] = np.asarray(lm, np.float64)
+        lam_sq += np.asarray(lsq, np.float64).sum(axis=0)
+        probs_sum += np.asarray(pr)     # in place: float64 += the compute dtype, no float64 copy
+        del pr
+        content_sum += np.asarray(co)
+        del co
         if grad_fn is not None:
-            norms[done:done + k] = np.asarray(grad_fn(params, jnp.asarray(padded)), np.float64)[:k]
+            norms[done:done + k] = np.asarray(grad_fn(params, ids), np.float64)
         done += k
         if progress is not None:
             progress(done, s)
     x64 = precision == "float64"
     out_dtype = np.float64 if x64 else np.float32
     lambdas = lam_seq.mean(axis=0)
-    per_head = (probs_sum / s).astype(out_dtype)
-    mean_content = content_sum / s
+    probs_sum /= s
+    per_head = probs_sum.astype(out_dtype, copy=False)
+    content_sum /= s
     mean_norms = norms.mean(axis=0)
     influence = grad_fn is not None
     if influence and not (np.all(np.isfinite(mean_norms)) and mean_norms.sum() > 0):
@@ -220,6 +259,6 @@ def accumulate(capture, grad_fn, params, sequences: np.ndarray, *, batch: int, p
         lambda_std_positions=np.sqrt(np.maximum(lam_sq / (s * n) - lambdas ** 2, 0.0)),
         lambda_per_sequence=lam_seq, kernels_per_head=per_head,
         kernels=per_head.mean(axis=1, dtype=np.float64).astype(out_dtype),
-        content_mean=mean_content, content=content_fit(mean_content, head_dim),
+        content_mean=content_sum, content=content_fit(content_sum, scales, causal=causal),
         grad_norms=norms if influence else None,
         influence=mean_norms / mean_norms.sum() if influence else None, batch=batch)

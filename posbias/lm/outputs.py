@@ -2,8 +2,8 @@
 
 * ``rollout.yaml``: the measured model in the reference schema (../shared/data/README.md)
   that ``posbias rollout`` reads unmodified: the model's slopes, uniform head weights,
-  temperature 1, content b and d per layer and head (scaled by 1/sqrt(d_head) by default:
-  the logits the softmax sees; ``raw`` gives the paper's q.k scale), lambda_t as a custom
+  temperature 1, content b and d per layer and head (times the softmax's per-layer scale s_t,
+  1/sqrt(d_head) unless the model sets another, by default: the logits the softmax sees; ``raw`` gives the paper's q.k scale), lambda_t as a custom
   schedule;
 * ``kernels.npz``: ``kernels`` (T, N, N), the head-averaged measured A^(t), and ``lambdas``
   (T,): the ``posbias rollout --kernels`` format;
@@ -37,17 +37,18 @@ def _rows(a) -> str:
     return "[" + ", ".join("[" + ", ".join(repr(float(x)) for x in row) + "]" for row in np.asarray(a)) + "]"
 
 
-def rollout_yaml(m, *, content_scale: str = "scaled", source: str = "") -> str:
-    """The reference-schema rollout config of a measurement (module docstring)."""
+def rollout_yaml(m, *, content_scale: str = "scaled", source: str = "", mask: str = "causal") -> str:
+    """The reference-schema rollout config of a measurement (module docstring); ``mask`` "full" for
+    an encoder, whose tokens read every position."""
     fit = m.content
     b, d = ((fit.background_scaled, fit.diagonal_scaled) if content_scale == "scaled"
             else (fit.background_raw, fit.diagonal_raw))
     t, h = b.shape
     return (f"# measured by posbias measure from {source}: N = {m.num_tokens}, S = {m.samples} held-out sequences,\n"
             f"# content b, d = mean content logits q.k fitted as b + d [i = j] "
-            f"({'divided by sqrt(d_head)' if content_scale == 'scaled' else 'raw q.k'})\n"
+            f"({'times the softmax scale s_t' if content_scale == 'scaled' else 'raw q.k'})\n"
             f"sequence_length: {m.num_tokens}\nnum_layers: {t}\n"
-            f"mask_config:\n  mask_type: \"causal\"\n"
+            f"mask_config:\n  mask_type: \"{mask}\"\n"
             f"attention_config:\n  num_heads: {h}\n  alibi_slopes: {_rows([m.slopes])}\n"
             f"  head_weights: {_rows([np.ones(h)])}\n  softmax_temperature: 1.0\n"
             f"content_config:\n  diagonal_scores: {_rows(d)}\n  base_scores: {_rows(b)}\n"

@@ -1,0 +1,189 @@
+"""How many bytes a measurement of a Hugging Face checkpoint needs, from its shapes alone.
+
+For a ``Spec`` (T layers, H heads, width D, MLP width F = ``spec.mlp`` (4 D but for some
+Falcon and BERT checkpoints), vocabulary V), N tokens, a compute itemsize c (4 for float32,
+8 for float64) and a weight itemsize w (2 for bfloat16 weights kept as stored, else c):
+
+(a) parameters on the device: w (T L + V D + 2 D [+ 2 D embedding LayerNorm] [+ context D
+    learned positions] [+ V D untied head]) with L = 4 D^2 + 2 D F + 9 D + F per layer
+    (12 D^2 + 13 D for F = 4D), the canonical layout of ``posbias.hf.weights`` counted
+    tensor by tensor (grouped keys and values are stored repeated per query head);
+(b) the capture forward, per sequence: c (2 T H N^2 + 2 T N D) for the stacked per-layer
+    probabilities, content logits, block inputs and attention outputs the scan returns,
+    one block's activations ``block`` (below), c (2 N D + N V) for the embeddings, the final
+    hidden state and the logits;
+(c) the influence gradient, per sequence: with rematerialisation (``jax.checkpoint`` on each
+    block) c (T + 2) N D for the T block inputs the backward pass keeps (plus the input
+    embeddings and x_0), two blocks' worth of activations (one block recomputed and its
+    cotangents) and c 2 N V for the logits and their cotangent; without, the T blocks'
+    saved residuals ``residuals`` instead of one recomputed block;
+(d) the host accumulators: the sums of probabilities and content logits, 2 T H N^2 float64,
+    plus one batch sum c T H N^2 while it is added.
+
+``block`` = c (3 H N^2 + 9 N D + 2 N F): content logits, logits with the positional term and
+probabilities; h, q, k, v, the heads' outputs, a_t, the residual sum, its LayerNorm and the
+MLP output; the MLP's pre-activation and activation. ``residuals`` = c (2 H N^2 + 2 H N +
+9 N D + 8 N F) per layer: what JAX's autodiff saves for one block (BLOOM's tanh GELU keeps
+8 arrays of N F). Every call also holds a ``workspace`` c (V D + L) (the output embedding
+and one layer's weights in the compute dtype, upcast or sliced for the matrix products; an
+encoder's influence adds the D x D identity it pulls back row by row) and, for a capture of
+B > 1 sequences, its batch ``sums`` c 2 T H N^2 (for B = 1 XLA returns the one sequence's
+arrays as the sum: no second buffer).
+
+The counts are upper bounds on what XLA allocates: tests/test_hf_scale.py compiles the
+jitted functions on the committed fixtures and reads XLA's own ``memory_analysis()``.
+A batch of B sequences needs B times the per-sequence figure; ``batch_size`` fits B to a
+budget.
+
+    python -m posbias.hf.memory bloom-7b1 mpt-7b [CHECKPOINT_DIR ...] [--tokens 256 2048]
+
+prints the figures as a Markdown table (float32 compute, bfloat16 or float32 weights) for the
+two 7B models (the config.json fields they publish) or a checkpoint folder's config.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+from posbias.errors import UserError
+from posbias.hf.families import Spec, spec_of
+
+FLOAT64 = 8
+KNOWN = {   # the config.json fields spec_of reads, as published for these checkpoints
+    "bloom-7b1": {"model_type": "bloom", "n_layer": 30, "n_head": 32, "hidden_size": 4096, "vocab_size": 250880,
+                  "layer_norm_epsilon": 1e-5},
+    "mpt-7b": {"model_type": "mpt", "n_layers": 32, "n_heads": 32, "d_model": 4096, "vocab_size": 50432,
+               "attn_config": {"alibi": True, "alibi_bias_max": 8, "clip_qkv": None}},
+}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Bytes of one measurement (module docstring): device parameters (a); per sequence, the
+    capture (b) and the influence gradient with and without rematerialisation (c); per call,
+    the ``workspace`` and the capture's batch ``sums``; the host accumulators (d)."""
+
+    params: int
+    capture: int
+    gradient: int
+    gradient_no_remat: int
+    workspace: int
+    sums: int
+    host: int
+
+    def per_sequence(self, influence: bool = True) -> int:
+        """Device bytes one more sequence in a batch costs (the larger of the two functions)."""
+        return max(self.capture, self.gradient) if influence else self.capture
+
+    def device(self, batch: int, influence: bool = True) -> int:
+        """Device bytes of a batch of B sequences: parameters, workspace, the batch sums when
+        B > 1, and B times the per-sequence figure."""
+        return self.params + self.workspace + (self.sums if batch > 1 else 0) + batch * self.per_sequence(influence)
+
+
+def _layer_weights(spec: Spec) -> int:
+    d, f = spec.width, spec.mlp
+    return 4 * d * d + 2 * d * f + 9 * d + f
+
+
+def params_bytes(spec: Spec, itemsize: int, *, tied: bool = False) -> int:
+    """(a): the canonical parameters at ``itemsize`` bytes each; ``tied`` when the output projection
+    is the embedding (else an untied head of V D is counted: an upper bound)."""
+    d, v = spec.width, spec.vocab
+    count = spec.layers * _layer_weights(spec) + v * d + 2 * d
+    count += 2 * d if spec.embed_norm else 0
+    count += (spec.context or 0) * d
+    count += 0 if tied else v * d
+    return itemsize * count
+
+
+def _block(spec: Spec, n: int) -> int:
+    h, d = spec.heads, spec.width
+    return 3 * h * n * n + 9 * n * d + 2 * n * spec.mlp
+
+
+def _residuals(spec: Spec, n: int) -> int:
+    h, d = spec.heads, spec.width
+    return 2 * h * n * n + 2 * h * n + 9 * n * d + 8 * n * spec.mlp
+
+
+def estimate(spec: Spec, num_tokens: int, compute_itemsize: int = 4, weight_itemsize: int | None = None, *,
+             tied: bool = False) -> Estimate:
+    """The figures of the module docstring for N = ``num_tokens`` (weights at ``weight_itemsize``,
+    default the compute itemsize)."""
+    if num_tokens < 1:
+        raise UserError(f"memory estimate: N must be a positive integer, got {num_tokens}")
+    c = compute_itemsize
+    t, h, n, d, v = spec.layers, spec.heads, num_tokens, spec.width, spec.vocab
+    stacked = t * h * n * n
+    kept = (t + 2) * n * d
+    logits = n * v
+    weights = v * d + _layer_weights(spec)
+    return Estimate(
+        params=params_bytes(spec, c if weight_itemsize is None else weight_itemsize, tied=tied),
+        capture=c * (2 * stacked + 2 * t * n * d + _block(spec, n) + 2 * n * d + logits),
+        gradient=c * (kept + 2 * _block(spec, n) + 2 * logits),
+        gradient_no_remat=c * (kept + t * _residuals(spec, n) + 2 * _block(spec, n) + 2 * logits),
+        workspace=c * (weights + (0 if spec.lm_head else d * d)),
+        sums=c * 2 * stacked,
+        host=FLOAT64 * 2 * stacked + c * stacked)
+
+
+def batch_size(est: Estimate, memory: int, samples: int, influence: bool = True) -> int:
+    """Sequences per batch: as many as fit ``memory`` bytes of per-sequence work, between 1 and S."""
+    return int(max(1, min(samples, memory // est.per_sequence(influence))))
+
+
+COLUMNS = ("model", "N", "parameters bf16", "parameters f32", "capture / sequence", "gradient / sequence",
+           "gradient / sequence, no remat", "device, B = 1, bf16 weights", "device, B = 1, f32 weights",
+           "host accumulators")
+
+
+def table_rows(name: str, spec: Spec, tokens, *, tied: bool) -> list[str]:
+    """Markdown rows (``COLUMNS``) of ``estimate`` for float32 compute with bfloat16 or float32 weights."""
+    from posbias.numerics.budget import describe
+
+    rows = []
+    for n in tokens:
+        bf, f32 = estimate(spec, n, 4, 2, tied=tied), estimate(spec, n, 4, 4, tied=tied)
+        values = (bf.params, f32.params, bf.capture, bf.gradient, bf.gradient_no_remat, bf.device(1), f32.device(1),
+                  bf.host)
+        rows.append("| " + " | ".join([name, str(n)] + [describe(v) for v in values]) + " |")
+    return rows
+
+
+def main(argv=None) -> int:
+    """``python -m posbias.hf.memory MODEL ... [--tokens N ...]``: MODEL is bloom-7b1, mpt-7b or a
+    checkpoint folder (its config.json)."""
+    import json
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(prog="python -m posbias.hf.memory",
+                                     description="Memory a posbias measurement of a Hugging Face model needs.")
+    parser.add_argument("models", nargs="+", metavar="MODEL", help=f"{' or '.join(KNOWN)}, or a checkpoint folder")
+    parser.add_argument("--tokens", type=int, nargs="+", default=[256, 2048], metavar="N")
+    args = parser.parse_args(argv)
+    rows = []
+    try:
+        for model in args.models:
+            if model in KNOWN:
+                config = KNOWN[model]
+            elif (Path(model) / "config.json").is_file():
+                try:
+                    config = json.loads((Path(model) / "config.json").read_text())
+                except (OSError, ValueError) as exc:
+                    raise UserError(f"{model}/config.json: not readable JSON ({exc})") from None
+            else:
+                raise UserError(f"{model}: expected {' or '.join(KNOWN)} or a folder with a config.json")
+            rows += table_rows(model, spec_of(config, model), args.tokens, tied=config.get("tie_word_embeddings", True))
+    except UserError as exc:
+        print(f"python -m posbias.hf.memory: error: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS), *rows]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
