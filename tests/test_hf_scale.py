@@ -282,3 +282,17 @@ def test_encoder_influence_is_the_jacobian_frobenius_norm_and_fit_reads_every_en
     b, d, _ = _lstsq_fit(m.content_mean, np.ones((6, 6), bool))
     np.testing.assert_allclose(m.content.background_raw, b, atol=1e-12)
     np.testing.assert_allclose(m.content.diagonal_raw, d, atol=1e-12)
+
+
+def test_readme_memory_table_is_the_memory_model():
+    """The README's table is what ``python -m posbias.hf.memory bloom-7b1 mpt-7b falcon-rw-7b`` prints."""
+    import contextlib
+    import io
+
+    from posbias.hf import memory
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert memory.main(["bloom-7b1", "mpt-7b", "falcon-rw-7b"]) == 0
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert buf.getvalue().strip() in readme

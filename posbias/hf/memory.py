@@ -56,6 +56,9 @@ KNOWN = {   # the config.json fields spec_of reads, as published for these check
                   "layer_norm_epsilon": 1e-5},
     "mpt-7b": {"model_type": "mpt", "n_layers": 32, "n_heads": 32, "d_model": 4096, "vocab_size": 50432,
                "attn_config": {"alibi": True, "alibi_bias_max": 8, "clip_qkv": None}},
+    "falcon-rw-7b": {"model_type": "falcon", "n_layer": 36, "n_head": 64, "hidden_size": 4096, "vocab_size": 65024,
+                     "alibi": True, "bias": True, "multi_query": False, "parallel_attn": False,
+                     "new_decoder_architecture": False},
 }
 
 
