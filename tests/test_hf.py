@@ -266,7 +266,8 @@ def test_measure_influence_equals_finite_differences():
     assert abs(m.influence.sum() - 1) < 1e-12
 
 
-def test_measure_command_writes_the_set_rollout_reads(tmp_path, capsys):
+@pytest.mark.parametrize("family", ["bloom", "mpt", "falcon", "bert"])
+def test_measure_command_writes_the_set_rollout_reads(tmp_path, capsys, family):
     from posbias.cli import main as posbias_main
     from posbias.hf.cli import main
 
@@ -274,19 +275,27 @@ def test_measure_command_writes_the_set_rollout_reads(tmp_path, capsys):
     text = np.load(FIXTURES / "bloom" / "expected.npz")["text"]
     data.write_text("\n".join(json.dumps({"text": f"{text} {k}"}) for k in range(4)) + "\n")
     out = tmp_path / "m"
-    assert main([str(FIXTURES / "bloom"), "--data", str(data), "--tokens", "10", "--samples", "3",
+    assert main([str(FIXTURES / family), "--data", str(data), "--tokens", "10", "--samples", "3",
                  "--out", str(out), "--quiet"]) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(
         ["config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json"])
     lines = (out / "lambdas.csv").read_text().splitlines()
     assert lines[0] == "layer,mean,std" and len(lines) == 3
     report = json.loads((out / "report.json").read_text())
-    assert report["model_type"] == "bloom" and report["num_tokens"] == 10 and report["samples"] == 3
+    spec = checkpoint.load(FIXTURES / family).spec
+    assert report["model_type"] == family and report["num_tokens"] == 10 and report["samples"] == 3
+    assert report["slopes"] == forward.slopes(spec).tolist()
     with np.load(out / "kernels.npz") as k:
         assert k["kernels"].shape == (2, 10, 10) and np.abs(k["kernels"].sum(axis=-1) - 1).max() < 1e-12
+        upper = k["kernels"][:, ~np.tril(np.ones((10, 10), bool))]
+        assert np.all(upper == 0) if spec.causal else np.all(upper > 0)
+    assert f'mask_type: "{"causal" if spec.causal else "full"}"' in (out / "config.yaml").read_text()
     assert posbias_main(["rollout", str(out / "config.yaml"), "--out", str(tmp_path / "r")]) == 0
-    assert posbias_main(["rollout", "--kernels", str(out / "kernels.npz"), "--causal",
+    causal = ["--causal"] if spec.causal else []
+    assert posbias_main(["rollout", "--kernels", str(out / "kernels.npz"), *causal,
                          "--out", str(tmp_path / "rk")]) == 0
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["num_tokens"] == 10
 
 
 def test_measure_command_refusals_are_one_line(tmp_path, capsys):
