@@ -52,7 +52,7 @@ tensors map onto W_q ... b_2:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from posbias.errors import UserError
 
@@ -123,18 +123,11 @@ MPT = Family(
     lm_head="lm_head.weight", linear_layout="out-in", positions="alibi", layers_key=("n_layers",),
     heads_key=("n_heads",), width_key=("d_model",), optional_biases=True)
 
-FALCON = Family(
-    model_type="falcon", summary="Falcon with ALiBi (Falcon-RW; sequential or parallel attention/MLP, "
-                                 "multi-query or grouped keys)",
-    base_prefixes=("transformer.", ""), embed="word_embeddings.weight", embed_norm=None, position_embed=None,
-    layer="h.{i}.", ln1=("input_layernorm.weight", "input_layernorm.bias"),
-    qkv=("self_attention.query_key_value.weight", "self_attention.query_key_value.bias"), qkv_layout="grouped",
-    attn_out=("self_attention.dense.weight", "self_attention.dense.bias"),
-    ln2=("post_attention_layernorm.weight", "post_attention_layernorm.bias"),
-    mlp_in=("mlp.dense_h_to_4h.weight", "mlp.dense_h_to_4h.bias"),
-    mlp_out=("mlp.dense_4h_to_h.weight", "mlp.dense_4h_to_h.bias"),
-    final_norm=("ln_f.weight", "ln_f.bias"), lm_head="lm_head.weight", linear_layout="out-in",
-    positions="alibi", layers_key=("num_hidden_layers", "n_layer"), heads_key=("num_attention_heads", "n_head"),
+# Falcon keeps BLOOM's tensor names (its code descends from BLOOM's); no embedding LayerNorm, optional biases
+FALCON = replace(
+    BLOOM, model_type="falcon", summary="Falcon with ALiBi (Falcon-RW; sequential or parallel attention/MLP, "
+                                        "multi-query or grouped keys)",
+    embed_norm=None, layers_key=("num_hidden_layers", "n_layer"), heads_key=("num_attention_heads", "n_head"),
     width_key=("hidden_size", "n_embed"), optional_biases=True)
 
 BERT = Family(
