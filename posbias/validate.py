@@ -105,8 +105,9 @@ def report_markdown(report: dict, *, source: str, model_line: str, notes: tuple[
             mark = " (best W1)" if key == best else ""
             lines.append(f"| ({key}) | {PANELS[key]}{mark} | {row['w1']:.5f} | {rho} | {row['tv']:.5f} |")
         beats = [k for k in ("b", "c") if rows[k]["w1"] < rows["a"]["w1"]]
-        lines += ["", ("(" + "), (".join(beats) + ") beat(s) the attention-only rollout (a) in W1."
-                       if beats else "Neither (b) nor (c) beats the attention-only rollout (a) in W1."), ""]
+        verdict = {2: "Both (b) and (c) beat", 1: f"({beats[0]}) beats" if beats else "",
+                   0: "Neither (b) nor (c) beats"}[len(beats)]
+        lines += ["", f"{verdict} the attention-only rollout (a) in W1.", ""]
     return "\n".join(lines) + "\n"
 
 
