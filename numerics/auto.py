@@ -21,13 +21,22 @@ threshold of the choice:
    and summaries report those entries as unresolved rather than as values.
 4. A compact periodic stack (``PeriodicStack``: a block of layers repeated q times, T up
    to 10^9 and beyond) goes to the power engine (numerics/power.py: O(N^3 log q), extended
-   range by per-column scale exponents) when N <= 8192 and its estimated time is below
-   the per-layer scan's (``power_seconds`` vs ``scan_seconds``); otherwise, when T is
-   small enough to hold (T, H) arrays, the stack is expanded and takes the routes above.
-   When the power profile leaves entries unresolved (a column of B^(2^k) spanning more than
+   range by scale exponents per block of rows and column) when N <= 8192 and its estimated
+   time is below the per-layer scan's (``power_seconds`` vs ``scan_seconds``); otherwise,
+   when T is small enough to hold (T, H) arrays, the stack is expanded and takes the routes
+   above. When the power profile leaves entries unresolved (what the block product lost
+   below 2^-1022, e.g. kernels that underflow, or blocks of rows that still span more than
    the float64 range) and the extended-range scan is estimated at most
-   ``periodic_retry_seconds``, it re-runs on the expanded stack. Its Profile carries one
-   self-weight per distinct layer (block, then top).
+   ``periodic_retry_seconds`` (``extended_scan_seconds``, an upper estimate), it re-runs on
+   the expanded stack. Its Profile carries one self-weight per distinct layer (block, then top).
+
+The extended-range scan costs more than the plain one where its block floating point has
+to refine (down to one exponent per token, as at great depth): measured on the 2-core
+machine, single-token blocks cost 6 to 14 times the plain rate (``scan_seconds_per_unit``)
+per layer, head and token, heads counted in whole groups of 8 as the kernel takes them, so
+``extended_scan_seconds`` charges ``extended_scan_factor`` = 20 times that rate for every
+layer: an upper estimate (T = 10^6, N = 4096, H = 32: 2620 s, no retry; the plain rate's
+123 s was optimistic, that scan runs for more than 10 minutes).
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from posbias.numerics.engine import Engine, Profile, Unsupported
-from posbias.numerics.native import NativeError
+from posbias.numerics.native import HEAD_GROUP, NativeError
 from posbias.numerics.periodic import EXPAND_MAX_LAYERS, PeriodicStack
 from posbias.numerics.stack import AlibiStack, KernelStack
 from posbias.numerics.structured import Structured
@@ -52,10 +61,17 @@ class Auto(Engine):
     scan_seconds_per_unit: float = 1e-9     # native scan per layer x head x token (2 shared cores: T = 10^4, H = 32, N = 4096 in ~2 s)
     power_seconds_per_flop: float = 4e-11   # BLAS multiply-add in an N x N product
     periodic_retry_seconds: float = 60.0    # re-run an unresolved power profile on the scan when this fast
+    extended_scan_factor: float = 20.0      # extended-range scan (single-token blocks) against the plain rate
 
     def scan_seconds(self, stack: PeriodicStack, num_tokens: int) -> float:
         """Estimated time of the per-layer scan over all T layers."""
         return self.scan_seconds_per_unit * stack.num_layers * stack.num_heads * num_tokens
+
+    def extended_scan_seconds(self, stack: PeriodicStack, num_tokens: int) -> float:
+        """Upper estimate of the extended-range scan over all T layers: every layer at the cost of
+        single-token exponent blocks, heads rounded up to whole groups of ``HEAD_GROUP``."""
+        heads = -(-stack.num_heads // HEAD_GROUP) * HEAD_GROUP
+        return self.extended_scan_factor * self.scan_seconds_per_unit * stack.num_layers * heads * num_tokens
 
     def power_seconds(self, stack: PeriodicStack, num_tokens: int) -> float:
         """Estimated time of the power engine: the block's products and the squarings."""
@@ -83,10 +99,15 @@ class Auto(Engine):
             choice = (f"auto: power ({result.path}) for a periodic stack of T = {stack.num_layers} "
                       f"(period {stack.period}, estimated {pow_:.3g} s against {scan:.3g} s for the per-layer scan)")
             lost = int(result.unresolved().sum())
-            if not (lost and expandable and scan <= self.periodic_retry_seconds):
+            if not (lost and expandable):
+                return dataclasses.replace(result, notes=result.notes + (choice,))
+            retry = self.extended_scan_seconds(stack, num_tokens)
+            if retry > self.periodic_retry_seconds:
+                choice += (f"; {lost} entries unresolved, not re-run (the extended-range scan is estimated "
+                           f"{retry:.3g} s > {self.periodic_retry_seconds:g} s)")
                 return dataclasses.replace(result, notes=result.notes + (choice,))
             choice += (f"; {lost} entries unresolved, re-ran on the per-layer scan with extended range "
-                       f"(estimated {scan:.3g} s <= {self.periodic_retry_seconds:g} s)")
+                       f"(estimated {retry:.3g} s <= {self.periodic_retry_seconds:g} s)")
             return self.expanded(stack, num_tokens, dtype=dtype, progress=progress, notes=result.notes + (choice,))
         if not expandable:
             raise Unsupported(f"auto engine: {power.supports(stack, num_tokens)}, and T = {stack.num_layers} layers "

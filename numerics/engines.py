@@ -12,7 +12,7 @@ fft          saturation split + FFT, O(N log L) per layer                causal 
              (numerics/fft.py); absolute error ~1e-16 of max p
 dense        full P by N x N products (numerics/dense.py)                N <= 8192
 power        periodic stacks by squaring the block product, O(N^3 log T)  N <= 8192, any depth
-             with per-column scale exponents (numerics/power.py)
+             with scale exponents per row block and column (power.py)
 measured     given (T, N, N) kernels (numerics/measured.py)              a KernelStack
 ===========  ==========================================================  ============================
 

@@ -10,26 +10,50 @@ and B^q is never formed: with q = sum_k b_k 2^k, v <- v · B^(2^k) for every set
 B^(2^(k+1)) = (B^(2^k))^2 (powers of one matrix commute, so the order of the bit products
 does not matter; the block and the top are kept in their layer order).
 
-Method and cost. B and the top row come from the masked-softmax kernels of
-numerics/kernels.py and N x N products: O((p + r) (H N^2 + N^3)). Then floor(log2 q)
-squarings and popcount(q) vector products: O(N^3 log q) time, about 6 N x N float64
-arrays of memory. Under a causal mask every power is lower triangular and each square
-is computed by 2 x 2 block recursion (zero blocks are never multiplied, triangular factors
-recurse): about N^3 / 6 multiply-adds instead of N^3.
+Extended range: a scale per block of rows and column. Entries of B^(2^k) span far more than
+float64's range along a row (the diagonal's powers, C5(a): prod_t (1 - lambda_t (1 - A_ii))
+to the power 2^k) and down a column too: at N = 4096 and 2^19 layers (H = 32, lambda = 0.5)
+columns span up to 13,000 nats, blocks of 32 consecutive rows at most 252. So each matrix is
+kept as M[i, j] = M~[i, j] e^{c[I, j]}: a log scale c[I, j] per block I of b consecutive rows
+and column j, float64 mantissas M~ whose block-column maxima are 1. A product Z = X Y is
+formed one row block I of Z at a time: with g_j = max_l (c^X[I, l] + log Y[l, j]),
 
-Extended range. Entries of B^(2^k) span far more than float64's range (the diagonal is
-prod_t (1 - lambda_t (1 - A_ii)) to the power 2^k, C5(a)). Each matrix is kept as
-M = M~ diag(e^c): a float64 mantissa matrix whose columns have maximum 1 and a log scale
-c_j per column. A product X Y scales Y's rows by e^{c^X_l} in log space, factors the
-column maxima g_j out, and multiplies the mantissas with BLAS:
-X Y = M~^X exp(c^X + log M~^Y - g) diag(e^{g + c^Y}). The row vector is kept in log
-space (log-sum-exp products, O(N^2) per product). Every matrix and the vector carry a
-rigorous per-column bound on the absolute error from entries lost below 2^-1022 (the
-mantissas' underflow, the terms dropped by the scaling, and what earlier products
-passed on, with structural zeros of causal kernels exact); an entry of p whose bound
-exceeds 1e-12 of its value is reported unresolved (log p = -inf), every other entry
-has a finite log p however far below 1e-308 it lies. Rounding is relative, as in any
-float64 product of non-negative numbers (bounded by q N eps, observed far smaller).
+    Z[i, j] = e^{g_j} sum_l M~^X[i, l] W[l, j],   W[l, j] = exp(c^X[I, l] + log Y[l, j] - g_j) <= 1,
+
+one exponential per entry of W and the sum by BLAS; then the block is normalised to its
+column maxima. The row vector is kept in log space (log-sum-exp products). The block height
+b is chosen before each squaring from the matrix at hand: the largest power of two (at
+least ``MIN_ROWS``) whose blocks span at most ``SPAN_BUDGET`` nats in every column, so that
+a block of X and the same block of Z together stay inside float64's range. (Blocks as tall
+as the matrix while the powers are shallow; at N = 4096 the squarings up to 2^19 layers end
+with 64 and 32 rows, those up to 2^29 with 16: there blocks of 32 rows gain about 21 nats
+per squaring.)
+
+Cost and memory. B and the top row come from the masked-softmax kernels of
+numerics/kernels.py and N x N products: O((p + r) (H N^2 + N^3)). Then floor(log2 q)
+squarings and popcount(q) vector products. A squaring takes about N^3 / 6 multiply-adds
+in BLAS (causal masks: every power is lower triangular; only the lower triangle of each
+W panel is formed and only the non-zero blocks are multiplied) plus about N^3 / (6 b)
+elementwise operations on W, among them as many exponentials (N^3 / b without a causal
+mask): with b = 32 at N = 4096 about 4e8 per squaring, which is most of its time. A vector
+product is O(N^2). Memory: three N x N float64 arrays (the mantissas, log M, the product)
+and a W panel of N x ``PANEL`` while squaring, whatever T is; building B takes more (the
+kernels come from JAX). N = 4096, H = 32 on 2 cores: T = 10^6 in about 33 s and 0.8 GB,
+T = 10^9 in about 90 s.
+
+Rigorous loss bounds. Every matrix carries, per block-column, a bound on the absolute
+error of its entries, and the vector one per entry, from what float64 lost below 2^-1022:
+W entries below 2^-1022 / m_l are dropped (m_l the smallest non-zero mantissa of column l
+in the block, so that no product in the BLAS call is subnormal, which would make it slow;
+columns with mantissas below ``FLOOR`` keep W down to 2^-1022 and may underflow instead),
+mantissas below 2^-1022 are flushed, and the errors of the factors propagate (|dX| Y +
+(X + |dX|) |dY|, the causal supports exact). A block-column is charged what its products
+dropped only when one of its entries lies below that / eps (elsewhere the loss is within
+rounding). An entry of p whose bound exceeds 1e-12 of its value is reported unresolved
+(log p = -inf); every other entry has a finite log p however far below 1e-308 it lies.
+Rounding is relative, as in any float64 product of non-negative numbers (bounded by q N
+eps, observed far smaller), and log-scale arithmetic carries the float64 resolution of
+log p itself (about 1e-16 of |log p|).
 
 Examples
 --------
@@ -51,71 +75,269 @@ from posbias.numerics.engine import Engine, Profile
 from posbias.numerics.periodic import PeriodicStack, detect
 from posbias.numerics.stack import AlibiStack
 
-MAX_TOKENS = 8192  # 6 matrices of 8192^2 float64: 3 GiB
+MAX_TOKENS = 8192  # three 8192^2 float64 arrays while squaring: 1.5 GiB, more while B is built
 TINY = float(np.finfo(np.float64).tiny)  # 2^-1022: below it a float64 entry has no relative accuracy
 LOG_TINY = float(np.log(TINY))
-SUSPECT = TINY / float(np.finfo(np.float64).eps)  # x N: entries above it lose at most eps to underflow
+EPS = float(np.finfo(np.float64).eps)
 RESOLVED = float(np.log(1e-12))  # an entry is resolved when its loss bound is below 1e-12 of it
 TRIANGULAR_BASE = 256  # below this size triangular products are plain matmuls
+MIN_ROWS = 8  # the smallest block height
+SPAN_BUDGET = 300.0  # nats a block may span in a column before squaring (X's and X^2's together: < ~660)
+PANEL = 256  # columns of W formed at a time
+FLOOR = 2.0**-511  # W is cut at 2^-1022 / m_l only while m_l >= FLOOR (the cut stays below 2^-511)
+SMALL_LOSS = RESOLVED - 100.0  # vector rows lost at most this (log, relative) are bounded together
 
 
 @dataclass(frozen=True)
 class Scaled:
-    """M = mant · diag(exp(scale)); |error of M[i, j]| <= exp(err[j]) for every i (from lost entries)."""
+    """M[i, j] = mant[i, j] exp(scale[i // rows, j]), mant in {0} u [2^-1022, 1] with block-column
+    maxima 1 (or an all-zero block-column, scale -inf); |error of M[i, j]| <= exp(err[i // rows, j])
+    for every entry of the block-column that the product may make non-zero (i >= j when causal)."""
 
     mant: np.ndarray
     scale: np.ndarray
     err: np.ndarray
+    rows: int
+
+
+def _starts(n: int, rows: int) -> np.ndarray:
+    return np.arange(0, n, rows)
+
+
+def _block_reduce(a: np.ndarray, rows: int, ufunc: np.ufunc, where=None, **initial) -> np.ndarray:
+    """(nb, ...) ``ufunc`` over each block of ``rows`` consecutive rows of ``a`` (the last may be short),
+    over the entries where ``where`` holds (a boolean array like a; all when None)."""
+    full = a.shape[0] // rows * rows
+    shape = (-1, rows) + a.shape[1:]
+    mask = (lambda part, sh: True) if where is None else (lambda part, sh: where[part].reshape(sh))
+    out = [ufunc.reduce(a[:full].reshape(shape), axis=1, where=mask(slice(None, full), shape), **initial)]
+    if full < a.shape[0]:
+        tail = a[full:]
+        out.append(ufunc.reduce(tail, axis=0, keepdims=True, where=mask(slice(full, None), tail.shape), **initial))
+    return np.concatenate(out)
+
+
+def _divide_blocks(a: np.ndarray, rows: int, values: np.ndarray) -> np.ndarray:
+    """a / values[i // rows] row by row: every block of rows divided by its own (N,) values."""
+    out = np.empty_like(a)
+    for blk, start in enumerate(_starts(a.shape[0], rows)):
+        np.divide(a[start:start + rows], values[blk], out=out[start:start + rows])
+    return out
+
+
+def _support(n: int, rows: int, causal: bool) -> np.ndarray:
+    """(nb, N) block-columns that may hold non-zero entries: block I reaches column j when causal
+    iff j < its last row + 1."""
+    ends = np.minimum(_starts(n, rows) + rows, n)
+    if not causal:
+        return np.ones((ends.size, n), dtype=bool)
+    return np.arange(n)[None, :] < ends[:, None]
 
 
 def _weighted_logsumexp(w: np.ndarray, log_m: np.ndarray) -> np.ndarray:
-    """log sum_l exp(w[l] + log_m[l, j]) per column (-inf where nothing contributes); skipped rows w = -inf."""
+    """log sum_l exp(w[l] + log_m[l, j]) per column (-inf where nothing contributes); rows w = -inf skipped."""
     rows = np.isfinite(w)
     if not rows.any():
         return np.full(log_m.shape[1], -np.inf)
-    return _logsumexp_cols(w[rows, None] + log_m[rows])
-
-
-def _logsumexp_cols(x: np.ndarray) -> np.ndarray:
-    """log sum_l exp(x[l, j]) per column, -inf for an all -inf column."""
+    x = w[rows, None] + log_m[rows]
     top = np.max(x, axis=0)
     safe = np.where(np.isfinite(top), top, 0.0)
-    return safe + np.log(np.sum(np.exp(x - safe), axis=0))
+    x -= safe
+    np.exp(x, out=x)
+    with np.errstate(divide="ignore"):
+        return safe + np.log(np.sum(x, axis=0))
 
 
-def _tail_logsumexp(x: np.ndarray) -> np.ndarray:
-    """t[j] = log sum_{l >= j} exp(x[l])."""
-    return np.logaddexp.accumulate(x[::-1])[::-1]
+def _mass_times_err(mass: np.ndarray, err: np.ndarray, rows: int, causal: bool) -> np.ndarray:
+    """log of sum_l exp(mass[r, l]) exp(err[L(l), j]) for a per-block-column bound ``err`` (blocks of
+    ``rows``), over the l that column j may use: l >= j when causal. (R, N) for mass (R, N)."""
+    n = mass.shape[1]
+    out = np.full(mass.shape, -np.inf)
+    for blk, a in enumerate(_starts(n, rows)):
+        e = err[blk]
+        if not np.isfinite(e).any():
+            continue
+        c = min(a + rows, n)
+        if causal:  # tail[r, k] = log sum_{a + k <= l < c} exp(mass[r, l])
+            tail = np.logaddexp.accumulate(mass[:, a:c][:, ::-1], axis=1)[:, ::-1]
+            np.logaddexp(out[:, :a], tail[:, :1] + e[None, :a], out=out[:, :a])
+            np.logaddexp(out[:, a:c], tail + e[None, a:c], out=out[:, a:c])
+        else:
+            np.logaddexp(out, np.logaddexp.reduce(mass[:, a:c], axis=1)[:, None] + e[None, :], out=out)
+    return out
 
 
-def _support_sums(x: np.ndarray, causal: bool) -> np.ndarray:
-    """log of sum over the rows l that column j of a kernel product may use: l >= j when causal, all l otherwise."""
-    return _tail_logsumexp(x) if causal else np.full(x.shape, np.logaddexp.reduce(x))
-
-
-def _suspect(mant: np.ndarray, causal: bool) -> np.ndarray:
-    """(N,) columns holding an entry below ``SUSPECT`` where the product may be non-zero (lower triangle
-    when causal): only such entries can have lost more than float64 rounding (to underflow of the
-    mantissa or to terms scaled below 2^-1022, at most (N + 1) 2^-1022 of the column scale)."""
-    low = mant < SUSPECT * mant.shape[0]
-    if causal:
-        low &= np.tri(mant.shape[0], dtype=bool)
-    return np.any(low, axis=0)
-
-
-def scaled(matrix: np.ndarray, abs_err: float, *, causal: bool) -> Scaled:
-    """The scaled form of a non-negative float64 matrix whose entries below 1e-290 are exact to ``abs_err``
-    absolutely (the others to float64 relative accuracy); columns without such entries carry no loss."""
-    top = matrix.max(axis=0)
+def scaled(matrix: np.ndarray, abs_err: float, *, causal: bool, rows: int) -> Scaled:
+    """The scaled form (blocks of ``rows``) of a non-negative float64 matrix whose entries below
+    1e-290 are exact to ``abs_err`` absolutely (the others to float64 relative accuracy); mantissas
+    below 2^-1022 are flushed (losing less than 2^-1022 e^{scale} each)."""
+    n = matrix.shape[0]
+    top = _block_reduce(matrix, rows, np.maximum)
     ok = top > 0
     with np.errstate(divide="ignore"):
         scale = np.where(ok, np.log(np.where(ok, top, 1.0)), -np.inf)
-    mant = matrix / np.where(ok, top, 1.0)
-    near = matrix < 1e-290
+    mant = _divide_blocks(matrix, rows, np.where(ok, top, 1.0))
+    near = (matrix < 1e-290) | (mant < TINY)
+    mant[mant < TINY] = 0.0
     if causal:
-        near &= np.tri(matrix.shape[0], dtype=bool)
-    err = np.where(np.any(near, axis=0), np.logaddexp(np.log(abs_err), scale + LOG_TINY), -np.inf)
-    return Scaled(mant, scale, err)
+        near &= np.tri(n, dtype=bool)
+    touched = _block_reduce(near, rows, np.logical_or)
+    err = np.where(touched, np.logaddexp(np.log(abs_err), scale + LOG_TINY), -np.inf)
+    return Scaled(mant, scale, err, rows)
+
+
+def log_entries(m: Scaled) -> np.ndarray:
+    """log M (N x N, -inf at zeros)."""
+    with np.errstate(divide="ignore"):
+        out = np.log(m.mant)
+    for blk, a in enumerate(_starts(out.shape[0], m.rows)):
+        out[a:a + m.rows] += m.scale[blk]
+    return out
+
+
+def block_rows(log_m: np.ndarray) -> int:
+    """The largest power-of-two block height (>= ``MIN_ROWS``; one block per column once it covers N)
+    whose blocks span at most ``SPAN_BUDGET`` nats in every column (non-zero entries)."""
+    n = log_m.shape[0]
+    hi = _block_reduce(log_m, MIN_ROWS, np.maximum)
+    lo = _block_reduce(log_m, MIN_ROWS, np.minimum, where=log_m > -np.inf, initial=np.inf)
+    rows = MIN_ROWS
+    while rows < n:
+        hi, lo = (_block_reduce(x, 2, f) if x.shape[0] > 1 else x for x, f in ((hi, np.maximum), (lo, np.minimum)))
+        if np.max(np.where(hi > lo, hi - lo, 0.0)) > SPAN_BUDGET:
+            break
+        rows *= 2
+    return rows
+
+
+def reblock(m: Scaled, rows: int, *, causal: bool) -> Scaled:
+    """The same matrix with blocks of ``rows`` (a power-of-two multiple or divisor of m.rows).
+    Splitting is exact up to rounding (mantissas only grow); merging may flush mantissas below
+    2^-1022, each losing less than 2^-1022 e^{scale} (charged to its block-column)."""
+    n = m.mant.shape[0]
+    if rows == m.rows:
+        return m
+    if rows < m.rows:  # split: each sub-block normalised to its own maxima
+        parent = _starts(n, rows) // m.rows
+        top = _block_reduce(m.mant, rows, np.maximum)
+        ok = top > 0
+        mant = _divide_blocks(m.mant, rows, np.where(ok, top, 1.0))
+        with np.errstate(divide="ignore"):
+            scale = np.where(ok, m.scale[parent] + np.log(np.where(ok, top, 1.0)), -np.inf)
+        err = np.where(_support(n, rows, causal), m.err[parent], -np.inf)
+        return Scaled(mant, scale, err, rows)
+    group = rows // m.rows  # merge: old blocks rescaled to the largest scale among them
+    scale = _block_reduce(m.scale, group, np.maximum)
+    parent = np.arange(m.scale.shape[0]) // group
+    with np.errstate(invalid="ignore"):
+        factor = np.where(np.isfinite(m.scale), np.exp(m.scale - scale[parent]), 0.0)
+    mant = m.mant.copy()
+    for blk, a in enumerate(_starts(n, m.rows)):
+        mant[a:a + m.rows] *= factor[blk]
+    flushed = (mant < TINY) & (m.mant > 0)
+    mant[mant < TINY] = 0.0
+    err = _block_reduce(m.err, group, np.maximum)
+    charged = _block_reduce(flushed, rows, np.logical_or)
+    err = np.where(charged, np.logaddexp(err, LOG_TINY + scale), err)
+    return Scaled(mant, scale, err, rows)
+
+
+def _panel_product(x_rows: np.ndarray, w: np.ndarray, skip: int, causal: bool) -> np.ndarray:
+    """x_rows @ w, where under a causal mask x_rows = M~[r0:c, l0:c] with M~[i, l] = 0 for l > i and
+    ``skip`` = r0 - l0 >= 0: its columns from ``skip`` on form a lower-triangular square, multiplied by
+    triangular recursion (``_lower``) when large."""
+    if not causal or x_rows.shape[0] <= TRIANGULAR_BASE:
+        return np.ascontiguousarray(x_rows) @ w
+    out = _lower(x_rows[:, skip:], w[skip:], True, False, TRIANGULAR_BASE)
+    if skip:
+        out += x_rows[:, :skip] @ w[:skip]
+    return out
+
+
+def multiply(x: Scaled, y: Scaled, log_y: np.ndarray, *, causal: bool) -> Scaled:
+    """x · y in x's blocks, with its loss bound; ``log_y`` = log of y's entries (``log_entries``)."""
+    n, rows = log_y.shape[0], x.rows
+    nb = len(_starts(n, rows))
+    out = Scaled(np.zeros((n, n)), np.full((nb, n), -np.inf), np.full((nb, n), -np.inf), rows)
+    lost_x = np.full((nb, n), -np.inf)  # sum_l |dX_il| Y_lj
+    for blk in range(nb):
+        _row_block(x, log_y, blk, causal, out, lost_x)
+    lost_y = _mass_times_err(np.logaddexp(x.scale, x.err), y.err, y.rows, causal)  # (X + |dX|) |dY|
+    err = np.logaddexp(np.logaddexp(lost_x, lost_y), out.err)
+    err[~_support(n, rows, causal)] = -np.inf
+    return Scaled(out.mant, out.scale, err, rows)
+
+
+def _row_block(x: Scaled, log_y: np.ndarray, blk: int, causal: bool, out: Scaled, lost_x: np.ndarray) -> None:
+    """Row block ``blk`` of x · y into ``out`` (mantissas, scales, and in ``out.err`` what the products
+    dropped below 2^-1022) and sum_l |dX_il| Y_lj into ``lost_x``."""
+    n, rows = log_y.shape[0], x.rows
+    a = blk * rows
+    c = min(a + rows, n)
+    lim = c if causal else n  # columns l of X (and j of Z) the block may reach
+    xm = x.mant[a:c, :lim]
+    s = x.scale[blk, :lim]
+    smallest = np.min(xm, axis=0, where=xm > 0, initial=np.inf)  # m_l
+    # W[l, j] is kept iff >= 2^-1022 / m_l, so that no product in the BLAS call is subnormal (slow);
+    # columns whose mantissas reach below FLOOR keep W down to 2^-1022 (their products may underflow)
+    wide = smallest < FLOOR
+    floor = np.where(wide, 1.0, smallest)
+    with np.errstate(divide="ignore"):
+        keep_from = LOG_TINY - np.log(floor)
+    prod = out.mant[a:c, :lim]  # the block's products, normalised in place below
+    shift = np.full(lim, -np.inf)
+    for j0 in range(0, lim, PANEL):
+        j1 = min(j0 + PANEL, lim)
+        l0 = j0 if causal else 0  # Y[l, j] = 0 for l < j when causal
+        r0 = max(a, j0) if causal else a  # Z[i, j] = 0 for i < j when causal
+        w = log_y[l0:lim, j0:j1] + s[l0:lim, None]
+        g = np.max(w, axis=0)
+        w -= np.where(np.isfinite(g), g, 0.0)
+        w[w < keep_from[l0:lim, None]] = -np.inf
+        np.exp(w, out=w)
+        prod[r0 - a:, j0:j1] = _panel_product(x.mant[r0:c, l0:lim], w, r0 - l0, causal)
+        shift[j0:j1] = g
+    top = np.max(prod, axis=0)
+    ok = (top > 0) & np.isfinite(shift)
+    # drops per entry, in units of e^{g_j}: the W entries dropped, sum_l M~[i, l] 2^-1022 / m_l, the
+    # products that underflowed (< 2^-1022 each, wide columns only) and 2^-1022 top_j (the flush below);
+    # charged to a block-column only where one of its entries lies below that / eps
+    live = np.isfinite(smallest)
+    if live.any():
+        per_row = TINY * (xm @ np.where(live & ~wide, 1.0 / floor, 0.0) + 2.0 * np.count_nonzero(live & wide))
+        low = prod < (per_row[:, None] + TINY * top[None, :]) * (4.0 / EPS)
+        if causal:
+            low &= np.arange(a, c)[:, None] >= np.arange(lim)[None, :]
+        hit = low.any(axis=0)
+        if hit.any():
+            out.err[blk, :lim] = np.where(hit, shift + np.log(per_row.max() + TINY * top), -np.inf)
+    top_safe = np.where(ok, top, 1.0)
+    prod /= top_safe
+    prod[prod < TINY] = 0.0
+    out.scale[blk, :lim] = np.where(ok, shift + np.log(top_safe), -np.inf)
+    if np.isfinite(x.err[blk, :lim]).any():
+        lost_x[blk, :lim] = _weighted_logsumexp(x.err[blk, :lim], log_y[:lim, :lim])
+
+
+def vector_times(logv: np.ndarray, errv: np.ndarray, m: Scaled, log_m: np.ndarray, *, causal: bool):
+    """(log(v M), loss bound) for a row vector v = exp(logv) with per-entry loss bounds exp(errv)."""
+    n = logv.shape[0]
+    logw = _weighted_logsumexp(logv, log_m)
+    lost_v = _lost_times(logv, errv, log_m, logw)
+    lost_m = _mass_times_err(np.logaddexp(logv, errv)[None, :], m.err, m.rows, causal)[0]
+    rounding = np.log(n) + LOG_TINY + logw  # terms the log-sum-exp drops below 2^-1022 of the largest
+    return logw, np.logaddexp.reduce([lost_v, lost_m, rounding], axis=0)
+
+
+def _lost_times(logv: np.ndarray, errv: np.ndarray, log_m: np.ndarray, logw: np.ndarray) -> np.ndarray:
+    """log sum_l exp(errv[l]) M[l, j] (|dv| M), bounded: the rows whose relative loss
+    d_l = errv[l] - logv[l] is at most ``SMALL_LOSS`` contribute at most exp(max d_l) (v M)_j = exp(max d_l
+    + logw[j]); the other rows are summed exactly."""
+    with np.errstate(invalid="ignore"):
+        rel = errv - logv
+    small = rel <= SMALL_LOSS
+    exact = _weighted_logsumexp(np.where(small, -np.inf, errv), log_m)
+    return np.logaddexp(exact, rel[small].max() + logw) if small.any() else exact
 
 
 def tri_matmul(x: np.ndarray, y: np.ndarray, base: int = TRIANGULAR_BASE) -> np.ndarray:
@@ -149,43 +371,6 @@ def _lower(x: np.ndarray, y: np.ndarray, x_tri: bool, y_tri: bool, base: int) ->
     out[h:] = _lower(x[h:, h:], y[h:], True, False, base)
     out[h:] += x[h:, :h] @ y[:h]
     return out
-
-
-def multiply(x: Scaled, y: Scaled, log_y: np.ndarray, *, causal: bool) -> Scaled:
-    """x · y in scaled form with its loss bound; ``log_y`` = log(y.mant) (shared with the vector product)."""
-    n = log_y.shape[0]
-    g_full = x.scale[:, None] + log_y  # log of diag(e^{c^x}) y~
-    g = np.max(g_full, axis=0)
-    g_safe = np.where(np.isfinite(g), g, 0.0)
-    np.subtract(g_full, g_safe, out=g_full)
-    np.exp(g_full, out=g_full)
-    prod = tri_matmul(x.mant, g_full) if causal else x.mant @ g_full
-    del g_full
-    top = prod.max(axis=0)
-    ok = top > 0
-    mant = prod / np.where(ok, top, 1.0)
-    del prod
-    scale = np.where(ok & np.isfinite(g), g_safe + y.scale + np.log(np.where(ok, top, 1.0)), -np.inf)
-    # Loss bound (absolute, per column j), each term an upper bound and charged only where
-    # something fell below 2^-1022 (earlier, or in this product):
-    lost_x = _weighted_logsumexp(x.err, log_y) + y.scale            # sum_l |dX_il| Y_lj
-    x_mass = _support_sums(np.logaddexp(x.scale, x.err), causal)           # sum_{l in supp j} (X_il + |dX_il|)
-    lost_y = x_mass + y.err                                                # sum_l (X_il + |dX_il|) |dY_lj|
-    # terms scaled below 2^-1022 (each <= 2^-1022 of the scale) and mantissas below 2^-1022 matter only
-    # for entries below N 2^-1022 / eps of their column's scale (elsewhere they are within rounding):
-    suspect = np.where(_suspect(mant, causal), np.log(n + 1.0) + LOG_TINY + scale, -np.inf)
-    err = np.logaddexp.reduce([lost_x, lost_y, suspect], axis=0)
-    return Scaled(mant, scale, err)
-
-
-def vector_times(logv: np.ndarray, errv: np.ndarray, m: Scaled, log_m: np.ndarray, *, causal: bool):
-    """(log(v M), loss bound) for a row vector v = exp(logv) with per-entry loss bounds exp(errv)."""
-    n = logv.shape[0]
-    logw = _weighted_logsumexp(logv, log_m) + m.scale
-    lost_v = _weighted_logsumexp(errv, log_m) + m.scale
-    lost_m = _support_sums(np.logaddexp(logv, errv), causal) + m.err
-    rounding = np.log(n) + LOG_TINY + logw  # terms the log-sum-exp drops below 2^-1022 of the largest
-    return logw, np.logaddexp.reduce([lost_v, lost_m, rounding], axis=0)
 
 
 def block_product(stack: AlibiStack, num_tokens: int, causal: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -233,9 +418,10 @@ class Power(Engine):
         return True  # the block is built by the dense engine's kernels
 
     def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:
-        """Six N x N float64 matrices (block build, mantissas, their logs, the scaled factor, the product);
+        """Five N x N float64 arrays at the peak (building B: a kernel, the product and the next one;
+        squaring: the mantissas, log M, the product and a re-blocked copy) and two W panels;
         independent of T: the stack is compact."""
-        return 8 * 6 * num_tokens**2 + 64 * num_tokens + 64 * num_heads
+        return 8 * (5 * num_tokens**2 + 2 * PANEL * num_tokens) + 64 * num_tokens + 64 * num_heads
 
     def compute(self, stack, num_tokens: int, *, dtype, progress=None) -> Profile:
         compact = stack if isinstance(stack, PeriodicStack) else detect(stack)
@@ -254,19 +440,24 @@ class Power(Engine):
         else:
             v, errv = np.zeros(n), np.full(n, -np.inf)
             v[-1] = 1.0
-        logv = np.log(np.maximum(v, 0.0))
-        m = scaled(np.maximum(block, 0.0), 4.0 * p * n * TINY, causal=causal)
+        with np.errstate(divide="ignore"):
+            logv = np.log(np.maximum(v, 0.0))
+        m = scaled(np.maximum(block, 0.0, out=block), 4.0 * p * n * TINY, causal=causal, rows=MIN_ROWS)
         del block
         squarings, products, done = q.bit_length() - 1, bin(q).count("1"), 0
         total = squarings + products
+        heights = []
         bits = q
         while bits:
-            log_m = np.log(m.mant)
+            log_m = log_entries(m)
             if bits & 1:
                 logv, errv = vector_times(logv, errv, m, log_m, causal=causal)
                 done += 1
             bits >>= 1
             if bits:
+                rows = block_rows(log_m)
+                m = reblock(m, rows, causal=causal)  # the same entries: log_m holds for it too
+                heights.append(min(rows, n))
                 m = multiply(m, m, log_m, causal=causal)
                 done += 1
             del log_m
@@ -274,9 +465,11 @@ class Power(Engine):
                 progress(done, total)
         lost = ~(errv - logv <= RESOLVED)
         logp = np.where(lost, -np.inf, logv)
+        blocks = "" if not heights else (f"; blocks of {heights[0]} rows" if min(heights) == max(heights)
+                                         else f"; blocks of {min(heights)} to {max(heights)} rows")
         note = (f"power: B = R^({p - 1})...R^(0) ({p} layer{'s' if p > 1 else ''}) to the power q = {q} by "
                 f"{squarings} squarings and {products} vector products ({'triangular' if causal else 'full'} "
-                f"N x N), per-column scale exponents (extended range)"
+                f"N x N), a scale exponent per block of rows and column (extended range{blocks})"
                 + (f"; {compact.top.num_layers} top layers first" if compact.top is not None else "")
                 + (f"; {int(lost.sum())} entries unresolved" if lost.any() else ""))
         mins, lasts = np.concatenate(mins), np.concatenate(lasts)
