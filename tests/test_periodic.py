@@ -16,6 +16,7 @@ from posbias.model import ModelError
 from posbias.numerics.masks import Full
 from posbias.numerics.periodic import PeriodicStack, detect, minimal_period
 from posbias.numerics.power import Power
+from tests.exact_rollout import exact_kernel, log_power_row, periodic_profile
 
 N = 24
 
@@ -61,57 +62,15 @@ def test_layer_order_of_a_non_commuting_block_is_kept():
         assert np.abs(got_ab.log_probabilities - got_ba.log_probabilities).max() > 1e-4
 
 
-def _exact_kernel(n, r, excess):
-    """Causal ALiBi + content kernel with r = e^{-m}, e^d = excess, as Fractions."""
-    rows = []
-    for i in range(n):
-        w = [r ** (i - j) if j < i else (excess if j == i else Fraction(0)) for j in range(n)]
-        total = sum(w)
-        rows.append([x / total for x in w])
-    return rows
-
-
-def _matmul(a, b):
-    return [[sum(a[i][k] * b[k][j] for k in range(len(b))) for j in range(len(b[0]))] for i in range(len(a))]
-
-
 def test_exact_rationals_for_a_period_two_block():
     n = 3
     lam = [Fraction(1, 2), Fraction(3, 4)]
-    kernels = [_exact_kernel(n, Fraction(1), Fraction(1)), _exact_kernel(n, Fraction(1, 2), Fraction(3))]
-    eye = [[Fraction(int(i == j)) for j in range(n)] for i in range(n)]
-    rs = [[[(1 - l) * eye[i][j] + l * k[i][j] for j in range(n)] for i in range(n)] for l, k in zip(lam, kernels)]
+    kernels = [exact_kernel(n, Fraction(1), Fraction(1)), exact_kernel(n, Fraction(1, 2), Fraction(3))]
     block = nx.AlibiStack.build([0.5, 0.75], [[0.0], [math.log(2.0)]], [[0.0], [math.log(3.0)]])
     for t in (2, 3, 5, 8, 61):
-        row = [eye[n - 1]]
-        for layer in reversed(range(t)):  # p = e_{N-1}^T R^(T-1) ... R^(0): the top layer acts first
-            row = _matmul(row, rs[layer % 2])
-        exact = np.array([float(x) for x in row[0]])
+        exact = np.array([float(x) for x in periodic_profile(lam, kernels, t)])
         got = Power().profile(PeriodicStack.build(block, t), n)
         assert np.abs(got.probabilities - exact).max() <= 1e-14, t
-
-
-def _log_space_power(matrix, q):
-    """e_{N-1}^T M^q in log space (log-sum-exp products, no underflow): an independent route."""
-    n = matrix.shape[0]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        logm = np.log(matrix)
-
-        def mul(a, b):
-            x = a[:, :, None] + b[None, :, :]
-            top = np.max(x, axis=1)
-            safe = np.where(np.isfinite(top), top, 0.0)
-            return safe + np.log(np.sum(np.exp(x - safe[:, None, :]), axis=1))
-
-        v = np.full((1, n), -np.inf)
-        v[0, -1] = 0.0
-        while q:
-            if q & 1:
-                v = mul(v, logm)
-            q >>= 1
-            if q:
-                logm = mul(logm, logm)
-    return v[0]
 
 
 def test_attention_heavy_stack_at_a_billion_layers():
@@ -127,7 +86,8 @@ def test_attention_heavy_stack_at_a_billion_layers():
     atom = t * math.log1p(-0.5 * (1.0 - a_last))
     assert abs(prof.log_probabilities[-1] - atom) <= 1e-12 * abs(atom)
     # every entry against log-space squaring of the dense block product
-    reference = _log_space_power(np.asarray(nx.dense_rollout(block, n)[0]), t)
+    with np.errstate(divide="ignore"):
+        reference = log_power_row(np.log(np.asarray(nx.dense_rollout(block, n)[0])), t)
     np.testing.assert_allclose(prof.log_probabilities, reference, rtol=1e-13, atol=1e-12)
     s = nx.summarize(nx.profile(stack, n), stack)
     assert s.engine == "power" and s.argmin == n - 1 and s.log_p_min == pytest.approx(atom, rel=1e-12)

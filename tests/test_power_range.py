@@ -17,6 +17,7 @@ from posbias.numerics.masks import Full
 from posbias.numerics.periodic import PeriodicStack
 from posbias.numerics.power import Power
 from posbias.numerics.structured import Structured
+from tests.exact_rollout import exact_kernel, log_power_row, periodic_profile
 
 
 def _one_scale_per_column(monkeypatch):
@@ -28,32 +29,6 @@ def _blocks_of(monkeypatch, rows):
     """Blocks of ``rows`` rows at every squaring, whatever the entries span."""
     monkeypatch.setattr(power, "MIN_ROWS", rows)
     monkeypatch.setattr(power, "SPAN_BUDGET", -1.0)
-
-
-def _log_matmul(a, b):
-    """log(exp(a) @ exp(b)) by log-sum-exp, rows in chunks (an independent route: no BLAS, no scales)."""
-    out = np.empty((a.shape[0], b.shape[1]))
-    for r in range(0, a.shape[0], 16):
-        x = a[r:r + 16, :, None] + b[None]
-        top = x.max(axis=1)
-        safe = np.where(np.isfinite(top), top, 0.0)
-        out[r:r + 16] = safe + np.log(np.exp(x - safe[:, None, :]).sum(axis=1))
-    return out
-
-
-def _log_profile(log_block, q):
-    """log of e_{N-1}^T B^q for B = exp(log_block), by squaring in log space."""
-    n = log_block.shape[0]
-    v = np.full((1, n), -np.inf)
-    v[0, -1] = 0.0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        while q:
-            if q & 1:
-                v = _log_matmul(v, log_block)
-            q >>= 1
-            if q:
-                log_block = _log_matmul(log_block, log_block)
-    return v[0]
 
 
 def test_blocks_of_rows_resolve_what_one_scale_per_column_cannot(monkeypatch):
@@ -85,7 +60,7 @@ def test_a_billion_layers_against_the_closed_form_and_log_space_squaring(monkeyp
     atom = t * math.log1p(-lam * (1.0 - a_last))
     assert abs(prof.log_probabilities[-1] - atom) <= 1e-12 * abs(atom)
     with np.errstate(divide="ignore"):
-        reference = _log_profile(np.log(np.asarray(nx.dense_rollout(block, n)[0])), t)
+        reference = log_power_row(np.log(np.asarray(nx.dense_rollout(block, n)[0])), t)
     np.testing.assert_allclose(prof.log_probabilities, reference, rtol=1e-13, atol=1e-12)
 
     _one_scale_per_column(monkeypatch)
@@ -95,29 +70,15 @@ def test_a_billion_layers_against_the_closed_form_and_log_space_squaring(monkeyp
     np.testing.assert_allclose(coarse[~lost], reference[~lost], rtol=1e-13, atol=1e-12)
 
 
-def _exact_kernel(n, r, excess):
-    """Causal ALiBi + content kernel (one head, r = e^{-m}, e^d = excess) as Fractions."""
-    rows = []
-    for i in range(n):
-        w = [r ** (i - j) if j < i else (excess if j == i else Fraction(0)) for j in range(n)]
-        total = sum(w)
-        rows.append([x / total for x in w])
-    return rows
-
-
 @pytest.mark.parametrize("rows", [2, 4])
 def test_small_blocks_match_exact_rationals(monkeypatch, rows):
     _blocks_of(monkeypatch, rows)  # N = 5: blocks of 2 or 4 rows, the last one short
     n = 5
     lam = [Fraction(1, 2), Fraction(3, 4)]
-    kernels = [_exact_kernel(n, Fraction(1, 3), Fraction(1)), _exact_kernel(n, Fraction(1, 2), Fraction(3))]
-    layers = [[[(1 - l) * (i == j) + l * k[i][j] for j in range(n)] for i in range(n)] for l, k in zip(lam, kernels)]
+    kernels = [exact_kernel(n, Fraction(1, 3), Fraction(1)), exact_kernel(n, Fraction(1, 2), Fraction(3))]
     block = nx.AlibiStack.build([0.5, 0.75], [[math.log(3.0)], [math.log(2.0)]], [[0.0], [math.log(3.0)]])
     for t in (3, 8, 61):
-        row = [Fraction(int(j == n - 1)) for j in range(n)]
-        for layer in reversed(range(t)):  # p = e_{N-1}^T R^(T-1) ... R^(0): the top layer acts first
-            r = layers[layer % 2]
-            row = [sum(row[i] * r[i][j] for i in range(n)) for j in range(n)]
+        row = periodic_profile(lam, kernels, t)
         got = Power().profile(PeriodicStack.build(block, t), n)
         assert np.abs(got.probabilities - np.array([float(x) for x in row])).max() <= 1e-14, (rows, t)
 
@@ -176,7 +137,7 @@ def test_lost_kernel_entries_are_reported_never_guessed():
     # slope 50: kernel entries more than 14 tokens apart underflow float64 in the block product
     n, t, slope = 48, 1000, 50.0
     stack = PeriodicStack.build(nx.AlibiStack.build([0.5], [slope]), t)
-    exact = _log_profile(_steep_log_block(n, slope, 0.5), t)
+    exact = log_power_row(_steep_log_block(n, slope, 0.5), t)
     got = Power().profile(stack, n).log_probabilities
     resolved = np.isfinite(got)
     np.testing.assert_allclose(got[resolved], exact[resolved], rtol=1e-13, atol=1e-11)
@@ -187,7 +148,7 @@ def test_lost_kernel_entries_are_reported_never_guessed():
 def test_auto_reruns_unresolved_entries_on_the_extended_scan_when_it_is_cheap():
     n, t, slope = 48, 1000, 50.0
     stack = PeriodicStack.build(nx.AlibiStack.build([0.5], [slope]), t)
-    exact = _log_profile(_steep_log_block(n, slope, 0.5), t)
+    exact = log_power_row(_steep_log_block(n, slope, 0.5), t)
     prof = nx.profile(stack, n)
     assert (prof.engine, prof.path) == ("structured", "native-extended") and not prof.unresolved().any()
     assert any("re-ran on the per-layer scan with extended range" in note for note in prof.notes)
