@@ -452,3 +452,14 @@ def test_unsupported_settings_are_one_line(tmp_path, config, match):
     with pytest.raises(UserError, match=match) as err:
         spec_of({**base, **config})
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("family", ["bloom", "bert"])
+def test_last_only_is_the_last_row(family):
+    ck = checkpoint.load(FIXTURES / family)
+    p = weights.params(ck)
+    ids = np.load(FIXTURES / family / "expected.npz")["input_ids"].astype(np.int32)
+    full = np.asarray(forward.forward(p, ids, ck.spec))
+    last = np.asarray(forward.forward(p, ids, ck.spec, last_only=True))
+    assert last.shape == (1, full.shape[1])
+    np.testing.assert_allclose(last[0], full[-1], rtol=1e-6, atol=1e-6)

@@ -119,12 +119,15 @@ def softmax_scales(spec: Spec) -> np.ndarray:
     return base / (t + 1.0) if spec.inverse_layer_scale else np.full(spec.layers, base)
 
 
-def forward(params: dict, ids, spec: Spec, *, capture: bool = False, embedded=None, remat: bool = False):
+def forward(params: dict, ids, spec: Spec, *, capture: bool = False, embedded=None, remat: bool = False,
+            last_only: bool = False):
     """Logits (N, V) of one sequence of N token ids; with ``capture`` also the dict of the module
     docstring. ``embedded`` (N, D) replaces the token-embedding lookup e_j (for gradients with
     respect to the input embeddings; GPT-2's position embeddings are still added). ``remat``
     wraps each block in ``jax.checkpoint``: a gradient then keeps only the T block inputs and
-    recomputes one block's activations at a time (memory per layer instead of per stack)."""
+    recomputes one block's activations at a time (memory per layer instead of per stack).
+    ``last_only`` returns the last position's row only, (1, V) (or (1, D) for an encoder): the
+    unembedding of the other N - 1 positions (N V values) is never formed."""
     import jax
     import jax.numpy as jnp
 
@@ -168,10 +171,11 @@ def forward(params: dict, ids, spec: Spec, *, capture: bool = False, embedded=No
 
     x, ys = jax.lax.scan(jax.checkpoint(step) if remat else step, x0, (params["blocks"], scales))
     hidden = _layer_norm(x, params["lnf_g"], params["lnf_b"], spec.eps) if "lnf_g" in params else x
+    out = hidden[-1:] if last_only else hidden
     if not spec.lm_head:
-        logits = hidden
+        logits = out
     else:
-        logits = hidden @ (params["unembed"] if "unembed" in params else params["embed"].T)
+        logits = out @ (params["unembed"] if "unembed" in params else params["embed"].T)
     if not capture:
         return logits
     xs, a, probs, content = ys

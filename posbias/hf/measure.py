@@ -44,7 +44,7 @@ def capture_fn(spec: Spec, dtype=np.float32):
     from posbias.hf.forward import forward
 
     def one(params, ids):
-        _, cap = forward(params, ids, spec, capture=True, embedded=params["embed"][ids].astype(dtype))
+        _, cap = forward(params, ids, spec, capture=True, embedded=params["embed"][ids].astype(dtype), last_only=True)
         return (*lambda_ratios(cap), cap["probs"], cap["content"])
 
     return batch_capture(one)
@@ -62,7 +62,7 @@ def influence_fn(spec: Spec, dtype=np.float32):
     from posbias.hf.forward import forward
 
     def top1(embedded, params, ids):
-        probs = jax.nn.softmax(forward(params, ids, spec, embedded=embedded, remat=True)[-1])
+        probs = jax.nn.softmax(forward(params, ids, spec, embedded=embedded, remat=True, last_only=True)[-1])
         return probs[jnp.argmax(jax.lax.stop_gradient(probs))]
 
     def language_model(params, ids):
@@ -70,7 +70,8 @@ def influence_fn(spec: Spec, dtype=np.float32):
 
     def encoder(params, ids):
         embedded = params["embed"][ids].astype(dtype)
-        y, pullback = jax.vjp(lambda e: forward(params, ids, spec, embedded=e, remat=True)[-1], embedded)
+        y, pullback = jax.vjp(lambda e: forward(params, ids, spec, embedded=e, remat=True, last_only=True)[-1],
+                              embedded)
 
         def add(total, basis):
             (g,) = pullback(basis)

@@ -10,13 +10,14 @@ Falcon and BERT checkpoints), vocabulary V), N tokens, a compute itemsize c (4 f
     tensor by tensor (grouped keys and values are stored repeated per query head);
 (b) the capture forward, per sequence: c (2 T H N^2 + 2 T N D) for the stacked per-layer
     probabilities, content logits, block inputs and attention outputs the scan returns,
-    one block's activations ``block`` (below), c (2 N D + N V) for the embeddings, the final
-    hidden state and the logits;
+    one block's activations ``block`` (below), c (2 N D + V) for the embeddings, the final
+    hidden state and the last position's logits (``forward(..., last_only=True)``: the other
+    positions are never unembedded);
 (c) the influence gradient, per sequence: with rematerialisation (``jax.checkpoint`` on each
     block) c (T + 2) N D for the T block inputs the backward pass keeps (plus the input
     embeddings and x_0), two blocks' worth of activations (one block recomputed and its
-    cotangents) and c 2 N V for the logits and their cotangent; without, the T blocks'
-    saved residuals ``residuals`` instead of one recomputed block;
+    cotangents) and c 2 V for the last position's logits and their cotangent; without, the
+    T blocks' saved residuals ``residuals`` instead of one recomputed block;
 (d) the host accumulators: the sums of probabilities and content logits, 2 T H N^2 float64,
     plus one batch sum c T H N^2 while it is added.
 
@@ -122,7 +123,7 @@ def estimate(spec: Spec, num_tokens: int, compute_itemsize: int = 4, weight_item
     t, h, n, d, v = spec.layers, spec.heads, num_tokens, spec.width, spec.vocab
     stacked = t * h * n * n
     kept = (t + 2) * n * d
-    logits = n * v
+    logits = v  # the last position's row only (forward(..., last_only=True))
     weights = v * d + _layer_weights(spec)
     return Estimate(
         params=params_bytes(spec, c if weight_itemsize is None else weight_itemsize, tied=tied),
