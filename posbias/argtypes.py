@@ -6,6 +6,8 @@
 Traceback (most recent call last):
 ...
 argparse.ArgumentTypeError: expected a positive integer, got '0'
+>>> size("1.5G")
+1610612736
 """
 
 from __future__ import annotations
@@ -28,3 +30,13 @@ def at_least(minimum: int):
         return value
 
     return convert
+
+
+def size(text: str) -> int:
+    """An argparse type: a byte count such as 512M or 2G (``posbias.numerics.budget.parse_size``)."""
+    from posbias.numerics.budget import parse_size
+
+    try:
+        return parse_size(text)
+    except (ValueError, IndexError):
+        raise argparse.ArgumentTypeError(f"expected a size such as 512M or 2G, got {text!r}") from None

@@ -1,6 +1,6 @@
 """The paper's experiment on a measured model (``posbias validate``; THEORY.md,
 "Comparing with measured influence"): the model trained here (``posbias train``) or a
-Hugging Face checkpoint folder (``posbias.hf``: BLOOM, MPT, GPT-2).
+Hugging Face checkpoint folder (``posbias.hf``: BERT, BLOOM, Falcon, GPT-2, MPT).
 
 For each sequence length N, on held-out text, the measured influence profile (d) is
 compared with four predictions:
@@ -34,6 +34,7 @@ from typing import Callable
 
 import numpy as np
 
+from posbias.argtypes import size
 from posbias.errors import UserError
 
 PANELS = {
@@ -105,8 +106,7 @@ def report_markdown(report: dict, *, source: str, model_line: str, notes: tuple[
             mark = " (best W1)" if key == best else ""
             lines.append(f"| ({key}) | {PANELS[key]}{mark} | {row['w1']:.5f} | {rho} | {row['tv']:.5f} |")
         beats = [k for k in ("b", "c") if rows[k]["w1"] < rows["a"]["w1"]]
-        verdict = {2: "Both (b) and (c) beat", 1: f"({beats[0]}) beats" if beats else "",
-                   0: "Neither (b) nor (c) beats"}[len(beats)]
+        verdict = ("Neither (b) nor (c) beats", f"({''.join(beats)}) beats", "Both (b) and (c) beat")[len(beats)]
         lines += ["", f"{verdict} the attention-only rollout (a) in W1.", ""]
     return "\n".join(lines) + "\n"
 
@@ -233,13 +233,8 @@ def _hf_subject(args) -> Subject:
     tokenizer = ck.tokenizer()
 
     def sequences(lengths, samples):
-        count, n = len(tokenizer.encode(text).ids), max(lengths)
-        if count < n:
-            raise ValidateError(f"--data {label}: {count} tokens, fewer than --lengths N = {n}")
-        if samples > count - n + 1:
-            raise ValidateError(f"--samples {samples}: {label} has {count} tokens, only {count - n + 1} "
-                                f"windows of N = {n}")
-        return {n: data.sequences(tokenizer, text, n, samples, label) for n in lengths}
+        ids = data.token_ids(tokenizer, text)
+        return {n: data.windows(ids, n, samples, label, "--lengths N =") for n in sorted(lengths, reverse=True)}
 
     def measurer():
         params = weights.params(ck, None)
@@ -282,21 +277,12 @@ def _lengths(text: str) -> tuple[int, ...]:
     return values
 
 
-def _size(text: str) -> int:
-    from posbias.numerics.budget import parse_size
-
-    try:
-        return parse_size(text)
-    except (ValueError, IndexError):
-        raise argparse.ArgumentTypeError(f"expected a size such as 512M or 2G, got {text!r}") from None
-
-
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "validate", help="the paper's experiment on a measured model: predictions (a)-(c), (e) vs influence (d)",
         description="Measure a model at each length and compare the rollout predictions with the measured "
                     "influence: the model trained here (trained first if --checkpoint is not given and its run "
-                    "folder has no finished checkpoint) or a Hugging Face checkpoint folder (bloom, mpt, gpt2). "
+                    "folder has no finished checkpoint) or a Hugging Face checkpoint folder (bert, bloom, falcon, gpt2, mpt). "
                     "Writes profiles/<N>/{a,b,c,d,e}.csv, report.json, report.md and validate.png to --out.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", type=Path,
@@ -314,7 +300,7 @@ def add_parser(subparsers) -> None:
                         "default: the pydoc_data validation topics")
     p.add_argument("--precision", choices=("float64", "float32"), default="float64",
                    help="measurement precision (default float64)")
-    p.add_argument("--memory", type=_size, default=2**30, metavar="SIZE",
+    p.add_argument("--memory", type=size, default=2**30, metavar="SIZE",
                    help="memory budget of one batch of sequences (default 1G)")
     p.add_argument("--out", type=Path, help="output folder (default: posbias-out)")
     p.add_argument("--json", action="store_true", help="print report.json instead of the tables")

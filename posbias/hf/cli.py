@@ -43,8 +43,8 @@ def family_notes(spec) -> list[str]:
                      "the content logits")
     if spec.alibi_rounding == "bfloat16":
         notes.append(f"Falcon ALiBi: the slopes in config.yaml are bf16(m_h) * {spec.alibi_scale:.6g} (the term is "
-                     f"added before the 1/sqrt(d_head) scaling), as the softmax sees them; the model forms m_h j in "
-                     f"bfloat16, exact for j < 256 only up to the slope's 8-bit rounding")
+                     f"added before the 1/sqrt(d_head) scaling), as the softmax sees them; the model rounds m_h j "
+                     f"to bfloat16 (8 significant bits), so its term is linear in j only up to that rounding")
     if not spec.causal:
         notes.append("encoder: every token reads every token (config.yaml mask_type full); influence is the "
                      "Frobenius norm ||d y / d e_j|| of the final hidden state y at the last position")

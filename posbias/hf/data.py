@@ -48,15 +48,25 @@ def read_text(path: Path | None) -> tuple[str, str]:
     return "\n\n".join(docs), str(path)
 
 
-def sequences(tokenizer, text: str, num_tokens: int, samples: int, label: str) -> np.ndarray:
-    """(S, N) int32 windows of the tokenized text at evenly spaced offsets."""
+def token_ids(tokenizer, text: str) -> np.ndarray:
+    """The text's token ids (int64), tokenized once for every length measured on it."""
+    return np.asarray(tokenizer.encode(text).ids, np.int64)
+
+
+def windows(ids: np.ndarray, num_tokens: int, samples: int, label: str, length_flag: str = "--tokens") -> np.ndarray:
+    """(S, N) int32 windows of ``ids`` at evenly spaced offsets; too few tokens or windows get one line
+    naming ``length_flag`` (the option that set N)."""
     from posbias.lm.data import heldout_sequences
 
-    ids = np.asarray(tokenizer.encode(text).ids, np.int64)
     if ids.size < num_tokens:
-        raise MeasureError(f"--data {label}: {ids.size} tokens, fewer than --tokens {num_tokens}")
+        raise MeasureError(f"--data {label}: {ids.size} tokens, fewer than {length_flag} {num_tokens}")
     available = ids.size - num_tokens + 1
     if samples > available:
         raise MeasureError(f"--samples {samples}: {label} has {ids.size} tokens, only {available} windows "
-                           f"of {num_tokens}")
+                           f"of N = {num_tokens}")
     return heldout_sequences(ids, num_tokens, samples)
+
+
+def sequences(tokenizer, text: str, num_tokens: int, samples: int, label: str) -> np.ndarray:
+    """(S, N) int32 windows of the tokenized text at evenly spaced offsets."""
+    return windows(token_ids(tokenizer, text), num_tokens, samples, label)

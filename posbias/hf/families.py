@@ -54,6 +54,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from posbias.errors import UserError
 
 
@@ -196,6 +198,11 @@ class Spec:
         return self.width // self.heads
 
     @property
+    def groups(self) -> int:
+        """Key/value groups G of a grouped QKV layout (one per head unless the config says fewer)."""
+        return self.kv_groups if self.kv_groups is not None else self.heads
+
+    @property
     def mlp(self) -> int:
         return self.mlp_width if self.mlp_width is not None else 4 * self.width
 
@@ -336,12 +343,10 @@ def split_qkv(family: Family, spec: Spec, weight, bias):
     """A fused QKV projection ((D, out) weight in (in, out) layout and (out,) bias) as
     (3, D, H, d_head) weights and (3, H, d_head) biases for q, k, v (module docstring, ``qkv_layout``);
     grouped keys and values are repeated for the H/G query heads of their group."""
-    import numpy as np
-
     d, h, k = spec.width, spec.heads, spec.head_dim
     if family.qkv_layout == "blocks":          # output index s * D + h * K + k
         return weight.reshape(d, 3, h, k).transpose(1, 0, 2, 3), bias.reshape(3, h, k)
-    g = spec.kv_groups if spec.kv_groups is not None else h
+    g = spec.groups
     per = h // g                               # output index (g, per + 2, K)
     w = weight.reshape(d, g, per + 2, k)
     b = bias.reshape(g, per + 2, k)

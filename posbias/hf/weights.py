@@ -63,8 +63,7 @@ def _layer(ckpt: Checkpoint, t: int, dtype, zeros_dtype):
             yield "w" + name, _linear(get(fam.qkv[2 * s], (d, d)), fam.linear_layout).reshape(d, h, k)
             yield "b" + name, get(fam.qkv[2 * s + 1], (d,)).reshape(h, k)
     else:
-        groups = spec.kv_groups if fam.qkv_layout == "grouped" and spec.kv_groups is not None else h
-        out = (h + 2 * groups) * k
+        out = (h + 2 * spec.groups) * k if fam.qkv_layout == "grouped" else 3 * d
         w, b = split_qkv(fam, spec, _linear(get(fam.qkv[0], (d, out)), fam.linear_layout).reshape(d, out),
                          get(fam.qkv[1], (out,)))
         for s, name in enumerate("qkv"):

@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from posbias.argtypes import at_least
+from posbias.argtypes import at_least, size
 from posbias.errors import UserError
 from posbias.lm.config import PRESETS, SLOPE_CONVENTIONS
 
@@ -40,15 +40,6 @@ def _float(text: str) -> float:
         return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-
-
-def _size(text: str) -> int:
-    from posbias.numerics.budget import parse_size
-
-    try:
-        return parse_size(text)
-    except (ValueError, IndexError):
-        raise argparse.ArgumentTypeError(f"expected a size such as 512M or 2G, got {text!r}") from None
 
 
 def add_parser(subparsers) -> tuple:
@@ -86,7 +77,7 @@ def add_parser(subparsers) -> tuple:
         epilog=MEASURE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     me.add_argument("checkpoint", type=Path, metavar="RUN",
                     help="run folder of posbias train (or its checkpoint.npz), or a Hugging Face checkpoint folder "
-                         "(config.json, *.safetensors, tokenizer.json: bloom, mpt, gpt2)")
+                         "(config.json, *.safetensors, tokenizer.json: bert, bloom, falcon, gpt2, mpt)")
     me.add_argument("--data", type=Path, metavar="FILE",
                     help="Hugging Face checkpoints: text (.txt) or JSON lines with a \"text\" field (.jsonl); "
                          "default: the pydoc_data validation topics")
@@ -95,7 +86,7 @@ def add_parser(subparsers) -> tuple:
     me.add_argument("--samples", type=_nonneg, metavar="S", default=64, help="held-out sequences (default 64)")
     me.add_argument("--out", type=Path, help="output folder (default: RUN/measure-N<N>-S<S>)")
     me.add_argument("--precision", choices=("float64", "float32"), default="float64")
-    me.add_argument("--memory", type=_size, default=2**30, metavar="SIZE",
+    me.add_argument("--memory", type=size, default=2**30, metavar="SIZE",
                     help="memory budget of one batch of sequences (default 1G)")
     me.add_argument("--content-scale", choices=("scaled", "raw"), default="scaled",
                     help="content b, d in rollout.yaml: times the softmax's per-layer scale s_t (1/sqrt(d_head) unless "

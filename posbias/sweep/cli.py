@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from posbias.argtypes import at_least
+from posbias.argtypes import at_least, size
 from posbias.errors import UserError
 
 EXIT_USAGE = 2
@@ -26,15 +26,6 @@ read the table: pandas.read_parquet("out/ushape/table") or posbias.sweep.read_ta
 """
 
 
-def _size(text: str) -> int:
-    from posbias.numerics.budget import parse_size
-
-    try:
-        return parse_size(text)
-    except (ValueError, IndexError):
-        raise argparse.ArgumentTypeError(f"expected a size such as 512M or 4G, got {text!r}") from None
-
-
 def add_parser(subparsers):
     """Add the ``sweep`` subcommand to an argparse subparsers object; returns its parser."""
     ps = subparsers.add_parser(
@@ -46,7 +37,7 @@ def add_parser(subparsers):
     ps.add_argument("--out", type=Path, help="output folder (default ./posbias-sweep/<spec name>)")
     ps.add_argument("--resume", action="store_true",
                     help="continue the sweep in --out: finished batch files are kept, the rest computed")
-    ps.add_argument("--memory-budget", type=_size, metavar="SIZE",
+    ps.add_argument("--memory-budget", type=size, metavar="SIZE",
                     help="bytes one batch may use on one device (default: the posbias memory limit, "
                          "80%% of RAM or POSBIAS_MEMORY_LIMIT)")
     ps.add_argument("--batch-size", type=at_least(1), metavar="B", help="at most B points per batch (default 1024)")
