@@ -8,11 +8,18 @@ Traceback (most recent call last):
 argparse.ArgumentTypeError: expected a positive integer, got '0'
 >>> size("1.5G")
 1610612736
+>>> path("runs/a")
+PosixPath('runs/a')
+>>> path("")
+Traceback (most recent call last):
+...
+argparse.ArgumentTypeError: expected a file or folder name, got an empty string
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def at_least(minimum: int):
@@ -40,3 +47,12 @@ def size(text: str) -> int:
         return parse_size(text)
     except (ValueError, IndexError):
         raise argparse.ArgumentTypeError(f"expected a size such as 512M or 2G, got {text!r}") from None
+
+
+def path(text: str) -> Path:
+    """An argparse type: a non-empty path (``Path("")`` would silently mean the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a file or folder name, got an empty string")
+    if "\0" in text:
+        raise argparse.ArgumentTypeError(f"expected a file or folder name, got {text!r} (contains a NUL byte)")
+    return Path(text)

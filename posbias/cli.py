@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from posbias import argtypes
 from posbias.argtypes import at_least
 from posbias.errors import UserError
 
@@ -70,7 +71,7 @@ def _parser() -> _Parser:
                                     "feed the last token), its summary and figure.",
                         epilog=ROLLOUT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     ro.add_argument("config", nargs="?", type=Path, help="rollout YAML (the reference schema); omit to build from flags")
-    ro.add_argument("--out", type=Path,
+    ro.add_argument("--out", type=argtypes.path,
                     help="output folder (default: the config's save_dir, else ./posbias-out)")
     model = ro.add_argument_group("model (without CONFIG these build it; with CONFIG they override its fields)")
     model.add_argument("--layers", type=_positive_int, metavar="T", help="number of layers")
@@ -104,7 +105,7 @@ def _parser() -> _Parser:
     de = sub.add_parser("demo", help="the main job on a built-in 32-layer ALiBi model",
                         description="Three variants of a 32-layer, 32-head ALiBi model at N = 256: attention-only, "
                                     "residual-aware, residual + content. Writes a figure and summaries.")
-    de.add_argument("--out", type=Path, default=Path("posbias-demo"), help="output folder (default ./posbias-demo)")
+    de.add_argument("--out", type=argtypes.path, default=Path("posbias-demo"), help="output folder (default ./posbias-demo)")
 
     # derive/proofs parse their own arguments (theorem/cli.py); listed here for --help.
     sub.add_parser("derive", help="symbolic derivations (posbias derive --list; posbias derive NAME --help)",

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from posbias import argtypes
 from posbias.errors import UserError
 
 MASS_TOLERANCE = 1e-9
@@ -187,7 +188,7 @@ def add_parser(subparsers) -> None:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("measured", type=Path, help="measured profile CSV (token_position,probability)")
     p.add_argument("predicted", type=Path, nargs="+", help="predicted profile CSVs (same N)")
-    p.add_argument("--out", type=Path, default=None, help="folder for compare.json and compare.png "
+    p.add_argument("--out", type=argtypes.path, default=None, help="folder for compare.json and compare.png "
                                                           "(default: posbias-out)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from posbias import argtypes
 from posbias.errors import UserError
 
 DIAGONAL_MODES = ("none", "pooled", "per-layer")
@@ -204,7 +205,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--learning-rate", type=float, default=0.1, help="Adam's initial rate (cosine decay; default 0.1)")
     p.add_argument("--heldout", type=Path, help="a second measured profile (any N) to evaluate the fit on")
     p.add_argument("--content-broadcast", choices=("all", "first-head"), default="all")
-    p.add_argument("--out", type=Path, help="output folder (default: posbias-out)")
+    p.add_argument("--out", type=argtypes.path, help="output folder (default: posbias-out)")
     p.add_argument("--json", action="store_true", help="print fit.json instead of the text report")
 
 

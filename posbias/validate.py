@@ -34,6 +34,7 @@ from typing import Callable
 
 import numpy as np
 
+from posbias import argtypes
 from posbias.argtypes import size
 from posbias.errors import UserError
 
@@ -302,7 +303,7 @@ def add_parser(subparsers) -> None:
                    help="measurement precision (default float64)")
     p.add_argument("--memory", type=size, default=2**30, metavar="SIZE",
                    help="memory budget of one batch of sequences (default 1G)")
-    p.add_argument("--out", type=Path, help="output folder (default: posbias-out)")
+    p.add_argument("--out", type=argtypes.path, help="output folder (default: posbias-out)")
     p.add_argument("--json", action="store_true", help="print report.json instead of the tables")
 
 

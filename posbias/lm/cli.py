@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from posbias import argtypes
 from posbias.argtypes import at_least, size
 from posbias.errors import UserError
 from posbias.lm.config import PRESETS, SLOPE_CONVENTIONS
@@ -49,7 +50,7 @@ def add_parser(subparsers) -> tuple:
         description="Train a JAX decoder (pre-LayerNorm, ALiBi heads, GELU MLP, bytes) on pydoc_data.topics with "
                     "AdamW; checkpoints are atomic and a second run with the same --out resumes.",
         epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    tr.add_argument("--out", type=Path, required=True, help="run folder (checkpoint.npz, config.json, train.json)")
+    tr.add_argument("--out", type=argtypes.path, required=True, help="run folder (checkpoint.npz, config.json, train.json)")
     tr.add_argument("--preset", choices=sorted(PRESETS), default="default",
                     help="default (the measured model) or ci (tiny, under a minute)")
     m = tr.add_argument_group("model (override the preset)")
@@ -84,7 +85,7 @@ def add_parser(subparsers) -> tuple:
     me.add_argument("--tokens", type=_nonneg, metavar="N",
                     help="sequence length (default: the model's context; Hugging Face checkpoints: 256)")
     me.add_argument("--samples", type=_nonneg, metavar="S", default=64, help="held-out sequences (default 64)")
-    me.add_argument("--out", type=Path, help="output folder (default: RUN/measure-N<N>-S<S>)")
+    me.add_argument("--out", type=argtypes.path, help="output folder (default: RUN/measure-N<N>-S<S>)")
     me.add_argument("--precision", choices=("float64", "float32"), default="float64")
     me.add_argument("--memory", type=size, default=2**30, metavar="SIZE",
                     help="memory budget of one batch of sequences (default 1G)")

@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from posbias import argtypes
 from posbias.argtypes import at_least, size
 from posbias.errors import UserError
 
@@ -34,7 +35,7 @@ def add_parser(subparsers):
                     "and axes) in memory-bounded batches; one Parquet row per point plus a JSON manifest.",
         epilog=SWEEP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     ps.add_argument("spec", type=Path, help="sweep spec (YAML): base, axes, zip, engine, profiles, diagonal")
-    ps.add_argument("--out", type=Path, help="output folder (default ./posbias-sweep/<spec name>)")
+    ps.add_argument("--out", type=argtypes.path, help="output folder (default ./posbias-sweep/<spec name>)")
     ps.add_argument("--resume", action="store_true",
                     help="continue the sweep in --out: finished batch files are kept, the rest computed")
     ps.add_argument("--memory-budget", type=size, metavar="SIZE",

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from posbias import argtypes
 from posbias.errors import UserError
 
 EXIT_USAGE = 2
@@ -51,7 +52,7 @@ def add_parser(subparsers):
                     help="what to do with the other axes: average over them, or take their first value")
     pp.add_argument("--at", action="append", default=[], metavar="AXIS=VALUE",
                     help="fix another axis at (the grid value nearest to) VALUE; repeatable")
-    pp.add_argument("--out", type=Path, metavar="FILE", help="PNG file (default DIR/<kind>-<metric>.png)")
+    pp.add_argument("--out", type=argtypes.path, metavar="FILE", help="PNG file (default DIR/<kind>-<metric>.png)")
     return pp
 
 

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from posbias import argtypes
 from posbias.argtypes import at_least
 from posbias.errors import UserError
 from posbias.verify.model import verify_model
@@ -51,7 +52,7 @@ def add_parser(subparsers):
     pv.add_argument("--seed", type=_nonneg_int, metavar="S", help="random seed (default: derandomized for ci)")
     pv.add_argument("--profile", choices=PROFILES, default="ci", help="sizes and example counts")
     pv.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
-    pv.add_argument("--out", type=Path, default=Path("posbias-verify"),
+    pv.add_argument("--out", type=argtypes.path, default=Path("posbias-verify"),
                     help="folder for counterexample files (default ./posbias-verify)")
     return pv
 
