@@ -30,6 +30,7 @@ def profile(lambdas, slopes, diagonal, weights, temperature, *, num_tokens: int,
     parameters; differentiable in all of them (weights must be non-negative rows summing to 1)."""
     v = jnp.zeros(num_tokens, lambdas.dtype).at[num_tokens - 1].set(1.0)
 
+    @jax.checkpoint  # the gradient keeps one (N,) vector per layer, recomputing A^(t) (no T H N^2 residuals)
     def layer(v, params):
         lam, m, d, w = params
         a = layer_kernel(m / temperature, d / temperature, w, num_tokens, mask)
