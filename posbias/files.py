@@ -176,10 +176,15 @@ STAGING_PREFIX = ".posbias-run-"
 
 
 @contextmanager
-def _locked(out_dir: Path):
+def _locked(out_dir: Path, wait: bool = True):
+    """An exclusive lock on ``out_dir``; with ``wait=False`` a folder another process holds is
+    refused (OutputError) instead of waited for."""
     fd = os.open(out_dir, os.O_RDONLY)  # flock on the folder itself: no lock file left behind
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            raise _fail(out_dir, "another posbias process is writing into this folder") from None
         yield
     finally:
         os.close(fd)
