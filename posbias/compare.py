@@ -116,7 +116,7 @@ def read_profile(path: Path) -> np.ndarray:
             raise CompareError(f"{path}: {info.st_size} bytes, larger than the {MAX_BYTES // 2**20} MiB a profile "
                                f"file may hold (at most {MAX_ROWS} rows)")
         with open(path, "rb") as handle:
-            fast = _parse_fast(handle)
+            fast = _parse_fast(handle, path)
         if fast is not None:
             return _checked_mass(path, fast)
         with open(path, "rb") as handle:
@@ -125,7 +125,7 @@ def read_profile(path: Path) -> np.ndarray:
         raise CompareError(f"{path}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
 
 
-def _parse_fast(handle) -> np.ndarray | None:
+def _parse_fast(handle, path: Path) -> np.ndarray | None:
     """The profile column read by pyarrow's streaming CSV reader (1 MiB blocks), or None when
     the file is anything but clean (``_parse``, the reference reader, then says what is wrong):
     the same values as ``_parse``, as both round correctly to the nearest float64."""
@@ -155,11 +155,13 @@ def _parse_fast(handle) -> np.ndarray | None:
         for batch in reader:
             count += batch.num_rows
             if count > MAX_ROWS:
-                return None
+                raise CompareError(f"{path}: more than {MAX_ROWS} rows, the most a profile file may hold")
             if batch.column(0).null_count or batch.column(1).null_count:
                 return None
             positions.append(batch.column(0).to_numpy())
             values.append(batch.column(1).to_numpy())
+    except CompareError:
+        raise
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError):
         return None
     if count == 0:
