@@ -176,6 +176,22 @@ STAGING_PREFIX = ".posbias-run-"
 
 
 @contextmanager
+def exclusive_folder(out_dir: Path):
+    """For a writer that fills ``out_dir`` over a long time (``posbias train``): create the
+    folder (and missing parents), hold its exclusive lock without waiting (a folder another
+    process holds is refused, OutputError) and, when the block raises, remove the folders
+    this call created if they are empty again."""
+    out_dir = Path(out_dir)
+    created = _prepare(out_dir)
+    try:
+        with _locked(out_dir, wait=False):
+            yield out_dir
+    except BaseException:
+        _remove_created(created)
+        raise
+
+
+@contextmanager
 def _locked(out_dir: Path, wait: bool = True):
     """An exclusive lock on ``out_dir``; with ``wait=False`` a folder another process holds is
     refused (OutputError) instead of waited for."""

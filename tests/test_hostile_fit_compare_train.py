@@ -32,7 +32,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from tests.test_hostile_cli import alibi_kernel, assert_refused, listing, numpy_rollout, run_cli
+from posbias.files import set_stamp
+from tests.test_hostile_cli import alibi_kernel, assert_refused, listing, numpy_rollout, png_stamp, run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = REPO / "examples" / "small.yaml"
@@ -335,6 +336,25 @@ def test_fit_bloom_layers_and_heads_run_within_the_stated_budget(in_tmp):
     assert report["w1_after"] <= report["w1_before"]
 
 
+def test_two_fits_into_one_folder_leave_one_complete_set(in_tmp):
+    """Two fits of different --steps started together into one --out: the folder holds the
+    complete set of one of them (fit.json, fitted_profile.csv and the figure's stamp agree),
+    never a mix, and no staging folder."""
+    FIT_FILES(in_tmp)
+    procs = [subprocess.Popen([str(CONSOLE), *FIT, "--steps", str(steps), "--out", "o", "--json"], cwd=in_tmp,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for steps in (2, 3)]
+    outputs = [p.communicate() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1] for o in outputs]
+    texts = {name: (in_tmp / "o" / name).read_text() for name in ("fit.json", "fitted_profile.csv")}
+    assert png_stamp(in_tmp / "o" / "fit.png") == set_stamp(texts)
+    report = strict_json(in_tmp / "o" / "fit.json")
+    assert texts["fit.json"] in [o[0].decode() for o in outputs]  # exactly one run's report
+    values = report["values"]
+    expected = small_profile(16, values["diagonal"], values["temperature"])
+    assert np.max(np.abs(read_column(in_tmp / "o" / "fitted_profile.csv") - expected)) < 1e-12
+    assert sorted(os.listdir(in_tmp / "o")) == ["fit.json", "fit.png", "fitted_profile.csv"]
+
+
 def test_compare_ten_million_rows_bounded_memory(in_tmp):
     """Item 19: a 10^7-row profile (the one that took 2.1 GB) is refused at its 2^20 + 1-th row
     by a reader that holds one block at a time: the process stays under 600 MiB."""
@@ -573,7 +593,7 @@ HOSTILE_CLASSES = {
     cls: {"refused": sum(c.cls == cls for c in REFUSED), "correct": 0} for cls in ("fit", "compare", "train")
 }
 HOSTILE_CLASSES["fit"]["refused"] += 1  # BLOOM memory by peak RSS
-HOSTILE_CLASSES["fit"]["correct"] += 3  # learning rate 100 (CLI and fit()), BLOOM within budget
+HOSTILE_CLASSES["fit"]["correct"] += 4  # learning rate 100 (CLI and fit()), BLOOM within budget, two writers
 HOSTILE_CLASSES["compare"]["refused"] += 1  # 10^7 rows by peak RSS
 HOSTILE_CLASSES["compare"]["correct"] += len(COMPARE_CORRECT) + 1
 HOSTILE_CLASSES["train"]["refused"] += 2  # diverging --lr 1000, a second writer

@@ -160,11 +160,10 @@ def train(model: ModelConfig, cfg: TrainConfig, out: Path, *, checkpoint_every: 
         raise TrainError(reason)
     wanted = _identity(model, cfg, corpus.fingerprint)
     emit = log or (lambda line: print(line, file=sys.stderr))
-    created = files._prepare(out)
     written: list[Path] = []
     saved = None
-    try:
-        with files._locked(out, wait=False):
+    with files.exclusive_folder(out):
+        try:
             if (out / ckpt.CHECKPOINT).exists():
                 saved = ckpt.load(out / ckpt.CHECKPOINT)
                 have = {"model": saved.model.to_dict(), "train": saved.train.to_dict(),
@@ -179,12 +178,11 @@ def train(model: ModelConfig, cfg: TrainConfig, out: Path, *, checkpoint_every: 
                     return _run(model, cfg, out, corpus, wanted, saved, every, progress, emit, json, written)
                 except OSError as exc:
                     raise TrainError(f"--out {out}: cannot write ({getattr(exc, 'strerror', None) or exc})") from None
-    except Exception:
-        if saved is None:  # a run this call started: leave nothing of it (a resumed one keeps its checkpoint)
-            for path in written:
-                path.unlink(missing_ok=True)
-            files._remove_created(created)
-        raise
+        except Exception:
+            if saved is None:  # a run this call started leaves nothing (exclusive_folder removes the empty folder)
+                for path in written:
+                    path.unlink(missing_ok=True)
+            raise
 
 
 def _run(model, cfg, out, corpus, wanted, saved, every, progress, emit, json, written):
