@@ -125,6 +125,7 @@ UNIFORM_512 = files(u_csv=lambda: csv_text(np.full(512, 1 / 512)))
 TWO = files(m_csv=csv_text([0.5, 0.5]), q_csv=csv_text([0.25, 0.75]))
 FIT = ["fit", "m.csv", str(SMALL)]
 CI = ["train", "--preset", "ci", "--quiet"]
+NONE = lambda tmp: None  # noqa: E731  (nothing to set up)
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,8 @@ REFUSED = [
        ["compare", "m.csv", "b.csv"], "b.csv: line 2 is '0,NA', expected 'position,value'"),
     _r("compare hex float", "compare", both(TWO, files(b_csv="token_position,p\n0,0x1p-1\n1,0.5\n")),
        ["compare", "m.csv", "b.csv"], "b.csv: line 2 is '0,0x1p-1', expected 'position,value'"),
-    _r("compare not UTF-8", "compare", both(TWO, lambda tmp: (tmp / "b.csv").write_bytes(b"token_position,p\n0,1\xff\n")),
+    _r("compare not UTF-8", "compare",
+       both(TWO, lambda tmp: (tmp / "b.csv").write_bytes(b"token_position,p\n0,1\xff\n")),
        ["compare", "m.csv", "b.csv"], "b.csv: line 2 is not UTF-8 text"),
     _r("compare sums to 1 + 2e-9", "compare", both(TWO, files(b_csv=csv_text([0.5, 0.5 + 2e-9]))),
        ["compare", "m.csv", "b.csv"], "b.csv: profile sums to 1.000000002"),
@@ -199,27 +201,29 @@ REFUSED = [
     _r("compare --out read-only", "compare", TWO, ["compare", "m.csv", "q.csv", "--out", read_only],
        "cannot create the folder", add_out=False),
     # ---- train (items 5, 15, 27)
-    _r("train --lr inf", "train", lambda tmp: None, [*CI, "--lr", "inf"], "argument --lr: expected a finite number > 0"),
-    _r("train --lr nan", "train", lambda tmp: None, [*CI, "--lr", "nan"], "got 'nan'"),
-    _r("train --lr 0", "train", lambda tmp: None, [*CI, "--lr", "0"], "got '0'"),
-    _r("train --seed 10^23", "train", lambda tmp: None, [*CI, "--seed", "1" + "0" * 23],
+    _r("train --lr inf", "train", NONE, [*CI, "--lr", "inf"], "argument --lr: expected a finite number > 0"),
+    _r("train --lr nan", "train", NONE, [*CI, "--lr", "nan"], "got 'nan'"),
+    _r("train --lr 0", "train", NONE, [*CI, "--lr", "0"], "got '0'"),
+    _r("train --seed 10^23", "train", NONE, [*CI, "--seed", "1" + "0" * 23],
        "argument --seed: expected an integer in [0, 4294967295], got '1" + "0" * 23 + "'"),
-    _r("train --seed 2^32", "train", lambda tmp: None, [*CI, "--seed", str(2**32)], "in [0, 4294967295]"),
-    _r("train --seed -1", "train", lambda tmp: None, [*CI, "--seed=-1"], "in [0, 4294967295]"),
-    _r("train --width 16384", "train", lambda tmp: None, [*CI, "--width", "16384"],
+    _r("train --seed 2^32", "train", NONE, [*CI, "--seed", str(2**32)], "in [0, 4294967295]"),
+    _r("train --seed -1", "train", NONE, [*CI, "--seed=-1"], "in [0, 4294967295]"),
+    _r("train --width 16384", "train", NONE, [*CI, "--width", "16384"],
        "training T = 2, H = 4, D = 16384, context 64, batch 16 needs about"),
-    _r("train --context 40000", "train", lambda tmp: None, [*CI, "--context", "40000"], "context 40000, batch 16 needs about"),
-    _r("train --batch 10^6", "train", lambda tmp: None, [*CI, "--batch", "1000000"], "batch 1000000 needs about"),
-    _r("train --context 10^6 (longer than the corpus)", "train", lambda tmp: None, [*CI, "--context", "1000000"],
+    _r("train --context 40000", "train", NONE, [*CI, "--context", "40000"],
+       "context 40000, batch 16 needs about"),
+    _r("train --batch 10^6", "train", NONE, [*CI, "--batch", "1000000"], "batch 1000000 needs about"),
+    _r("train --context 10^6 (longer than the corpus)", "train", NONE, [*CI, "--context", "1000000"],
        "context 1000000 is longer than the corpus splits allow"),
-    _r("train --width 30 --heads 4", "train", lambda tmp: None, [*CI, "--width", "30"], "width 30 is not a multiple of heads 4"),
-    _r("train --out read-only", "train", lambda tmp: None, [*CI, "--out", read_only], "cannot create the folder",
+    _r("train --width 30 --heads 4", "train", NONE, [*CI, "--width", "30"],
+       "width 30 is not a multiple of heads 4"),
+    _r("train --out read-only", "train", NONE, [*CI, "--out", read_only], "cannot create the folder",
        add_out=False),
     _r("train --out is a file", "train", plain_file, [*CI, "--out", "plain"], "--out plain: exists and is not a folder",
        add_out=False),
     _r("train --out below a file", "train", plain_file, [*CI, "--out", "plain/run"], "--out plain/run: cannot create",
        add_out=False),
-    _r("train --out empty", "train", lambda tmp: None, [*CI, "--out", ""], "expected a file or folder name", add_out=False),
+    _r("train --out empty", "train", NONE, [*CI, "--out", ""], "expected a file or folder name", add_out=False),
 ]
 
 
