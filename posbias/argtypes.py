@@ -6,6 +6,14 @@
 Traceback (most recent call last):
 ...
 argparse.ArgumentTypeError: expected a positive integer, got '0'
+>>> integer_in(0, 2**32 - 1)("4294967296")
+Traceback (most recent call last):
+...
+argparse.ArgumentTypeError: expected an integer in [0, 4294967295], got '4294967296'
+>>> positive_float("inf")
+Traceback (most recent call last):
+...
+argparse.ArgumentTypeError: expected a finite number > 0, got 'inf'
 >>> size("1.5G")
 1610612736
 >>> path("runs/a")
@@ -37,6 +45,34 @@ def at_least(minimum: int):
         return value
 
     return convert
+
+
+def integer_in(minimum: int, maximum: int):
+    """An argparse type: an integer in [``minimum``, ``maximum``], or one line naming the range."""
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"expected an integer in [{minimum}, {maximum}], got {text!r}")
+        return value
+
+    return convert
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0 (``inf`` and ``nan`` parse as floats; they are refused here)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value
 
 
 def size(text: str) -> int:

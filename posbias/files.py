@@ -176,10 +176,31 @@ STAGING_PREFIX = ".posbias-run-"
 
 
 @contextmanager
-def _locked(out_dir: Path):
+def exclusive_folder(out_dir: Path):
+    """For a writer that fills ``out_dir`` over a long time (``posbias train``): create the
+    folder (and missing parents), hold its exclusive lock without waiting (a folder another
+    process holds is refused, OutputError) and, when the block raises, remove the folders
+    this call created if they are empty again."""
+    out_dir = Path(out_dir)
+    created = _prepare(out_dir)
+    try:
+        with _locked(out_dir, wait=False):
+            yield out_dir
+    except BaseException:
+        _remove_created(created)
+        raise
+
+
+@contextmanager
+def _locked(out_dir: Path, wait: bool = True):
+    """An exclusive lock on ``out_dir``; with ``wait=False`` a folder another process holds is
+    refused (OutputError) instead of waited for."""
     fd = os.open(out_dir, os.O_RDONLY)  # flock on the folder itself: no lock file left behind
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            raise _fail(out_dir, "another posbias process is writing into this folder") from None
         yield
     finally:
         os.close(fd)

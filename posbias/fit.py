@@ -16,12 +16,25 @@ no gradient). Positive parameters are fitted in log space (tau = e^theta, s = e^
 A held-out check evaluates the fitted parameters on a second measured profile (another
 N, or another data split): a fit that only memorises shows up as a held-out loss no
 better than the unfitted model's.
+
+The fit returns its best iterate, not its last: the loss of every iterate theta_0 (the
+start) .. theta_K is known, and the one with the smallest W1 is returned (``returned_step``;
+equal losses keep the later one). A non-finite loss or parameter (a learning rate so large
+that tau = e^theta overflows) stops the optimisation at once (``stopped``) and the best
+finite iterate before it is returned; when even the start has no finite loss the fit is
+refused. So no NaN reaches fit.json, which is written as strict JSON.
+
+Budgets, checked before anything is allocated: memory ``memory_bytes`` (the gradient
+recomputes one layer at a time, so it holds one layer's H (N, N) head kernels, not T of
+them) against ``posbias.numerics.budget``'s limit, and time ``seconds_estimate`` (a cost
+per head-entry per step measured on a 2-core CPU) against ``--time-budget``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,13 +72,17 @@ class FitSpec:
             raise FitError("nothing to fit: free at least one of diagonal, temperature, content scale, lambda scale")
         if self.steps < 1:
             raise FitError(f"steps: {self.steps}, expected at least 1")
-        if not self.learning_rate > 0:
-            raise FitError(f"learning rate: {self.learning_rate}, expected a value > 0")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise FitError(f"learning rate: {self.learning_rate}, expected a finite value > 0")
 
 
 @dataclass(frozen=True)
 class FitResult:
-    """Fitted values, losses (W1 / (N - 1)) before and after, the loss curve, both profiles."""
+    """Fitted values, losses (W1 / (N - 1)) before and after, the loss curve, both profiles.
+
+    ``history[k]`` is the loss of iterate k (0: the start) as the optimiser computed it;
+    ``returned_step`` is the iterate returned (the best), ``steps_done`` the steps taken and
+    ``stopped`` why the optimisation stopped early (None: it ran all its steps)."""
 
     values: dict
     loss_before: float
@@ -73,6 +90,49 @@ class FitResult:
     history: tuple[float, ...]
     before: np.ndarray = field(repr=False)
     after: np.ndarray = field(repr=False)
+    returned_step: int = 0
+    steps_done: int = 0
+    stopped: str | None = None
+
+    @property
+    def returned(self) -> str:
+        """One line: which iterate was returned and why."""
+        last = self.history[-1] if self.history else math.nan
+        if self.stopped is not None:
+            return (f"iterate {self.returned_step} (the best finite one; {self.stopped}, "
+                    f"optimisation stopped after {self.steps_done} steps)")
+        if self.returned_step == self.steps_done:
+            return f"iterate {self.returned_step} (the last, which is the best)"
+        return (f"iterate {self.returned_step} of {self.steps_done} (the best; the last has W1/(N-1) "
+                f"{last:.4g})")
+
+
+SECONDS_PER_ENTRY = 5e-8
+"""Seconds per head-entry (one of the T H N^2 softmax entries) per optimiser step, forward and
+gradient together: 36-48 ns were measured for T = 70, H = 112, N = 256 and 512 on a busy
+2-core CPU; faster machines finish sooner than estimated."""
+SECONDS_PER_STEP = 2e-3
+"""Fixed cost of one step (dispatch and bookkeeping) on the same machine."""
+XLA_OVERHEAD = 512 * 2**20
+"""Bytes the interpreter, JAX and XLA's compilation take beside the arrays (measured: 350-400 MiB
+peak resident for the smallest fits and trainings)."""
+
+
+def seconds_estimate(num_layers: int, num_heads: int, num_tokens: int, steps: int) -> float:
+    """Estimated seconds of ``steps`` fit steps (plus the before/after profiles): the gradient
+    re-builds every layer's H (N, N) kernels, O(T H N^2) per step."""
+    entries = float(num_layers) * num_heads * num_tokens * num_tokens
+    return (steps + 1) * (entries * SECONDS_PER_ENTRY + SECONDS_PER_STEP)
+
+
+def memory_bytes(num_layers: int, num_heads: int, num_tokens: int, *, gradient: bool = True) -> int:
+    """Bytes a fit holds at once (float64): with the gradient, one layer's H softmax outputs
+    kept for its backward pass and their cotangents (2 H N^2), the layer's masks, distances and
+    accumulators (8 N^2), one (N,) vector per layer and its cotangent (4 T N); a profile alone
+    (no gradient, the held-out check) needs the 8 N^2 only; plus ``XLA_OVERHEAD``."""
+    t, h, n = int(num_layers), int(num_heads), int(num_tokens)
+    per_layer = (2 * h if gradient else 0) + 8
+    return XLA_OVERHEAD + 8 * (per_layer * n * n + 4 * t * n + 8 * t * h)
 
 
 def _initial(stack, spec: FitSpec) -> dict:
@@ -158,18 +218,69 @@ def fit(stack, measured: np.ndarray, spec: FitSpec = FitSpec(), *, progress=None
             updates, state = optimiser.update(grads, state, theta)
             return optax.apply_updates(theta, updates), state, value
 
+        def finite(tree) -> bool:
+            return all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree_util.tree_leaves(tree))
+
         start = theta
-        history = []
-        for k in range(spec.steps):
-            theta, state, value = step(theta, state)
-            history.append(float(value))
+        history, stopped = [], None
+        best_loss, best_step, best = math.inf, 0, theta
+        done = 0
+        for k in range(spec.steps + 1):
+            if k < spec.steps:
+                new_theta, state, value = step(theta, state)  # value: the loss of iterate k
+            else:
+                value = jax.jit(loss)(theta)  # the last iterate's loss
+            value = float(value)
+            history.append(value)
+            if not math.isfinite(value):
+                stopped = f"the loss of iterate {k} is {value}"
+                break
+            if value <= best_loss:
+                best_loss, best_step, best = value, k, theta
+            if k == spec.steps:
+                break
+            theta, done = new_theta, k + 1
             if progress is not None:
                 progress(k + 1, spec.steps)
-        values = _readable(theta)
+            if not finite(theta):
+                stopped = f"iterate {k + 1} has non-finite parameters"
+                break
+        if not math.isfinite(best_loss):
+            raise FitError(f"the loss of the starting parameters is {history[0]} (not finite): nothing to fit from")
+        values = _readable(best)
         before = model_profile(stack, n, _readable(start))
         after = model_profile(stack, n, values)
+    if not (np.all(np.isfinite(after)) and abs(float(after.sum()) - 1.0) <= 1e-9):
+        raise FitError(f"the fitted profile is not a probability vector (sum {float(after.sum())!r}); "
+                       "try a smaller --learning-rate")
     w1 = lambda p: float(np.sum(np.abs(np.cumsum(p)[:-1] - np.cumsum(measured)[:-1])) / max(n - 1, 1))  # noqa: E731
-    return FitResult(values, w1(before), w1(after), tuple(history), before, after)
+    return FitResult(values, w1(before), w1(after), tuple(history), before, after, best_step, done, stopped)
+
+
+def check_budgets(stack, num_tokens: int, heldout_tokens: int | None, steps: int, time_budget: float, *,
+                  where: str) -> None:
+    """Refuse (FitError, one line) a fit whose memory or time estimate exceeds its budget."""
+    from posbias.numerics import budget
+
+    t, h = stack.num_layers, stack.num_heads
+    need = memory_bytes(t, h, num_tokens)
+    if heldout_tokens is not None:
+        need = max(need, memory_bytes(t, h, heldout_tokens, gradient=False))
+    reason = budget.check(f"a fit of T = {t} layers, H = {h} heads at N = {num_tokens}", need)
+    if reason is not None:
+        raise FitError(f"{where}: {reason}")
+    seconds = seconds_estimate(t, h, num_tokens, steps)
+    if seconds > time_budget:
+        raise FitError(f"{where}: {steps} steps of a fit of T = {t} layers, H = {h} heads at N = {num_tokens} would "
+                       f"take about {_duration(seconds)}, more than --time-budget {time_budget:g} s "
+                       "(fewer --steps, a shorter profile or a larger --time-budget)")
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.3g} s"
 
 
 def _figure(measured, result: FitResult, title: str):
@@ -178,6 +289,8 @@ def _figure(measured, result: FitResult, title: str):
     return overlay_figure(measured, {f"before fit (W1 {result.loss_before:.4f})": result.before,
                                      f"after fit (W1 {result.loss_after:.4f})": result.after}, title=title)
 
+
+DEFAULT_TIME_BUDGET = 3600.0
 
 EPILOG = """\
 examples:
@@ -201,8 +314,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--content-scale", action="store_true", help="fit c in d = c * (the model's d); needs "
                                                                  "--diagonal none")
     p.add_argument("--lambda-scale", action="store_true", help="fit s in lambda_t' = min(1, s lambda_t)")
-    p.add_argument("--steps", type=int, default=500, help="optimiser steps (default 500)")
-    p.add_argument("--learning-rate", type=float, default=0.1, help="Adam's initial rate (cosine decay; default 0.1)")
+    p.add_argument("--steps", type=argtypes.at_least(1), default=500, help="optimiser steps (default 500)")
+    p.add_argument("--learning-rate", type=argtypes.positive_float, default=0.1,
+                   help="Adam's initial rate (cosine decay; default 0.1)")
+    p.add_argument("--time-budget", type=argtypes.positive_float, default=DEFAULT_TIME_BUDGET, metavar="SECONDS",
+                   help=f"refuse a fit estimated to take longer (default {DEFAULT_TIME_BUDGET:.0f} s; the estimate is "
+                        "O(steps T H N^2), see posbias.fit.seconds_estimate)")
     p.add_argument("--heldout", type=Path, help="a second measured profile (any N) to evaluate the fit on")
     p.add_argument("--content-broadcast", choices=("all", "first-head"), default="all")
     p.add_argument("--out", type=argtypes.path, help="output folder (default: posbias-out)")
@@ -216,27 +333,25 @@ def run(args) -> int:
     from posbias.output import position_csv
     from posbias.run import progress_bar
 
-    if args.out is not None and str(args.out).strip() == "":
-        raise FitError("--out: expected a folder name, got an empty string")
     spec = FitSpec(args.diagonal, args.temperature, args.content_scale, args.lambda_scale, args.steps,
                    args.learning_rate)
     measured = read_profile(args.measured)
     heldout = read_profile(args.heldout) if args.heldout is not None else None
     model = cfg.load(args.config, tokens=measured.size, content_broadcast=args.content_broadcast)
-    from posbias.numerics import budget
-
-    work = max(measured.size, 0 if heldout is None else heldout.size)
-    reason = budget.check(f"fit at N = {work}", 8 * 8 * work * work)
-    if reason is not None:
-        raise FitError(f"{args.measured}: {reason}")
+    check_budgets(model.stack, measured.size, None if heldout is None else heldout.size, spec.steps,
+                  args.time_budget, where=str(args.measured))
     with progress_bar(not args.json, "fit", "steps") as update:
         result = fit(model.stack, measured, spec, progress=update)
+    if result.stopped is not None:
+        print(f"posbias fit: warning: {result.stopped}; returned {result.returned}", file=sys.stderr)
     report = {"measured": str(args.measured), "config": str(args.config), "num_tokens": int(measured.size),
               "free": {"diagonal": spec.diagonal, "temperature": spec.temperature,
                        "content_scale": spec.content_scale, "lambda_scale": spec.lambda_scale},
               "steps": spec.steps, "learning_rate": spec.learning_rate,
               "gradient_route": "jax.grad through numerics/differentiable.py (dense vector route)",
-              "w1_before": result.loss_before, "w1_after": result.loss_after, "values": result.values}
+              "w1_before": result.loss_before, "w1_after": result.loss_after, "values": result.values,
+              "returned_iterate": result.returned_step, "steps_done": result.steps_done, "stopped": result.stopped,
+              "returned": result.returned}
     if heldout is not None:
         from posbias.compare import w1
 
@@ -244,15 +359,17 @@ def run(args) -> int:
         report["heldout"] = {"file": str(args.heldout), "num_tokens": n2,
                              "w1_before": w1(heldout, model_profile(model.stack, n2)),
                              "w1_after": w1(heldout, model_profile(model.stack, n2, result.values))}
-    text = json.dumps(report, indent=2) + "\n"
+    text = json.dumps(report, indent=2, allow_nan=False) + "\n"  # strict JSON: fit() returns finite values only
     files = {"fit.json": text, "fitted_profile.csv": position_csv(probability=result.after)}
     written = write_run(args.out or Path("posbias-out"), files,
                         {"fit.png": _figure(measured, result, f"fit to {args.measured} (N = {measured.size})")})
     if args.json:
         sys.stdout.write(text)
         return 0
-    print(f"fit to {args.measured} (N = {measured.size}) of {args.config}: {spec.steps} Adam steps")
+    print(f"fit to {args.measured} (N = {measured.size}) of {args.config}: {result.steps_done} of {spec.steps} "
+          "Adam steps")
     print(f"  W1/(N-1): {result.loss_before:.4g} before -> {result.loss_after:.3g} after")
+    print(f"  returned: {result.returned}")
     for name, value in result.values.items():
         shown = f"{value:.6g}" if isinstance(value, float) else "[" + ", ".join(f"{v:.4g}" for v in value) + "]"
         print(f"  {name} = {shown}")

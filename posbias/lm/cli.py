@@ -15,7 +15,7 @@ from pathlib import Path
 from posbias import argtypes
 from posbias.argtypes import at_least, size
 from posbias.errors import UserError
-from posbias.lm.config import PRESETS, SLOPE_CONVENTIONS
+from posbias.lm.config import PRESETS, SEED_MAX, SLOPE_CONVENTIONS
 
 EXIT_USAGE = 2
 _positive = at_least(1)
@@ -34,13 +34,6 @@ examples:
   posbias rollout runs/lm-default/measure-N256-S64/rollout.yaml
   posbias rollout --kernels runs/lm-default/measure-N256-S64/kernels.npz --causal
 """
-
-
-def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
 def add_parser(subparsers) -> tuple:
@@ -62,9 +55,9 @@ def add_parser(subparsers) -> tuple:
     o = tr.add_argument_group("training (override the preset)")
     o.add_argument("--steps", type=_positive)
     o.add_argument("--batch", type=_positive, help="sequences per step")
-    o.add_argument("--lr", type=_float, help="peak learning rate")
+    o.add_argument("--lr", type=argtypes.positive_float, help="peak learning rate (a finite number > 0)")
     o.add_argument("--warmup", type=_nonneg, help="warm-up steps")
-    o.add_argument("--seed", type=_nonneg)
+    o.add_argument("--seed", type=argtypes.integer_in(0, SEED_MAX), help=f"in [0, {SEED_MAX}]")
     o.add_argument("--eval-every", type=_positive, metavar="K", help="validation every K steps")
     tr.add_argument("--checkpoint-every", type=_positive, metavar="K",
                     help="write the checkpoint every K steps (default: --eval-every); does not change the result")

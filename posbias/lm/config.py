@@ -15,10 +15,13 @@ True
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 VOCAB = 256  # bytes
 SLOPE_CONVENTIONS = ("paper", "hf")
+SEED_MAX = 2**32 - 1
+"""Seeds are 32-bit: jax.random.PRNGKey takes one unsigned 32-bit word of entropy in its default mode."""
 
 
 @dataclass(frozen=True)
@@ -83,8 +86,13 @@ class TrainConfig:
                 return f"{name}: expected a positive integer, got {value!r}"
         if not isinstance(self.warmup, int) or not 0 <= self.warmup < self.steps:
             return f"warmup: expected an integer in [0, steps), got {self.warmup!r}"
-        if not isinstance(self.seed, int) or self.seed < 0:
-            return f"seed: expected a non-negative integer, got {self.seed!r}"
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= SEED_MAX:
+            return f"seed: expected an integer in [0, {SEED_MAX}], got {self.seed!r}"
+        numbers = ("lr", "final_lr_fraction", "b1", "b2", "weight_decay", "clip")
+        for name in numbers:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                return f"{name}: expected a finite number, got {value!r}"
         if not (self.lr > 0 and 0 <= self.final_lr_fraction <= 1 and 0 <= self.b1 < 1 and 0 <= self.b2 < 1
                 and self.weight_decay >= 0 and self.clip > 0):
             return "lr, clip must be > 0; b1, b2 in [0, 1); weight_decay >= 0; final_lr_fraction in [0, 1]"

@@ -102,13 +102,42 @@ def _progress(enabled: bool, total: int, done: int):
         yield update
 
 
+def memory_bytes(model: ModelConfig, cfg: TrainConfig) -> int:
+    """Bytes a training step holds at once (float32), estimated before anything is allocated:
+    the parameters with their gradients, AdamW moments, update and checkpoint copy (8 P for P
+    parameters); the activations the backward pass keeps for a batch of B sequences of N
+    bytes through T blocks of width D and H heads (per block and sequence 24 N D for the
+    normed inputs, q, k, v, outputs and the 4D-wide MLP, 6 H N^2 for the content logits, biased
+    logits, softmax and their cotangents; measured peak resident 1.13 GiB against 1.26 GiB
+    estimated for T = 2, H = 4, D = 128, N = 256, B = 32), the logits with their softmax and cotangent (3 B N 256); one
+    evaluation batch (EVAL_BATCH sequences, one block live at a time); plus XLA's own
+    ``posbias.fit.XLA_OVERHEAD``."""
+    from posbias.fit import XLA_OVERHEAD
+
+    t, h, d, n, b = model.layers, model.heads, model.width, model.context, cfg.batch
+    f = model.mlp_ratio * d
+    params = 2 * 256 * d + 2 * d + t * (4 * d * d + 2 * d * f + f + 5 * d)
+    per_block = 24 * n * d + 6 * h * n * n
+    floats = (8 * params + b * t * per_block + 3 * b * n * 256 + EVAL_BATCH * (per_block + 3 * n * 256)
+              + h * n * n)
+    return XLA_OVERHEAD + 4 * floats
+
+
 def train(model: ModelConfig, cfg: TrainConfig, out: Path, *, checkpoint_every: int | None = None,
           progress: bool = False, log=None) -> TrainResult:
     """Train (or resume) the run in folder ``out``; see the module docstring.
 
     A folder holding a checkpoint of the same model, recipe and corpus resumes from it; one
-    of another run is refused (TrainError) before anything is written."""
+    of another run is refused (TrainError) before anything is written. The memory estimate
+    (``memory_bytes``) is checked first; the folder is created only then, and held under an
+    exclusive lock (posbias.files) for the whole run: a second ``posbias train`` into it is
+    refused. A non-finite loss or parameter stops training (TrainError) without writing a
+    checkpoint of it; a run started by this call that fails so is removed again (folder
+    included, when this call created it), a resumed one keeps its last finite checkpoint."""
     import json
+
+    from posbias import files
+    from posbias.numerics import budget
 
     problem = model.problem() or cfg.problem()
     if problem:
@@ -123,24 +152,40 @@ def train(model: ModelConfig, cfg: TrainConfig, out: Path, *, checkpoint_every: 
         raise TrainError(f"--out {out}: exists and is not a folder")
     corpus = load_corpus()
     if corpus.train.size < model.context + 2 or corpus.validation.size < model.context + 2:
-        raise TrainError(f"context {model.context} is longer than the corpus splits allow")
+        raise TrainError(f"context {model.context} is longer than the corpus splits allow "
+                         f"(train {corpus.train.size}, validation {corpus.validation.size} bytes)")
+    reason = budget.check(f"training T = {model.layers}, H = {model.heads}, D = {model.width}, context "
+                          f"{model.context}, batch {cfg.batch}", memory_bytes(model, cfg))
+    if reason is not None:
+        raise TrainError(reason)
     wanted = _identity(model, cfg, corpus.fingerprint)
-    saved = None
-    if (out / ckpt.CHECKPOINT).exists():
-        saved = ckpt.load(out / ckpt.CHECKPOINT)
-        have = {"model": saved.model.to_dict(), "train": saved.train.to_dict(), "corpus": saved.meta.get("corpus")}
-        if have != wanted:
-            raise TrainError(f"--out {out}: holds a checkpoint of another run ({_first_difference(have, wanted)}); "
-                             "use another --out")
     emit = log or (lambda line: print(line, file=sys.stderr))
+    written: list[Path] = []
+    saved = None
+    with files.exclusive_folder(out):
+        try:
+            if (out / ckpt.CHECKPOINT).exists():
+                saved = ckpt.load(out / ckpt.CHECKPOINT)
+                have = {"model": saved.model.to_dict(), "train": saved.train.to_dict(),
+                        "corpus": saved.meta.get("corpus")}
+                if have != wanted:
+                    raise TrainError(f"--out {out}: holds a checkpoint of another run "
+                                     f"({_first_difference(have, wanted)}); use another --out")
+            import jax
 
-    import jax
+            with jax.enable_x64(False):
+                try:
+                    return _run(model, cfg, out, corpus, wanted, saved, every, progress, emit, json, written)
+                except OSError as exc:
+                    raise TrainError(f"--out {out}: cannot write ({getattr(exc, 'strerror', None) or exc})") from None
+        except Exception:
+            if saved is None:  # a run this call started leaves nothing (exclusive_folder removes the empty folder)
+                for path in written:
+                    path.unlink(missing_ok=True)
+            raise
 
-    with jax.enable_x64(False):
-        return _run(model, cfg, out, corpus, wanted, saved, every, progress, emit, json)
 
-
-def _run(model, cfg, out, corpus, wanted, saved, every, progress, emit, json):
+def _run(model, cfg, out, corpus, wanted, saved, every, progress, emit, json, written):
     import jax
     import jax.numpy as jnp
     import optax
@@ -183,30 +228,44 @@ def _run(model, cfg, out, corpus, wanted, saved, every, progress, emit, json):
             losses.append(np.asarray(eval_fn(params, jnp.asarray(batch)))[:len(chunk)])
         return float(np.concatenate(losses).mean()) / LN2
 
-    out.mkdir(parents=True, exist_ok=True)
     meta_base = {**wanted, "corpus_topics": {"train": len(corpus.train_topics),
                                              "validation": list(corpus.validation_topics)},
                  "python": sys.version.split()[0]}
     if saved is None:
-        ckpt.save_config(out, meta_base)
+        written.append(ckpt.save_config(out, meta_base))
     clock = time.perf_counter()
     running, seen = [], 0
 
+    def diverged(step, what):
+        kept = (f"the checkpoint of step {saved.step} is kept" if saved is not None
+                else f"nothing of the run is kept in {out}")
+        return TrainError(f"training diverged: {what} at step {step} of {cfg.steps} (--lr {cfg.lr:g} too large?); "
+                          f"no checkpoint of it was written, {kept}")
+
     def save(step):
+        flat = {k: np.asarray(v) for k, v in flatten(params).items()}
+        leaves = [np.asarray(v) for v in jax.tree_util.tree_leaves(state)]
+        if not all(np.all(np.isfinite(v)) for v in [*flat.values(), *leaves]):
+            raise diverged(step, "non-finite parameters")
         meta = {**meta_base, "step": step, "history": history, "wall_s": wall_before + time.perf_counter() - clock}
-        ckpt.save(out, meta, {k: np.asarray(v) for k, v in flatten(params).items()},
-                  [np.asarray(v) for v in jax.tree_util.tree_leaves(state)])
+        path = ckpt.save(out, meta, flat, leaves)
+        if path not in written:
+            written.append(path)
 
     with _progress(progress, cfg.steps, start) as update:
         for s in range(start, cfg.steps):
             batch = jnp.asarray(train_batch(corpus.train, cfg.batch, length, cfg.seed, s))
             params, state, loss = step_fn(params, state, batch)
             running.append(float(loss) / LN2)
+            if not math.isfinite(running[-1]):
+                raise diverged(s + 1, f"the training loss is {running[-1]}")
             seen += 1
             update(s + 1, running[-1])
             done = s + 1
             if done % cfg.eval_every == 0 or done == cfg.steps:
                 val = bits(params, val_windows)
+                if not math.isfinite(val):
+                    raise diverged(done, f"the validation loss is {val}")
                 history.append({"step": done, "train_loss_bpb": float(np.mean(running)), "val_bpb": val})
                 emit(f"step {done}/{cfg.steps}  train loss {np.mean(running):.4f} bpb  validation {val:.4f} bpb  "
                      f"{wall_before + time.perf_counter() - clock:.0f} s")
@@ -217,6 +276,8 @@ def _run(model, cfg, out, corpus, wanted, saved, every, progress, emit, json):
     this_call = time.perf_counter() - clock
     train_bpb = bits(params, train_windows)
     val_bpb = history[-1]["val_bpb"] if history and history[-1]["step"] == cfg.steps else bits(params, val_windows)
+    if not (math.isfinite(train_bpb) and math.isfinite(val_bpb)):
+        raise diverged(cfg.steps, f"the final loss is {train_bpb} (train), {val_bpb} (validation)")
     unigram = unigram_bits(corpus.train, corpus.validation)
     tokens_per_s = seen * cfg.batch * model.context / this_call if seen else 0.0
     summary = {**meta_base, "steps": cfg.steps, "train_bpb": train_bpb, "val_bpb": val_bpb,
@@ -224,7 +285,9 @@ def _run(model, cfg, out, corpus, wanted, saved, every, progress, emit, json):
                "train_bytes": int(corpus.train.size), "validation_bytes": int(corpus.validation.size),
                "history": history}
     target = out / SUMMARY
-    ckpt.atomic_write_bytes(target, lambda f: f.write((json.dumps(summary, indent=1) + "\n").encode("utf-8")))
+    text = json.dumps(summary, indent=1, allow_nan=False) + "\n"
+    ckpt.atomic_write_bytes(target, lambda f: f.write(text.encode("utf-8")))
+    written.append(target)
     return TrainResult(train_bpb, val_bpb, unigram, cfg.steps, seen, wall, tokens_per_s, start,
                        (out / ckpt.CHECKPOINT, out / ckpt.CONFIG, target), tuple(history))
 
