@@ -111,7 +111,7 @@ def resolve_at(main, table, used: list[str], at) -> tuple[list[tuple[str, object
         if not np.isfinite(target):
             raise PlotError(f"--at {item}: expected a finite number (grid values of {name}: "
                             f"{levels[0]:g} .. {levels[-1]:g})")
-        value = levels[int(np.argmin(np.abs(levels - target)))]
+        value = levels[int(np.argmin(np.abs(levels - target)))].item()
         if value != target:
             notes.append(f"--at {item}: not a grid value; using the nearest, {name} = {value!r}")
         fixed.append((name, value))
