@@ -511,8 +511,9 @@ for line in sys.stdin:
     print(code, err.getvalue().strip().replace(chr(10), " | "), flush=True)
 """
 
-FAST = BASE + "name: fast\naxes: {lambda: [0.2, 0.5]}\n"
-SLOW = BASE.replace("tokens: 8", "tokens: 32") + "name: slow\naxes: {lambda: {linspace: [0.1, 0.9, 24]}}\n"
+FAST = BASE + "name: fast\naxes: {lambda: [0.2, 0.5], slope_scale: [1, 2]}\n"
+SLOW = BASE.replace("tokens: 8", "tokens: 32") + "name: slow\naxes: {lambda: {linspace: [0.1, 0.9, 24]}, " \
+    "slope_scale: [1, 2]}\n"
 
 
 def test_two_sweeps_race_for_one_folder(in_tmp):
