@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import posbias
@@ -626,17 +626,37 @@ edge_floats = st.one_of(st.sampled_from([0.0, 1e-320, 5e-324, 1e-9, 0.1, 0.25, 0
                         st.floats(-2, 2, allow_nan=False), st.floats(allow_nan=True, allow_infinity=True))
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(start=edge_floats, stop=edge_floats, step=edge_floats,
-       budget=st.sampled_from([None, "0", "1", "1K", "64M", "1e30", "nan", "-1", "2.9G"]),
-       batch=st.sampled_from([None, "0", "1", "3"]))
-def test_fuzz_range_axis_and_flags(start, stop, step, budget, batch, tmp_path_factory, monkeypatch):
+@st.composite
+def near_ranges(draw):
+    """(start, stop, step) with stop within a hair of start + k step (the count's edge), or wild."""
+    if draw(st.integers(0, 3)) == 0:
+        return draw(edge_floats), draw(edge_floats), draw(edge_floats)
+    start = draw(st.sampled_from([0.0, 0.05, 0.1, 0.3, 0.7]) | st.floats(0, 0.9))
+    step = draw(st.sampled_from([0.1, 0.25, 0.3, 0.05, 1 / 3, 0.2, 0.01]))
+    k = draw(st.integers(1, 12))
+    stop = start + k * step
+    jitter = draw(st.sampled_from(["0", "+ulp", "-ulp", "+1e-12", "-1e-12", "+1e-9", "-1e-9", "+half", "-half"]))
+    if jitter.endswith("ulp"):
+        stop = math.nextafter(stop, math.inf if jitter[0] == "+" else -math.inf)
+    elif jitter.endswith("half"):
+        stop += step / 2 if jitter[0] == "+" else -step / 2
+    elif jitter != "0":
+        stop += float(jitter) * (step if jitter.endswith("9") else 1.0)
+    return start, stop, step
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(bounds=near_ranges(), budget=st.sampled_from([None, None, None, None, "0", "1", "1K", "64M", "1e30", "nan",
+                                                     "2.9G"]),
+       batch=st.sampled_from([None, None, "0", "1", "3"]))
+def test_fuzz_range_axis_and_flags(bounds, budget, batch, tmp_path_factory, monkeypatch):
     """A ``range`` lambda axis and budget/batch flags drawn near the edges of validity: exit 0
     with exactly the values an exact-rational count gives (stop excluded, 1e-9 steps of slack),
     each point's profile equal to a NumPy rollout; or exit 2 with one line and no folder."""
     import contextlib
     import io
 
+    start, stop, step = bounds
     tmp = tmp_path_factory.mktemp("fuzz")
     monkeypatch.setenv("POSBIAS_MEMORY_LIMIT", "3G")
     text = "base: {layers: 2, heads: 1, tokens: 4, schedule: 'constant:0.5'}\n" \
@@ -650,6 +670,7 @@ def test_fuzz_range_axis_and_flags(start, stop, step, budget, batch, tmp_path_fa
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
         code = main(argv)
     err = err.getvalue()
+    event(f"exit {code}")
     if code == 2:
         assert err.count("\n") == 1 and "Traceback" not in err and err.startswith("posbias"), err
         assert not (tmp / "out").exists()
