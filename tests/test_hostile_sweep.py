@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st

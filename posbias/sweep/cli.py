@@ -23,6 +23,7 @@ examples:
   posbias sweep examples/sweep-ushape.yaml --out out/ushape --resume     (after a kill: finished batches stay)
   posbias sweep SPEC --memory-budget 4G --devices 2
   posbias sweep SPEC --out /shared/run --coordinator host0:1234 --num-processes 2 --process-id 0   (per host)
+    (processes I > 0 give up after --connect-timeout seconds, default 60, if process 0 does not answer)
 
 read the table: pandas.read_parquet("out/ushape/table") or posbias.sweep.read_table("out/ushape")
 """

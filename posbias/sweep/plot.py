@@ -5,7 +5,8 @@
   (``--reduce first``) or fixed with ``--at AXIS=VALUE`` (the nearest grid value, named in a
   note and the title when VALUE is not on the grid; NaN or inf is refused);
 * curves: the metric against one axis, one curve per value of another, on log axes with
-  ticks at whole decades (a linear axis where a value shown is <= 0, e.g. log p(0)): with x = ``layers`` and the curves over ``beta`` this is the
+  ticks at whole decades (a linear axis where a value shown is <= 0, e.g. log p(0)):
+  with x = ``layers`` and the curves over ``beta`` this is the
   first-token mass p(0) against depth for lambda_t = lambda_0 (t+1)^(-beta), the C5
   dichotomy (p(0) -> 1 iff sum_t lambda_t diverges, i.e. beta <= 1); a second panel shows
   1 - p(0) (from log p(0), exact where p(0) is close to 1).

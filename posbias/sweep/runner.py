@@ -5,8 +5,10 @@ Order of work (nothing is computed before 1-4 have passed):
 1. read and validate the spec (``spec.load``); refuse a grid above ``MAX_POINTS`` unless forced;
 2. build each shape's base model and check what a point could trip over (``grid.validate``);
 3. plan batches under the memory budget (refusing a point that cannot fit, with its estimate);
-4. check the output folder: a fresh sweep needs a folder without a manifest, ``--resume``
-   needs the same spec digest and reuses the recorded batch sizes;
+4. claim the output folder (``posbias.files.prepare``, then under ``posbias.files.locked``: a
+   fresh sweep needs a folder without a manifest and without part files of another sweep,
+   ``--resume`` needs the same spec digest and reuses the recorded batch sizes; the manifest
+   is written under the same lock, so of two sweeps started at once one wins, one is refused);
 5. compute this process's unfinished batches (batch index % P == process index): each batch is
    one ``posbias.numerics.batch.profiles`` call, summarised (``summarize``) and written as one
    Parquet file (atomic rename). With several local JAX devices the batch axis is sharded over
@@ -14,6 +16,9 @@ Order of work (nothing is computed before 1-4 have passed):
    is an independent scan, so its numbers do not depend on the number of devices. The native
    CPU kernel uses no JAX device: its batches run one stack per worker thread;
 6. complete the manifest (merged with every process's part).
+
+A fresh sweep that is refused or cannot write (a full disk) after its claim removes what it
+wrote (manifest, parts, folders it created); a resumed one keeps its finished batches.
 """
 
 from __future__ import annotations
