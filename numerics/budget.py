@@ -17,6 +17,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 import os
 
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -27,7 +28,7 @@ def parse_size(text: str) -> int:
     text = text.strip().upper().removesuffix("B").removesuffix("I")
     unit = text[-1:] if text[-1:] in _UNITS and text[-1:] else ""
     number = float(text[: len(text) - len(unit)])
-    if not number > 0:
+    if not (number > 0 and math.isfinite(number)):
         raise ValueError(f"expected a positive size, got {text!r}")
     return int(number * _UNITS[unit])
 

@@ -134,12 +134,40 @@ def normalised(profile: Profile) -> tuple[np.ndarray, np.ndarray, float]:
     return p / total, profile.log_probabilities - np.log(total), abs(total - 1.0)
 
 
+def exact_zeros(stack, num_tokens: int) -> np.ndarray:
+    """(N,) True where p_j = 0 exactly by the mask's reach: under a causal sliding window of w
+    tokens each layer with lambda_t > 0 moves mass at most w - 1 positions back (R^(t) is banded),
+    so token N-1 reaches j iff N-1-j <= (w-1) L, L = #{t: lambda_t > 0}. All False for other
+    masks and for measured kernels (their zeros are data, not structure)."""
+    zeros = np.zeros(int(num_tokens), dtype=bool)
+    mask = getattr(stack, "mask", None)
+    width = getattr(mask, "past_window", None)
+    if width is None or not hasattr(stack, "num_heads") or not stack.causal(num_tokens):
+        return zeros
+    if hasattr(stack, "distinct_lambdas"):  # PeriodicStack: counted, never T-long
+        layers = float(np.dot(stack.counts, stack.distinct_lambdas > 0))
+    elif hasattr(stack, "lambdas") and not hasattr(stack, "kernels"):
+        layers = float(np.count_nonzero(np.asarray(stack.lambdas)))
+    else:
+        return zeros
+    reach = (int(width) - 1) * layers
+    zeros[: max(0, int(num_tokens) - 1 - int(min(reach, num_tokens)))] = True
+    return zeros
+
+
 def summarize(profile: Profile, stack, *, precision: str = "float64") -> Summary:
-    """The Summary of ``profile`` computed for ``stack`` (an AlibiStack or KernelStack)."""
+    """The Summary of ``profile`` computed for ``stack`` (an AlibiStack or KernelStack).
+
+    Entries that are exactly 0 by the mask's reach (``exact_zeros``: a sliding window deeper
+    than the stack reaches) are reported as 0 (their log as None), not as unresolved."""
     p, logp, defect = normalised(profile)
     n = p.size
-    lost = profile.unresolved()
-    if profile.extended_range:  # log p decides (p itself may underflow to 0)
+    zero = exact_zeros(stack, n)
+    lost = profile.unresolved() & ~zero
+    if zero.any() and not lost.any():  # p = 0 exactly before N-1-reach: the minimum is there
+        k = int(np.argmax(zero))
+        argmin, p_min, log_p_min, shape = k, 0.0, None, False
+    elif profile.extended_range:  # log p decides (p itself may underflow to 0)
         k = int(np.argmin(logp))
         argmin, p_min, log_p_min, shape = k, float(p[k]), float(logp[k]), u_shape(logp)
     elif not lost.any():
@@ -149,6 +177,8 @@ def summarize(profile: Profile, stack, *, precision: str = "float64") -> Summary
         argmin = p_min = log_p_min = shape = None
 
     def end(j):
+        if zero[j]:
+            return 0.0, None
         return (None, None) if lost[j] else (float(p[j]), float(logp[j]))
     graded = _graded(logp, n, argmin, log_p_min, end(0)[1], end(-1)[1])
     causal = stack.causal(n)

@@ -58,8 +58,9 @@ def _fail(out_dir: Path, what: str, exc: BaseException | None = None) -> OutputE
     return OutputError(f"--out {out_dir}: {what}{reason}")
 
 
-def _prepare(out_dir: Path) -> list[Path]:
-    """Make ``out_dir`` (and missing parents); return the folders created, innermost last."""
+def prepare(out_dir: Path) -> list[Path]:
+    """Make ``out_dir`` (and missing parents), refusing (OutputError, one line) a path that is a file,
+    too long, or not writable; return the folders created, innermost last (``remove_created`` undoes it)."""
     try:
         if out_dir.exists() and not out_dir.is_dir():
             raise _fail(out_dir, "exists and is not a folder")
@@ -74,13 +75,13 @@ def _prepare(out_dir: Path) -> list[Path]:
     except OSError as exc:
         raise _fail(out_dir, "cannot create the folder", exc) from None
     if not os.access(out_dir, os.W_OK | os.X_OK):
-        _remove_created(missing[::-1])
+        remove_created(missing[::-1])
         raise _fail(out_dir, "the folder is not writable")
     return missing[::-1]
 
 
-def _remove_created(folders: list[Path]) -> None:
-    """Undo _prepare: remove the folders it created, if still empty (innermost first)."""
+def remove_created(folders: list[Path]) -> None:
+    """Undo prepare: remove the folders it created, if still empty (innermost first)."""
     for folder in reversed(folders):
         try:
             os.rmdir(folder)
@@ -130,7 +131,7 @@ def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None,
             raise _fail(out_dir, "cannot use this path", exc) from None
         if odd:
             raise _fail(out_dir, f"{name} exists and is not a regular file")
-    created = _prepare(out_dir)
+    created = prepare(out_dir)
     mode = file_mode()
     staging = None
     try:
@@ -151,7 +152,7 @@ def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None,
         for name in names:
             os.chmod(staging / name, mode)
         written = []
-        with _locked(out_dir):
+        with locked(out_dir):
             for name in names:
                 (out_dir / name).parent.mkdir(parents=True, exist_ok=True)
                 os.replace(staging / name, out_dir / name)
@@ -165,7 +166,7 @@ def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None,
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
             staging = None
-        _remove_created(created)
+        remove_created(created)
         raise _fail(out_dir, "cannot write", exc) from None
     finally:
         if staging is not None:
@@ -182,20 +183,21 @@ def exclusive_folder(out_dir: Path):
     process holds is refused, OutputError) and, when the block raises, remove the folders
     this call created if they are empty again."""
     out_dir = Path(out_dir)
-    created = _prepare(out_dir)
+    created = prepare(out_dir)
     try:
-        with _locked(out_dir, wait=False):
+        with locked(out_dir, wait=False):
             yield out_dir
     except BaseException:
-        _remove_created(created)
+        remove_created(created)
         raise
 
 
 @contextmanager
-def _locked(out_dir: Path, wait: bool = True):
-    """An exclusive lock on ``out_dir``; with ``wait=False`` a folder another process holds is
-    refused (OutputError) instead of waited for."""
-    fd = os.open(out_dir, os.O_RDONLY)  # flock on the folder itself: no lock file left behind
+def locked(out_dir: Path, wait: bool = True):
+    """An exclusive flock on the folder itself (no lock file left behind), held for the block: the
+    one lock of posbias's output sets (``write_run``'s moves, a sweep's manifest claim and merge).
+    With ``wait=False`` a folder another process holds is refused (OutputError) instead of waited for."""
+    fd = os.open(out_dir, os.O_RDONLY)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 
 def read_table(out_dir):
-    """The table of the sweep in ``out_dir`` (pyarrow Table, rows in grid order)."""
+    """The table of the finished sweep in ``out_dir`` (pyarrow Table, rows in grid order); refuses
+    (one line) an unfinished sweep or part files that do not belong together (``table.read_table``)."""
     from posbias.sweep.table import read_table as read
 
     return read(out_dir)

@@ -7,6 +7,7 @@ memory budget) gets one line on stderr and exit code 2 before any work.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -22,6 +23,7 @@ examples:
   posbias sweep examples/sweep-ushape.yaml --out out/ushape --resume     (after a kill: finished batches stay)
   posbias sweep SPEC --memory-budget 4G --devices 2
   posbias sweep SPEC --out /shared/run --coordinator host0:1234 --num-processes 2 --process-id 0   (per host)
+    (processes I > 0 give up after --connect-timeout seconds, default 60, if process 0 does not answer)
 
 read the table: pandas.read_parquet("out/ushape/table") or posbias.sweep.read_table("out/ushape")
 """
@@ -50,9 +52,50 @@ def add_parser(subparsers):
     dist.add_argument("--coordinator", metavar="HOST:PORT", help="address of process 0 (jax.distributed.initialize)")
     dist.add_argument("--num-processes", type=at_least(1), metavar="P", help="number of processes")
     dist.add_argument("--process-id", type=at_least(0), metavar="I", help="this process's index, 0..P-1")
+    dist.add_argument("--connect-timeout", type=_seconds, default=CONNECT_TIMEOUT_S, metavar="S",
+                      help=f"seconds to reach the coordinator (process I > 0) or to wait for the other processes "
+                           f"(default {CONNECT_TIMEOUT_S:g})")
     dist.add_argument("--distributed", action="store_true",
                       help="jax.distributed.initialize() with JAX's auto-detection (TPU pods, SLURM, Open MPI)")
     return ps
+
+
+CONNECT_TIMEOUT_S = 60.0
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
+
+
+def _reach(address: str, timeout: float) -> None:
+    """Connect to the coordinator (TCP) until it answers or ``timeout`` seconds have passed; refuses
+    with one line if it never does. (jax.distributed aborts the whole process, a C++ fatal error
+    with a stack dump, when the coordinator cannot be reached, so this is checked first.)"""
+    import socket
+    import time
+
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + timeout
+    reason = "no answer"
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=min(left, 2.0)):
+                return
+        except OSError as exc:
+            reason = exc.strerror or str(exc) or type(exc).__name__
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+    raise UserError(f"--coordinator {address}: process 0 not reachable within {timeout:g} s ({reason}); "
+                    "start process 0 first, check HOST:PORT, or raise --connect-timeout")
 
 
 def _distributed(args) -> tuple[int, int]:
@@ -70,12 +113,17 @@ def _distributed(args) -> tuple[int, int]:
         host, _, port = args.coordinator.rpartition(":")
         if not host or not port.isdigit():
             raise UserError(f"--coordinator: expected HOST:PORT, got {args.coordinator!r}")
+        if int(port) > 65535:
+            raise UserError(f"--coordinator: port {port} is not a TCP port (1..65535)")
+        if args.process_id > 0:
+            _reach(args.coordinator, args.connect_timeout)
     import jax
 
     try:
         if args.coordinator is not None:
             jax.distributed.initialize(coordinator_address=args.coordinator, num_processes=args.num_processes,
-                                       process_id=args.process_id)
+                                       process_id=args.process_id,
+                                       initialization_timeout=max(1, math.ceil(args.connect_timeout)))
         else:
             jax.distributed.initialize()
     except (RuntimeError, ValueError) as exc:
@@ -91,8 +139,6 @@ def run(args) -> int:
     try:
         spec = spec_mod.load(args.spec)
         out = args.out if args.out is not None else Path("posbias-sweep") / args.spec.stem
-        if str(out).strip() == "":
-            raise UserError("--out: expected a folder name, got an empty string")
         process, count = _distributed(args)
         opts = Options(out=out, resume=args.resume, memory_budget=args.memory_budget, batch_cap=args.batch_size,
                        devices=args.devices, force=args.force, profiles=args.profiles or None,

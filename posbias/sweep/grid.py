@@ -147,15 +147,30 @@ class Grid:
 
     # ------------------------------------------------------------------ stacks
     def stack(self, i: int, key: tuple):
-        """The AlibiStack of point ``i`` (its axis values on the template of its shape).
+        """The stack of point ``i`` (its axis values on the template of its shape): an AlibiStack,
+        or a compact PeriodicStack where the template is one (a constant schedule at T >=
+        ``posbias.model.COMPACT_FROM_LAYERS``) and the point keeps every layer alike (its
+        lambda, slope scale and content act on every layer; a power-decay point is expanded).
 
         Values were range-checked when the spec was read (lambda, lambda0 in [0, 1],
         beta >= 0, slopes and scales >= 0, everything finite), so the stack is built
         without revalidation."""
+        from posbias.numerics.periodic import PeriodicStack
+
+        st = self.template(key).stack
+        if isinstance(st, PeriodicStack):
+            if "lambda0" not in self.columns and "beta" not in self.columns:
+                top = None if st.top is None else self._point(i, st.top, st.num_layers)
+                return PeriodicStack(self._point(i, st.block, st.num_layers), st.repeats, top)
+            st = st.expand()  # lambda_t varies with t: T-long arrays (refused beyond 10^7 layers)
+        return self._point(i, st, st.num_layers)
+
+    def _point(self, i: int, st, total_layers: int):
+        """The AlibiStack ``st`` (all layers, or the distinct layers of a periodic stack of
+        ``total_layers``) with point ``i``'s axis values."""
         from posbias.numerics.stack import AlibiStack
 
         c = self.columns
-        st = self.template(key).stack
         t, h = st.num_layers, st.num_heads
         if "lambda" in c:
             lambdas = np.full(t, float(c["lambda"][i]))
@@ -163,7 +178,7 @@ class Grid:
             lam0, beta = self.power_decay_base() or (None, None)
             lam0 = float(c["lambda0"][i]) if "lambda0" in c else lam0
             beta = float(c["beta"][i]) if "beta" in c else beta
-            lambdas = _power_decay(lam0, beta, t)
+            lambdas = _power_decay(lam0, beta, total_layers)
         else:
             lambdas = st.lambdas
         slopes = st.slopes
@@ -230,6 +245,25 @@ def point_bytes(engine: str, key: tuple, profiles: bool) -> int:
     return int(get(engine).memory_bytes(t, h, n)) + budget.stack_bytes(t, h) + results
 
 
+def bookkeeping_bytes(spec: Spec) -> int:
+    """Bytes the grid's own bookkeeping holds for the whole sweep, whatever the batch size: per
+    point its int64 index per dimension and value per axis column (``Grid``), its shape key (a
+    Python tuple in ``Grid.keys``, a window mask string per point with a ``window`` axis) and its
+    place in the plan; ~150 bytes per point measured (tracemalloc, three axes), counted here as
+    160 + 16 per axis and dimension (+ 64 for window strings). Checked before ``Grid`` is built."""
+    per = 160 + 16 * (len(spec.axes) + len(spec.dims)) + (64 if spec.axis("window") is not None else 0)
+    return int(spec.num_points) * per
+
+
+def diagonal_bytes(key: tuple) -> int:
+    """Estimated bytes of one point's diagonal (``diagonal: true``, min_i P_ii, C5(a)): the (T, H, N)
+    self-weights ``kernel_diagonals`` forms (measured at 1.15 x 8 T H N bytes for T = H = 32,
+    N = 4096; counted twice) and the (T, N) weights and log terms. The points of a batch get
+    their diagonals one after another, so a batch holds one of these at a time."""
+    t, h, n, _ = key
+    return 8 * int(t) * int(n) * (2 * int(h) + 3)
+
+
 def validate(grid: Grid, keys: list[tuple]) -> None:
     """Build every shape's template and check what a point could trip over, before any work:
     slopes and content that overflow after scaling and the temperature, and the engine's
@@ -245,6 +279,7 @@ def validate(grid: Grid, keys: list[tuple]) -> None:
     scale = float(np.max(grid.columns["slope_scale"])) if "slope_scale" in grid.columns else 1.0
     for k in first:
         st = grid.template(k).stack
+        st = getattr(st, "block", st)  # a compact periodic stack: its block holds every layer's parameters
         if "slopes" not in grid.columns:
             with np.errstate(over="ignore"):
                 top = float(np.max(st.slopes, initial=0.0)) * scale / st.temperature
@@ -269,7 +304,8 @@ def plan(grid: Grid, keys: list[tuple], *, budget_bytes: int, cap: int = DEFAULT
     """Shape groups (in order of their first point) and their batches.
 
     ``sizes`` (shape key -> batch size, from a manifest) fixes the batch sizes of a resumed
-    sweep; otherwise each group gets min(cap, budget // bytes per point). Refuses (PlanError)
+    sweep; otherwise each group gets min(cap, (budget - diagonal) // bytes per point), the
+    diagonal's working set (``diagonal_bytes``, with ``diagonal: true``) held once per batch. Refuses (PlanError)
     a shape whose single point does not fit the budget, with the estimate."""
     from posbias.numerics.budget import describe
 
@@ -279,11 +315,13 @@ def plan(grid: Grid, keys: list[tuple], *, budget_bytes: int, cap: int = DEFAULT
     groups, batches = [], []
     for k, members in order.items():
         per = point_bytes(grid.spec.engine, k, grid.spec.profiles)
-        if per > budget_bytes:
+        fixed = diagonal_bytes(k) if grid.spec.diagonal else 0
+        if per + fixed > budget_bytes:
+            what = f" (with its diagonal, {describe(fixed)})" if fixed else ""
             raise PlanError(f"one point of shape T = {k[0]}, H = {k[1]}, N = {k[2]} ({k[3]}) needs about "
-                            f"{describe(per)}, more than the memory budget of {describe(budget_bytes)} "
+                            f"{describe(per + fixed)}{what}, more than the memory budget of {describe(budget_bytes)} "
                             "(--memory-budget)")
-        size = sizes[k] if sizes is not None and k in sizes else max(1, min(cap, budget_bytes // per))
+        size = sizes[k] if sizes is not None and k in sizes else max(1, min(cap, (budget_bytes - fixed) // per))
         pts = np.asarray(members, dtype=np.int64)
         groups.append(Group(k, pts, int(size), per))
         for start in range(0, len(pts), size):

@@ -1,20 +1,21 @@
 """The sweep manifest: what was asked (spec, digest, plan), with what (versions, devices) and
 who computed what (per-process parts), written atomically.
 
-``DIR/manifest.json`` is written once before any work by process 0 and completed at the
-end (merged with every ``DIR/manifest-process-I.json``, under an exclusive lock on the
-folder); each process keeps its own part up to date after every batch, so a killed and
-resumed sweep still records which process, device and engine computed each batch.
+``DIR/manifest.json`` is claimed once before any work by process 0: the check that the folder
+holds no other sweep and the write happen under one exclusive lock on the folder
+(``posbias.files.locked``, the lock of every posbias output set), so of two sweeps started
+into one folder at once exactly one claims it and the other is refused. It is completed at
+the end (merged with every ``DIR/manifest-process-I.json``, under the same lock); each
+process keeps its own part up to date after every batch, so a killed and resumed sweep
+still records which process, device and engine computed each batch. ``read`` refuses a
+manifest that is not one (not JSON, a JSON list, keys missing) with one line.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import platform
 import socket
-from contextlib import contextmanager
 from pathlib import Path
 
 from posbias.errors import UserError
@@ -51,29 +52,39 @@ def write_json(path: Path, data: dict) -> None:
     atomic_write(path, lambda handle: handle.write(json.dumps(data, indent=1, default=str) + "\n"), binary=False)
 
 
+REQUIRED = {"format": str, "digest": str, "points": int, "axes": list, "dims": list, "plan": dict,
+            "complete": bool}
+PLAN_REQUIRED = {"memory_budget": int, "batch_cap": int, "batches": int, "groups": list}
+
+
 def read(out_dir: Path) -> dict | None:
+    """The manifest in ``out_dir`` (None if there is none); ManifestError (one line) if the file is
+    not a posbias sweep manifest: not JSON, not an object, or a required key missing or mistyped."""
     path = Path(out_dir) / MAIN
-    if not path.is_file():
+    try:
+        if not path.is_file():
+            return None
+    except OSError:  # a name too long, a folder we may not enter: the writer's checks name it
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         raise ManifestError(f"{path}: unreadable manifest (not JSON)") from None
+    if not isinstance(data, dict):
+        raise ManifestError(f"{path}: not a sweep manifest (a JSON {type(data).__name__}, expected an object)")
+    for keys, where in ((REQUIRED, data), (PLAN_REQUIRED, data.get("plan"))):
+        for key, kind in keys.items():
+            value = where.get(key) if isinstance(where, dict) else None
+            if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+                raise ManifestError(f"{path}: not a sweep manifest ({key!r}: expected {kind.__name__}, "
+                                    f"got {type(value).__name__})")
+    if data["format"] != FORMAT:
+        raise ManifestError(f"{path}: format {data['format']!r}, expected {FORMAT!r}")
+    return data
 
 
 def host() -> str:
     return socket.gethostname()
-
-
-@contextmanager
-def locked(out_dir: Path):
-    """An exclusive flock on the output folder (the merge of the per-process parts)."""
-    fd = os.open(out_dir, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 def merge(out_dir: Path, main: dict, total_batches: int, finished: set[int]) -> dict:
@@ -85,6 +96,8 @@ def merge(out_dir: Path, main: dict, total_batches: int, finished: set[int]) -> 
             part = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
+        if not isinstance(part, dict) or not isinstance(part.get("batches", {}), dict):
+            continue  # not a part of ours; the table files, not this record, say what is finished
         batches.update(part.get("batches", {}))
         processes.append({k: v for k, v in part.items() if k != "batches"})
     out["batches"] = {k: batches[k] for k in sorted(batches, key=int)}

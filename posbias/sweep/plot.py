@@ -2,9 +2,11 @@
 
 * heat map: a metric (u_shape (C6), argmin, p_first, p_last, any numeric column) over two
   axes; every other axis is averaged (``--reduce mean``), taken at its first value
-  (``--reduce first``) or fixed with ``--at AXIS=VALUE`` (the nearest grid value);
+  (``--reduce first``) or fixed with ``--at AXIS=VALUE`` (the nearest grid value, named in a
+  note and the title when VALUE is not on the grid; NaN or inf is refused);
 * curves: the metric against one axis, one curve per value of another, on log axes with
-  ticks at whole decades: with x = ``layers`` and the curves over ``beta`` this is the
+  ticks at whole decades (a linear axis where a value shown is <= 0, e.g. log p(0)):
+  with x = ``layers`` and the curves over ``beta`` this is the
   first-token mass p(0) against depth for lambda_t = lambda_0 (t+1)^(-beta), the C5
   dichotomy (p(0) -> 1 iff sum_t lambda_t diverges, i.e. beta <= 1); a second panel shows
   1 - p(0) (from log p(0), exact where p(0) is close to 1).
@@ -63,11 +65,7 @@ def _load(folder: Path):
     main = mf.read(folder)
     if main is None:
         raise PlotError(f"{folder}: no sweep here (expected {mf.MAIN})")
-    table = read_table(folder)
-    if table.num_rows != main.get("points"):
-        raise PlotError(f"{folder}: the table has {table.num_rows} of {main.get('points')} points "
-                        "(an unfinished sweep: run it again with --resume)")
-    return main, table
+    return main, read_table(folder, main)  # refuses mixed, foreign, truncated or unfinished sets
 
 
 def _column(table, name: str) -> np.ndarray:
@@ -86,42 +84,63 @@ def _levels(values: np.ndarray) -> np.ndarray:
     return np.unique(values)
 
 
-def _select(main, table, used: list[str], reduce: str, at: list[str]) -> np.ndarray:
-    """Boolean mask of the rows kept: --at fixes axes; --reduce first keeps the first value of the rest."""
+def resolve_at(main, table, used: list[str], at) -> tuple[list[tuple[str, object]], list[str]]:
+    """``--at AXIS=VALUE`` items as (axis, grid value) pairs, and a note for each value that is not
+    on the grid (the nearest grid value is used, and named in the note and the title). A
+    non-finite number, an unknown axis, a plotted axis or a label not on the grid is refused."""
     axes = main["axes"]
-    keep = np.ones(table.num_rows, dtype=bool)
-    fixed = set()
+    fixed, notes = [], []
     for item in at:
         name, sep, text = item.partition("=")
         if not sep or name not in axes:
             raise PlotError(f"--at {item}: expected AXIS=VALUE with AXIS one of {', '.join(axes)}")
         if name in used:
             raise PlotError(f"--at {name}: this axis is plotted; fix another one")
+        if name in (n for n, _ in fixed):
+            raise PlotError(f"--at {name}: given twice")
         col = _column(table, name)
         levels = _levels(col)
         if col.dtype == object:
             if text not in levels.tolist():
                 raise PlotError(f"--at {item}: {name} takes {', '.join(map(str, levels))}")
-            value = text
-        else:
-            try:
-                target = float(text)
-            except ValueError:
-                raise PlotError(f"--at {item}: expected a number") from None
-            value = levels[int(np.argmin(np.abs(levels - target)))]
-        keep &= col == value
-        fixed.add(name)
+            fixed.append((name, text))
+            continue
+        try:
+            target = float(text)
+        except ValueError:
+            raise PlotError(f"--at {item}: expected a number") from None
+        if not np.isfinite(target):
+            raise PlotError(f"--at {item}: expected a finite number (grid values of {name}: "
+                            f"{levels[0]:g} .. {levels[-1]:g})")
+        value = levels[int(np.argmin(np.abs(levels - target)))].item()
+        if value != target:
+            notes.append(f"--at {item}: not a grid value; using the nearest, {name} = {value!r}")
+        fixed.append((name, value))
+    return fixed, notes
+
+
+def _select(main, table, used: list[str], reduce: str, fixed: list[tuple[str, object]]) -> np.ndarray:
+    """Boolean mask of the rows kept: ``fixed`` (resolve_at) fixes axes; --reduce first keeps the
+    first value of the rest."""
+    keep = np.ones(table.num_rows, dtype=bool)
+    for name, value in fixed:
+        keep &= _column(table, name) == value
     if reduce == "first":
         first = {}
         for d in main["dims"]:
             for name in d:
                 first[name] = d[0]
-        for name in axes:
-            if name in used or name in fixed or first.get(name) in used:
+        names = {n for n, _ in fixed}
+        for name in main["axes"]:
+            if name in used or name in names or first.get(name) in used:
                 continue
             col = _column(table, name)
             keep &= col == _levels_in_order(col)[0]
     return keep
+
+
+def _fixed_text(fixed) -> str:
+    return "; ".join(f"{n} = {v:g}" if isinstance(v, float) else f"{n} = {v}" for n, v in fixed)
 
 
 def _levels_in_order(col: np.ndarray):
@@ -160,7 +179,7 @@ def _edges(levels: np.ndarray, log: bool) -> np.ndarray:
     return 10.0 ** e if log else e
 
 
-def heatmap(main, table, x: str, y: str, metric: str, reduce: str, at: list[str]):
+def heatmap(main, table, x: str, y: str, metric: str, reduce: str, fixed: list):
     """A matplotlib Figure: ``metric`` over (x, y), other axes reduced."""
     from matplotlib.figure import Figure
 
@@ -168,7 +187,7 @@ def heatmap(main, table, x: str, y: str, metric: str, reduce: str, at: list[str]
         _check_axis(main, name, what)
     if x == y:
         raise PlotError("--x and --y name the same axis")
-    keep = _select(main, table, [x, y], reduce, at)
+    keep = _select(main, table, [x, y], reduce, fixed)
     xs, ys, vs = _column(table, x)[keep], _column(table, y)[keep], _metric(table, metric)[keep]
     xl, yl = _levels(xs), _levels(ys)
     ix = np.searchsorted(xl, xs) if xl.dtype != object else np.array([xl.tolist().index(v) for v in xs])
@@ -202,57 +221,70 @@ def heatmap(main, table, x: str, y: str, metric: str, reduce: str, at: list[str]
     ax.set_xlabel(_axis_label(x))
     ax.set_ylabel(_axis_label(y))
     others = [a for a in main["axes"] if a not in (x, y)]
-    how = "" if not others else (f"; {', '.join(others)}: " + ("; ".join(at) if at else "") +
-                                 ("" if at and len(at) == len(others) else
+    how = "" if not others else (f"; {', '.join(others)}: " + (_fixed_text(fixed) + " " if fixed else "") +
+                                 ("" if fixed and len(fixed) == len(others) else
                                   ("averaged" if reduce == "mean" else "first value")))
     fig.suptitle(f"{main.get('name')}: {metric} over {x} and {y}\n{_base_text(main)}{how}", fontsize=10)
     return fig
 
 
-def curves(main, table, x: str, series: str, metric: str, reduce: str, at: list[str]):
-    """A Figure: ``metric`` against ``x``, one curve per ``series`` value, log-log with decade ticks;
-    for p_first a second panel with 1 - p(0)."""
+def curves(main, table, x: str, series: str, metric: str, reduce: str, fixed: list, notes: list | None = None):
+    """A Figure: ``metric`` against ``x``, one curve per ``series`` value, with decade ticks on log
+    axes; for p_first a second panel with 1 - p(0). An axis is logarithmic only where every value
+    shown on it is > 0 (a metric <= 0 somewhere, such as log p(0), gets a linear y axis, said in
+    ``notes``); a metric with no finite value is refused."""
     from matplotlib.figure import Figure
 
     _check_axis(main, x, "x")
     _check_axis(main, series, "series")
     if x == series:
         raise PlotError("--x and --series name the same axis")
-    keep = _select(main, table, [x, series], reduce, at)
+    keep = _select(main, table, [x, series], reduce, fixed)
     xs, ss = _column(table, x)[keep], _column(table, series)[keep]
     vs = _metric(table, metric)[keep]
+    if xs.dtype == object:
+        raise PlotError(f"--x {x}: holds labels; curves need a numeric x axis (use --series {x})")
     panels = [(metric, vs)]
     if metric == "p_first" and "log_p_first" in table.column_names:
         lp = _column(table, "log_p_first")[keep]
         panels.append(("1 - p_first (mass off the first token)", -np.expm1(lp)))
+    if not np.any(np.isfinite(vs)):
+        raise PlotError(f"--metric {metric}: no finite value among the {int(keep.sum())} points shown")
+    xlog = bool(np.all(xs > 0))
     fig = Figure(figsize=(5.2 * len(panels), 4.4), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, (name, values) in zip(axes, panels):
+        finite = values[np.isfinite(values)]
+        ylog = finite.size > 0 and bool(np.all(finite > 0))
+        if not ylog and notes is not None and finite.size:
+            notes.append(f"{name}: values <= 0 (min {float(finite.min()):.4g}); linear y axis")
         for k, s in enumerate(_levels(ss)):
             rows = ss == s
             xl = _levels(xs[rows])
             mean = np.array([np.nanmean(values[rows][xs[rows] == v]) if np.any(np.isfinite(
                 values[rows][xs[rows] == v])) else np.nan for v in xl])
-            good = np.isfinite(mean) & (mean > 0)
+            good = np.isfinite(mean) & ((mean > 0) if ylog else True)
             ax.plot(np.asarray(xl, float)[good], mean[good], marker="o", ms=3, lw=1.4, color=f"C{k}",
                     label=f"{series} = {s:g}" if not isinstance(s, str) else f"{series} = {s}")
-        _decades(ax)
+        _decades(ax, xlog, ylog)
         ax.set_xlabel(_axis_label(x))
         ax.set_ylabel(name)
         ax.grid(alpha=0.3, which="major")
         ax.legend(fontsize=8, frameon=False)
-    fig.suptitle(f"{main.get('name')}: {metric} against {x}, one curve per {series}\n{_base_text(main)}",
+    at = f"; {_fixed_text(fixed)}" if fixed else ""
+    fig.suptitle(f"{main.get('name')}: {metric} against {x}, one curve per {series}\n{_base_text(main)}{at}",
                  fontsize=10)
     return fig
 
 
-def _decades(ax) -> None:
-    """Log x and y axes, major ticks at whole decades (labelled 10^k), no minor labels."""
+def _decades(ax, xlog: bool = True, ylog: bool = True) -> None:
+    """Log x and/or y axes, major ticks at whole decades (labelled 10^k), no minor labels."""
     from matplotlib.ticker import LogFormatterSciNotation, LogLocator, NullFormatter
 
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    for axis in (ax.xaxis, ax.yaxis):
+    for axis, log, scale in ((ax.xaxis, xlog, ax.set_xscale), (ax.yaxis, ylog, ax.set_yscale)):
+        if not log:
+            continue
+        scale("log")
         axis.set_major_locator(LogLocator(base=10.0, numticks=15))
         axis.set_major_formatter(LogFormatterSciNotation(base=10.0))
         axis.set_minor_locator(LogLocator(base=10.0, subs=np.arange(2, 10) * 0.1, numticks=15))
@@ -277,7 +309,8 @@ def _base_text(main) -> str:
 
 def make_figure(folder: Path, kind: str = "auto", x=None, y=None, series=None, metric=None, reduce="mean",
                 at=()):
-    """(figure, kind, metric) for the sweep in ``folder``."""
+    """(figure, kind, metric, notes) for the sweep in ``folder``; notes: what was adapted (a nearest
+    grid value for --at, a linear axis)."""
     main, table = _load(folder)
     dims = main["dims"]
     firsts = [d[0] for d in dims]
@@ -289,13 +322,15 @@ def make_figure(folder: Path, kind: str = "auto", x=None, y=None, series=None, m
         if series is None:
             raise PlotError("curves need two axes (--x and --series)")
         metric = metric or "p_first"
-        return curves(main, table, x, series, metric, reduce, list(at)), kind, metric
+        fixed, notes = resolve_at(main, table, [x, series], at)
+        return curves(main, table, x, series, metric, reduce, fixed, notes), kind, metric, notes
     if len(main["axes"]) < 2:
         raise PlotError("a heat map needs two axes; this sweep has one (use --kind curves)")
     x = x or firsts[0]
     y = y or next(a for a in main["axes"] if a != x)
     metric = metric or "u_shape"
-    return heatmap(main, table, x, y, metric, reduce, list(at)), kind, metric
+    fixed, notes = resolve_at(main, table, [x, y], at)
+    return heatmap(main, table, x, y, metric, reduce, fixed), kind, metric, notes
 
 
 def run(args) -> int:
@@ -307,8 +342,8 @@ def run(args) -> int:
             raise PlotError(f"{args.dir}: no such folder")
         if args.kind == "heatmap" and args.series:
             raise PlotError("--series applies to --kind curves")
-        fig, kind, metric = make_figure(args.dir, args.kind, args.x, args.y, args.series, args.metric, args.reduce,
-                                        args.at)
+        fig, kind, metric, notes = make_figure(args.dir, args.kind, args.x, args.y, args.series, args.metric,
+                                               args.reduce, args.at)
         target = args.out or args.dir / f"{kind}-{metric}.png"
         if target.suffix.lower() != ".png":
             raise PlotError(f"--out {target}: expected a .png file name")
@@ -316,6 +351,8 @@ def run(args) -> int:
     except UserError as exc:
         print(f"posbias plot: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    for note in notes:
+        print(f"posbias plot: note: {note}", file=sys.stderr)
     print(f"wrote {written[0]}")
     return 0
 

@@ -5,8 +5,10 @@ Order of work (nothing is computed before 1-4 have passed):
 1. read and validate the spec (``spec.load``); refuse a grid above ``MAX_POINTS`` unless forced;
 2. build each shape's base model and check what a point could trip over (``grid.validate``);
 3. plan batches under the memory budget (refusing a point that cannot fit, with its estimate);
-4. check the output folder: a fresh sweep needs a folder without a manifest, ``--resume``
-   needs the same spec digest and reuses the recorded batch sizes;
+4. claim the output folder (``posbias.files.prepare``, then under ``posbias.files.locked``: a
+   fresh sweep needs a folder without a manifest and without part files of another sweep,
+   ``--resume`` needs the same spec digest and reuses the recorded batch sizes; the manifest
+   is written under the same lock, so of two sweeps started at once one wins, one is refused);
 5. compute this process's unfinished batches (batch index % P == process index): each batch is
    one ``posbias.numerics.batch.profiles`` call, summarised (``summarize``) and written as one
    Parquet file (atomic rename). With several local JAX devices the batch axis is sharded over
@@ -14,6 +16,9 @@ Order of work (nothing is computed before 1-4 have passed):
    is an independent scan, so its numbers do not depend on the number of devices. The native
    CPU kernel uses no JAX device: its batches run one stack per worker thread;
 6. complete the manifest (merged with every process's part).
+
+A fresh sweep that is refused or cannot write (a full disk) after its claim removes what it
+wrote (manifest, parts, folders it created); a resumed one keeps its finished batches.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from posbias.errors import UserError
+from posbias.files import OutputError, locked, prepare, remove_created
 from posbias.sweep import grid as grid_mod
 from posbias.sweep import manifest as mf
 from posbias.sweep import table as tb
@@ -93,18 +99,21 @@ def native_route(engine: str) -> bool:
 
 
 def local_devices(engine: str, limit: int | None):
-    """(label, [jax devices] or None): what each batch runs on (None: the native kernel)."""
-    if native_route(engine):
-        return "cpu: native kernel", None
+    """(label, [jax devices] or None, note or None): what each batch runs on (None: the native
+    kernel). ``--devices N`` beyond the local devices is refused; on the native route (which
+    uses no JAX device) it is stated in a note."""
     import jax
 
     devs = jax.local_devices()
-    if limit is not None:
-        if limit > len(devs):
-            raise UserError(f"--devices {limit}: only {len(devs)} local device(s) here "
-                            f"({', '.join(str(d) for d in devs)})")
-        devs = devs[:limit]
-    return ", ".join(f"{d.platform}:{d.id}" for d in devs), list(devs)
+    if limit is not None and limit > len(devs):
+        raise UserError(f"--devices {limit}: only {len(devs)} local device(s) here "
+                        f"({', '.join(str(d) for d in devs)})")
+    if native_route(engine):
+        note = None if limit is None else (f"--devices {limit}: the batches run on the native CPU kernel "
+                                           "(worker threads, no JAX device); the flag has no effect here")
+        return "cpu: native kernel", None, note
+    devs = devs[:limit] if limit is not None else devs
+    return ", ".join(f"{d.platform}:{d.id}" for d in devs), list(devs), None
 
 
 def _summaries(spec: Spec, stacks, profs, n: int, keep_profiles: bool):
@@ -114,10 +123,12 @@ def _summaries(spec: Spec, stacks, profs, n: int, keep_profiles: bool):
     rows, ps, engines = [], [], Counter()
     for stack, prof in zip(stacks, profs):
         s = nx.summarize(prof, stack)
-        if spec.diagonal and stack.causal(n):
-            diag = nx.diagonal_product(nx.kernel_diagonals(stack, n), stack.lambdas)
-            k = int(np.argmin(diag))
-            s = dataclasses.replace(s, diagonal=DiagonalSummary(float(diag[k]), k))
+        if spec.diagonal and stack.causal(n):  # min_i P_ii (C5(a)), from log P_ii (compact stacks too)
+            from posbias.run import log_diagonal
+
+            log_diag = log_diagonal(stack, n)
+            k = int(np.argmin(log_diag))
+            s = dataclasses.replace(s, diagonal=DiagonalSummary(float(np.exp(log_diag[k])), k))
         d = s.to_dict()
         d.pop("matrix", None)
         rows.append(d)
@@ -157,15 +168,70 @@ def _wait_for_manifest(out: Path) -> dict:
     raise mf.ManifestError(f"{out}: process 0 wrote no {mf.MAIN} within {WAIT_FOR_MANIFEST_S:.0f} s")
 
 
-def run_sweep(spec: Spec, opts: Options) -> Outcome:
-    """Run (or resume) ``spec`` into ``opts.out``; raise UserError (one line) on bad input."""
+def _check_memory(spec: Spec, given: int | None) -> int:
+    """The per-batch budget (bytes): ``--memory-budget`` or the posbias limit, never above the limit;
+    refuses a grid whose own bookkeeping (``grid.bookkeeping_bytes``) cannot fit the limit (also
+    with --force), before the grid is built."""
     from posbias.numerics import budget
 
+    limit = budget.memory_limit()
+    if given is not None and given > limit:
+        raise grid_mod.PlanError(f"--memory-budget {budget.describe(given)}: more than the posbias memory limit of "
+                                 f"{budget.describe(limit)} (80% of RAM, or POSBIAS_MEMORY_LIMIT)")
+    need = grid_mod.bookkeeping_bytes(spec)
+    if need > limit:
+        raise grid_mod.PlanError(f"{spec.path}: the grid of {spec.num_points:,} points needs about "
+                                 f"{budget.describe(need)} for its bookkeeping alone, more than the memory limit of "
+                                 f"{budget.describe(limit)}; split the sweep into smaller grids")
+    return given if given is not None else limit
+
+
+def _check_existing(out: Path, existing: dict | None, digest: str, opts: Options) -> None:
+    if existing is not None and existing["digest"] != digest:
+        what = "resume it" if opts.resume else "write into it"
+        raise mf.ManifestError(f"{out}: holds a sweep of another spec (digest {existing['digest'][:12]}, "
+                               f"this spec {digest[:12]}); cannot {what}; choose another --out")
+    if existing is not None and not opts.resume and opts.process_id == 0:
+        raise mf.ManifestError(f"{out}: holds this sweep already ({mf.MAIN}); use --resume to continue it, "
+                               "or choose another --out")
+
+
+def _recorded_plan(out: Path, existing: dict, opts: Options):
+    """(budget, cap, batch sizes per shape) recorded by the sweep being resumed."""
+    recorded = existing["plan"]
+    for flag, mine, theirs in (("--memory-budget", opts.memory_budget, recorded["memory_budget"]),
+                               ("--batch-size", opts.batch_cap, recorded["batch_cap"])):
+        if mine is not None and mine != theirs:
+            raise mf.ManifestError(f"{out}: was planned with {flag} {theirs}; resume without {flag} or with "
+                                   "the same value (batches must not change)")
+    try:
+        sizes = {tuple(g["key"]): int(g["batch_size"]) for g in recorded["groups"]}
+    except (KeyError, TypeError, ValueError):
+        raise mf.ManifestError(f"{out / mf.MAIN}: not a sweep manifest (plan.groups malformed)") from None
+    return recorded["memory_budget"], recorded["batch_cap"], sizes
+
+
+def _undo(written: list[Path], created: list[Path], folder: Path) -> None:
+    """Remove what a refused fresh sweep wrote: its manifest, parts, an emptied table/ and created folders."""
+    for path in reversed(written):
+        path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        folder.rmdir()  # only if empty (another run's files stay)
+    remove_created(created)
+
+
+def run_sweep(spec: Spec, opts: Options) -> Outcome:
+    """Run (or resume) ``spec`` into ``opts.out``; raise UserError (one line) on bad input.
+
+    The output folder is claimed atomically (the manifest is checked and written under the
+    folder's lock) and a fresh sweep that is refused or fails to write (full disk) leaves
+    nothing behind: no manifest, no part files, no folder it created."""
     t_start = time.perf_counter()
     out = Path(opts.out)
     if spec.num_points > MAX_POINTS and not opts.force:
         raise SpecError(f"{spec.path}: the grid has {spec.num_points:,} points, more than {MAX_POINTS:,} "
                         "(use --force to run it anyway)")
+    budget_bytes = _check_memory(spec, opts.memory_budget)
     profiles = spec.profiles if opts.profiles is None else (opts.profiles or spec.profiles)
     if profiles != spec.profiles:
         spec = dataclasses.replace(spec, profiles=profiles)
@@ -174,67 +240,79 @@ def run_sweep(spec: Spec, opts: Options) -> Outcome:
     keys = grid.keys()
     grid_mod.validate(grid, keys)
     layout = _layout(grid, profiles, spec.diagonal)
-
-    existing = mf.read(out)
-    if existing is not None and existing.get("digest") != digest:
-        what = "resume it" if opts.resume else "write into it"
-        raise mf.ManifestError(f"{out}: holds a sweep of another spec (digest {str(existing.get('digest'))[:12]}, "
-                               f"this spec {digest[:12]}); cannot {what}; choose another --out")
-    if existing is not None and not opts.resume and opts.process_id == 0:
-        raise mf.ManifestError(f"{out}: holds this sweep already ({mf.MAIN}); use --resume to continue it, "
-                               "or choose another --out")
-    if existing is None and opts.process_id != 0:
-        existing = _wait_for_manifest(out)
-        if existing.get("digest") != digest:
-            raise mf.ManifestError(f"{out}: process 0 runs another spec (digest {existing.get('digest')[:12]})")
-    given_budget = opts.memory_budget
-    budget_bytes = given_budget if given_budget is not None else budget.memory_limit()
+    label, devices, device_note = local_devices(spec.engine, opts.devices)
+    notes = [device_note] if device_note else []
     cap = opts.batch_cap or grid_mod.DEFAULT_BATCH_CAP
-    sizes = None
-    if existing is not None:
-        recorded = existing["plan"]
-        for flag, mine, theirs in (("--memory-budget", given_budget, recorded["memory_budget"]),
-                                   ("--batch-size", opts.batch_cap, recorded["batch_cap"])):
-            if mine is not None and mine != theirs:
-                raise mf.ManifestError(f"{out}: was planned with {flag} {theirs}; resume without {flag} or with "
-                                       "the same value (batches must not change)")
-        budget_bytes, cap = recorded["memory_budget"], recorded["batch_cap"]
-        sizes = {tuple(g["key"]): g["batch_size"] for g in recorded["groups"]}
-    groups, batches = grid_mod.plan(grid, keys, budget_bytes=budget_bytes, cap=cap, sizes=sizes)
     folder = out / tb.TABLE_DIR
-    notes = []
-    if existing is None:
-        main = {
-            "format": mf.FORMAT, "name": spec.name, "spec_file": spec.path, "spec": spec.raw,
-            "spec_digest": spec.digest, "digest": digest, "engine": spec.engine, "profiles": profiles,
-            "diagonal": spec.diagonal, "points": spec.num_points,
-            "axes": [a.name for a in spec.axes], "dims": [list(d) for d in spec.dims],
-            "plan": {"memory_budget": budget_bytes, "batch_cap": cap, "batches": len(batches),
-                     "groups": [{"key": list(g.key), "points": int(len(g.points)), "batch_size": g.batch_size,
-                                 "bytes_per_point": g.bytes_per_point} for g in groups]},
-            "processes": opts.num_processes, "versions": mf.versions(),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "complete": False,
-        }
-        mf.write_json(out / mf.MAIN, main)
-    else:
-        main = existing
+    if opts.process_id != 0 and mf.read(out) is None:
+        _wait_for_manifest(out)
+    if mf.read(out) is None:  # refuse a point that cannot fit before creating anything
+        grid_mod.plan(grid, keys, budget_bytes=budget_bytes, cap=cap)
+    created = prepare(out)
+    written: list[Path] = []
+    fresh = False
+    try:
+        with locked(out):  # the claim: check and write the manifest as one step
+            existing = mf.read(out)
+            _check_existing(out, existing, digest, opts)
+            sizes = None
+            if existing is not None:
+                budget_bytes, cap, sizes = _recorded_plan(out, existing, opts)
+            groups, batches = grid_mod.plan(grid, keys, budget_bytes=budget_bytes, cap=cap, sizes=sizes)
+            done, redo = tb.finished(folder, layout, batches, digest)  # refuses part files of another sweep
+            if existing is None:
+                main = {
+                    "format": mf.FORMAT, "name": spec.name, "spec_file": spec.path, "spec": spec.raw,
+                    "spec_digest": spec.digest, "digest": digest, "engine": spec.engine, "profiles": profiles,
+                    "diagonal": spec.diagonal, "points": spec.num_points,
+                    "axes": [a.name for a in spec.axes], "dims": [list(d) for d in spec.dims],
+                    "plan": {"memory_budget": budget_bytes, "batch_cap": cap, "batches": len(batches),
+                             "groups": [{"key": list(g.key), "points": int(len(g.points)),
+                                         "batch_size": g.batch_size, "bytes_per_point": g.bytes_per_point}
+                                        for g in groups]},
+                    "processes": opts.num_processes, "versions": mf.versions(),
+                    "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "complete": False,
+                }
+                fresh = True
+                written.append(out / mf.MAIN)
+                mf.write_json(out / mf.MAIN, main)
+            else:
+                main = existing
+        notes += redo
+        outcome = _compute(spec, opts, grid, layout, groups, batches, main, digest, label, devices, folder,
+                           written, notes, t_start)
+    except (UserError, OSError) as exc:
+        if fresh and opts.process_id == 0:
+            _undo(written, created, folder)
+        elif not written:
+            remove_created(created)
+        if isinstance(exc, OSError):
+            kept = "" if fresh else "; finished batches are kept (--resume after fixing it)"
+            raise OutputError(f"--out {out}: cannot write ({exc.strerror or exc}){kept}") from None
+        raise
+    return outcome
+
+
+def _compute(spec, opts, grid, layout, groups, batches, main, digest, label, devices, folder, written, notes,
+             t_start) -> Outcome:
+    """This process's unfinished batches, its manifest part after each, then the merged manifest."""
+    out = Path(opts.out)
     mine = [b for b in batches if b.index % opts.num_processes == opts.process_id]
-    mine_idx = {b.index for b in mine}
-    tb.remove_stale_temporaries(folder, mine_idx)
-    done, redo = tb.finished(folder, layout, batches, digest)
-    notes += redo
+    tb.remove_stale_temporaries(folder, {b.index for b in mine})
+    done, _ = tb.finished(folder, layout, batches, digest)
     pending = [b for b in mine if b.index not in done]
-    label, devices = local_devices(spec.engine, opts.devices)
     part_path = out / mf.part_name(opts.process_id)
     part = {"process": opts.process_id, "host": mf.host(),
             "devices": label.split(", ") if devices else [label], "batches": {}}
     if part_path.is_file():
         import json
 
-        try:
-            part["batches"] = json.loads(part_path.read_text(encoding="utf-8")).get("batches", {})
-        except ValueError:
-            pass
+        with contextlib.suppress(ValueError, OSError):
+            old = json.loads(part_path.read_text(encoding="utf-8"))
+            if isinstance(old, dict) and isinstance(old.get("batches"), dict):
+                part["batches"] = old["batches"]
+    else:
+        written.append(part_path)
     computed = []
     t_compute = time.perf_counter()
     from posbias.run import progress_bar
@@ -245,6 +323,7 @@ def run_sweep(spec: Spec, opts: Options) -> Outcome:
         if update:
             update(done_points, total_points)
         for batch in pending:
+            written.append(folder / tb.part_name(batch.index))
             record = compute_batch(grid, spec, layout, batch, label, devices, folder, digest, opts.process_id)
             part["batches"][str(batch.index)] = record
             mf.write_json(part_path, part)
@@ -255,7 +334,7 @@ def run_sweep(spec: Spec, opts: Options) -> Outcome:
     t_end = time.perf_counter()
     part["timings"] = {"compute_s": round(t_end - t_compute, 3), "total_s": round(t_end - t_start, 3),
                        "batches_computed": len(computed)}
-    with mf.locked(out):
+    with locked(out):
         mf.write_json(part_path, part)
         done_all, _ = tb.finished(folder, layout, batches, digest)
         merged = mf.merge(out, main, len(batches), done_all)

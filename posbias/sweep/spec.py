@@ -26,7 +26,8 @@ times this), ``slopes`` (explicit per-head slopes, one list per value),
 ``content_diagonal`` (d on every head), ``mask`` (``causal``, ``full``,
 ``window:W``, ``prefix:K``) and ``window`` (a sliding window of W tokens). Values
 are a list or a range: ``{linspace: [a, b, n]}``, ``{logspace: [a, b, n]}`` (10^a ..
-10^b), ``{geomspace: [a, b, n]}``, ``{range: [start, stop, step]}`` (stop excluded).
+10^b), ``{geomspace: [a, b, n]}``, ``{range: [start, stop, step]}`` (stop excluded, also when
+rounding puts the last value a hair below it: ``range_count``).
 The grid is the product of the axes in the order written, the first varying slowest;
 axes of one ``zip`` group take their k-th values together and stand at the place of
 the group's first axis.
@@ -124,6 +125,33 @@ def _number(where: str, value) -> float:
     return x
 
 
+RANGE_TOLERANCE = 1e-9
+"""A range value within this many steps of the stop counts as the stop (excluded)."""
+
+
+def range_count(where: str, start: float, stop: float, step: float) -> int:
+    """How many values ``start + k step`` (k = 0, 1, ...) lie before ``stop``, the stop excluded.
+
+    n = (stop - start) / step is rounded in floating point (about 2 ulp of n, and stop - start
+    itself one ulp of the larger end), so a value within ``RANGE_TOLERANCE`` steps of the stop (or
+    within 8 ulp of n, for long ranges) counts as the stop: ``[0.7, 1.0, 0.1]`` gives 0.7, 0.8, 0.9
+    (n = 3.0000000000000004) and ``[0, 1, 0.25]`` gives four values. Refuses (one line) a range
+    with more than ``MAX_AXIS_VALUES`` values or whose count overflows (step 1e-320, ends 1e308
+    apart), before any array is made."""
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        n = (np.float64(stop) - np.float64(start)) / np.float64(step)
+    if not np.isfinite(n) or n > MAX_AXIS_VALUES + 1:
+        shown = "too many to count" if not np.isfinite(n) else f"about {float(n):.3g}"
+        raise _fail(where, f"range: {shown} values (step {step!r} from {start!r} to {stop!r}), "
+                           f"expected at most {MAX_AXIS_VALUES:,}")
+    n = float(n)
+    tol = max(RANGE_TOLERANCE, 8 * np.finfo(np.float64).eps * abs(n))
+    count = max(0, math.ceil(n - tol))
+    if count > MAX_AXIS_VALUES:
+        raise _fail(where, f"range: {count:,} values, expected at most {MAX_AXIS_VALUES:,}")
+    return count
+
+
 def _range_values(where: str, kind: str, args) -> list:
     if not isinstance(args, list) or len(args) != 3:
         raise _fail(where, f"{kind}: expected a list [start, stop, {'step' if kind == 'range' else 'count'}], "
@@ -133,10 +161,7 @@ def _range_values(where: str, kind: str, args) -> list:
         step = _number(f"{where}.range[2]", args[2])
         if step == 0:
             raise _fail(where, "range: step must not be 0")
-        count = math.ceil((b - a) / step)
-        if count > MAX_AXIS_VALUES:
-            raise _fail(where, f"range: {count} values, more than {MAX_AXIS_VALUES}")
-        return [a + k * step for k in range(max(0, count))]
+        return (a + np.arange(range_count(where, a, b, step), dtype=np.float64) * step).tolist()
     n = args[2]
     if isinstance(n, bool) or not isinstance(n, int) or n < 1 or n > MAX_AXIS_VALUES:
         raise _fail(f"{where}.{kind}[2]", f"expected a count between 1 and {MAX_AXIS_VALUES}, got {_shown(n)}")
