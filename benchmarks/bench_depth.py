@@ -13,8 +13,16 @@ Whole ``posbias rollout`` processes (wall time and the child's peak RSS from get
    ten times that, extrapolated linearly to T (the difference of the two runs is the per-layer
    cost, so process start-up and JIT are not multiplied).
 
-Timings are of this machine and of whatever else runs on it (shared by several engineers):
-read them as orders of magnitude, rerun.
+3. in the same run, the BLAS limit (issue 21): a plain NumPy product of two N x N float64 matrices
+   on the engine's thread count (numerics/power.py's ``blas_threads``: POSBIAS_BLAS_THREADS or the
+   cores this process may use), median of three, gives this machine's GEMM rate now; the power
+   engine's multiply-adds are N^3 / 6 per squaring (triangular), so its BLAS limit is
+   squarings N^3 / 3 / rate and the reported ratio is whole-process wall / that limit (start-up, JAX
+   and building B included: the strict reading). The load average is recorded before and after.
+
+Results go to ``--out`` (benchmarks/results-depth.json), written atomically. Timings are of this
+machine and of whatever else runs on it (shared by several engineers): read them as orders of
+magnitude, rerun; the ratio is measured within one run so that both sides see the same load.
 """
 
 from __future__ import annotations
@@ -30,6 +38,22 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def gemm_rate(n: int, threads: int, repeats: int = 3) -> float:
+    """FLOP/s of a plain float64 N x N NumPy product on ``threads`` BLAS threads (median of ``repeats``)."""
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(0)
+    a, b = rng.random((n, n)), rng.random((n, n))
+    times = []
+    with threadpool_limits(limits=threads, user_api="blas"):
+        for _ in range(repeats):
+            t = time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - t)
+    return 2.0 * n**3 / sorted(times)[len(times) // 2]
 
 
 def run(args: list[str], out: Path) -> tuple[float, float, dict]:
@@ -54,24 +78,35 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--schedule", default="constant:0.5")
-    ap.add_argument("--scan-layers", type=int, default=1000)
+    ap.add_argument("--scan-layers", type=int, default=1000, help="0: skip the per-layer scan")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results-depth.json")
     ap.add_argument("--with-auto", action="store_true", help="also the default engine choice (auto)")
     a = ap.parse_args(argv)
     model = ["--heads", str(a.heads), "--tokens", str(a.tokens), "--schedule", a.schedule]
+    from posbias.files import atomic_write
+    from posbias.numerics.power import blas_threads
+
     rows = []
+    threads = blas_threads()
+    load_before = os.getloadavg()
+    rate = gemm_rate(a.tokens, threads)
     with tempfile.TemporaryDirectory() as tmp:
         wall, rss, s = run(["--layers", str(a.layers), *model, "--engine", "power"], Path(tmp) / "power")
         rows.append((f"power engine alone, T = {a.layers}", wall, rss, s))
+        rate = (rate + gemm_rate(a.tokens, threads)) / 2  # before and after the engine: the same load
+        load_after = os.getloadavg()
         if a.with_auto:
             wall, rss, s_auto = run(["--layers", str(a.layers), *model], Path(tmp) / "auto")
             rows.append((f"auto (power, exact-scan retry if lost), T = {a.layers}", wall, rss, s_auto))
-        w1, r1, s1 = run(["--layers", str(a.scan_layers), *model, "--engine", "structured"], Path(tmp) / "s1")
-        w2, r2, _ = run(["--layers", str(10 * a.scan_layers), *model, "--engine", "structured"], Path(tmp) / "s2")
-        rows.append((f"plain scan, T = {a.scan_layers}", w1, r1, s1))
-        rows.append((f"plain scan, T = {10 * a.scan_layers}", w2, r2, None))
-        per_layer = (w2 - w1) / (9 * a.scan_layers)
-        rows.append((f"plain scan extrapolated to T = {a.layers}", w1 + per_layer * (a.layers - a.scan_layers),
-                     None, None))
+    if a.scan_layers:
+        with tempfile.TemporaryDirectory() as tmp:
+            w1, r1, s1 = run(["--layers", str(a.scan_layers), *model, "--engine", "structured"], Path(tmp) / "s1")
+            w2, r2, _ = run(["--layers", str(10 * a.scan_layers), *model, "--engine", "structured"], Path(tmp) / "s2")
+            rows.append((f"plain scan, T = {a.scan_layers}", w1, r1, s1))
+            rows.append((f"plain scan, T = {10 * a.scan_layers}", w2, r2, None))
+            per_layer = (w2 - w1) / (9 * a.scan_layers)
+            rows.append((f"plain scan extrapolated to T = {a.layers}", w1 + per_layer * (a.layers - a.scan_layers),
+                         None, None))
     print(f"H = {a.heads}, N = {a.tokens}, {a.schedule}, causal, paper slopes (BLOOM's for H = 32); "
           f"{os.cpu_count()} CPU cores, shared machine")
     print(f"{'route':<44} {'wall s':>10} {'peak RSS MiB':>13}  engine [path], unresolved")
@@ -79,9 +114,25 @@ def main(argv=None) -> int:
         extra = f"  {s['engine']} [{s['path']}], {s['unresolved']}" if s else ""
         print(f"{name:<44} {wall:>10.1f} {('-' if rss is None else f'{rss:.0f}'):>13}{extra}")
     power = rows[0][3]
+    squarings = a.layers.bit_length() - 1
+    flops = squarings * a.tokens**3 / 3  # N^3 / 6 multiply-adds per triangular squaring
+    limit = flops / rate
+    print(f"BLAS limit: {squarings} squarings, {flops:.3g} FLOP at {rate / 1e9:.1f} GFLOP/s (NumPy {a.tokens} x "
+          f"{a.tokens} product, {threads} BLAS thread{'s' if threads > 1 else ''}) = {limit:.1f} s; power engine "
+          f"whole process / BLAS limit = {rows[0][1] / limit:.2f}; load average (1 min) {load_before[0]:.1f} "
+          f"before, {load_after[0]:.1f} after, {os.cpu_count()} cores")
     print("power notes:", *power["notes"], sep="\n  ")
     print(f"p(0) = {power['p_first']}, log p(N-1) = {power['log_p_last']}, argmin = {power['argmin']}, "
           f"sum lambda = {power['sum_lambda']}, last-token atom = {power['last_token_atom']}")
+    result = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": f"{os.cpu_count()} CPU cores",
+              "load_average_before": load_before, "load_average_after": load_after, "tokens": a.tokens,
+              "layers": a.layers, "heads": a.heads, "schedule": a.schedule, "blas_threads": threads,
+              "gemm_flops_per_s": rate, "power_flops": flops, "blas_limit_s": limit,
+              "power_process_s": rows[0][1], "power_peak_rss_mb": rows[0][2],
+              "ratio_power_to_blas_limit": rows[0][1] / limit, "power_unresolved": power["unresolved"],
+              "routes": [{"route": name, "wall_s": wall, "peak_rss_mb": rss} for name, wall, rss, _ in rows]}
+    atomic_write(a.out, lambda f: f.write(json.dumps(result, indent=2) + "\n"), binary=False)
+    print(f"wrote {a.out}")
     return 0
 
 

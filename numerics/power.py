@@ -39,7 +39,22 @@ mask): with b = 32 at N = 4096 about 4e8 per squaring, which is most of its time
 product is O(N^2). Memory: three N x N float64 arrays (the mantissas, log M, the product)
 and a W panel of N x ``PANEL`` while squaring, whatever T is; building B takes more (the
 kernels come from JAX). N = 4096, H = 32 on 2 cores: T = 10^6 in about 33 s and 0.8 GB,
-T = 10^9 in about 90 s.
+T = 10^9 in about 90 s. Measured again (issue 21, benchmarks/bench_depth.py, the 2 cores shared,
+load average 10 to 13): T = 10^6 at N = 4096 took 154 s whole process, 7.3 times the BLAS limit
+(squarings N^3 / 3 flops each at the GEMM rate measured in the same run); per W panel (K = 4096,
+256 columns, b = 32) forming W (the add, the maximum, the cut, the exponential) costs about four
+times its product, so reaching the BLAS limit needs fewer elementwise operations per entry of W,
+not faster products.
+
+Threads. The engine sets the BLAS libraries' thread count itself (threadpoolctl) for the duration
+of ``compute``: ``Power(threads=k)``, else the environment variable ``POSBIAS_BLAS_THREADS``, else
+the number of cores this process may run on (os.sched_getaffinity), so it never oversubscribes
+them whatever OPENBLAS_NUM_THREADS says. B is built with BLAS on those threads; the squarings run
+BLAS on one thread and share their row blocks (or, with one block, W panels) among that many Python
+threads instead. Their products are small (b x K x ``PANEL``): measured at N = 2048, T = 10^6 on the
+2 shared cores (load average 8), BLAS on two threads took 145 s, on one 28 s, one BLAS thread under
+two Python threads 24 s. Every block and panel is computed as serially, so results do not depend on
+the thread count.
 
 Rigorous loss bounds. Every matrix carries, per block-column, a bound on the absolute
 error of its entries, and the vector one per entry, from what float64 lost below 2^-1022:
@@ -67,10 +82,14 @@ Examples
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
+from posbias.errors import UserError
 from posbias.numerics.engine import Engine, Profile
 from posbias.numerics.periodic import PeriodicStack, detect
 from posbias.numerics.stack import AlibiStack
@@ -86,6 +105,37 @@ SPAN_BUDGET = 300.0  # nats a block may span in a column before squaring (X's an
 PANEL = 256  # columns of W formed at a time
 FLOOR = 2.0**-511  # W is cut at 2^-1022 / m_l only while m_l >= FLOOR (the cut stays below 2^-511)
 SMALL_LOSS = RESOLVED - 100.0  # vector rows lost at most this (log, relative) are bounded together
+THREADS_ENV = "POSBIAS_BLAS_THREADS"  # overrides the default thread count (the cores this process may use)
+
+
+def blas_threads(requested: int | None = None) -> int:
+    """Threads for the engine: ``requested`` if given, else ``POSBIAS_BLAS_THREADS``, else the number of
+    cores this process may run on (os.sched_getaffinity), so that BLAS never oversubscribes them."""
+    if requested is None:
+        raw = os.environ.get(THREADS_ENV)
+        if raw is None:
+            return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        try:
+            requested = int(raw)
+        except ValueError:
+            requested = 0
+        if requested < 1:
+            raise UserError(f"environment variable {THREADS_ENV}={raw!r}: expected a positive integer (threads)")
+    if requested < 1:
+        raise UserError(f"power engine threads = {requested}: expected a positive integer")
+    return requested
+
+
+@lru_cache(maxsize=1)
+def _controller():
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+def _blas_limit(threads: int):
+    """A context in which the BLAS libraries loaded in this process use ``threads`` threads."""
+    return _controller().limit(limits=threads, user_api="blas")
 
 
 @dataclass(frozen=True)
@@ -254,23 +304,31 @@ def _panel_product(x_rows: np.ndarray, w: np.ndarray, skip: int, causal: bool) -
     return out
 
 
-def multiply(x: Scaled, y: Scaled, log_y: np.ndarray, *, causal: bool) -> Scaled:
-    """x · y in x's blocks, with its loss bound; ``log_y`` = log of y's entries (``log_entries``)."""
+def multiply(x: Scaled, y: Scaled, log_y: np.ndarray, *, causal: bool, pool: ThreadPoolExecutor | None = None) -> Scaled:
+    """x · y in x's blocks, with its loss bound; ``log_y`` = log of y's entries (``log_entries``).
+    With a ``pool``, its threads take one row block at a time (or, with one block, one W panel at a
+    time): every block and panel is computed exactly as serially, so the result is the same; NumPy and
+    BLAS release the GIL. Call it with BLAS on one thread: these products are small (b x K x ``PANEL``)
+    and BLAS's own threads, spinning on a busy machine, made a squaring several times slower."""
     n, rows = log_y.shape[0], x.rows
     nb = len(_starts(n, rows))
     out = Scaled(np.zeros((n, n)), np.full((nb, n), -np.inf), np.full((nb, n), -np.inf), rows)
     lost_x = np.full((nb, n), -np.inf)  # sum_l |dX_il| Y_lj
-    for blk in range(nb):
-        _row_block(x, log_y, blk, causal, out, lost_x)
+    if pool is not None and nb > 1:  # the largest blocks (the last, under a causal mask) first, for balance
+        list(pool.map(lambda blk: _row_block(x, log_y, blk, causal, out, lost_x), range(nb)[::-1]))
+    else:
+        for blk in range(nb):
+            _row_block(x, log_y, blk, causal, out, lost_x, pool)
     lost_y = _mass_times_err(np.logaddexp(x.scale, x.err), y.err, y.rows, causal)  # (X + |dX|) |dY|
     err = np.logaddexp(np.logaddexp(lost_x, lost_y), out.err)
     err[~_support(n, rows, causal)] = -np.inf
     return Scaled(out.mant, out.scale, err, rows)
 
 
-def _row_block(x: Scaled, log_y: np.ndarray, blk: int, causal: bool, out: Scaled, lost_x: np.ndarray) -> None:
+def _row_block(x: Scaled, log_y: np.ndarray, blk: int, causal: bool, out: Scaled, lost_x: np.ndarray,
+               pool: ThreadPoolExecutor | None = None) -> None:
     """Row block ``blk`` of x · y into ``out`` (mantissas, scales, and in ``out.err`` what the products
-    dropped below 2^-1022) and sum_l |dX_il| Y_lj into ``lost_x``."""
+    dropped below 2^-1022) and sum_l |dX_il| Y_lj into ``lost_x``; its W panels on ``pool`` if given."""
     n, rows = log_y.shape[0], x.rows
     a = blk * rows
     c = min(a + rows, n)
@@ -286,7 +344,8 @@ def _row_block(x: Scaled, log_y: np.ndarray, blk: int, causal: bool, out: Scaled
         keep_from = LOG_TINY - np.log(floor)
     prod = out.mant[a:c, :lim]  # the block's products, normalised in place below
     shift = np.full(lim, -np.inf)
-    for j0 in range(0, lim, PANEL):
+
+    def panel(j0: int) -> None:
         j1 = min(j0 + PANEL, lim)
         l0 = j0 if causal else 0  # Y[l, j] = 0 for l < j when causal
         r0 = max(a, j0) if causal else a  # Z[i, j] = 0 for i < j when causal
@@ -297,6 +356,12 @@ def _row_block(x: Scaled, log_y: np.ndarray, blk: int, causal: bool, out: Scaled
         np.exp(w, out=w)
         prod[r0 - a:, j0:j1] = _panel_product(x.mant[r0:c, l0:lim], w, r0 - l0, causal)
         shift[j0:j1] = g
+
+    if pool is None:
+        for j0 in range(0, lim, PANEL):
+            panel(j0)
+    else:  # the largest panels (the first, under a causal mask) first
+        list(pool.map(panel, range(0, lim, PANEL)))
     top = np.max(prod, axis=0)
     ok = (top > 0) & np.isfinite(shift)
     # drops per entry, in units of e^{g_j}: the W entries dropped, sum_l M~[i, l] 2^-1022 / m_l, the
@@ -405,6 +470,7 @@ class Power(Engine):
 
     name = "power"
     max_tokens: int = MAX_TOKENS
+    threads: int | None = None  # None: POSBIAS_BLAS_THREADS, else the cores this process may use
 
     def supports(self, stack, num_tokens: int) -> str | None:
         if not isinstance(stack, (PeriodicStack, AlibiStack)):
@@ -419,11 +485,19 @@ class Power(Engine):
 
     def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:
         """Five N x N float64 arrays at the peak (building B: a kernel, the product and the next one;
-        squaring: the mantissas, log M, the product and a re-blocked copy) and two W panels;
-        independent of T: the stack is compact."""
-        return 8 * (5 * num_tokens**2 + 2 * PANEL * num_tokens) + 64 * num_tokens + 64 * num_heads
+        squaring: the mantissas, log M, the product and a re-blocked copy) and two W panels per thread
+        (``blas_threads``); independent of T: the stack is compact."""
+        panels = 2 * PANEL * num_tokens * blas_threads(self.threads)
+        return 8 * (5 * num_tokens**2 + panels) + 64 * num_tokens + 64 * num_heads
 
     def compute(self, stack, num_tokens: int, *, dtype, progress=None) -> Profile:
+        threads = blas_threads(self.threads)
+        with _blas_limit(threads):
+            return self._compute(stack, num_tokens, threads, progress)
+
+    def _compute(self, stack, num_tokens: int, threads: int, progress) -> Profile:
+        """``compute`` with BLAS on ``threads`` threads while B is built, on one while squaring (the
+        squarings' ``threads`` share row blocks and panels instead, ``multiply``)."""
         compact = stack if isinstance(stack, PeriodicStack) else detect(stack)
         n, q, p = num_tokens, compact.repeats, compact.period
         causal = compact.causal(n)
@@ -448,21 +522,23 @@ class Power(Engine):
         total = squarings + products
         heights = []
         bits = q
-        while bits:
-            log_m = log_entries(m)
-            if bits & 1:
-                logv, errv = vector_times(logv, errv, m, log_m, causal=causal)
-                done += 1
-            bits >>= 1
-            if bits:
-                rows = block_rows(log_m)
-                m = reblock(m, rows, causal=causal)  # the same entries: log_m holds for it too
-                heights.append(min(rows, n))
-                m = multiply(m, m, log_m, causal=causal)
-                done += 1
-            del log_m
-            if progress is not None:
-                progress(done, total)
+        with _blas_limit(1), ThreadPoolExecutor(threads) as executor:
+            pool = None if threads == 1 else executor
+            while bits:
+                log_m = log_entries(m)
+                if bits & 1:
+                    logv, errv = vector_times(logv, errv, m, log_m, causal=causal)
+                    done += 1
+                bits >>= 1
+                if bits:
+                    rows = block_rows(log_m)
+                    m = reblock(m, rows, causal=causal)  # the same entries: log_m holds for it too
+                    heights.append(min(rows, n))
+                    m = multiply(m, m, log_m, causal=causal, pool=pool)
+                    done += 1
+                del log_m
+                if progress is not None:
+                    progress(done, total)
         lost = ~(errv - logv <= RESOLVED)
         logp = np.where(lost, -np.inf, logv)
         blocks = "" if not heights else (f"; blocks of {heights[0]} rows" if min(heights) == max(heights)
