@@ -1,0 +1,246 @@
+"""The Llama family (llama, mistral, qwen2) of posbias.hf against transformers' own outputs.
+
+The fixtures tests/fixtures/hf/{llama,llama-linear,llama-dynamic,llama-llama3,mistral,qwen2} were
+written by scripts/make_hf_fixtures.py with torch and transformers (versions in each
+versions.json): tiny random models, eager attention, float32. These tests read them without
+torch; the tests marked by ``importorskip`` compare with transformers where it is installed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from posbias.errors import UserError
+from posbias.hf import checkpoint, forward, weights
+from posbias.hf.families import Rope, UnsupportedModel, rope_of, spec_of
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+LLAMAS = ("llama", "llama-linear", "llama-dynamic", "llama-llama3", "mistral", "qwen2")
+TOL = 1e-5
+
+
+def _run(folder, spec=None, dtype=np.float32):
+    import jax
+
+    ck = checkpoint.load(folder)
+    spec = ck.spec if spec is None else spec
+    expected = np.load(Path(folder) / "expected.npz")
+    p = weights.params(ck, dtype)
+    logits, cap = jax.jit(lambda p, ids: forward.forward(p, ids, spec, capture=True))(
+        p, expected["input_ids"].astype(np.int32))
+    return ck, expected, np.asarray(logits), {k: np.asarray(v) for k, v in cap.items()}
+
+
+def _read(spec, n):
+    """(T, N, N) bool: the keys each layer's softmax reads (causal, within its sliding window), written
+    here from the window's definition i - W < j <= i."""
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    per = spec.windows if spec.windows is not None else (None,) * spec.layers
+    return np.stack([(j <= i) & (True if w is None else (i - j < w)) for w in per])
+
+
+@pytest.mark.parametrize("name", LLAMAS)
+def test_forward_matches_transformers_fixture(name):
+    ck, expected, logits, cap = _run(FIXTURES / name)
+    np.testing.assert_allclose(logits, expected["logits"], rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(cap["probs"], expected["attentions"], rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(cap["x"], expected["hidden_states"][:-1], rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(cap["hidden"], expected["hidden_states"][-1], rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(cap["a"], expected["attention_outputs"], rtol=TOL, atol=TOL)
+    n = logits.shape[0]
+    causal = np.tril(np.ones((n, n), bool))
+    # the logits as the softmax sees them, s_t q.k (float32 rounding of the unscaled q.k, up to |q| |k| ~ 10
+    # here, reaches 1.3e-5 on a near-zero entry)
+    s = cap["scale"][:, None, None]
+    np.testing.assert_allclose(s * cap["content"][..., causal], s * expected["content"][..., causal],
+                               rtol=TOL, atol=TOL)
+    # content is the full pre-softmax logit: probs = softmax(s_t content + mask) on the keys read, 0 elsewhere
+    assert np.all(cap["position"][:, causal] == 0) and np.all(cap["position"][:, ~causal] == -np.inf)
+    read = _read(ck.spec, n)[:, None]
+    z = np.where(read, cap["scale"][:, None, None, None] * cap["content"].astype(np.float64), -np.inf)
+    ref = np.exp(z - z.max(axis=-1, keepdims=True))
+    ref /= ref.sum(axis=-1, keepdims=True)
+    np.testing.assert_allclose(cap["probs"], ref, atol=1e-6)
+    assert np.all(cap["probs"][~np.broadcast_to(read, cap["probs"].shape)] == 0)
+    assert np.all(forward.slopes(ck.spec) == 0)
+
+
+def test_fixtures_exercise_each_setting():
+    """Each fixture's distinguishing setting matters: without it the forward no longer matches transformers."""
+    specs = {name: checkpoint.load(FIXTURES / name).spec for name in LLAMAS}
+    assert specs["llama"].groups == 2 and specs["llama"].heads == 4          # GQA, H / G = 2
+    assert specs["llama-linear"].groups == 1 and specs["llama-linear"].head_dim == 12  # MQA, head_dim != D / H
+    assert [specs[n].rope.kind for n in LLAMAS[:4]] == ["default", "linear", "dynamic", "llama3"]
+    assert specs["mistral"].windows == (5, 5) and specs["qwen2"].windows == (None, 6)
+    assert specs["qwen2"].biases == ("bq", "bk", "bv") and specs["mistral"].biases == ()
+    assert set(specs["llama-linear"].biases) == {"bq", "bk", "bv", "bo", "b1", "bg", "b2"}
+    changed = {
+        "llama-linear": dataclasses.replace(specs["llama-linear"], rope=Rope(10000.0)),
+        "llama-dynamic": dataclasses.replace(specs["llama-dynamic"], rope=Rope(10000.0)),
+        "llama-llama3": dataclasses.replace(specs["llama-llama3"], rope=Rope(10000.0)),
+        "mistral": dataclasses.replace(specs["mistral"], windows=None),
+        "qwen2": dataclasses.replace(specs["qwen2"], windows=None),
+        "llama": dataclasses.replace(specs["llama"], rope=None),
+    }
+    for name, spec in changed.items():
+        _, expected, logits, _ = _run(FIXTURES / name, spec)
+        assert np.abs(logits - expected["logits"]).max() > 1e-3, name
+
+
+def test_grouped_keys_are_shared_by_their_query_heads():
+    ck = checkpoint.load(FIXTURES / "llama")
+    p = weights.params(ck)
+    from safetensors import safe_open
+
+    with safe_open(str(FIXTURES / "llama" / "model.safetensors"), framework="numpy") as f:
+        k_proj = f.get_tensor("model.layers.1.self_attn.k_proj.weight")   # (G K, D), torch.nn.Linear layout
+        lm_head = f.get_tensor("lm_head.weight")
+    k = ck.spec.head_dim
+    for h in range(ck.spec.heads):
+        g = h // (ck.spec.heads // ck.spec.groups)
+        assert np.array_equal(p["blocks"]["wk"][1][:, h, :], k_proj[g * k:(g + 1) * k].T)
+    assert np.array_equal(p["unembed"], lm_head.T)                  # tie_word_embeddings false: its own head
+    assert "unembed" not in weights.params(checkpoint.load(FIXTURES / "qwen2"))  # tied
+
+
+def test_biases_are_read_and_required(tmp_path):
+    """Qwen2's q/k/v biases are non-zero and used; a bias the config promises but the files lack is refused."""
+    import jax
+
+    ck = checkpoint.load(FIXTURES / "qwen2")
+    p = weights.params(ck)
+    assert np.abs(p["blocks"]["bq"]).max() > 0.01 and np.all(p["blocks"]["bo"] == 0)
+    expected = np.load(FIXTURES / "qwen2" / "expected.npz")
+    ids = expected["input_ids"].astype(np.int32)
+    zeroed = {**p, "blocks": {**p["blocks"], "bk": np.zeros_like(p["blocks"]["bk"])}}
+    assert np.abs(np.asarray(jax.jit(lambda q: forward.forward(q, ids, ck.spec))(zeroed)) - expected["logits"]).max() > 1e-3
+    from safetensors.numpy import save_file
+    from safetensors import safe_open
+
+    with safe_open(str(FIXTURES / "qwen2" / "model.safetensors"), framework="numpy") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys() if k != "model.layers.1.self_attn.v_proj.bias"}
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    shutil.copy(FIXTURES / "qwen2" / "config.json", tmp_path / "config.json")
+    with pytest.raises(checkpoint.CheckpointError, match="v_proj.bias is missing") as err:
+        weights.params(checkpoint.load(tmp_path))
+    assert "\n" not in str(err.value)
+
+
+def _spec(rope: dict, **extra):
+    return spec_of({"model_type": "llama", "num_hidden_layers": 1, "num_attention_heads": 2, "hidden_size": 16,
+                    "vocab_size": 10, "intermediate_size": 8, "max_position_embeddings": 64, "rope_parameters": rope,
+                    **extra})
+
+
+def test_inverse_frequencies_closed_forms():
+    """Each rope type's w_c from its definition, written here term by term with math (K = 8, so c = 0..3)."""
+    k, theta = 8, 10000.0
+    base = [theta ** (-2 * c / k) for c in range(k // 2)]
+    spec = _spec({"rope_type": "default", "rope_theta": theta})
+    np.testing.assert_allclose(forward.inv_freq(spec, 5), base, rtol=1e-15)
+    np.testing.assert_allclose(forward.inv_freq(_spec({"rope_type": "linear", "factor": 4.0}), 5),
+                               [w / 4 for w in base], rtol=1e-15)
+    dyn = _spec({"rope_type": "dynamic", "factor": 2.0})
+    np.testing.assert_allclose(forward.inv_freq(dyn, 64), base, rtol=1e-15)     # up to max_position_embeddings
+    grown = theta * (2.0 * 100 / 64 - 1.0) ** (k / (k - 2))
+    np.testing.assert_allclose(forward.inv_freq(dyn, 100), [grown ** (-2 * c / k) for c in range(4)], rtol=1e-14)
+    l3 = _spec({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64})
+    # wavelengths 2 pi / w_c = 6.3, 62.8, 628, 6283 against the band edges 64 / 4 = 16 and 64 / 1 = 64
+    s = (64 / (2 * math.pi / base[1]) - 1.0) / (4.0 - 1.0)
+    want = [base[0], (1 - s) * base[1] / 8 + s * base[1], base[2] / 8, base[3] / 8]
+    np.testing.assert_allclose(forward.inv_freq(l3, 5), want, rtol=1e-14)
+    cos, sin = forward.rotary_tables(spec, 3)
+    assert cos.shape == (3, 8) and np.allclose(cos[2, 1], math.cos(2 * base[1])) and cos[2, 5] == cos[2, 1]
+    assert np.allclose(sin[1, 7], math.sin(base[3]))
+
+
+def test_rope_config_formats():
+    """transformers 5's rope_parameters and the older rope_scaling + rope_theta read alike."""
+    new = rope_of({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0},
+                   "max_position_embeddings": 64})
+    old = rope_of({"rope_scaling": {"type": "linear", "factor": 2.0}, "rope_theta": 500.0,
+                   "max_position_embeddings": 64})
+    assert new == old == Rope(500.0, "linear", 2.0)
+    assert rope_of({}) == Rope(10000.0)
+    l3 = rope_of({"rope_scaling": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4},
+                  "max_position_embeddings": 128})
+    assert l3.original_max_positions == 128            # defaults to max_position_embeddings, as transformers does
+
+
+@pytest.mark.parametrize("extra, match", [
+    ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0}}, "rope type 'yarn'"),
+    ({"rope_parameters": {"rope_type": "longrope"}}, "rope type 'longrope'"),
+    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
+    ({"hidden_act": "gelu"}, "hidden_act 'gelu'"),
+    ({"num_key_value_heads": 3}, "not a multiple of num_key_value_heads"),
+    ({"rope_parameters": {"rope_type": "linear"}}, "linear rope factor"),
+    ({"rope_parameters": {"full_attention": {"rope_type": "default"}}}, "per-layer-type"),
+])
+def test_unsupported_settings_are_one_line(extra, match):
+    config = {"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 16,
+              "vocab_size": 10, "intermediate_size": 8, "max_position_embeddings": 64, **extra}
+    with pytest.raises(UserError, match=match) as err:
+        spec_of(config)
+    assert "\n" not in str(err.value)
+
+
+def test_qwen2_windows_from_max_window_layers():
+    base = {"model_type": "qwen2", "num_hidden_layers": 4, "num_attention_heads": 2, "hidden_size": 8,
+            "vocab_size": 10, "intermediate_size": 8}
+    assert spec_of({**base, "use_sliding_window": True, "sliding_window": 3, "max_window_layers": 2}).windows == \
+        (None, None, 3, 3)
+    assert spec_of({**base, "use_sliding_window": False, "sliding_window": 3}).windows is None
+    with pytest.raises(UnsupportedModel, match="layer_types"):
+        spec_of({**base, "use_sliding_window": True, "layer_types": ["chunked_attention"] * 4})
+
+
+def _fixture_script():
+    path = Path(__file__).resolve().parent.parent / "scripts" / "make_hf_fixtures.py"
+    spec = importlib.util.spec_from_file_location("make_hf_fixtures", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", LLAMAS)
+def test_regenerated_fixture_matches(name, tmp_path):
+    """Where torch and transformers are installed: build the fixture anew with them and compare."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    folder = _fixture_script().make_fixture(name, tmp_path / name)
+    _, expected, logits, cap = _run(folder)
+    np.testing.assert_allclose(logits, expected["logits"], rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(cap["probs"], expected["attentions"], rtol=TOL, atol=TOL)
+
+
+@pytest.mark.parametrize("rope", [
+    {"rope_type": "default", "rope_theta": 500.0},
+    {"rope_type": "linear", "factor": 3.0, "rope_theta": 10000.0},
+    {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0},
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 64, "rope_theta": 500000.0},
+])
+def test_inverse_frequencies_equal_transformers(rope):
+    pytest.importorskip("torch")
+    utils = pytest.importorskip("transformers.modeling_rope_utils")
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    config = LlamaConfig(hidden_size=256, num_attention_heads=2, max_position_embeddings=128,
+                         rope_parameters=dict(rope))
+    spec = spec_of({"model_type": "llama", **json.loads(config.to_json_string())})
+    for n in (16, 128, 300):
+        if rope["rope_type"] == "default":
+            theirs = LlamaRotaryEmbedding.compute_default_rope_parameters(config)[0]
+        else:
+            theirs = utils.ROPE_INIT_FUNCTIONS[rope["rope_type"]](config, None, seq_len=n)[0]
+        np.testing.assert_allclose(forward.inv_freq(spec, n), theirs.numpy().astype(np.float64), rtol=1e-6)
