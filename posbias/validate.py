@@ -207,6 +207,12 @@ def _training_length(config: dict) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+def _rotary_length(config: dict) -> int | None:
+    """A rotary checkpoint's max_position_embeddings (its trained context; longer N extrapolate)."""
+    value = config.get("max_position_embeddings")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def _hf_subject(args) -> Subject:
     """A Hugging Face checkpoint folder (posbias.hf), measured on ``--data`` or the pydoc validation text."""
     from posbias.hf import checkpoint, data, weights
@@ -216,15 +222,24 @@ def _hf_subject(args) -> Subject:
     ck = checkpoint.load(args.checkpoint)
     spec = ck.spec
     text, label = data.read_text(args.data)
-    alibi = spec.positions == "alibi"
-    context = "ALiBi, no limit" if alibi else f"{spec.context} learned positions"
+    alibi, rotary = spec.positions == "alibi", spec.positions == "rotary"
+    context = ("ALiBi, no limit" if alibi else f"rotary, trained at {_rotary_length(ck.config)}" if rotary
+               else f"{spec.context} learned positions")
     kind = "causal decoder" if spec.causal else "encoder, full mask"
     line = (f"Hugging Face checkpoint: model_type {spec.model_type}, T = {spec.layers}, H = {spec.heads}, "
             f"width {spec.width}, vocab {spec.vocab}, context {context} ({kind}); data: {label}; "
             f"S = {args.samples} sequences per length; {args.precision} measurement.")
     mask = "causal mask" if spec.causal else "full mask"
     notes = ()
-    if not alibi:
+    if rotary:
+        notes += (f"Rotary positions (RoPE): the positional term is not a separable slope, so the ALiBi "
+                  f"prediction does not apply: (a) and (b) are pure {mask} rollouts (slopes 0, as for learned "
+                  f"positions); the rotation lives in the content logits (the full pre-softmax q.k), so it reaches "
+                  f"(c) only through the measured content diagonal and (e) through the measured kernels.",)
+        if spec.windows is not None:
+            notes += (f"Sliding windows {sorted({w for w in spec.windows if w is not None})}: (a)-(c) use the full "
+                      f"{mask}; (e) uses the measured (windowed) kernels.",)
+    elif not alibi:
         notes += (f"Learned absolute positions: no ALiBi term (slopes 0), so (a) and (b) are pure {mask} "
                   f"rollouts; the learned position signal lives in the content logits, so it reaches (c) only "
                   f"through the measured content diagonal and (e) through the measured kernels.",)
@@ -242,9 +257,10 @@ def _hf_subject(args) -> Subject:
         return lambda seqs, progress: measure(params, spec, seqs, precision=args.precision, memory=args.memory,
                                               progress=progress)
 
-    lengths = ALIBI_DEFAULT_LENGTHS if alibi else default_lengths(min(spec.context, ALIBI_DEFAULT_LENGTHS[-1]))
-    return Subject(str(ck.folder), line, notes, spec.context, context,
-                   _training_length(ck.config) if alibi else None, lengths, slopes(spec), spec.causal,
+    unlimited = alibi or rotary
+    lengths = ALIBI_DEFAULT_LENGTHS if unlimited else default_lengths(min(spec.context, ALIBI_DEFAULT_LENGTHS[-1]))
+    trained = _training_length(ck.config) if alibi else _rotary_length(ck.config) if rotary else None
+    return Subject(str(ck.folder), line, notes, spec.context, context, trained, lengths, slopes(spec), spec.causal,
                    sequences, measurer)
 
 

@@ -244,3 +244,112 @@ def test_inverse_frequencies_equal_transformers(rope):
         else:
             theirs = utils.ROPE_INIT_FUNCTIONS[rope["rope_type"]](config, None, seq_len=n)[0]
         np.testing.assert_allclose(forward.inv_freq(spec, n), theirs.numpy().astype(np.float64), rtol=1e-6)
+
+
+def test_measure_matches_transformers_tensors_and_a_numpy_rollout():
+    """S = 2 copies of the llama fixture's ids: lambda_t and the kernels from transformers' own tensors;
+    the (e) rollout and the attention-only (a) panel (slopes 0: the uniform causal kernel) by NumPy."""
+    from posbias.hf.measure import measure
+    from posbias.validate import predictions
+
+    ck = checkpoint.load(FIXTURES / "llama")
+    expected = np.load(FIXTURES / "llama" / "expected.npz")
+    ids = expected["input_ids"].astype(np.int32)
+    m = measure(weights.params(ck, np.float64), ck.spec, np.stack([ids, ids]), influence=False)
+    a = expected["attention_outputs"].astype(np.float64)
+    x = expected["hidden_states"][:-1].astype(np.float64)
+    an, xn = np.linalg.norm(a, axis=-1), np.linalg.norm(x, axis=-1)
+    np.testing.assert_allclose(m.lambdas, (an / (xn + an)).mean(axis=-1), rtol=1e-5)
+    assert np.all((m.lambdas > 0) & (m.lambdas < 1))
+    kernels = expected["attentions"].astype(np.float64).mean(axis=1)
+    np.testing.assert_allclose(m.kernels, kernels, atol=TOL)
+    assert np.abs(m.kernels.sum(axis=-1) - 1).max() < 1e-12 and np.all(np.triu(m.kernels, 1) == 0)
+    assert np.all(m.slopes == 0)
+    n = len(ids)
+    panels = predictions(m, m.slopes, causal=True)
+    row = np.eye(n)[-1]
+    for t in reversed(range(ck.spec.layers)):   # p = e_{N-1}^T R^(T-1) ... R^(0), R = (1 - lambda) I + lambda K
+        row = row @ ((1 - m.lambdas[t]) * np.eye(n) + m.lambdas[t] * m.kernels[t] / m.kernels[t].sum(-1, keepdims=True))
+    np.testing.assert_allclose(panels["e"], row, atol=1e-12)
+    uniform = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
+    np.testing.assert_allclose(panels["a"], np.eye(n)[-1] @ np.linalg.matrix_power(uniform, ck.spec.layers),
+                               atol=1e-12)
+
+
+def test_influence_equals_finite_differences():
+    """||d p_top1 / d e_j|| by jax.grad (rematerialised) against central differences of the checked forward,
+    on the Qwen2 fixture (biases and a sliding window of 6 < N = 9)."""
+    import jax
+
+    from posbias.hf.measure import measure
+
+    ck = checkpoint.load(FIXTURES / "qwen2")
+    ids = np.load(FIXTURES / "qwen2" / "expected.npz")["input_ids"][:9].astype(np.int32)
+    p64 = weights.params(ck, np.float64)
+    m = measure(p64, ck.spec, ids[None], precision="float64")
+    with jax.enable_x64(True):
+        top = int(np.argmax(np.asarray(forward.forward(p64, ids, ck.spec))[-1]))
+        e = p64["embed"][ids].copy()
+
+        def p_top(emb):
+            return jax.nn.softmax(forward.forward(p64, ids, ck.spec, embedded=emb)[-1])[top]
+
+        h = 1e-6
+        n, d = e.shape
+        steps = np.eye(n * d).reshape(n * d, n, d) * h
+        f = jax.jit(jax.vmap(p_top))
+        grad = ((np.asarray(f(e[None] + steps)) - np.asarray(f(e[None] - steps))) / (2 * h)).reshape(n, d)
+    norms = np.linalg.norm(grad, axis=-1)
+    np.testing.assert_allclose(m.grad_norms[0], norms, rtol=1e-5, atol=1e-9)
+    assert abs(m.influence.sum() - 1) < 1e-12
+
+
+def test_measure_command_end_to_end(tmp_path):
+    """``posbias measure FIXTURE``: the five files, lambda in [0, 1], stochastic causal kernels, influence
+    summing to 1, the rotary note, and a rollout of the written kernels."""
+    from posbias.cli import main as posbias_main
+
+    data = tmp_path / "docs.jsonl"
+    text = str(np.load(FIXTURES / "llama" / "expected.npz")["text"])
+    data.write_text("\n".join(json.dumps({"text": f"{text} {k}"}) for k in range(4)) + "\n")
+    out = tmp_path / "m"
+    assert posbias_main(["measure", str(FIXTURES / "llama"), "--data", str(data), "--tokens", "10", "--samples", "3",
+                         "--out", str(out), "--quiet"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["model_type"] == "llama" and report["slopes"] == [0.0] * 4
+    assert any("rotary" in note for note in report["notes"])
+    lam = np.array([[float(v) for v in line.split(",")] for line in (out / "lambdas.csv").read_text().splitlines()[1:]])
+    assert lam.shape == (2, 3) and np.all((lam[:, 1] >= 0) & (lam[:, 1] <= 1))
+    with np.load(out / "kernels.npz") as k:
+        kernels = k["kernels"]
+    assert kernels.shape == (2, 10, 10) and np.abs(kernels.sum(axis=-1) - 1).max() < 1e-12
+    assert np.all(kernels >= 0) and np.all(kernels[:, ~np.tril(np.ones((10, 10), bool))] == 0)
+    rows = (out / "influence.csv").read_text().splitlines()
+    influence = np.array([float(r.split(",")[1]) for r in rows[1:]])
+    assert len(influence) == 10 and np.all(influence >= 0) and abs(influence.sum() - 1) < 1e-9
+    assert posbias_main(["rollout", "--kernels", str(out / "kernels.npz"), "--causal",
+                         "--out", str(tmp_path / "r")]) == 0
+
+
+@pytest.mark.parametrize("name, n, batch", [("llama", 16, 1), ("mistral", 16, 2), ("llama-linear", 12, 1)])
+def test_memory_estimate_bounds_xla(name, n, batch):
+    """Capture and rematerialised gradient, float32: XLA's temp + output <= the estimate <= 4 x XLA's, and
+    XLA's arguments within the parameter count (a) (plus the ids)."""
+    import jax
+    import jax.numpy as jnp
+
+    from posbias.hf.measure import capture_fn, influence_fn
+    from posbias.hf.memory import estimate
+
+    ck = checkpoint.load(FIXTURES / name)
+    spec = ck.spec
+    tied = ck.config.get("tie_word_embeddings", False)
+    est = estimate(spec, n, 4, tied=tied)
+    shapes = jax.tree_util.tree_map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), weights.params(ck, np.float32))
+    ids = jax.ShapeDtypeStruct((batch, n), jnp.int32)
+    for fn, predicted in ((capture_fn(spec), est.workspace + (est.sums if batch > 1 else 0) + batch * est.capture),
+                          (influence_fn(spec), est.workspace + batch * est.gradient)):
+        stats = fn.lower(shapes, ids).compile().memory_analysis()
+        xla = stats.temp_size_in_bytes + stats.output_size_in_bytes
+        assert xla <= predicted <= 4 * xla, (name, xla, predicted)
+        assert stats.argument_size_in_bytes - 4 * batch * n <= est.params

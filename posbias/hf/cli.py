@@ -38,7 +38,14 @@ def _check_out(out: Path) -> None:
 def family_notes(spec) -> list[str]:
     """What a reader of report.json must know about how this family's measurement relates to the theory."""
     notes = []
-    if spec.positions != "alibi":
+    if spec.positions == "rotary":
+        notes.append("rotary positions (RoPE): not a separable slope, so the slopes in config.yaml are 0 and the "
+                     "ALiBi prediction does not apply; the content logits are the full pre-softmax q.k (rotation "
+                     "included)")
+        if spec.windows is not None:
+            notes.append(f"sliding-window attention (per layer: {list(spec.windows)}): a query reads only its W "
+                         f"latest keys; the kernels are measured with it")
+    elif spec.positions != "alibi":
         notes.append("learned absolute positions: the slopes in config.yaml are 0; the position signal is in "
                      "the content logits")
     if spec.alibi_rounding == "bfloat16":
