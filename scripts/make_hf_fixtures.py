@@ -1,8 +1,9 @@
 """Build the tiny Hugging Face fixtures of tests/fixtures/hf/ (needs torch and transformers: the ``[hf]`` extra).
 
-For each fixture (``FIXTURES``: BLOOM, GPT-2, MPT, three Falcon layouts with ALiBi, BERT) this
-builds a randomly initialised model from its transformers config class (2 layers, a few
-heads, width 32-64), saves it as a checkpoint folder (config.json, model.safetensors,
+For each fixture (``FAMILIES``: BLOOM, GPT-2, MPT, three Falcon layouts with ALiBi, BERT, and
+six of the Llama family, ``LLAMA_FIXTURES``: one of each rope_scaling type, GQA, biases, Mistral's
+and Qwen2's sliding windows) this builds a randomly initialised model from its transformers config
+class (2 layers, a few heads, width 32-64), saves it as a checkpoint folder (config.json, model.safetensors,
 tokenizer.json: a byte-level BPE trained here on a few KB of CPython's pydoc_data text),
 and records what transformers computes on fixed token ids, in float32, eval mode, eager
 attention:
@@ -12,7 +13,8 @@ attention:
   ``hidden_states`` (T + 1, N, D) (transformers' convention: the T block inputs, then
   the final hidden state after the last LayerNorm), ``attention_outputs`` (T, N, D) (the
   output projection's output, bias included, hooked on the module), ``content`` (T, H, N, N)
-  (raw q_i . k_j from the hooked QKV projections, split as transformers splits them);
+  (raw q_i . k_j from the hooked QKV projections, split as transformers splits them; the Llama
+  family: q_proj and k_proj rotated by the model's own rotary embedding, keys repeated per group);
 * Falcon: transformers' FalconModel adds the ALiBi term twice (in the attention and again
   folded into the mask; ``posbias.hf.families``). The standard keys hold the checkpoints'
   own semantics, computed with transformers' FalconDecoderLayer modules called in turn

@@ -73,6 +73,27 @@ def test_forward_matches_transformers_fixture(name):
     assert np.all(forward.slopes(ck.spec) == 0)
 
 
+def test_float64_forward_matches_fixture():
+    import jax
+
+    with jax.enable_x64(True):
+        _, expected, logits, cap = _run(FIXTURES / "llama-llama3", dtype=np.float64)
+    assert logits.dtype == np.float64 and cap["probs"].dtype == np.float64
+    np.testing.assert_allclose(logits, expected["logits"], rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(cap["probs"], expected["attentions"], rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(cap["hidden"], expected["hidden_states"][-1], rtol=TOL, atol=TOL)
+
+
+def test_window_mask_per_layer():
+    spec = checkpoint.load(FIXTURES / "qwen2").spec
+    assert forward.windows(spec, 16).tolist() == [17, 6]          # layer 0 full, layer 1 the 6 latest keys
+    assert forward.windows(spec, 4).tolist() == [5, 5]            # a window longer than N restricts nothing
+    _, _, _, cap = _run(FIXTURES / "qwen2")
+    probs = cap["probs"]
+    assert np.all(probs[1][:, 10, :5] == 0) and np.all(probs[1][:, 10, 5:11] > 0)
+    assert np.all(probs[0][:, 10, :11] > 0)
+
+
 def test_fixtures_exercise_each_setting():
     """Each fixture's distinguishing setting matters: without it the forward no longer matches transformers."""
     specs = {name: checkpoint.load(FIXTURES / name).spec for name in LLAMAS}

@@ -15,15 +15,24 @@ and "Comparing with measured influence"):
 * ``a`` (T, N, D): attention sub-layer outputs after the output projection (bias included);
 * ``probs`` (T, H, N, N): per-head attention probabilities;
 * ``content`` (T, H, N, N): raw content logits q_hi . k_hj (not scaled, no positional term;
-  entries above the diagonal are meaningless);
+  entries above the diagonal are meaningless). Rotary models (the Llama family): q and k are
+  rotated first, so ``content`` is the full pre-softmax logit q_rot,i . k_rot,j before the
+  1/sqrt(d_head) scaling: the rotation is not separable from it, as learned absolute
+  positions are not (the positional term below is then the mask alone, the slopes 0);
 * ``value_norms`` (T, H, N): ||W_O^h v_hj||, the norm of head h's value at key j after its slice of
   the output projection (no bias; Kobayashi et al. 2020);
 * ``scale`` (T,): the factor s_t the softmax applies to ``content``;
 * ``position`` (H, N, N): the ALiBi term -m_h (i - j) (Falcon: its bfloat16 form, see
   ``posbias.hf.families``; zeros for learned positions; -inf above the diagonal under a
-  causal mask), so that probs = softmax_j(scale_t * content + position);
+  causal mask), so that probs = softmax_j(scale_t * content + position); under a sliding
+  window (``Spec.windows``, ``windows``) layer t also masks the keys j <= i - W_t;
 * ``hidden``: (N, D) the final hidden state after the last LayerNorm (BERT: the last
   block's output; transformers' last ``hidden_states`` entry).
+
+Rotary tables are formed in float64 from ``inv_freq`` and cast to the compute dtype;
+transformers forms the frequencies and angles in float32, so at position i its angles
+differ by about i * 6e-8 (relative), below the fixtures' 1e-5 at N = 16 and 3e-6 at N = 64
+for the largest frequency 1 (the float64 angles are the exact ones).
 """
 
 from __future__ import annotations
