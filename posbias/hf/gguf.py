@@ -24,8 +24,9 @@ modeling_gguf_pytorch_utils.py, integrations/ggml.py, integrations/gguf/ of tran
   post_attention_layernorm, ``attn_q|k|v|output`` -> self_attn.q|k|v|o_proj, ``ffn_gate|up|down``
   -> mlp.gate|up|down_proj (``.weight``, ``.bias``); any other tensor is refused in one line;
 * values: each tensor is dequantized when asked for, one at a time, with
-  ``gguf.quants.dequantize`` (float32; every type that routine implements: F32, F16, BF16,
-  Q4_0 ... Q8_0, the K-quants, IQ*, TQ*), so the float32 model is only ever held once, in the
+  ``gguf.quants.dequantize`` (float32; every type that routine implements: with gguf 0.19 F32,
+  F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K ... Q6_K, the IQ and TQ types, MXFP4, NVFP4, but
+  not Q8_1, Q8_K, the integer types or F64), so the float32 model is only ever held once, in the
   caller's stacked arrays; a type it does not implement is refused in one line naming the
   type and the tensor, when the file is opened (one block of each type present is decoded then);
 * layout: GGUF's numpy shape is the reverse of its ggml ``ne``, i.e. a linear weight comes out
