@@ -199,6 +199,8 @@ def test_refusals_are_one_line(tmp_path, capsys):
     _refusal(tmp_path, capsys, freqs, "rope_freqs.weight")
     odd = gguf_files.write(LLAMA, tmp_path / "odd.gguf", extra={"blk.0.mystery.weight": np.ones(4, np.float32)})
     _refusal(tmp_path, capsys, odd, "blk.0.mystery.weight")
+    deep = gguf_files.write(LLAMA, tmp_path / "deep.gguf", extra={"blk.2.attn_norm.weight": np.ones(32, np.float32)})
+    _refusal(tmp_path, capsys, deep, "blk.2.attn_norm.weight", "block_count is 2")
     arch = gguf_files.write(LLAMA, tmp_path / "arch.gguf", arch="gemma2")
     _refusal(tmp_path, capsys, arch, "general.architecture 'gemma2'", "llama")
     spm = gguf_files.write(LLAMA, tmp_path / "spm.gguf", tokenizer_model="llama")

@@ -43,7 +43,7 @@ beyond the dequantizer's own float32 arithmetic.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -95,9 +95,9 @@ def unpermute(rows: np.ndarray, heads: int) -> np.ndarray:
 def _metadata(reader) -> dict:
     """key -> Python value of every metadata field (strings decoded, arrays as lists)."""
     out = {}
-    for key, field in reader.fields.items():
+    for key, entry in reader.fields.items():
         try:
-            out[key] = field.contents()
+            out[key] = entry.contents()
         except Exception as exc:  # gguf raises bare errors on malformed fields
             raise GGUFError(f"metadata field {key} is not readable ({exc})") from None
     return out
@@ -185,7 +185,7 @@ class GGUFCheckpoint(Checkpoint):
     """A GGUF file as a checkpoint (module docstring): ``folder`` is the file's path, ``files`` maps
     Hugging Face names to the reader's tensors, ``meta`` holds the raw metadata."""
 
-    meta: dict = None
+    meta: dict = field(default_factory=dict, compare=False, repr=False)
     permuted: bool = False
 
     def tensor(self, name: str) -> np.ndarray:
@@ -240,6 +240,11 @@ def load(path) -> GGUFCheckpoint:
         if name in files:
             raise GGUFError(f"{where}: tensor {t.name} appears twice")
         files[name] = t
+        block = _BLOCK.fullmatch(t.name)
+        if block and int(block.group(1)) >= spec.layers:
+            raise GGUFError(f"{where}: tensor {t.name} belongs to layer {block.group(1)}, but "
+                            f"{meta['general.architecture']}.block_count is {spec.layers} (refusing to measure a "
+                            f"truncated model)")
     _check_types(reader, where)
     prefix = next((p for p in family.base_prefixes if p + family.embed in files), None)
     if prefix is None:

@@ -53,7 +53,7 @@ import sys
 from dataclasses import dataclass
 
 from posbias.errors import UserError
-from posbias.hf.families import Spec, spec_of
+from posbias.hf.families import Spec, family_of, spec_of
 
 FLOAT64 = 8
 KNOWN = {   # the config.json fields spec_of reads, as published for these checkpoints
@@ -210,7 +210,8 @@ def main(argv=None) -> int:
                     raise UserError(f"{model}/config.json: not readable JSON ({exc})") from None
             else:
                 raise UserError(f"{model}: expected {' or '.join(KNOWN)} or a folder with a config.json")
-            rows += table_rows(model, spec_of(config, model), args.tokens, tied=config.get("tie_word_embeddings", True))
+            rows += table_rows(model, spec_of(config, model), args.tokens,
+                               tied=family_of(config.get("model_type"), model).tied(config))
     except UserError as exc:
         print(f"python -m posbias.hf.memory: error: {exc}", file=sys.stderr)
         return 2
