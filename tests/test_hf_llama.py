@@ -73,6 +73,24 @@ def test_forward_matches_transformers_fixture(name):
     assert np.all(forward.slopes(ck.spec) == 0)
 
 
+def test_forward_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np; from posbias.hf import checkpoint, forward, weights; "
+            f"ck = checkpoint.load({str(FIXTURES / 'mistral')!r}); p = weights.params(ck); "
+            "forward.forward(p, np.arange(7), ck.spec, capture=True); "
+            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_tied_default_follows_the_family():
+    from posbias.hf.families import BLOOM, LLAMA, QWEN2
+
+    assert LLAMA.tied({}) is False and QWEN2.tied({"tie_word_embeddings": True}) is True and BLOOM.tied({}) is True
+    assert LLAMA.tied({"tie_word_embeddings": None}) is False
+
+
 def test_float64_forward_matches_fixture():
     import jax
 

@@ -112,6 +112,13 @@ class Family:
     tied_default: bool = True      # tie_word_embeddings when config.json does not say
     eps_default: float = 1e-5      # the norm epsilon when config.json does not say
 
+    def tied(self, config: dict) -> bool:
+        """Whether the output projection is the token embedding: config.json's tie_word_embeddings, else
+        the family's default (true for BLOOM, GPT-2, MPT, Falcon; false for Llama, Mistral, Qwen2, as in
+        their transformers configs)."""
+        value = config.get("tie_word_embeddings")
+        return self.tied_default if value is None else bool(value)
+
 
 BLOOM = Family(
     model_type="bloom", summary="BLOOM (ALiBi, fused per-head QKV, embedding LayerNorm)",

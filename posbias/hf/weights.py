@@ -127,7 +127,7 @@ def params(ckpt: Checkpoint, dtype=np.float32) -> dict:
             wide = np.result_type(positions.dtype, np.float32)
             positions = positions.astype(wide) + np.asarray(ckpt.tensor(fam.token_type_embed))[0].astype(wide)
         out["positions"] = positions
-    if fam.lm_head is not None and not ckpt.config.get("tie_word_embeddings", fam.tied_default):
+    if fam.lm_head is not None and not fam.tied(ckpt.config):
         out["unembed"] = _cast(np.asarray(_top_level(ckpt, fam.lm_head)), dtype).T
     return out
 
