@@ -218,7 +218,9 @@ class Rope:
     * dynamic (NTK): for N tokens, L = max(N, max_positions) and theta' =
       theta ((factor L / max_positions) - (factor - 1))^(K / (K - 2)), w_c = theta'^(-2c/K)
       (so the default frequencies up to N = max_position_embeddings; transformers recomputes
-      them when a sequence grows past it);
+      them when a sequence grows past it, and keeps the grown ones for later sequences longer than
+      max_position_embeddings: its result then depends on the longest sequence seen before, ours is
+      that of a fresh model on each sequence);
     * llama3: with wavelength l_c = 2 pi / w_c, l_lo = original / low_freq_factor and
       l_hi = original / high_freq_factor: w_c / factor where l_c > l_lo, w_c where l_c < l_hi,
       and in between (1 - s) w_c / factor + s w_c, s = (original / l_c - low) / (high - low).
