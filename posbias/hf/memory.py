@@ -169,6 +169,73 @@ def batch_size(est: Estimate, memory: int, samples: int, influence: bool = True)
     return int(max(1, min(samples, memory // est.per_sequence(influence))))
 
 
+def host_bytes(spec: Spec, num_tokens: int, compute_itemsize: int, stored: int, samples: int = 1) -> int:
+    """(e) the host's bytes of one ``posbias measure`` run beyond the device's (module docstring), S T H N^2
+    aside: the weights as read (``stored`` bytes: the safetensors files), the accumulators (d) with the
+    capture's two batch sums c T H N^2 as they arrive, and what the outputs add: a float32 copy of the
+    per-head kernels, the float64 head mean and row-sum check 8 T N^2 and its compute copy c T N^2,
+    kernels.npz built in memory (per-head kernels at c, content logits at 8 and kernels at c, counted
+    twice: the buffer and its growth), the value-norm-weighted kernels (a float64 sum, the batch's
+    sum at c and their copies at c and in kernels.npz: (8 + 3 c) T N^2) and the S N float64 gradient
+    norms. Phases are added, not overlapped: an upper bound (tests/test_hostile_measure_validate.py
+    checks it against a process's peak resident memory)."""
+    t, h, n, c = spec.layers, spec.heads, num_tokens, compute_itemsize
+    stacked, kernels = t * h * n * n, t * n * n
+    accumulate = FLOAT64 * 2 * stacked + 2 * c * stacked + (FLOAT64 + 3 * c) * kernels
+    outputs = c * stacked + (FLOAT64 + c) * kernels + 2 * ((c + FLOAT64) * stacked + c * kernels)
+    return stored + accumulate + outputs + FLOAT64 * samples * n
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A measurement's batch B and its bytes on the host (``host_bytes``) and on the device (``Estimate.device``)."""
+
+    batch: int
+    host: int
+    device: int
+
+    @property
+    def total(self) -> int:
+        return self.host + self.device
+
+
+def run_budget(memory: int | None) -> tuple[int, str]:
+    """(bytes, label) a run may use: ``--memory`` where given and within the machine's limit
+    (``posbias.numerics.budget.memory_limit``: 80% of physical memory or POSBIAS_MEMORY_LIMIT), else
+    that limit. Host and device are counted together: exact on the CPU, conservative on a GPU."""
+    from posbias.numerics.budget import describe, memory_limit
+
+    try:
+        limit = memory_limit()
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if memory is not None and memory <= limit:
+        return memory, f"--memory {describe(memory)}"
+    above = f", below --memory {describe(memory)}" if memory is not None else ""
+    return limit, f"the machine's limit {describe(limit)} (80% of physical memory or POSBIAS_MEMORY_LIMIT{above})"
+
+
+def plan(spec: Spec, num_tokens: int, samples: int, compute_itemsize: int, stored: int, budget: tuple[int, str], *,
+         influence: bool = True, tied: bool = True, what: str = "the measurement") -> Plan:
+    """The largest batch B <= S whose host + device bytes fit ``budget`` (``run_budget``); UserError (one
+    line, with the figures at B = 1) when even one sequence per batch does not. Weights on the device at
+    the compute itemsize (the CPU casts them up: ``posbias.hf.measure.device_params``)."""
+    from posbias.numerics.budget import describe
+
+    budget, label = budget
+
+    est = estimate(spec, num_tokens, compute_itemsize, tied=tied)
+    host = host_bytes(spec, num_tokens, compute_itemsize, stored, samples)
+    one = Plan(1, host, est.device(1, influence))
+    if one.total > budget:
+        raise UserError(f"{what} at N = {num_tokens} needs about {describe(one.total)} (host {describe(one.host)}, "
+                        f"device {describe(one.device)} at one sequence per batch), more than {label}: "
+                        f"lower the length" + (" or raise --memory" if label.startswith("--memory") else ""))
+    room = budget - host - est.params - est.workspace - est.sums
+    batch = int(max(1, min(samples, room // est.per_sequence(influence))))
+    return Plan(batch, host, est.device(batch, influence))
+
+
 COLUMNS = ("model", "N", "parameters bf16", "parameters f32", "capture / sequence", "gradient / sequence",
            "gradient / sequence, no remat", "device, B = 1, bf16 weights", "device, B = 1, f32 weights",
            "host accumulators")
