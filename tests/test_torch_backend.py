@@ -168,3 +168,20 @@ def test_refusals_are_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "model_type 'mpt' is not in the transformers backend's table" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_validate_backends_agree_on_the_llama_fixture(tmp_path, capsys):
+    """posbias validate on the Llama fixture: every row of the report (W1 and TV of each panel) and the
+    sink diagnostics agree between the JAX and transformers backends within 1e-5."""
+    folder = FIXTURES / ("llama" if (FIXTURES / "llama").is_dir() else "gpt2")
+    args = ["validate", "--checkpoint", str(folder), "--lengths", "12", "--samples", "2", "--json"]
+    assert main([*args, "--out", str(tmp_path / "jax")]) == 0
+    assert main([*args, "--backend", "transformers", "--out", str(tmp_path / "pt")]) == 0
+    capsys.readouterr()
+    a, b = (json.loads((tmp_path / k / "report.json").read_text()) for k in ("jax", "pt"))
+    assert sorted(a["12"]) == sorted(b["12"])
+    for key, row in a["12"].items():
+        assert abs(row["w1"] - b["12"][key]["w1"]) < TOL and abs(row["tv"] - b["12"][key]["tv"]) < TOL, key
+    for name, values in a["sinks"]["12"].items():
+        np.testing.assert_allclose(b["sinks"]["12"][name], values, rtol=TOL, atol=TOL)
+    assert "Measured through transformers" in (tmp_path / "pt" / "report.md").read_text()
