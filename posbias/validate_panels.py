@@ -39,7 +39,7 @@ PANELS = {
     "f": "measured kernels, attention-only (lambda = 1)",
     "g": "value-norm-weighted kernels, measured lambda",
     "h": "value-norm-weighted kernels, attention-only",
-    "uniform": "baseline: uniform attention, measured lambda",
+    "uniform": "baseline: uniform attention (causal: Cesàro), measured lambda",
     "flat": "baseline: flat 1/N",
 }
 PREDICTIONS = ("f", "g", "h", "uniform", "flat")
@@ -164,6 +164,7 @@ def figure(panels_by_n: dict[int, dict[str, np.ndarray]], sinks_by_n: dict[int, 
         if "key0_mass_value_weighted" in sinks:
             ax.plot(layers, sinks["key0_mass_value_weighted"], "s-", label="value-weighted mass on key 0")
         ax.set_ylim(0, 1)
+        ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_xlabel("layer t")
         ax.set_title(f"sinks, N = {n}", fontsize=9)
         if "value_norm_ratio" in sinks:
