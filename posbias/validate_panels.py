@@ -154,6 +154,9 @@ def figure(panels_by_n: dict[int, dict[str, np.ndarray]], sinks_by_n: dict[int, 
             ax.plot(x, panels[key], lw=1.0, ls="-" if key in ("e", "g") else "--", color=f"C{(i + 4) % 10}",
                     label=f"({key})")
         ax.set_yscale("log")
+        measured = panels["d"][panels["d"] > 0]
+        if measured.size:   # the view of (d): a collapsed attention-only rollout would squash it to a line
+            ax.set_ylim(bottom=measured.min() * 1e-3)
         ax.set_title(f"kernel variants and baselines, N = {n}", fontsize=9)
         ax.set_xlabel("token position j")
         ax.legend(fontsize=6, loc="best")
