@@ -31,9 +31,12 @@ COLUMNS = ("p_first", "p_last", "argmin", "p_min", "entropy", "sum_lambda", "sum
 
 
 def run_demo(out: Path) -> int:
+    """Compute the three variants and write their set into ``out`` (posbias.files.write_run: all files
+    or none, one complete set when runs race); an unusable ``out`` is refused before any work."""
     from posbias import output
-    from posbias.files import write_run
+    from posbias.files import DEMO_FILES, check_out, write_run
 
+    check_out(out, DEMO_FILES)
     results = [(title, model.run()) for title, model in variants()]
     summaries = {title: r.summary.to_dict() for title, r in results}
     rows = [["variant", *COLUMNS]] + [

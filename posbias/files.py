@@ -47,10 +47,13 @@ FIT_FILES = ("fit.json", "fitted_profile.csv", "fit.png")
 MEASURE_FILES = ("rollout.yaml", "kernels.npz", "attention.npz", "influence.csv", "lambda.csv", "content.csv",
                  "measure.json", "lambda.png")
 HF_MEASURE_FILES = ("config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json")
-FILE_SETS = (ROLLOUT_FILES, DEMO_FILES, COMPARE_FILES, FIT_FILES, MEASURE_FILES, HF_MEASURE_FILES)
-"""The files one run of a command may write. A run that writes part of a set removes the rest
-of that set left by an earlier run (e.g. diagonal.csv of an earlier --diagonal run), so the
-folder always holds the files of one run only."""
+VALIDATE_FILES = ("report.json", "report.md", "validate.png", "profiles/*/*.csv", "kernels/*.npz")
+FILE_SETS = (ROLLOUT_FILES, DEMO_FILES, COMPARE_FILES, FIT_FILES, MEASURE_FILES, HF_MEASURE_FILES, VALIDATE_FILES)
+"""The files one run of a command may write (``*``: any name within one folder, e.g. validate's
+profiles/<N>/<panel>.csv). A run that writes a file of a set removes the rest of that set left by an
+earlier run (e.g. diagonal.csv of an earlier --diagonal run, or profiles/12/ of an earlier
+validate at other lengths), also of another command's set that shares the file (measure's
+kernels.npz, report.json), so the folder always holds the files of one run only."""
 
 
 def _fail(out_dir: Path, what: str, exc: BaseException | None = None) -> OutputError:
@@ -89,11 +92,28 @@ def remove_created(folders: list[Path]) -> None:
             return
 
 
-def _retired(names: list[str]) -> list[str]:
+def _retired(out_dir: Path, names: list[str]) -> list[Path]:
+    """The files in ``out_dir`` of every set (``FILE_SETS``) that shares a name with ``names``,
+    less ``names`` themselves."""
+    from fnmatch import fnmatchcase
+
+    written, old = set(names), set()
     for family in FILE_SETS:
-        if set(names) <= set(family):
-            return [n for n in family if n not in names]
-    return []
+        if any(fnmatchcase(name, member) for name in names for member in family):
+            old.update(p for member in family for p in out_dir.glob(member)
+                       if p.relative_to(out_dir).as_posix() not in written)
+    return sorted(old)
+
+
+def _remove_retired(out_dir: Path, names: list[str]) -> None:
+    """Unlink ``_retired`` files, then the folders (profiles/12/) they leave empty."""
+    for old in _retired(out_dir, names):
+        if old.is_file() or old.is_symlink():
+            old.unlink()
+            folder = old.parent
+            while folder != out_dir and not any(folder.iterdir()):
+                folder.rmdir()
+                folder = folder.parent
 
 
 STAMP_KEY = "posbias-set"
@@ -111,6 +131,21 @@ def set_stamp(texts: dict[str, str | bytes]) -> str:
             data = part.encode("utf-8") if isinstance(part, str) else part
             digest.update(len(data).to_bytes(8, "little") + data)
     return digest.hexdigest()
+
+
+def check_out(out_dir: Path, names=()) -> None:
+    """Refuse, before any work, an ``out_dir`` that ``write_run`` would refuse after it: a path that is
+    not a folder, or one of ``names`` there that is not a regular file (OutputError, one line)."""
+    out_dir = Path(out_dir)
+    try:
+        if os.path.lexists(out_dir) and not out_dir.is_dir():
+            raise _fail(out_dir, "exists and is not a folder")
+        for name in names:
+            target = out_dir / name
+            if os.path.lexists(target) and not (target.is_file() or target.is_symlink()):
+                raise _fail(out_dir, f"{name} exists and is not a regular file")
+    except OSError as exc:
+        raise _fail(out_dir, "cannot use this path", exc) from None
 
 
 def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None,
@@ -157,10 +192,7 @@ def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None,
                 (out_dir / name).parent.mkdir(parents=True, exist_ok=True)
                 os.replace(staging / name, out_dir / name)
                 written.append(out_dir / name)
-            for name in _retired(names):
-                old = out_dir / name
-                if old.is_file() or old.is_symlink():
-                    old.unlink()
+            _remove_retired(out_dir, names)
         return written
     except OSError as exc:
         if staging is not None:

@@ -183,7 +183,14 @@ def slopes_of(slopes, num_heads: int) -> np.ndarray:
         if slopes not in CONVENTIONS:
             raise ModelError(f"slopes: expected one of {', '.join(CONVENTIONS)} or explicit values, got {slopes!r}")
         return alibi_slopes(num_heads, slopes)
-    return np.asarray(slopes, dtype=np.float64)
+    values = np.asarray(slopes, dtype=np.float64)
+    if values.ndim not in (1, 2) or values.shape[-1] != num_heads:
+        flat = values.ravel()
+        shown = "[" + ", ".join(f"{v:g}" for v in flat[:8]) + (", ..." if flat.size > 8 else "") + "]"
+        raise ModelError(f"slopes: {values.size} explicit value{'s' * (values.size != 1)} {shown} (shape "
+                         f"{values.shape}) for heads = {num_heads}: expected one slope per head, {num_heads} "
+                         f"values, or a (T, {num_heads}) array")
+    return values
 
 
 def content_of(content_diagonal, num_layers: int, num_heads: int) -> np.ndarray:

@@ -37,6 +37,8 @@ import numpy as np
 from posbias import argtypes
 from posbias.argtypes import size
 from posbias.errors import UserError
+from posbias.validate_panels import PANELS as VARIANT_PANELS
+from posbias.validate_panels import PREDICTIONS as VARIANT_PREDICTIONS
 
 PANELS = {
     "a": "attention-only (lambda = 1)",
@@ -44,6 +46,7 @@ PANELS = {
     "c": "residual + measured content",
     "d": "measured influence",
     "e": "rollout of measured kernels",
+    **VARIANT_PANELS,
 }
 PREDICTIONS = ("a", "b", "c", "e")
 ALIBI_DEFAULT_LENGTHS = (128, 256)
@@ -91,24 +94,37 @@ def score(measured: np.ndarray, profiles: dict[str, np.ndarray]) -> dict[str, di
 
 
 def report_markdown(report: dict, *, source: str, model_line: str, notes: tuple[str, ...] = (),
-                    lambdas: dict | None = None) -> str:
-    """report.md: the model, the notes, and per N the table of (a), (b), (c), (e) against (d)."""
+                    lambdas: dict | None = None, sinks: dict | None = None) -> str:
+    """report.md: the model, the notes, and per N the table of (a), (b), (c), (e) and the rows of
+    ``posbias.validate_panels`` against (d), with whether each beats the flat baseline, and the sink
+    diagnostics (``sinks``: N -> ``posbias.validate_panels.sink_diagnostics``)."""
+    from posbias.validate_panels import BASELINES, sinks_markdown
+
     lines = [f"# posbias validate: {source}", "", model_line, ""]
     lines += [f"- {note}" for note in notes] + ([""] if notes else [])
     for n, rows in report.items():
-        best = min(rows, key=lambda k: rows[k]["w1"])
+        best = min((k for k in rows if k not in BASELINES), key=lambda k: rows[k]["w1"])
         lines += [f"## N = {n}", ""]
         if lambdas is not None:
             lam = np.asarray(lambdas[n])
             lines += ["Measured lambda_t: " + ", ".join(f"{v:.4f}" for v in lam) + f" (sum {lam.sum():.4f}).", ""]
-        lines += ["| panel | prediction | W1/(N-1) vs (d) | Spearman vs (d) | TV vs (d) |", "|---|---|---|---|---|"]
+        lines += ["| panel | prediction | W1/(N-1) vs (d) | Spearman vs (d) | TV vs (d) | beats flat |",
+                  "|---|---|---|---|---|---|"]
         for key, row in rows.items():
             rho = "n/a" if row["spearman"] is None else f"{row['spearman']:.4f}"
             mark = " (best W1)" if key == best else ""
-            lines.append(f"| ({key}) | {PANELS[key]}{mark} | {row['w1']:.5f} | {rho} | {row['tv']:.5f} |")
+            flat = {True: "yes", False: "no"}.get(row.get("beats_flat"), "—")
+            lines.append(f"| ({key}) | {PANELS[key]}{mark} | {row['w1']:.5f} | {rho} | {row['tv']:.5f} | {flat} |")
         beats = [k for k in ("b", "c") if rows[k]["w1"] < rows["a"]["w1"]]
         verdict = ("Neither (b) nor (c) beats", f"({''.join(beats)}) beats", "Both (b) and (c) beat")[len(beats)]
-        lines += ["", f"{verdict} the attention-only rollout (a) in W1.", ""]
+        lines += ["", f"{verdict} the attention-only rollout (a) in W1."]
+        if "flat" in rows:
+            winners = [f"({k})" for k, row in rows.items() if k not in BASELINES and row.get("beats_flat")]
+            lines += [f"{', '.join(winners) if winners else 'No prediction'} "
+                      f"{'beat' if len(winners) > 1 else 'beats'} the flat profile 1/N in W1."]
+        lines += [""]
+        if sinks is not None and n in sinks:
+            lines += sinks_markdown(sinks[n])
     return "\n".join(lines) + "\n"
 
 
@@ -147,8 +163,11 @@ class Subject:
     ``limit``: the longest N with ``limit_phrase`` naming it (None: no limit, ALiBi);
     ``training_length``: the length an ALiBi checkpoint was trained at, where known (longer N extrapolate);
     ``sequences(lengths, samples)``: N -> (S, N) held-out token ids for every length (refusing
-    text too short before anything is measured); ``measurer()``: loads the weights and returns
-    (sequences, progress) -> ``posbias.lm.measure.Measurement``."""
+    text too short before anything is measured); ``plan(lengths, samples)``: N -> sequences per
+    batch, refusing a length whose memory exceeds ``--memory`` before anything is read;
+    ``measurer()``: loads the weights and returns (sequences, batch, progress) ->
+    ``posbias.lm.measure.Measurement``; ``unused()``: a note on tensors the measured model did not
+    use, or None (after ``measurer``)."""
 
     source: str
     model_line: str
@@ -160,7 +179,9 @@ class Subject:
     slopes: np.ndarray
     causal: bool
     sequences: Callable[[tuple[int, ...], int], dict]
+    plan: Callable[[tuple[int, ...], int], dict]
     measurer: Callable[[], Callable]
+    unused: Callable[[], str | None] = lambda: None
 
 
 def _trained_subject(args) -> Subject:
@@ -192,13 +213,15 @@ def _trained_subject(args) -> Subject:
         return {n: heldout_sequences(validation, n, samples) for n in lengths}
 
     def measurer():
-        return lambda seqs, progress: measure(loaded.params, model, seqs, precision=args.precision,
-                                              memory=args.memory, progress=progress)
+        from posbias.lm.cli import TRAINED_BATCH_MEMORY
+
+        return lambda seqs, batch, progress: measure(loaded.params, model, seqs, precision=args.precision,
+                                                     memory=args.memory or TRAINED_BATCH_MEMORY, progress=progress)
 
     line = (f"Model T = {model.layers}, H = {model.heads}, width {model.width}, context {model.context}; "
             f"S = {args.samples} held-out sequences per length; {args.precision} measurement.")
     return Subject(source, line, (), model.context, f"context {model.context}", None, default_lengths(model.context),
-                   slopes_of(model), True, sequences, measurer)
+                   slopes_of(model), True, sequences, lambda lengths, samples: {n: None for n in lengths}, measurer)
 
 
 def _training_length(config: dict) -> int | None:
@@ -207,24 +230,41 @@ def _training_length(config: dict) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+def _rotary_length(config: dict) -> int | None:
+    """A rotary checkpoint's max_position_embeddings (its trained context; longer N extrapolate)."""
+    value = config.get("max_position_embeddings")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def _hf_subject(args) -> Subject:
     """A Hugging Face checkpoint folder (posbias.hf), measured on ``--data`` or the pydoc validation text."""
     from posbias.hf import checkpoint, data, weights
     from posbias.hf.forward import slopes
     from posbias.hf.measure import measure
+    from posbias.hf.memory import plan as memory_plan
+    from posbias.hf.memory import run_budget
 
     ck = checkpoint.load(args.checkpoint)
     spec = ck.spec
     text, label = data.read_text(args.data)
-    alibi = spec.positions == "alibi"
-    context = "ALiBi, no limit" if alibi else f"{spec.context} learned positions"
+    alibi, rotary = spec.positions == "alibi", spec.positions == "rotary"
+    context = ("ALiBi, no limit" if alibi else f"rotary, trained at {_rotary_length(ck.config)}" if rotary
+               else f"{spec.context} learned positions")
     kind = "causal decoder" if spec.causal else "encoder, full mask"
     line = (f"Hugging Face checkpoint: model_type {spec.model_type}, T = {spec.layers}, H = {spec.heads}, "
             f"width {spec.width}, vocab {spec.vocab}, context {context} ({kind}); data: {label}; "
             f"S = {args.samples} sequences per length; {args.precision} measurement.")
     mask = "causal mask" if spec.causal else "full mask"
     notes = ()
-    if not alibi:
+    if rotary:
+        notes += (f"Rotary positions (RoPE): the positional term is not a separable slope, so the ALiBi "
+                  f"prediction does not apply: (a) and (b) are pure {mask} rollouts (slopes 0, as for learned "
+                  f"positions); the rotation lives in the content logits (the full pre-softmax q.k), so it reaches "
+                  f"(c) only through the measured content diagonal and (e) through the measured kernels.",)
+        if spec.windows is not None:
+            notes += (f"Sliding windows {sorted({w for w in spec.windows if w is not None})}: (a)-(c) use the full "
+                      f"{mask}; (e) uses the measured (windowed) kernels.",)
+    elif not alibi:
         notes += (f"Learned absolute positions: no ALiBi term (slopes 0), so (a) and (b) are pure {mask} "
                   f"rollouts; the learned position signal lives in the content logits, so it reaches (c) only "
                   f"through the measured content diagonal and (e) through the measured kernels.",)
@@ -234,29 +274,52 @@ def _hf_subject(args) -> Subject:
     tokenizer = ck.tokenizer()
 
     def sequences(lengths, samples):
-        ids = data.token_ids(tokenizer, text)
-        return {n: data.windows(ids, n, samples, label, "--lengths N =") for n in sorted(lengths, reverse=True)}
+        from posbias.hf import bos
+
+        first = bos.bos_id(tokenizer, ck.config, getattr(args, "bos", "auto"), str(ck.folder))
+        return bos.windows(tokenizer, text, lengths, samples, label, first)
+
+    def plan(lengths, samples):
+        budget, stored = run_budget(args.memory), checkpoint.stored_bytes(ck)
+        itemsize = 8 if args.precision == "float64" else 4
+        tied = ck.family.tied(ck.config)
+        return {n: memory_plan(spec, n, samples, itemsize, stored + validate_bytes(spec, n), budget, tied=tied,
+                               what=f"posbias validate of {ck.folder}").batch for n in lengths}
 
     def measurer():
         params = weights.params(ck, None)
-        return lambda seqs, progress: measure(params, spec, seqs, precision=args.precision, memory=args.memory,
-                                              progress=progress)
+        return lambda seqs, batch, progress: measure(params, spec, seqs, precision=args.precision, batch=batch,
+                                                     progress=progress)
 
-    lengths = ALIBI_DEFAULT_LENGTHS if alibi else default_lengths(min(spec.context, ALIBI_DEFAULT_LENGTHS[-1]))
-    return Subject(str(ck.folder), line, notes, spec.context, context,
-                   _training_length(ck.config) if alibi else None, lengths, slopes(spec), spec.causal,
-                   sequences, measurer)
+    unlimited = alibi or rotary
+    lengths = ALIBI_DEFAULT_LENGTHS if unlimited else default_lengths(min(spec.context, ALIBI_DEFAULT_LENGTHS[-1]))
+    trained = _training_length(ck.config) if alibi else _rotary_length(ck.config) if rotary else None
+    return Subject(str(ck.folder), line, notes, spec.context, context, trained, lengths, slopes(spec), spec.causal,
+                   sequences, plan, measurer, lambda: checkpoint.unused_note(ck))
+
+
+def validate_bytes(spec, n: int) -> int:
+    """What validate holds beyond a measurement at N (``posbias.hf.memory.host_bytes``): the float64
+    kernels, their renormalised copy and the (e) rollout's stack, 3 x 8 T N^2."""
+    return 3 * 8 * spec.layers * n * n
 
 
 def _subject(args) -> Subject:
     """A Hugging Face checkpoint folder (the dispatch of ``posbias measure``) or the model trained here."""
-    from posbias.hf.checkpoint import is_checkpoint
-    from posbias.lm import checkpoint as ckpt
+    from posbias.hf.checkpoint import refuse_other, route
 
-    path = args.checkpoint
-    if path is not None and path.is_dir() and not (path / ckpt.CHECKPOINT).exists() and is_checkpoint(path):
-        return _hf_subject(args)
-    return _trained_subject(args)
+    kind = "trained" if args.checkpoint is None else route(args.checkpoint)
+    if kind == "other":
+        refuse_other(args.checkpoint, "--checkpoint")
+    backend = getattr(args, "backend", "jax")
+    if kind in ("hf", "gguf") and backend == "transformers":
+        from posbias.hf.torch_backend import validate_subject
+
+        return validate_subject(args, Subject)
+    if kind not in ("hf", "gguf") and (backend != "jax" or getattr(args, "bos", "auto") != "auto"):
+        raise ValidateError("--backend and --bos apply to Hugging Face checkpoints and .gguf files, not to a "
+                            "posbias train model (bytes, no BOS token)")
+    return _hf_subject(args) if kind in ("hf", "gguf") else _trained_subject(args)
 
 
 EPILOG = """\
@@ -301,19 +364,28 @@ def add_parser(subparsers) -> None:
                         "default: the pydoc_data validation topics")
     p.add_argument("--precision", choices=("float64", "float32"), default="float64",
                    help="measurement precision (default float64)")
-    p.add_argument("--memory", type=size, default=2**30, metavar="SIZE",
-                   help="memory budget of one batch of sequences (default 1G)")
+    p.add_argument("--memory", type=size, metavar="SIZE",
+                   help="Hugging Face checkpoints: memory budget of each length's measurement, host and device "
+                        "(default and at most: 80%% of physical memory or POSBIAS_MEMORY_LIMIT), refused before any "
+                        "weight is read when one sequence per batch exceeds it; a posbias train model: budget of "
+                        "one batch of sequences (default 1G)")
+    p.add_argument("--bos", choices=("auto", "yes", "no"), default="auto",
+                   help="Hugging Face checkpoints: start every window with the model's BOS token (yes), never (no), "
+                        "or as its tokenizer does for one input (auto, default); see posbias.hf.bos")
+    p.add_argument("--backend", choices=("jax", "transformers"), default="jax",
+                   help="Hugging Face checkpoints and .gguf files: measure with posbias's JAX forward (default) or "
+                        "with transformers' eager forward and PyTorch hooks (pip install 'posbias[hf]')")
     p.add_argument("--out", type=argtypes.path, help="output folder (default: posbias-out)")
     p.add_argument("--json", action="store_true", help="print report.json instead of the tables")
 
 
 def run(args) -> int:
-    from posbias.files import write_run
+    from posbias.files import check_out, write_run
     from posbias.output import position_csv
     from posbias.run import progress_bar
+    from posbias.validate_panels import extra_predictions, kernels_npz, mark_flat, sink_diagnostics
+    from posbias.validate_panels import figure as variants_figure
 
-    if args.out is not None and str(args.out).strip() == "":
-        raise ValidateError("--out: expected a folder name, got an empty string")
     if args.samples < 1:
         raise ValidateError(f"--samples: expected a positive integer, got {args.samples}")
     if args.checkpoint is not None and not args.checkpoint.exists():
@@ -323,6 +395,9 @@ def run(args) -> int:
     too_long = [n for n in lengths if subject.limit is not None and n > subject.limit]
     if too_long:
         raise ValidateError(f"--lengths: N = {too_long[0]} is longer than the model's {subject.limit_phrase}")
+    out = args.out or Path("posbias-out")
+    check_out(out, ("report.json", "report.md", "validate.png"))
+    batches = subject.plan(lengths, args.samples)
     sequences = subject.sequences(lengths, args.samples)
     notes = subject.notes
     beyond = [str(n) for n in lengths if subject.training_length is not None and n > subject.training_length]
@@ -330,27 +405,39 @@ def run(args) -> int:
         notes += (f"N = {', '.join(beyond)}: longer than the training length {subject.training_length} in "
                   f"config.json (ALiBi extrapolates).",)
     measure = subject.measurer()
-    report, panels_by_n, texts, lambdas = {}, {}, {}, {}
+    unused = subject.unused()
+    if unused:
+        print(f"posbias validate: warning: {unused}", file=sys.stderr)
+        notes += (unused,)
+    report, panels_by_n, texts, lambdas, sinks, sinks_by_n, binaries = {}, {}, {}, {}, {}, {}, {}
     for n in lengths:
         with progress_bar(not args.json, f"measure N = {n}", "sequences") as update:
-            m = measure(sequences[n], update)
+            m = measure(sequences[n], batches[n], update)
         panels = predictions(m, subject.slopes, causal=subject.causal)
+        panels.update(extra_predictions(m, causal=subject.causal))
         panels["d"] = m.influence
-        report[str(n)] = score(m.influence, {k: panels[k] for k in PREDICTIONS})
+        keys = [k for k in PREDICTIONS + VARIANT_PREDICTIONS if k in panels]
+        report[str(n)] = mark_flat(score(m.influence, {k: panels[k] for k in keys}))
+        sinks[str(n)] = sink_diagnostics(m, causal=subject.causal)
+        sinks_by_n[n] = sinks[str(n)]
+        binaries[f"kernels/{n}.npz"] = kernels_npz(m)
         panels_by_n[n] = panels
         lambdas[str(n)] = m.lambdas
-        for key in "abcde":
-            texts[f"profiles/{n}/{key}.csv"] = position_csv(probability=panels[key])
-    text = json.dumps(report, indent=2) + "\n"
+        for key in [*"abcde", *VARIANT_PREDICTIONS]:
+            if key in panels:
+                texts[f"profiles/{n}/{key}.csv"] = position_csv(probability=panels[key])
+        del m   # one measurement held at a time (posbias.hf.memory.plan counts one)
+    text = json.dumps({**report, "sinks": sinks}, indent=2) + "\n"
     texts["report.json"] = text
     texts["report.md"] = report_markdown(report, source=subject.source, model_line=subject.model_line,
-                                         notes=notes, lambdas=lambdas)
-    written = write_run(args.out or Path("posbias-out"), texts,
-                        {"validate.png": figure(panels_by_n, f"posbias validate: {subject.source}")})
+                                         notes=notes, lambdas=lambdas, sinks=sinks)
+    written = write_run(out, texts,
+                        {"validate.png": variants_figure(panels_by_n, sinks_by_n, f"posbias validate: {subject.source}")},
+                        binaries)
     if args.json:
         sys.stdout.write(text)
         return 0
     print(texts["report.md"].rstrip())
-    print(f"\nwrote {len(written)} files to {args.out or 'posbias-out'}: profiles/<N>/{{a,b,c,d,e}}.csv, "
-          "report.json, report.md, validate.png")
+    print(f"\nwrote {len(written)} files to {args.out or 'posbias-out'}: profiles/<N>/<panel>.csv, "
+          "kernels/<N>.npz, report.json, report.md, validate.png")
     return 0

@@ -1,8 +1,9 @@
 """Build the tiny Hugging Face fixtures of tests/fixtures/hf/ (needs torch and transformers: the ``[hf]`` extra).
 
-For each fixture (``FIXTURES``: BLOOM, GPT-2, MPT, three Falcon layouts with ALiBi, BERT) this
-builds a randomly initialised model from its transformers config class (2 layers, a few
-heads, width 32-64), saves it as a checkpoint folder (config.json, model.safetensors,
+For each fixture (``FAMILIES``: BLOOM, GPT-2, MPT, three Falcon layouts with ALiBi, BERT, and
+six of the Llama family, ``LLAMA_FIXTURES``: one of each rope_scaling type, GQA, biases, Mistral's
+and Qwen2's sliding windows) this builds a randomly initialised model from its transformers config
+class (2 layers, a few heads, width 32-64), saves it as a checkpoint folder (config.json, model.safetensors,
 tokenizer.json: a byte-level BPE trained here on a few KB of CPython's pydoc_data text),
 and records what transformers computes on fixed token ids, in float32, eval mode, eager
 attention:
@@ -12,7 +13,8 @@ attention:
   ``hidden_states`` (T + 1, N, D) (transformers' convention: the T block inputs, then
   the final hidden state after the last LayerNorm), ``attention_outputs`` (T, N, D) (the
   output projection's output, bias included, hooked on the module), ``content`` (T, H, N, N)
-  (raw q_i . k_j from the hooked QKV projections, split as transformers splits them);
+  (raw q_i . k_j from the hooked QKV projections, split as transformers splits them; the Llama
+  family: q_proj and k_proj rotated by the model's own rotary embedding, keys repeated per group);
 * Falcon: transformers' FalconModel adds the ALiBi term twice (in the attention and again
   folded into the mask; ``posbias.hf.families``). The standard keys hold the checkpoints'
   own semantics, computed with transformers' FalconDecoderLayer modules called in turn
@@ -40,7 +42,29 @@ from pathlib import Path
 
 import numpy as np
 
-FAMILIES = ("bert", "bloom", "falcon", "falcon-mq", "falcon-grouped", "gpt2", "mpt")
+FAMILIES = ("bert", "bloom", "falcon", "falcon-mq", "falcon-grouped", "gpt2", "mpt",
+            "llama", "llama-linear", "llama-dynamic", "llama-llama3", "mistral", "qwen2")
+# The Llama family's fixtures (model_type, config fields): grouped-query attention with H/G = 2 and an untied
+# head; one of each rope_scaling type (dynamic with max_position_embeddings < NUM_TOKENS, so the NTK base is
+# recomputed; llama3 with a frequency in each of its three bands), with biases, multi-query keys, a head_dim
+# that is not width / heads and tied embeddings among them; Mistral's sliding window and Qwen2's biases with a
+# sliding window on its second layer only, both windows shorter than NUM_TOKENS.
+LLAMA_FIXTURES = {
+    "llama": ("llama", dict(num_key_value_heads=2, rope_parameters={"rope_type": "default", "rope_theta": 500.0})),
+    "llama-linear": ("llama", dict(num_key_value_heads=1, head_dim=12, attention_bias=True, mlp_bias=True,
+                                   tie_word_embeddings=True,
+                                   rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0})),
+    "llama-dynamic": ("llama", dict(num_key_value_heads=4, max_position_embeddings=8,
+                                    rope_parameters={"rope_type": "dynamic", "factor": 3.0, "rope_theta": 10000.0})),
+    "llama-llama3": ("llama", dict(num_key_value_heads=2, max_position_embeddings=256,
+                                   rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 64,
+                                                    "rope_theta": 10000.0})),
+    "mistral": ("mistral", dict(num_key_value_heads=2, sliding_window=5,
+                                rope_parameters={"rope_type": "default", "rope_theta": 1000.0})),
+    "qwen2": ("qwen2", dict(num_key_value_heads=2, use_sliding_window=True, sliding_window=6, max_window_layers=1,
+                            tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1000.0})),
+}
 MPT_CLIP = 1.0
 TEXT = ("The attention of a transformer reads earlier positions; ALiBi subtracts a slope times the "
         "distance from each logit, so nearby tokens weigh more than distant ones.")
@@ -114,11 +138,33 @@ def _config(family: str, vocab: int):
                           intermediate_size=80, hidden_act="gelu", max_position_embeddings=32,
                           initializer_range=0.2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                           layer_norm_eps=1e-12, pad_token_id=0)
+    if family in LLAMA_FIXTURES:
+        from transformers import AutoConfig
+
+        model_type, fields = LLAMA_FIXTURES[family]
+        base = dict(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                    num_attention_heads=4, max_position_embeddings=32, rms_norm_eps=1e-5, initializer_range=0.2,
+                    hidden_act="silu", attention_dropout=0.0, tie_word_embeddings=False, bos_token_id=0,
+                    eos_token_id=0)
+        return AutoConfig.for_model(model_type, **{**base, **fields})
     raise ValueError(f"unknown family {family!r}; expected one of {FAMILIES}")
 
 
-def _content(family: str, attn, fused, config) -> np.ndarray:
-    """(H, N, N) raw q_i . k_j from the hooked QKV projection output(s), split as transformers splits them."""
+def _content(family: str, attn, fused, config, rotary=None) -> np.ndarray:
+    """(H, N, N) raw q_i . k_j from the hooked QKV projection output(s), split as transformers splits them
+    (the Llama family: after the rotary embedding, so the full pre-softmax logits before 1/sqrt(d_head))."""
+    import torch
+
+    if family in LLAMA_FIXTURES:  # q_proj, k_proj outputs rotated by the model's own rotary embedding, keys repeated
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repeat_kv
+
+        heads, kv, dim = config.num_attention_heads, config.num_key_value_heads, attn.head_dim
+        n = fused[0].shape[0]
+        q = fused[0].reshape(1, n, heads, dim).transpose(1, 2)
+        k = fused[1].reshape(1, n, kv, dim).transpose(1, 2)
+        cos, sin = rotary(q, torch.arange(n)[None])
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        return (q @ repeat_kv(k, heads // kv).transpose(2, 3))[0].numpy()
     if family == "bert":  # separate query and key linears: (N, D) each, viewed (N, H, K)
         q, k = (t.reshape(t.shape[0], config.num_attention_heads, -1) for t in fused[:2])
         return (q.permute(1, 0, 2) @ k.permute(1, 2, 0)).numpy()
@@ -146,6 +192,9 @@ def _modules(family: str, model):
     if family == "bert":
         return [(lay.attention.self, lay.attention.output.dense, [lay.attention.self.query, lay.attention.self.key])
                 for lay in model.encoder.layer]
+    if family in LLAMA_FIXTURES:
+        return [(lay.self_attn, lay.self_attn.o_proj, [lay.self_attn.q_proj, lay.self_attn.k_proj])
+                for lay in model.model.layers]
     out = []
     for block in (model.transformer.blocks if family == "mpt" else model.transformer.h):
         attn = block.attn if family in ("gpt2", "mpt") else block.self_attention
@@ -225,8 +274,10 @@ def make_fixture(family: str, folder) -> Path:
     for hook in hooks:
         hook.remove()
     per = len(modules[0][2])
-    content = np.stack([_content(family, attn, qkv[per * t:per * (t + 1)], config)
-                        for t, (attn, _, _) in enumerate(modules)]).astype(np.float32)
+    rotary = model.model.rotary_emb if family in LLAMA_FIXTURES else None
+    with torch.no_grad():
+        content = np.stack([_content(family, attn, qkv[per * t:per * (t + 1)], config, rotary)
+                            for t, (attn, _, _) in enumerate(modules)]).astype(np.float32)
     np.savez_compressed(
         folder / "expected.npz",
         input_ids=np.asarray(ids, np.int64), text=np.asarray(TEXT),

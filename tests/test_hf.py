@@ -159,12 +159,12 @@ def test_bfloat16_weights_are_cast_up(tmp_path):
 
 
 def test_unknown_model_type_is_one_line(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 2}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gemma", "num_hidden_layers": 2}))
     with pytest.raises(UnsupportedModel) as err:
         checkpoint.load(tmp_path)
     message = str(err.value)
     assert isinstance(err.value, UserError) and "\n" not in message
-    assert "'llama'" in message and "bloom" in message and "gpt2" in message
+    assert "'gemma'" in message and "bloom" in message and "llama" in message
 
 
 def test_bad_folders_are_one_line(tmp_path):

@@ -55,7 +55,8 @@ def test_command_writes_the_report_and_profiles(run, tmp_path, capsys):
     assert main(["validate", "--checkpoint", str(run), "--lengths", "8,16", "--samples", "3", "--out", str(out),
                  "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert sorted(report) == ["16", "8"] and sorted(report["16"]) == ["a", "b", "c", "e"]
+    assert sorted(report) == ["16", "8", "sinks"] and sorted(report["sinks"]) == ["16", "8"]
+    assert sorted(report["16"]) == ["a", "b", "c", "e", "f", "flat", "g", "h", "uniform"]
     for n in (8, 16):
         files = {k: np.loadtxt(out / "profiles" / str(n) / f"{k}.csv", delimiter=",", skiprows=1) for k in "abcde"}
         d = files["d"][:, 1]

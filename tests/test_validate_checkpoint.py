@@ -83,7 +83,7 @@ def test_report_recomputed_from_the_written_files(runs, family):
     code, out = runs[family]
     assert code == 0
     report = json.loads((out / "report.json").read_text())
-    assert sorted(report) == ["16", "32"]
+    assert sorted(report) == ["16", "32", "sinks"]
     spec = checkpoint.load(FIXTURES / family).spec
     for n in LENGTHS:
         panels = {k: _profile(out / "profiles" / str(n) / f"{k}.csv") for k in "abcde"}

@@ -4,7 +4,7 @@
   without a sharded index, tokenizer.json) read with the ``safetensors`` and ``tokenizers``
   packages;
 * ``posbias.hf.families``: the per-family table of weight names and conventions (BERT,
-  BLOOM, Falcon with ALiBi, GPT-2, MPT);
+  BLOOM, Falcon with ALiBi, GPT-2, MPT, and the rotary Llama family: Llama, Mistral, Qwen2);
 * ``posbias.hf.weights``: the tensors in one canonical layout, read layer by layer into
   preallocated stacks (one copy of the model);
 * ``posbias.hf.memory``: the memory model of a measurement (parameters, capture and

@@ -12,7 +12,8 @@ Tensor names are looked up with the family's base prefix (``transformer.`` for a
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -35,12 +36,17 @@ def _read_json(path: Path) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
+        raise CheckpointError(f"{path}: expected a JSON object, got {_json_kind(data)}")
     return data
 
 
+def _json_kind(value) -> str:
+    kinds = {list: "a list", str: "a string", bool: "true or false", int: "a number", float: "a number"}
+    return "null" if value is None else kinds.get(type(value), type(value).__name__)
+
+
 def is_checkpoint(folder) -> bool:
-    """True for a folder with a config.json naming a model_type (what ``posbias measure`` dispatches on)."""
+    """True for a folder with a config.json naming a model_type."""
     path = Path(folder) / "config.json"
     if not path.is_file():
         return False
@@ -48,6 +54,54 @@ def is_checkpoint(folder) -> bool:
         return "model_type" in json.loads(path.read_text())
     except (OSError, ValueError):
         return False
+
+
+ACCEPTS = ("a posbias train run folder or its checkpoint.npz, a Hugging Face checkpoint folder (config.json, "
+           "*.safetensors, tokenizer.json) or a .gguf file")
+"""What ``posbias measure`` and ``validate --checkpoint`` read, for the refusal of anything else."""
+
+TRAINED_FORMAT = "posbias-lm-checkpoint/"
+HF_MARKERS = ("*.safetensors", INDEX, "tokenizer.json")
+
+
+def route(path) -> str:
+    """Which reader a ``measure`` / ``validate --checkpoint`` path goes to, from names alone:
+
+    * ``"gguf"``: a file named ``*.gguf``;
+    * ``"trained"``: a folder with posbias train's checkpoint.npz or its config.json (format
+      ``posbias-lm-checkpoint/...``: a run folder whose checkpoint is missing), a folder with no
+      Hugging Face file at all, or a zip archive (a checkpoint.npz under any name);
+    * ``"hf"``: any other folder with a config.json (garbage, a list or no model_type are then
+      refused by ``load`` naming config.json) or with *.safetensors, the safetensors index or
+      tokenizer.json but no config.json;
+    * ``"other"``: any other file (a YAML config, a CSV): refused with ``ACCEPTS``."""
+    import zipfile
+
+    path = Path(path)
+    if path.is_file():
+        if path.suffix.lower() == ".gguf":
+            return "gguf"
+        return "trained" if zipfile.is_zipfile(path) else "other"
+    if not path.is_dir():
+        return "trained"   # absent: posbias.lm.checkpoint names the path
+    if (path / "checkpoint.npz").exists():
+        return "trained"
+    config = path / "config.json"
+    if config.is_file():
+        try:
+            data = json.loads(config.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return "hf"
+        trained = isinstance(data, dict) and str(data.get("format", "")).startswith(TRAINED_FORMAT)
+        return "trained" if trained else "hf"
+    return "hf" if any(next(path.glob(marker), None) is not None for marker in HF_MARKERS) else "trained"
+
+
+def refuse_other(path, flag: str) -> None:
+    """The one line for a path ``route`` calls ``"other"`` (``flag``: the argument that named it)."""
+    kind = {".yaml": "a YAML file", ".yml": "a YAML file", ".json": "a JSON file", ".csv": "a CSV file",
+            ".npy": "a .npy array"}.get(Path(path).suffix.lower(), "not a checkpoint")
+    raise CheckpointError(f"{flag} {path}: {kind}; expected {ACCEPTS}")
 
 
 def _weight_map(folder: Path) -> dict:
@@ -90,6 +144,7 @@ class Checkpoint:
     family: Family
     files: dict                   # tensor name -> Path
     prefix: str
+    read: set = field(default_factory=set, compare=False, repr=False)   # full names ``tensor`` returned
 
     def has(self, name: str) -> bool:
         return self.prefix + name in self.files
@@ -103,7 +158,9 @@ class Checkpoint:
             raise CheckpointError(f"{self.folder}: tensor {full} is missing (a {self.spec.model_type} checkpoint "
                                   f"should have it)")
         with safe_open(str(self.files[full]), framework="numpy") as f:
-            return f.get_tensor(full)
+            value = f.get_tensor(full)
+        self.read.add(full)
+        return value
 
     def tokenizer(self):
         """The folder's tokenizer.json as a ``tokenizers.Tokenizer``."""
@@ -121,12 +178,21 @@ class Checkpoint:
 def load(folder) -> Checkpoint:
     """Read a checkpoint folder's config and safetensors index (no tensor is read yet)."""
     folder = Path(folder)
+    if folder.suffix.lower() == ".gguf" and folder.is_file():
+        return _load_gguf(folder)
     if not folder.is_dir():
         raise CheckpointError(f"{folder}: not a folder (expected a Hugging Face checkpoint folder)")
     config_path = folder / "config.json"
+    if config_path.exists() and not config_path.is_file():
+        raise CheckpointError(f"{config_path}: not a regular file (expected the checkpoint's JSON config)")
     if not config_path.is_file():
         raise CheckpointError(f"{folder}: config.json is missing (expected a Hugging Face checkpoint folder)")
     config = _read_json(config_path)
+    if "model_type" not in config:
+        from posbias.hf.families import supported_line
+
+        raise CheckpointError(f"{config_path}: no model_type key (expected a Hugging Face config.json naming the "
+                              f"architecture; {supported_line()})")
     family = family_of(config.get("model_type"), str(config_path))
     spec = spec_of(config, str(config_path))
     files = _weight_map(folder)
@@ -134,4 +200,66 @@ def load(folder) -> Checkpoint:
     if prefix is None:
         raise CheckpointError(f"{folder}: no {family.embed} tensor (with or without a 'transformer.' prefix): "
                               f"not a {family.model_type} checkpoint")
+    _check_layers(folder, family, spec, files, prefix)
     return Checkpoint(folder, config, spec, family, files, prefix)
+
+
+def _check_layers(folder: Path, family: Family, spec: Spec, files: dict, prefix: str) -> None:
+    """Refuse files holding layers beyond config.json's count: measuring their first T layers would
+    be a truncated model (a missing layer is refused when its tensor is read)."""
+    pattern = re.compile(re.escape(prefix + family.layer).replace(re.escape("{i}"), r"(\d+)"))
+    beyond = [(int(m.group(1)), name) for name in files if (m := pattern.match(name)) and int(m.group(1)) >= spec.layers]
+    if beyond:
+        top = max(i for i, _ in beyond)
+        name = min(n for i, n in beyond if i == top)
+        raise CheckpointError(f"{folder}: tensor {name} belongs to layer {top}, but config.json gives "
+                              f"{spec.layers} layer{'s' * (spec.layers != 1)}: the files hold a {top + 1}-layer "
+                              f"model (refusing to measure a truncated one)")
+
+
+def stored_bytes(ckpt) -> int:
+    """Bytes of the files the tensors are read from (an upper bound of the weights as stored)."""
+    import os
+
+    try:
+        return sum(os.path.getsize(p) for p in set(ckpt.files.values()))
+    except (OSError, TypeError, AttributeError):
+        from posbias.hf.memory import params_bytes
+
+        return params_bytes(ckpt.spec, 4)
+
+
+BUFFERS = (".attn.bias", ".attn.masked_bias", ".position_ids", ".inv_freq")
+"""Name endings of buffers some saves keep beside the weights (GPT-2's causal mask, BERT's position
+ids, rotary frequencies): not parameters, never reported as unused."""
+
+
+def unused(ckpt: Checkpoint) -> list[str]:
+    """The tensors of the files that reading the canonical parameters (``posbias.hf.weights.params``)
+    did not use, less ``BUFFERS``: an untied output head read outside the base prefix counts as
+    used. Call after ``params``; transformers ignores such tensors too (with a warning)."""
+    head = ckpt.family.lm_head
+    tied = ckpt.family.tied(ckpt.config)
+    used = set(ckpt.read) | ({head} if head in ckpt.files and not tied
+                             else set())
+    return sorted(n for n in ckpt.files if n not in used and not n.endswith(BUFFERS))
+
+
+def unused_note(ckpt: Checkpoint) -> str | None:
+    """One line naming the unused tensors (``unused``), or None."""
+    names = unused(ckpt)
+    if not names:
+        return None
+    return (f"{len(names)} tensor{'s' * (len(names) != 1)} in {ckpt.folder} not used by config.json's model "
+            f"(e.g. {names[0]}): not measured")
+
+
+def _load_gguf(path: Path):
+    """A *.gguf file, read by ``posbias.hf.gguf`` where this posbias has it."""
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec("posbias.hf.gguf") is None:
+        raise CheckpointError(f"{path}: GGUF support not available in this posbias (expected a Hugging Face "
+                              f"checkpoint folder: config.json, *.safetensors, tokenizer.json)")
+    return importlib.import_module("posbias.hf.gguf").load(path)

@@ -47,6 +47,23 @@ tensors map onto W_q ... b_2:
   constant), the config's ``activation_function`` for GPT-2 or ``hidden_act`` for BERT
   (``gelu_new``, ``gelu_pytorch_tanh``: the tanh approximation; ``gelu``: the exact erf form),
   or the exact erf GELU for MPT and Falcon.
+
+The Llama family (``model_type`` llama, mistral, qwen2; ``Spec.positions`` "rotary") is the
+pre-LN block with RMSNorm(x) = x / sqrt(mean_d x_d^2 + eps) * g (no mean, no bias) for both
+norms and the final one, a SwiGLU MLP (``Spec.glu``): MLP(u) = (silu(u W_gate) * (u W_up)) W_down,
+separate q/k/v/o projections with ``num_key_value_heads`` G key/value heads (GQA: key/value
+head g serves query heads g H/G .. (g + 1) H/G - 1, transformers' repeat_kv), ``head_dim``
+from the config where it is given (else D / H), and rotary position embeddings on q and k
+(``Rope``; transformers' rotate-half layout: the pair (x_c, x_{c + K/2}) of channel c < K/2
+is rotated by the angle i w_c at position i, w_c = theta^(-2c/K) before scaling). The
+positional term is then not separable from the content logits: ``content`` is the full
+pre-softmax q_rot . k_rot and the position term is the mask alone (slopes 0, as for learned
+absolute positions). Biases: Llama's q/k/v/o have one each when ``attention_bias`` (its MLP
+when ``mlp_bias``), Qwen2's q/k/v always and its o_proj never, Mistral none; an expected bias
+missing from the files is an error, an absent one is zero. Sliding windows (Mistral's
+``sliding_window``, Qwen2's ``use_sliding_window`` with ``layer_types`` or, without it, the
+layers t >= ``max_window_layers``) restrict query i to the W keys i - W < j <= i
+(``Spec.windows``, transformers' sliding_window_overlay).
 """
 
 from __future__ import annotations
@@ -91,6 +108,16 @@ class Family:
     eps_key: str = "layer_norm_epsilon"
     optional_biases: bool = False  # a bias absent from the files is zero (MPT saves none)
     token_type_embed: str | None = None  # BERT: type 0 is added at every position
+    mlp_gate: tuple | None = None  # SwiGLU: (weight, bias) of the gate projection (``mlp_in`` is the up projection)
+    tied_default: bool = True      # tie_word_embeddings when config.json does not say
+    eps_default: float = 1e-5      # the norm epsilon when config.json does not say
+
+    def tied(self, config: dict) -> bool:
+        """Whether the output projection is the token embedding: config.json's tie_word_embeddings, else
+        the family's default (true for BLOOM, GPT-2, MPT, Falcon; false for Llama, Mistral, Qwen2, as in
+        their transformers configs)."""
+        value = config.get("tie_word_embeddings")
+        return self.tied_default if value is None else bool(value)
 
 
 BLOOM = Family(
@@ -148,7 +175,24 @@ BERT = Family(
     heads_key=("num_attention_heads",), width_key=("hidden_size",), eps_key="layer_norm_eps",
     token_type_embed="embeddings.token_type_embeddings.weight")
 
-FAMILIES = {f.model_type: f for f in (BERT, BLOOM, FALCON, GPT2, MPT)}
+LLAMA = Family(
+    model_type="llama", summary="Llama (RoPE with default/linear/dynamic/llama3 scaling, RMSNorm, SwiGLU, GQA)",
+    base_prefixes=("model.", ""), embed="embed_tokens.weight", embed_norm=None, position_embed=None,
+    layer="layers.{i}.", ln1=("input_layernorm.weight", None),
+    qkv=("self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight", "self_attn.k_proj.bias",
+         "self_attn.v_proj.weight", "self_attn.v_proj.bias"), qkv_layout="separate",
+    attn_out=("self_attn.o_proj.weight", "self_attn.o_proj.bias"), ln2=("post_attention_layernorm.weight", None),
+    mlp_in=("mlp.up_proj.weight", "mlp.up_proj.bias"), mlp_out=("mlp.down_proj.weight", "mlp.down_proj.bias"),
+    final_norm=("norm.weight", None), lm_head="lm_head.weight", linear_layout="out-in", positions="rotary",
+    layers_key=("num_hidden_layers",), heads_key=("num_attention_heads",), width_key=("hidden_size",),
+    eps_key="rms_norm_eps", optional_biases=True, mlp_gate=("mlp.gate_proj.weight", "mlp.gate_proj.bias"),
+    tied_default=False, eps_default=1e-6)
+MISTRAL = replace(LLAMA, model_type="mistral", summary="Mistral (Llama with a sliding window)")
+QWEN2 = replace(LLAMA, model_type="qwen2", summary="Qwen2 (Llama with q/k/v biases and optional sliding windows)")
+
+FAMILIES = {f.model_type: f for f in (BERT, BLOOM, FALCON, GPT2, LLAMA, MISTRAL, MPT, QWEN2)}
+ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
+BIASES = ("bq", "bk", "bv", "bo", "b1", "bg", "b2")   # the canonical biases (``posbias.hf.weights``)
 ACTIVATIONS = {"gelu_new": "gelu-tanh", "gelu_pytorch_tanh": "gelu-tanh", "gelu_fast": "gelu-tanh", "gelu": "gelu-erf"}
 
 
@@ -162,6 +206,34 @@ def family_of(model_type, where: str = "config.json") -> Family:
     if family is None:
         raise UnsupportedModel(f"{where}: model_type {model_type!r} is not supported; {supported_line()}")
     return family
+
+
+@dataclass(frozen=True)
+class Rope:
+    """Rotary position embeddings as transformers' modeling_rope_utils computes their inverse
+    frequencies w_c, c = 0 .. K/2 - 1 (K = head_dim; ``posbias.hf.forward.inv_freq``):
+
+    * default: w_c = theta^(-2c/K);
+    * linear: w_c / factor (positions interpolated by the factor);
+    * dynamic (NTK): for N tokens, L = max(N, max_positions) and theta' =
+      theta ((factor L / max_positions) - (factor - 1))^(K / (K - 2)), w_c = theta'^(-2c/K)
+      (so the default frequencies up to N = max_position_embeddings; transformers recomputes
+      them when a sequence grows past it, and keeps the grown ones for later sequences longer than
+      max_position_embeddings: its result then depends on the longest sequence seen before, ours is
+      that of a fresh model on each sequence);
+    * llama3: with wavelength l_c = 2 pi / w_c, l_lo = original / low_freq_factor and
+      l_hi = original / high_freq_factor: w_c / factor where l_c > l_lo, w_c where l_c < l_hi,
+      and in between (1 - s) w_c / factor + s w_c, s = (original / l_c - low) / (high - low).
+
+    Every type here has attention scaling 1 (yarn and longrope, which scale cos and sin, are refused)."""
+
+    theta: float = 10000.0
+    kind: str = "default"
+    factor: float = 1.0
+    max_positions: int | None = None          # dynamic: max_position_embeddings
+    low_freq_factor: float = 1.0              # llama3
+    high_freq_factor: float = 4.0             # llama3
+    original_max_positions: int | None = None  # llama3
 
 
 @dataclass(frozen=True)
@@ -192,10 +264,16 @@ class Spec:
     alibi_scale: float = 1.0            # Falcon: 1/sqrt(d_head) (module docstring)
     alibi_rounding: str | None = None   # Falcon: "bfloat16"
     lm_head: bool = True                # False: an encoder whose output is the final hidden state
+    norm: str = "layer"                 # "layer" (LayerNorm) or "rms" (RMSNorm: no mean, no bias)
+    glu: bool = False                   # SwiGLU MLP: (act(u W_gate) * u W_up) W_down
+    head_width: int | None = None       # head_dim given by the config (None: width / heads)
+    rope: Rope | None = None            # rotary positions
+    windows: tuple | None = None        # per layer: sliding window W (None: the full causal mask)
+    biases: tuple | None = None         # canonical biases the files must hold (None: the family's rule)
 
     @property
     def head_dim(self) -> int:
-        return self.width // self.heads
+        return self.head_width if self.head_width is not None else self.width // self.heads
 
     @property
     def groups(self) -> int:
@@ -232,10 +310,10 @@ def spec_of(config: dict, where: str = "config.json") -> Spec:
     heads = _int(config, family.heads_key, where)
     width = _int(config, family.width_key, where)
     vocab = _int(config, "vocab_size", where)
-    if width % heads:
+    if width % heads and not (family.positions == "rotary" and config.get("head_dim") is not None):
         raise UserError(f"{where}: {family.width_key[0]} = {width} is not a multiple of "
                         f"{family.heads_key[0]} = {heads}")
-    eps = config.get(family.eps_key, 1e-5)
+    eps = config.get(family.eps_key, family.eps_default)
     if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
         raise UserError(f"{where}: {family.eps_key} must be a positive number, got {eps!r}")
     shape = (layers, heads, width, vocab, float(eps))
@@ -250,6 +328,8 @@ def spec_of(config: dict, where: str = "config.json") -> Spec:
         return _falcon_spec(config, *shape, where)
     if family is BERT:
         return _bert_spec(config, *shape, where)
+    if family.positions == "rotary":
+        return _llama_spec(family, config, *shape, where)
     act = config.get("activation_function", "gelu_new")
     if act not in ACTIVATIONS:
         raise UnsupportedModel(f"{where}: GPT-2 activation_function {act!r} is not supported; "
@@ -327,6 +407,94 @@ def _bert_spec(config: dict, layers: int, heads: int, width: int, vocab: int, ep
     return Spec("bert", layers, heads, width, vocab, eps, ACTIVATIONS[act], "learned", True,
                 _int(config, "max_position_embeddings", where), causal=False, block="post-ln",
                 mlp_width=_int(config, "intermediate_size", where), lm_head=False)
+
+
+def _number(value, what: str, where: str, *, minimum: float = 0.0) -> float:
+    """A number > ``minimum`` (booleans refused)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > minimum:
+        raise UserError(f"{where}: {what} must be a number > {minimum:g}, got {value!r}")
+    return float(value)
+
+
+def rope_of(config: dict, where: str = "config.json") -> Rope:
+    """The ``Rope`` of a Llama-family config: transformers 5's ``rope_parameters`` or the older
+    ``rope_scaling`` (key ``rope_type`` or ``type``) with a top-level ``rope_theta`` (default 10000);
+    llama3's original_max_position_embeddings defaults to max_position_embeddings, as transformers'
+    standardize_rope_params sets it."""
+    params = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    if not isinstance(params, dict):
+        raise UserError(f"{where}: rope_parameters must be an object, got {params!r}")
+    if any(isinstance(v, dict) for v in params.values()):
+        raise UnsupportedModel(f"{where}: per-layer-type rope_parameters are not supported")
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in ROPE_TYPES:
+        raise UnsupportedModel(f"{where}: rope type {kind!r} is not supported; expected one of {list(ROPE_TYPES)}")
+    partial = params.get("partial_rotary_factor", config.get("partial_rotary_factor"))
+    if partial not in (None, 1, 1.0):
+        raise UnsupportedModel(f"{where}: partial_rotary_factor = {partial!r} is not supported (only 1)")
+    theta = _number(params.get("rope_theta", config.get("rope_theta", 10000.0)), "rope_theta", where)
+    if kind == "default":
+        return Rope(theta)
+    factor = _number(params.get("factor"), f"the {kind} rope factor", where)
+    max_positions = _int(config, "max_position_embeddings", where)
+    if kind == "linear":
+        return Rope(theta, kind, factor)
+    if kind == "dynamic":
+        return Rope(theta, kind, factor, max_positions=max_positions)
+    low = _number(params.get("low_freq_factor"), "llama3 low_freq_factor", where)
+    high = _number(params.get("high_freq_factor"), "llama3 high_freq_factor", where)
+    if not high > low:
+        raise UserError(f"{where}: llama3 high_freq_factor = {high} must exceed low_freq_factor = {low}")
+    original = params.get("original_max_position_embeddings", config.get("original_max_position_embeddings"))
+    original = max_positions if original is None else _int({"original_max_position_embeddings": original},
+                                                             "original_max_position_embeddings", where)
+    return Rope(theta, kind, factor, low_freq_factor=low, high_freq_factor=high, original_max_positions=original)
+
+
+def _windows(family: Family, config: dict, layers: int, where: str) -> tuple | None:
+    """Per-layer sliding windows (module docstring), None when no layer has one."""
+    if family is MISTRAL:
+        window = config.get("sliding_window")
+        per_layer = [window] * layers
+    elif family is QWEN2:
+        window = config.get("sliding_window", 4096) if _flag(config, "use_sliding_window", False, where) else None
+        kinds = config.get("layer_types")
+        if kinds is None:
+            first = config.get("max_window_layers", 28)
+            kinds = ["sliding_attention" if window is not None and t >= first else "full_attention"
+                     for t in range(layers)]
+        if not isinstance(kinds, list) or len(kinds) != layers or \
+                any(k not in ("sliding_attention", "full_attention") for k in kinds):
+            raise UnsupportedModel(f"{where}: layer_types must list {layers} of 'full_attention' or "
+                                   f"'sliding_attention', got {kinds!r}")
+        per_layer = [window if k == "sliding_attention" else None for k in kinds]
+    else:
+        return None
+    if all(w is None for w in per_layer):
+        return None
+    return tuple(None if w is None else _int({"sliding_window": w}, "sliding_window", where) for w in per_layer)
+
+
+def _llama_spec(family: Family, config: dict, layers: int, heads: int, width: int, vocab: int, eps: float,
+                where: str) -> Spec:
+    act = config.get("hidden_act", "silu")
+    if act != "silu":
+        raise UnsupportedModel(f"{where}: {family.model_type} hidden_act {act!r} is not supported (only 'silu')")
+    kv = _int(config, "num_key_value_heads", where) if config.get("num_key_value_heads") is not None else heads
+    if heads % kv:
+        raise UserError(f"{where}: num_attention_heads = {heads} is not a multiple of num_key_value_heads = {kv}")
+    head_dim = _int(config, "head_dim", where) if config.get("head_dim") is not None else width // heads
+    if family is QWEN2:
+        biases = ("bq", "bk", "bv")
+    elif family is MISTRAL:
+        biases = ()
+    else:
+        biases = (("bq", "bk", "bv", "bo") if _flag(config, "attention_bias", False, where) else ()) + \
+                 (("b1", "bg", "b2") if _flag(config, "mlp_bias", False, where) else ())
+    return Spec(family.model_type, layers, heads, width, vocab, eps, "silu", "rotary", False, None,
+                kv_groups=kv, mlp_width=_int(config, "intermediate_size", where), norm="rms", glu=True,
+                head_width=head_dim, rope=rope_of(config, where), windows=_windows(family, config, layers, where),
+                biases=biases)
 
 
 def layer_norm_names(family: Family, spec: Spec) -> tuple[tuple, tuple]:

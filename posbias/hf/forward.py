@@ -15,13 +15,24 @@ and "Comparing with measured influence"):
 * ``a`` (T, N, D): attention sub-layer outputs after the output projection (bias included);
 * ``probs`` (T, H, N, N): per-head attention probabilities;
 * ``content`` (T, H, N, N): raw content logits q_hi . k_hj (not scaled, no positional term;
-  entries above the diagonal are meaningless);
+  entries above the diagonal are meaningless). Rotary models (the Llama family): q and k are
+  rotated first, so ``content`` is the full pre-softmax logit q_rot,i . k_rot,j before the
+  1/sqrt(d_head) scaling: the rotation is not separable from it, as learned absolute
+  positions are not (the positional term below is then the mask alone, the slopes 0);
+* ``value_norms`` (T, H, N): ||W_O^h v_hj||, the norm of head h's value at key j after its slice of
+  the output projection (no bias; Kobayashi et al. 2020);
 * ``scale`` (T,): the factor s_t the softmax applies to ``content``;
 * ``position`` (H, N, N): the ALiBi term -m_h (i - j) (Falcon: its bfloat16 form, see
   ``posbias.hf.families``; zeros for learned positions; -inf above the diagonal under a
-  causal mask), so that probs = softmax_j(scale_t * content + position);
+  causal mask), so that probs = softmax_j(scale_t * content + position); under a sliding
+  window (``Spec.windows``, ``windows``) layer t also masks the keys j <= i - W_t;
 * ``hidden``: (N, D) the final hidden state after the last LayerNorm (BERT: the last
   block's output; transformers' last ``hidden_states`` entry).
+
+Rotary tables are formed in float64 from ``inv_freq`` and cast to the compute dtype;
+transformers forms the frequencies and angles in float32, so at position i its angles
+differ by about i * 6e-8 (relative), below the fixtures' 1e-5 at N = 16 and 3e-6 at N = 64
+for the largest frequency 1 (the float64 angles are the exact ones).
 """
 
 from __future__ import annotations
@@ -75,10 +86,73 @@ def _layer_norm(x, g, b, eps):
     return (x - mu) / jnp.sqrt(var + eps) * g + b
 
 
+def _rms_norm(x, g, eps):
+    import jax.numpy as jnp
+
+    return x / jnp.sqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * g
+
+
+def _norm(x, p: dict, name: str, spec: Spec):
+    """LayerNorm with gain and bias ``name_g``, ``name_b``, or RMSNorm with gain ``name_g`` (``spec.norm``)."""
+    if spec.norm == "rms":
+        return _rms_norm(x, p[name + "_g"], spec.eps)
+    return _layer_norm(x, p[name + "_g"], p[name + "_b"], spec.eps)
+
+
+def inv_freq(spec: Spec, num_tokens: int) -> np.ndarray:
+    """(K/2,) float64 rotary inverse frequencies w_c of ``spec.rope`` for a sequence of N tokens
+    (``posbias.hf.families.Rope`` states the four types; transformers forms them in float32, which
+    differs by about 1e-7 relative)."""
+    rope, dim = spec.rope, spec.head_dim
+    exponents = np.arange(0, dim, 2, dtype=np.float64) / dim
+    theta = rope.theta
+    if rope.kind == "dynamic":
+        length = max(num_tokens, rope.max_positions)
+        theta = theta * (rope.factor * length / rope.max_positions - (rope.factor - 1)) ** (dim / (dim - 2))
+    w = 1.0 / theta ** exponents
+    if rope.kind == "linear":
+        return w / rope.factor
+    if rope.kind == "llama3":
+        wavelength = 2 * np.pi / w
+        low, high = rope.low_freq_factor, rope.high_freq_factor
+        longest, shortest = rope.original_max_positions / low, rope.original_max_positions / high
+        scaled = np.where(wavelength > longest, w / rope.factor, w)
+        smooth = (rope.original_max_positions / wavelength - low) / (high - low)
+        medium = (wavelength >= shortest) & (wavelength <= longest)
+        return np.where(medium, (1 - smooth) * scaled / rope.factor + smooth * scaled, scaled)
+    return w
+
+
+def rotary_tables(spec: Spec, num_tokens: int):
+    """(cos, sin), each (N, K) float64: cos(i w_c) and sin(i w_c) at position i for channels c and
+    c + K/2 (transformers' layout: the frequencies concatenated twice)."""
+    w = inv_freq(spec, num_tokens)
+    angles = np.arange(num_tokens, dtype=np.float64)[:, None] * np.concatenate([w, w])[None, :]
+    return np.cos(angles), np.sin(angles)
+
+
+def rotate(z, cos, sin):
+    """z (H, N, K) rotated by rotate-half: z cos + [-z_{K/2:}, z_{:K/2}] sin."""
+    import jax.numpy as jnp
+
+    half = z.shape[-1] // 2
+    return z * cos + jnp.concatenate([-z[..., half:], z[..., :half]], axis=-1) * sin
+
+
+def windows(spec: Spec, num_tokens: int) -> np.ndarray:
+    """(T,) int32: each layer's sliding window W (key j read by query i iff i - W < j <= i); N + 1
+    (no restriction) where ``spec.windows`` has none."""
+    full = num_tokens + 1
+    per = spec.windows if spec.windows is not None else (None,) * spec.layers
+    return np.asarray([full if w is None else min(w, full) for w in per], np.int32)
+
+
 def _activation(u, kind: str):
     import jax
     import jax.numpy as jnp
 
+    if kind == "silu":
+        return jax.nn.silu(u)
     if kind == "gelu-bloom":
         return u * 0.5 * (1.0 + jnp.tanh(BLOOM_GELU * u * (1.0 + 0.044715 * u * u)))
     return jax.nn.gelu(u, approximate=(kind == "gelu-tanh"))
@@ -142,35 +216,50 @@ def forward(params: dict, ids, spec: Spec, *, capture: bool = False, embedded=No
         x0 = _layer_norm(x0, params["embn_g"], params["embn_b"], spec.eps)
     pos = position_term(spec, n, dtype)
     scales = jnp.asarray(softmax_scales(spec), dtype)
+    if spec.rope is not None:
+        cos, sin = (jnp.asarray(table, dtype) for table in rotary_tables(spec, n))
+    distance = jnp.arange(n)[:, None] - jnp.arange(n)[None, :]
 
     def step(x, inputs):
-        p, s = inputs
-        h = x if spec.block == "post-ln" else _layer_norm(x, p["ln1_g"], p["ln1_b"], spec.eps)
+        p, s, window = inputs
+        h = x if spec.block == "post-ln" else _norm(x, p, "ln1", spec)
         q = jnp.einsum("nd,dhk->hnk", h, p["wq"]) + p["bq"][:, None, :]
         k = jnp.einsum("nd,dhk->hnk", h, p["wk"]) + p["bk"][:, None, :]
         v = jnp.einsum("nd,dhk->hnk", h, p["wv"]) + p["bv"][:, None, :]
         if spec.clip_qkv is not None:
             q, k, v = (jnp.clip(z, -spec.clip_qkv, spec.clip_qkv) for z in (q, k, v))
+        if spec.rope is not None:
+            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         content = jnp.einsum("hik,hjk->hij", q, k)
-        probs = jax.nn.softmax(s * content + pos, axis=-1)
+        logits = s * content + pos
+        if spec.windows is not None:
+            logits = jnp.where(distance < window, logits, -jnp.inf)
+        probs = jax.nn.softmax(logits, axis=-1)
         a = jnp.einsum("hnk,hkd->nd", jnp.einsum("hij,hjk->hik", probs, v), p["wo"]) + p["bo"]
 
         def mlp(u):
-            return _activation(u @ p["w1"] + p["b1"], spec.activation) @ p["w2"] + p["b2"]
+            up = u @ p["w1"] + p["b1"]
+            if spec.glu:
+                return (_activation(u @ p["wg"] + p["bg"], spec.activation) * up) @ p["w2"] + p["b2"]
+            return _activation(up, spec.activation) @ p["w2"] + p["b2"]
 
         if spec.block == "post-ln":
-            y = _layer_norm(x + a, p["ln1_g"], p["ln1_b"], spec.eps)
-            out = _layer_norm(y + mlp(y), p["ln2_g"], p["ln2_b"], spec.eps)
+            y = _norm(x + a, p, "ln1", spec)
+            out = _norm(y + mlp(y), p, "ln2", spec)
         elif spec.block.startswith("parallel"):
-            out = x + a + mlp(_layer_norm(x, p["ln2_g"], p["ln2_b"], spec.eps))
+            out = x + a + mlp(_norm(x, p, "ln2", spec))
         else:
             y = (h if spec.residual_post_ln else x) + a
-            u = _layer_norm(y, p["ln2_g"], p["ln2_b"], spec.eps)
+            u = _norm(y, p, "ln2", spec)
             out = (u if spec.residual_post_ln else y) + mlp(u)
-        return out, ((x, a, probs, content) if capture else None)
+        if not capture:
+            return out, None
+        value_norms = jnp.linalg.norm(jnp.einsum("hjk,hkd->hjd", v, p["wo"]), axis=-1)  # ||W_O^h v_hj||, (H, N)
+        return out, (x, a, probs, content, value_norms)
 
-    x, ys = jax.lax.scan(jax.checkpoint(step) if remat else step, x0, (params["blocks"], scales))
-    hidden = _layer_norm(x, params["lnf_g"], params["lnf_b"], spec.eps) if "lnf_g" in params else x
+    inputs = (params["blocks"], scales, jnp.asarray(windows(spec, n)))
+    x, ys = jax.lax.scan(jax.checkpoint(step) if remat else step, x0, inputs)
+    hidden = _norm(x, params, "lnf", spec) if "lnf_g" in params else x
     out = hidden[-1:] if last_only else hidden
     if not spec.lm_head:
         logits = out
@@ -178,6 +267,7 @@ def forward(params: dict, ids, spec: Spec, *, capture: bool = False, embedded=No
         logits = out @ (params["unembed"] if "unembed" in params else params["embed"].T)
     if not capture:
         return logits
-    xs, a, probs, content = ys
-    return logits, {"x": xs, "a": a, "probs": probs, "content": content, "scale": scales, "position": pos,
+    xs, a, probs, content, value_norms = ys
+    return logits, {"x": xs, "a": a, "probs": probs, "content": content, "value_norms": value_norms,
+                    "scale": scales, "position": pos,
                     "hidden": hidden}

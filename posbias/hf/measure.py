@@ -7,6 +7,9 @@ Notation and "Comparing with measured influence"), computed on S sequences of N 
   (denominator clamped at ``DENOMINATOR_FLOOR``), a_t the attention output after the
   output projection, x_t the block input; std over sequences of per-sequence means;
 * kernels: the data-set mean of every head's attention probabilities and their head mean;
+* value norms ||W_O^h v_hj|| (no bias) and the value-norm-weighted kernels (Kobayashi et al. 2020:
+  per sequence and head A_hij ||W_O^h v_hj|| with rows renormalised, then the head mean; the
+  data-set mean of that), ``posbias.lm.measure.value_weighted``;
 * content: the mean raw logits q.k fitted as b + d [i = j] (``posbias.lm.measure.content_fit``
   with the family's per-layer softmax scale s_t and its mask: a decoder's causal entries, an
   encoder's every entry);
@@ -36,7 +39,7 @@ import numpy as np
 
 from posbias.hf.families import Spec
 from posbias.hf.memory import batch_size, estimate
-from posbias.lm.measure import Measurement, MeasureError, accumulate, batch_capture, lambda_ratios
+from posbias.lm.measure import Measurement, MeasureError, accumulate, batch_capture, lambda_ratios, value_weighted
 
 
 def capture_fn(spec: Spec, dtype=np.float32):
@@ -45,7 +48,8 @@ def capture_fn(spec: Spec, dtype=np.float32):
 
     def one(params, ids):
         _, cap = forward(params, ids, spec, capture=True, embedded=params["embed"][ids].astype(dtype), last_only=True)
-        return (*lambda_ratios(cap), cap["probs"], cap["content"])
+        return (*lambda_ratios(cap), cap["probs"], cap["content"], value_weighted(cap["probs"], cap["value_norms"]),
+                cap["value_norms"])
 
     return batch_capture(one)
 
@@ -103,10 +107,10 @@ def device_params(params_np: dict, dtype, *, keep_narrow: bool | None = None) ->
 
 
 def measure(params_np: dict, spec: Spec, sequences, *, precision: str = "float64", memory: int = 2**30,
-            progress=None, influence: bool = True) -> Measurement:
+            progress=None, influence: bool = True, batch: int | None = None) -> Measurement:
     """Every measurement of the module docstring on (S, N) token ids; ``params_np`` from
     ``posbias.hf.weights.params`` (any dtype: see the module docstring); batches of as many
-    sequences as fit ``memory`` bytes by ``posbias.hf.memory``."""
+    sequences as fit ``memory`` bytes by ``posbias.hf.memory``, or of ``batch`` sequences where given."""
     import jax
 
     from posbias.hf.forward import slopes, softmax_scales
@@ -121,7 +125,9 @@ def measure(params_np: dict, spec: Spec, sequences, *, precision: str = "float64
         raise MeasureError(f"token ids must lie in [0, {spec.vocab}) (the model's vocab_size)")
     x64 = precision == "float64"
     dtype = np.float64 if x64 else np.float32
-    batch = batch_size(estimate(spec, n, np.dtype(dtype).itemsize), memory, s, influence)
+    if batch is None:   # else the caller's (posbias.hf.memory.plan)
+        batch = batch_size(estimate(spec, n, np.dtype(dtype).itemsize), memory, s, influence)
+    batch = int(max(1, min(batch, s)))
     with jax.enable_x64(x64):
         return accumulate(capture_fn(spec, dtype), influence_fn(spec, dtype) if influence else None,
                           device_params(params_np, dtype), sequences, batch=batch, precision=precision,

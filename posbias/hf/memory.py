@@ -7,7 +7,9 @@ Falcon and BERT checkpoints), vocabulary V), N tokens, a compute itemsize c (4 f
 (a) parameters on the device: w (T L + V D + 2 D [+ 2 D embedding LayerNorm] [+ context D
     learned positions] [+ V D untied head]) with L = 4 D^2 + 2 D F + 9 D + F per layer
     (12 D^2 + 13 D for F = 4D), the canonical layout of ``posbias.hf.weights`` counted
-    tensor by tensor (grouped keys and values are stored repeated per query head);
+    tensor by tensor (grouped keys and values are stored repeated per query head; the Llama
+    family: L = 4 D A + 3 A + 3 D F + 2 F + 4 D with A = H d_head, RMSNorms without biases and
+    a SwiGLU MLP, and D instead of 2 D for the final norm: ``_layer_weights``);
 (b) the capture forward, per sequence: c (2 T H N^2 + 2 T N D) for the stacked per-layer
     probabilities, content logits, block inputs and attention outputs the scan returns,
     one block's activations ``block`` (below), c (2 N D + V) for the embeddings, the final
@@ -25,7 +27,9 @@ Falcon and BERT checkpoints), vocabulary V), N tokens, a compute itemsize c (4 f
 probabilities; h, q, k, v, the heads' outputs, a_t, the residual sum, its LayerNorm and the
 MLP output; the MLP's pre-activation and activation. ``residuals`` = c (2 H N^2 + 2 H N +
 9 N D + 8 N F) per layer: what JAX's autodiff saves for one block (BLOOM's tanh GELU keeps
-8 arrays of N F). Every call also holds a ``workspace`` c (V D + L) (the output embedding
+8 arrays of N F). The Llama family: 5 N D + 6 N A in place of 9 N D (A = H d_head; q and k
+also rotated) and 4 N F (gate and up pre-activations, the SiLU, their product) in place of
+2 N F in ``block``, 10 N F in ``residuals``. Every call also holds a ``workspace`` c (V D + L) (the output embedding
 and one layer's weights in the compute dtype, upcast or sliced for the matrix products; an
 encoder's influence adds the D x D identity it pulls back row by row) and, for a capture of
 B > 1 sequences, its batch ``sums`` c 2 T H N^2 (for B = 1 XLA returns the one sequence's
@@ -49,7 +53,7 @@ import sys
 from dataclasses import dataclass
 
 from posbias.errors import UserError
-from posbias.hf.families import Spec, spec_of
+from posbias.hf.families import Spec, family_of, spec_of
 
 FLOAT64 = 8
 KNOWN = {   # the config.json fields spec_of reads, as published for these checkpoints
@@ -60,6 +64,14 @@ KNOWN = {   # the config.json fields spec_of reads, as published for these check
     "falcon-rw-7b": {"model_type": "falcon", "n_layer": 36, "n_head": 64, "hidden_size": 4096, "vocab_size": 65024,
                      "alibi": True, "bias": True, "multi_query": False, "parallel_attn": False,
                      "new_decoder_architecture": False},
+    "smollm2-135m": {"model_type": "llama", "num_hidden_layers": 30, "num_attention_heads": 9,
+                     "num_key_value_heads": 3, "hidden_size": 576, "head_dim": 64, "intermediate_size": 1536,
+                     "vocab_size": 49152, "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "tie_word_embeddings": True,
+                     "max_position_embeddings": 8192},
+    "mistral-7b": {"model_type": "mistral", "num_hidden_layers": 32, "num_attention_heads": 32,
+                   "num_key_value_heads": 8, "hidden_size": 4096, "intermediate_size": 14336, "vocab_size": 32000,
+                   "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "sliding_window": 4096, "tie_word_embeddings": False,
+                   "max_position_embeddings": 32768},
 }
 
 
@@ -87,30 +99,47 @@ class Estimate:
         return self.params + self.workspace + (self.sums if batch > 1 else 0) + batch * self.per_sequence(influence)
 
 
+def _attention_width(spec: Spec) -> int:
+    """A = H d_head, the width of the queries (= D but for a Llama-family head_dim given by the config)."""
+    return spec.heads * spec.head_dim
+
+
 def _layer_weights(spec: Spec) -> int:
-    d, f = spec.width, spec.mlp
-    return 4 * d * d + 2 * d * f + 9 * d + f
+    """One layer's canonical tensors: W_q, W_k, W_v (D, H, d_head) (grouped keys and values stored repeated),
+    W_O, their biases and b_O; two LayerNorms (gain and bias) or RMSNorms (gain); the MLP's (2 or, with
+    SwiGLU, 3) matrices and biases."""
+    d, f, a = spec.width, spec.mlp, _attention_width(spec)
+    norms = 2 * d if spec.norm == "rms" else 4 * d
+    mlp = (3 * d * f + 2 * f if spec.glu else 2 * d * f + f) + d
+    return 4 * d * a + 3 * a + d + norms + mlp
 
 
 def params_bytes(spec: Spec, itemsize: int, *, tied: bool = False) -> int:
     """(a): the canonical parameters at ``itemsize`` bytes each; ``tied`` when the output projection
     is the embedding (else an untied head of V D is counted: an upper bound)."""
     d, v = spec.width, spec.vocab
-    count = spec.layers * _layer_weights(spec) + v * d + 2 * d
+    count = spec.layers * _layer_weights(spec) + v * d + (d if spec.norm == "rms" else 2 * d)
     count += 2 * d if spec.embed_norm else 0
     count += (spec.context or 0) * d
     count += 0 if tied else v * d
     return itemsize * count
 
 
+def _vectors(spec: Spec, n: int) -> int:
+    """One block's N-row arrays: h, a_t, the residual sum, its norm and the MLP output (N D each); q, k, v
+    and the heads' outputs (N A each, A = H d_head), plus the rotated q and k of a rotary model."""
+    a = _attention_width(spec)
+    return 5 * n * spec.width + (6 if spec.rope is not None else 4) * n * a
+
+
 def _block(spec: Spec, n: int) -> int:
-    h, d = spec.heads, spec.width
-    return 3 * h * n * n + 9 * n * d + 2 * n * spec.mlp
+    mlp = (4 if spec.glu else 2) * n * spec.mlp   # pre-activation(s), activation (and the SwiGLU product)
+    return 3 * spec.heads * n * n + _vectors(spec, n) + mlp
 
 
 def _residuals(spec: Spec, n: int) -> int:
-    h, d = spec.heads, spec.width
-    return 2 * h * n * n + 2 * h * n + 9 * n * d + 8 * n * spec.mlp
+    h = spec.heads
+    return 2 * h * n * n + 2 * h * n + _vectors(spec, n) + (10 if spec.glu else 8) * n * spec.mlp
 
 
 def estimate(spec: Spec, num_tokens: int, compute_itemsize: int = 4, weight_itemsize: int | None = None, *,
@@ -138,6 +167,73 @@ def estimate(spec: Spec, num_tokens: int, compute_itemsize: int = 4, weight_item
 def batch_size(est: Estimate, memory: int, samples: int, influence: bool = True) -> int:
     """Sequences per batch: as many as fit ``memory`` bytes of per-sequence work, between 1 and S."""
     return int(max(1, min(samples, memory // est.per_sequence(influence))))
+
+
+def host_bytes(spec: Spec, num_tokens: int, compute_itemsize: int, stored: int, samples: int = 1) -> int:
+    """(e) the host's bytes of one ``posbias measure`` run beyond the device's (module docstring), S T H N^2
+    aside: the weights as read (``stored`` bytes: the safetensors files), the accumulators (d) with the
+    capture's two batch sums c T H N^2 as they arrive, and what the outputs add: a float32 copy of the
+    per-head kernels, the float64 head mean and row-sum check 8 T N^2 and its compute copy c T N^2,
+    kernels.npz built in memory (per-head kernels at c, content logits at 8 and kernels at c, counted
+    twice: the buffer and its growth), the value-norm-weighted kernels (a float64 sum, the batch's
+    sum at c and their copies at c and in kernels.npz: (8 + 3 c) T N^2) and the S N float64 gradient
+    norms. Phases are added, not overlapped: an upper bound (tests/test_hostile_measure_validate.py
+    checks it against a process's peak resident memory)."""
+    t, h, n, c = spec.layers, spec.heads, num_tokens, compute_itemsize
+    stacked, kernels = t * h * n * n, t * n * n
+    accumulate = FLOAT64 * 2 * stacked + 2 * c * stacked + (FLOAT64 + 3 * c) * kernels
+    outputs = c * stacked + (FLOAT64 + c) * kernels + 2 * ((c + FLOAT64) * stacked + c * kernels)
+    return stored + accumulate + outputs + FLOAT64 * samples * n
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A measurement's batch B and its bytes on the host (``host_bytes``) and on the device (``Estimate.device``)."""
+
+    batch: int
+    host: int
+    device: int
+
+    @property
+    def total(self) -> int:
+        return self.host + self.device
+
+
+def run_budget(memory: int | None) -> tuple[int, str]:
+    """(bytes, label) a run may use: ``--memory`` where given and within the machine's limit
+    (``posbias.numerics.budget.memory_limit``: 80% of physical memory or POSBIAS_MEMORY_LIMIT), else
+    that limit. Host and device are counted together: exact on the CPU, conservative on a GPU."""
+    from posbias.numerics.budget import describe, memory_limit
+
+    try:
+        limit = memory_limit()
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if memory is not None and memory <= limit:
+        return memory, f"--memory {describe(memory)}"
+    above = f", below --memory {describe(memory)}" if memory is not None else ""
+    return limit, f"the machine's limit {describe(limit)} (80% of physical memory or POSBIAS_MEMORY_LIMIT{above})"
+
+
+def plan(spec: Spec, num_tokens: int, samples: int, compute_itemsize: int, stored: int, budget: tuple[int, str], *,
+         influence: bool = True, tied: bool = True, what: str = "the measurement") -> Plan:
+    """The largest batch B <= S whose host + device bytes fit ``budget`` (``run_budget``); UserError (one
+    line, with the figures at B = 1) when even one sequence per batch does not. Weights on the device at
+    the compute itemsize (the CPU casts them up: ``posbias.hf.measure.device_params``)."""
+    from posbias.numerics.budget import describe
+
+    budget, label = budget
+
+    est = estimate(spec, num_tokens, compute_itemsize, tied=tied)
+    host = host_bytes(spec, num_tokens, compute_itemsize, stored, samples)
+    one = Plan(1, host, est.device(1, influence))
+    if one.total > budget:
+        raise UserError(f"{what} at N = {num_tokens} needs about {describe(one.total)} (host {describe(one.host)}, "
+                        f"device {describe(one.device)} at one sequence per batch), more than {label}: "
+                        f"lower the length" + (" or raise --memory" if label.startswith("--memory") else ""))
+    room = budget - host - est.params - est.workspace - est.sums
+    batch = int(max(1, min(samples, room // est.per_sequence(influence))))
+    return Plan(batch, host, est.device(batch, influence))
 
 
 COLUMNS = ("model", "N", "parameters bf16", "parameters f32", "capture / sequence", "gradient / sequence",
@@ -181,7 +277,8 @@ def main(argv=None) -> int:
                     raise UserError(f"{model}/config.json: not readable JSON ({exc})") from None
             else:
                 raise UserError(f"{model}: expected {' or '.join(KNOWN)} or a folder with a config.json")
-            rows += table_rows(model, spec_of(config, model), args.tokens, tied=config.get("tie_word_embeddings", True))
+            rows += table_rows(model, spec_of(config, model), args.tokens,
+                               tied=family_of(config.get("model_type"), model).tied(config))
     except UserError as exc:
         print(f"python -m posbias.hf.memory: error: {exc}", file=sys.stderr)
         return 2

@@ -5,11 +5,13 @@
   b and d per layer and head, lambda_t as a custom schedule);
 * ``kernels.npz``: ``kernels`` (T, N, N) head-averaged measured A^(t) and ``lambdas`` (T,)
   (the ``posbias rollout --kernels`` format), plus ``per_head`` (T, H, N, N),
-  ``content_logits`` (T, H, N, N) and ``slopes`` (H,);
+  ``content_logits`` (T, H, N, N), ``slopes`` (H,) and the value-norm-weighted head-mean kernels
+  ``kernels_value`` (T, N, N) with the value norms ``value_norms`` (T, H, N) (``posbias.lm.measure``);
 * ``influence.csv``: ``token_position,influence,grad_norm_mean,grad_norm_sem``;
 * ``lambdas.csv``: ``layer,mean,std`` (std over sequences of per-sequence means);
 * ``report.json``: checkpoint, family, shapes, data, N, S, precision, lambdas, content fit,
-  influence summary, memory estimate, notes.
+  influence summary, memory estimate, notes, sink diagnostics per layer
+  (``posbias.validate_panels.sink_diagnostics``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import json
 import numpy as np
 
 from posbias.lm.outputs import rollout_yaml
+from posbias.validate_panels import sink_diagnostics
 from posbias.output import position_csv
 
 FILES = ("config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json")
@@ -31,8 +34,9 @@ def render(m, *, source: str, content_scale: str, meta: dict, causal: bool = Tru
     s, t = m.samples, len(m.lambdas)
     sem = m.grad_norms.std(axis=0, ddof=1) / np.sqrt(s) if s > 1 else np.full(m.num_tokens, np.nan)
     buf = io.BytesIO()
+    variants = {} if m.kernels_value is None else {"kernels_value": m.kernels_value, "value_norms": m.value_norms}
     np.savez(buf, kernels=m.kernels, lambdas=m.lambdas, per_head=m.kernels_per_head,
-             content_logits=m.content_mean, slopes=m.slopes)
+             content_logits=m.content_mean, slopes=m.slopes, **variants)
     lam = ["layer,mean,std"] + [f"{i},{float(m.lambdas[i])!r},{float(m.lambda_std[i])!r}" for i in range(t)]
     fit = m.content
     report = {**meta, "source": source, "num_tokens": m.num_tokens, "samples": m.samples,
@@ -44,7 +48,8 @@ def render(m, *, source: str, content_scale: str, meta: dict, causal: bool = Tru
                           "mean_r2": float(fit.r2.mean())},
               "influence": {"first": float(m.influence[0]), "last": float(m.influence[-1]),
                             "argmin": int(np.argmin(m.influence))},
-              "max_row_sum_error": float(np.abs(m.kernels.astype(np.float64).sum(axis=-1) - 1).max())}
+              "max_row_sum_error": float(np.abs(m.kernels.astype(np.float64).sum(axis=-1) - 1).max()),
+              "sinks": sink_diagnostics(m, causal=causal)}
     return {
         "config.yaml": rollout_yaml(m, content_scale=content_scale, source=source,
                                     mask="causal" if causal else "full").encode(),

@@ -3,8 +3,11 @@
 ``params(ckpt, dtype)`` reads every tensor once and rearranges it into one layout for all
 families: per-layer arrays stacked on a leading axis T; linear weights (in, out); the QKV
 projection split into W_q, W_k, W_v of shape (D, H, d_head) (grouped keys and values repeated
-for the query heads of their group: ``posbias.hf.families.split_qkv``); W_O as (H, d_head, D);
-an absent bias (MPT, Falcon without biases) as zeros; BERT's token-type-0 embedding, which
+for the query heads of their group: ``posbias.hf.families.split_qkv``, or a Llama-family
+checkpoint's separate k_proj and v_proj of G key/value heads); W_O as (H, d_head, D); a
+SwiGLU MLP's gate as ``wg`` beside ``w1`` (the up projection) and ``w2`` (down); RMSNorm
+gains without biases (no ``ln1_b``, ``ln2_b``, ``lnf_b``); an absent bias (MPT, Falcon without
+biases, the Llama biases config.json does not enable) as zeros; BERT's token-type-0 embedding, which
 every position adds, folded into ``positions`` (summed in float32 or wider).
 
 Memory: the safetensors files are memory-mapped and a tensor is copied out only when read.
@@ -34,12 +37,19 @@ def _linear(w: np.ndarray, layout: str) -> np.ndarray:
 
 
 def _getter(ckpt: Checkpoint, prefix: str, dtype, zeros_dtype):
-    """get(name, shape): the tensor ``prefix + name`` cast to ``dtype``, its entry count checked
-    against ``shape``; an absent bias of a family without biases is zeros of ``shape``."""
-    fam = ckpt.family
+    """get(name, shape, canonical): the tensor ``prefix + name`` cast to ``dtype``, its entry count
+    checked against ``shape``; a bias the checkpoint has none of is zeros of ``shape``: where the
+    ``Spec`` lists its biases (the Llama family, from config.json), a bias not listed (whatever the
+    files hold: transformers does not read it either), else an absent bias of a family with
+    optional biases."""
+    fam, listed = ckpt.family, ckpt.spec.biases
 
-    def get(name: str, shape: tuple) -> np.ndarray:
-        if fam.optional_biases and name.endswith(".bias") and not ckpt.has(prefix + name):
+    def get(name: str, shape: tuple, canonical: str | None = None) -> np.ndarray:
+        if canonical is not None and listed is not None:
+            absent = canonical not in listed
+        else:
+            absent = fam.optional_biases and name.endswith(".bias") and not ckpt.has(prefix + name)
+        if absent:
             return np.zeros(shape, dtype if dtype is not None else zeros_dtype)
         value = _cast(np.asarray(ckpt.tensor(prefix + name)), dtype)
         if value.size != int(np.prod(shape)):
@@ -54,14 +64,18 @@ def _layer(ckpt: Checkpoint, t: int, dtype, zeros_dtype):
     """(name, array) for every canonical tensor of layer t, one at a time (nothing of the layer kept)."""
     fam, spec = ckpt.family, ckpt.spec
     get = _getter(ckpt, fam.layer.format(i=t), dtype, zeros_dtype)
-    h, k, d, f = spec.heads, spec.head_dim, spec.width, spec.mlp
+    h, k, d, f, g = spec.heads, spec.head_dim, spec.width, spec.mlp, spec.groups
     ln1, ln2 = layer_norm_names(fam, spec)
     yield "ln1_g", get(ln1[0], (d,))
-    yield "ln1_b", get(ln1[1], (d,))
-    if fam.qkv_layout == "separate":
+    if spec.norm == "layer":
+        yield "ln1_b", get(ln1[1], (d,))
+    if fam.qkv_layout == "separate":   # q (H K, D), k and v (G K, D): key/value head g repeated for its H/G queries
         for s, name in enumerate("qkv"):
-            yield "w" + name, _linear(get(fam.qkv[2 * s], (d, d)), fam.linear_layout).reshape(d, h, k)
-            yield "b" + name, get(fam.qkv[2 * s + 1], (d,)).reshape(h, k)
+            heads = h if name == "q" else g
+            w = _linear(get(fam.qkv[2 * s], (heads * k, d)), fam.linear_layout).reshape(d, heads, k)
+            b = get(fam.qkv[2 * s + 1], (heads * k,), "b" + name).reshape(heads, k)
+            yield "w" + name, w if heads == h else np.repeat(w, h // g, axis=1)
+            yield "b" + name, b if heads == h else np.repeat(b, h // g, axis=0)
     else:
         out = (h + 2 * spec.groups) * k if fam.qkv_layout == "grouped" else 3 * d
         w, b = split_qkv(fam, spec, _linear(get(fam.qkv[0], (d, out)), fam.linear_layout).reshape(d, out),
@@ -70,14 +84,18 @@ def _layer(ckpt: Checkpoint, t: int, dtype, zeros_dtype):
             yield "w" + name, w[s]
             yield "b" + name, b[s]
         del w, b
-    yield "wo", _linear(get(fam.attn_out[0], (d, d)), fam.linear_layout).reshape(h, k, d)
-    yield "bo", get(fam.attn_out[1], (d,))
+    yield "wo", _linear(get(fam.attn_out[0], (h * k, d)), fam.linear_layout).reshape(h, k, d)
+    yield "bo", get(fam.attn_out[1], (d,), "bo")
     yield "ln2_g", get(ln2[0], (d,))
-    yield "ln2_b", get(ln2[1], (d,))
+    if spec.norm == "layer":
+        yield "ln2_b", get(ln2[1], (d,))
     yield "w1", _linear(get(fam.mlp_in[0], (d, f)), fam.linear_layout).reshape(d, f)
-    yield "b1", get(fam.mlp_in[1], (f,))
+    yield "b1", get(fam.mlp_in[1], (f,), "b1")
+    if spec.glu:
+        yield "wg", _linear(get(fam.mlp_gate[0], (d, f)), fam.linear_layout).reshape(d, f)
+        yield "bg", get(fam.mlp_gate[1], (f,), "bg")
     yield "w2", _linear(get(fam.mlp_out[0], (f, d)), fam.linear_layout).reshape(f, d)
-    yield "b2", get(fam.mlp_out[1], (d,))
+    yield "b2", get(fam.mlp_out[1], (d,), "b2")
 
 
 def params(ckpt: Checkpoint, dtype=np.float32) -> dict:
@@ -98,7 +116,9 @@ def params(ckpt: Checkpoint, dtype=np.float32) -> dict:
     out = {"embed": embed, "blocks": blocks}
     get = _getter(ckpt, "", dtype, embed.dtype)
     if fam.final_norm is not None:
-        out["lnf_g"], out["lnf_b"] = get(fam.final_norm[0], (d,)), get(fam.final_norm[1], (d,))
+        out["lnf_g"] = get(fam.final_norm[0], (d,))
+        if spec.norm == "layer":
+            out["lnf_b"] = get(fam.final_norm[1], (d,))
     if fam.embed_norm is not None:
         out["embn_g"], out["embn_b"] = get(fam.embed_norm[0], (d,)), get(fam.embed_norm[1], (d,))
     if fam.position_embed is not None:
@@ -107,7 +127,7 @@ def params(ckpt: Checkpoint, dtype=np.float32) -> dict:
             wide = np.result_type(positions.dtype, np.float32)
             positions = positions.astype(wide) + np.asarray(ckpt.tensor(fam.token_type_embed))[0].astype(wide)
         out["positions"] = positions
-    if fam.lm_head is not None and not ckpt.config.get("tie_word_embeddings", True):
+    if fam.lm_head is not None and not fam.tied(ckpt.config):
         out["unembed"] = _cast(np.asarray(_top_level(ckpt, fam.lm_head)), dtype).T
     return out
 
@@ -115,6 +135,9 @@ def params(ckpt: Checkpoint, dtype=np.float32) -> dict:
 def _top_level(ckpt: Checkpoint, name: str) -> np.ndarray:
     """A tensor outside the base prefix (the untied lm_head of a *ForCausalLM save)."""
     from safetensors import safe_open
+
+    if hasattr(ckpt, "top_level"):   # a GGUF file (posbias.hf.gguf.GGUFCheckpoint) dequantizes its own
+        return ckpt.top_level(name)
 
     if name not in ckpt.files:
         raise CheckpointError(f"{ckpt.folder}: tensor {name} is missing and config.json says "

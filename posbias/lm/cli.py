@@ -18,6 +18,8 @@ from posbias.errors import UserError
 from posbias.lm.config import PRESETS, SEED_MAX, SLOPE_CONVENTIONS
 
 EXIT_USAGE = 2
+TRAINED_BATCH_MEMORY = 2**30
+"""measure/validate --memory of a posbias train model when not given: the budget of one batch."""
 _positive = at_least(1)
 _nonneg = at_least(0)
 
@@ -80,12 +82,19 @@ def add_parser(subparsers) -> tuple:
     me.add_argument("--samples", type=_nonneg, metavar="S", default=64, help="held-out sequences (default 64)")
     me.add_argument("--out", type=argtypes.path, help="output folder (default: RUN/measure-N<N>-S<S>)")
     me.add_argument("--precision", choices=("float64", "float32"), default="float64")
-    me.add_argument("--memory", type=size, default=2**30, metavar="SIZE",
-                    help="memory budget of one batch of sequences (default 1G)")
+    me.add_argument("--memory", type=size, metavar="SIZE",
+                    help="Hugging Face checkpoints: memory budget of the whole measurement, host and device "
+                         "(default and at most: 80%% of physical memory or POSBIAS_MEMORY_LIMIT), refused before "
+                         "any weight is read when one sequence per batch exceeds it; a posbias train model: budget "
+                         "of one batch of sequences (default 1G)")
     me.add_argument("--content-scale", choices=("scaled", "raw"), default="scaled",
                     help="content b, d in rollout.yaml: times the softmax's per-layer scale s_t (1/sqrt(d_head) unless "
                          "the model sets another) as the softmax sees them (default), "
                          "or raw q.k as the paper's code records them")
+    me.add_argument("--backend", choices=("jax", "transformers"), default="jax",
+                    help="Hugging Face checkpoints and .gguf files: jax (posbias's own forward, default) or "
+                         "transformers (its eager forward with PyTorch hooks, for architectures posbias's JAX "
+                         "families do not cover: needs pip install 'posbias[hf]')")
     me.add_argument("--quiet", action="store_true", help="no progress bar")
     return tr, me
 
@@ -133,12 +142,22 @@ def _measure(args) -> int:
     from posbias.lm.measure import MeasureError, measure
     from posbias.run import progress_bar
 
-    from posbias.hf.checkpoint import is_checkpoint
+    from posbias.hf.checkpoint import refuse_other, route
 
-    if args.checkpoint.is_dir() and not (args.checkpoint / ckpt.CHECKPOINT).exists() and is_checkpoint(args.checkpoint):
+    kind = route(args.checkpoint)
+    if kind == "other":
+        refuse_other(args.checkpoint, "RUN")
+    if kind in ("hf", "gguf") and getattr(args, "backend", "jax") == "transformers":
+        from posbias.hf.torch_backend import run_measure as run_transformers
+
+        return run_transformers(args)
+    if kind in ("hf", "gguf"):
         from posbias.hf.cli import run_measure
 
         return run_measure(args)
+    if getattr(args, "backend", "jax") == "transformers":
+        raise MeasureError("--backend transformers applies to Hugging Face checkpoints and .gguf files, not to a "
+                           "posbias train model")
     if args.data is not None:
         raise MeasureError("--data applies to Hugging Face checkpoints; a posbias train model is measured on its "
                            "held-out topics")
@@ -170,8 +189,8 @@ def _measure(args) -> int:
         print(f"posbias measure: warning: {note}", file=sys.stderr)
     sequences = heldout_sequences(corpus.validation, n, args.samples)
     with progress_bar(not args.quiet, "measure", "sequences") as update:
-        m = measure(loaded.params, loaded.model, sequences, precision=args.precision, memory=args.memory,
-                    progress=update)
+        m = measure(loaded.params, loaded.model, sequences, precision=args.precision,
+                    memory=args.memory or TRAINED_BATCH_MEMORY, progress=update)
     source = str(ckpt.resolve(args.checkpoint))
     files = outputs.render(m, source=source, content_scale=args.content_scale,
                            meta={"model": loaded.model.to_dict(), "step": loaded.step, "notes": notes,

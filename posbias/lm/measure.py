@@ -75,6 +75,8 @@ class Measurement:
     grad_norms: np.ndarray | None     # (S, N) ||d p_top1 / d e_j|| (None when not asked)
     influence: np.ndarray | None      # (N,) mean over sequences, normalised to sum 1
     batch: int
+    kernels_value: np.ndarray | None = None  # (T, N, N) value-norm-weighted head-mean kernels (``value_weighted``)
+    value_norms: np.ndarray | None = None    # (T, H, N) ||W_O^h v_hj||, mean over sequences
 
 
 def bytes_per_sequence(config: ModelConfig, num_tokens: int, itemsize: int = 8) -> int:
@@ -137,15 +139,26 @@ def lambda_ratios(cap: dict):
 
 def batch_capture(one):
     """jit: (params, (B, N) ids) -> lambda means (B, T), lambda sums of squares (B, T), and the
-    batch's sums of the probabilities and of the raw content logits (T, H, N, N), reduced on the
-    device; ``one(params, ids)`` returns one sequence's (T,), (T,), (T, H, N, N), (T, H, N, N)."""
+    batch's sums of the probabilities and of the raw content logits (T, H, N, N) (and of any further
+    per-sequence arrays ``one`` returns), reduced on the device; ``one(params, ids)`` returns one
+    sequence's (T,), (T,), (T, H, N, N), (T, H, N, N), ...."""
     import jax
 
     def run(params, ids):
-        lam, lam_sq, probs, content = jax.vmap(one, in_axes=(None, 0))(params, ids)
-        return lam, lam_sq, probs.sum(axis=0), content.sum(axis=0)
+        lam, lam_sq, *per_sequence = jax.vmap(one, in_axes=(None, 0))(params, ids)
+        return (lam, lam_sq, *(z.sum(axis=0) for z in per_sequence))
 
     return jax.jit(run)
+
+
+def value_weighted(probs, value_norms):
+    """The value-norm-weighted head-mean kernel of one sequence (Kobayashi et al. 2020, "Attention is not
+    only a weight"): per head K_hij = A_hij n_hj / sum_j' A_hij' n_hj', n_hj = ||W_O^h v_hj|| (no bias),
+    then the mean over heads; (T, H, N, N) probabilities and (T, H, N) norms -> (T, N, N). A row whose
+    weights are all zero (every value read has norm 0) would divide by zero: it is 0/0 = NaN, which the
+    measurement refuses rather than hides."""
+    w = probs * value_norms[..., None, :]
+    return (w / w.sum(axis=-1, keepdims=True)).mean(axis=-3)
 
 
 def capture_fn(config: ModelConfig):
@@ -154,7 +167,8 @@ def capture_fn(config: ModelConfig):
 
     def one(params, tokens):
         _, cap = forward(params, tokens, config, capture=True)
-        return (*lambda_ratios(cap), cap["probs"], cap["content"])
+        return (*lambda_ratios(cap), cap["probs"], cap["content"], value_weighted(cap["probs"], cap["value_norms"]),
+                cap["value_norms"])
 
     return batch_capture(one)
 
@@ -216,22 +230,28 @@ def accumulate(capture, grad_fn, params, sequences: np.ndarray, *, batch: int, p
     over (S, N) sequences in batches of ``batch`` and reduce to a ``Measurement`` (module docstring).
     ``capture(params, (B, N))`` is a ``batch_capture``: per-sequence lambda means and sums of squares
     (B, T), the batch's sums of probabilities and raw content logits (T, H, N, N);
-    ``grad_fn(params, (B, N))`` the (B, N) gradient norms. ``scales`` (T,) and ``causal`` are the
+    ``grad_fn(params, (B, N))`` the (B, N) gradient norms. A capture may return two more sums: the
+    value-norm-weighted head-mean kernels (T, N, N) and the value norms (T, H, N) (``value_weighted``);
+    their means become ``kernels_value`` and ``value_norms``. ``scales`` (T,) and ``causal`` are the
     softmax's per-layer scale and mask, for ``content_fit``. The host holds two (T, H, N, N) float64
     sums and one batch's sum while adding it. Call it under the precision's ``jax.enable_x64``."""
     import jax.numpy as jnp
 
     s, n = sequences.shape
     lam_seq = lam_sq = probs_sum = content_sum = None
+    extra_sums = []
     norms = np.zeros((s, n))
     done = 0
     for chunk in batches(sequences, batch):
         k = len(chunk)
         ids = jnp.asarray(chunk)
-        lm, lsq, pr, co = capture(params, ids)
+        lm, lsq, pr, co, *extra = capture(params, ids)
         if lam_seq is None:
             lam_seq, lam_sq = np.zeros((s, lm.shape[1])), np.zeros(lm.shape[1])
             probs_sum, content_sum = np.zeros(pr.shape), np.zeros(co.shape)
+            extra_sums = [np.zeros(e.shape) for e in extra]
+        for total, e in zip(extra_sums, extra):
+            total += np.asarray(e)
         lam_seq[done:done + k] = np.asarray(lm, np.float64)
         lam_sq += np.asarray(lsq, np.float64).sum(axis=0)
         probs_sum += np.asarray(pr)     # in place: float64 += the compute dtype, no float64 copy
@@ -251,6 +271,10 @@ def accumulate(capture, grad_fn, params, sequences: np.ndarray, *, batch: int, p
     content_sum /= s
     mean_norms = norms.mean(axis=0)
     influence = grad_fn is not None
+    for total in extra_sums:
+        total /= s
+    if extra_sums and not np.all(np.isfinite(extra_sums[0])):
+        raise MeasureError("value-weighted kernels: a row's values all have norm 0 (0/0) on these sequences")
     if influence and not (np.all(np.isfinite(mean_norms)) and mean_norms.sum() > 0):
         raise MeasureError("influence: the gradients of p_top1 are zero or not finite on these sequences")
     return Measurement(
@@ -261,4 +285,6 @@ def accumulate(capture, grad_fn, params, sequences: np.ndarray, *, batch: int, p
         kernels=per_head.mean(axis=1, dtype=np.float64).astype(out_dtype),
         content_mean=content_sum, content=content_fit(content_sum, scales, causal=causal),
         grad_norms=norms if influence else None,
-        influence=mean_norms / mean_norms.sum() if influence else None, batch=batch)
+        influence=mean_norms / mean_norms.sum() if influence else None, batch=batch,
+        kernels_value=extra_sums[0].astype(out_dtype) if extra_sums else None,
+        value_norms=extra_sums[1] if extra_sums else None)

@@ -118,29 +118,30 @@ def _block(x, p, bias, head_dim):
     y = x + a
     u = layer_norm(y, p["ln2_g"], p["ln2_b"])
     y = y + jax.nn.gelu(u @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]
-    return y, (a, probs, content)
+    return y, (a, probs, content, jnp.linalg.norm(jnp.einsum("hjk,hkd->hjd", v, p["wo"]), axis=-1))
 
 
 def forward(params: dict, tokens, config: ModelConfig, *, capture: bool = False, embedded=None):
     """Logits (N, V) for one sequence of N <= context bytes; with ``capture`` also a dict of
     per-layer tensors: ``x`` (T, N, D) block inputs, ``a`` (T, N, D) attention outputs after
     W_O, ``probs`` (T, H, N, N) attention weights, ``content`` (T, H, N, N) raw q_i . k_j
-    (ALiBi not included, not divided by sqrt(d_head); masked entries are meaningless).
+    (ALiBi not included, not divided by sqrt(d_head); masked entries are meaningless),
+    ``value_norms`` (T, H, N) ||W_O^h v_hj|| (Kobayashi et al. 2020).
     ``embedded`` (N, D) replaces the embedding lookup (for gradients with respect to e_j)."""
     x0 = params["embed"][tokens] if embedded is None else embedded
     n = x0.shape[0]
     bias = alibi_bias(slopes_of(config), n, x0.dtype)
 
     def step(x, p):
-        y, (a, probs, content) = _block(x, p, bias, config.head_dim)
-        return y, ((x, a, probs, content) if capture else None)
+        y, (a, probs, content, value_norms) = _block(x, p, bias, config.head_dim)
+        return y, ((x, a, probs, content, value_norms) if capture else None)
 
     x, ys = jax.lax.scan(step, x0, params["blocks"])
     logits = layer_norm(x, params["lnf_g"], params["lnf_b"]) @ params["unembed"]
     if not capture:
         return logits
-    xs, a, probs, content = ys
-    return logits, {"x": xs, "a": a, "probs": probs, "content": content}
+    xs, a, probs, content, value_norms = ys
+    return logits, {"x": xs, "a": a, "probs": probs, "content": content, "value_norms": value_norms}
 
 
 def loss_nats(params: dict, batch, config: ModelConfig):

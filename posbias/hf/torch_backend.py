@@ -1,0 +1,462 @@
+"""``posbias measure --backend transformers``: the measurement of ``posbias.hf.measure`` through transformers.
+
+The same definitions (``posbias.lm.measure``'s docstring; THEORY.md Notation and "Comparing
+with measured influence"), read from transformers' own eager forward by PyTorch hooks, for
+architectures the JAX families do not cover (and side by side with them where they do):
+
+* lambda_t from x_t, the block's input (a forward pre-hook on the block), and a_t, the
+  attention sub-layer's addend to the residual stream (a forward hook on the module that
+  produces it: the output projection W_O, bias included; Gemma-2's post-attention norm);
+* kernels: ``output_attentions`` (the eager softmax), averaged over sequences, and their head mean;
+* content: raw q_hi . k_hj as the attention function receives them (after rotary embeddings,
+  grouped keys repeated), with the module's own softmax scale s_t;
+* value norms ||W_O^h v_hj|| (no bias) and the value-norm-weighted kernels
+  (Kobayashi et al. 2020: per head A_hij ||W_O^h v_hj||, rows renormalised, then the head mean);
+* influence: ||d p_top1 / d e_j||_2 at the last position by autograd, e_j the token embedding
+  passed as ``inputs_embeds``.
+
+q, k, v are read where the attention function receives them: the architectures whose modelling
+code dispatches through transformers' ``AttentionInterface`` run under a registered
+implementation, ``posbias_eager``, that records its arguments and calls that modelling module's
+own ``eager_attention_forward`` (so every model-specific detail, soft-capping or sliding windows,
+is the model's); BLOOM (its own attention code) is read from its fused query_key_value output.
+Which module is which is a per-architecture table (``LAYOUTS``); any other model_type is refused
+in one line.
+
+Floating point: the model is cast to the compute dtype (float64 by default), but transformers
+computes the eager softmax in float32 and the rotary tables in float32 whatever the dtype, so the
+kernels and everything downstream of a rotary embedding carry float32 rounding (relative ~1e-7):
+kernel rows sum to 1 only within ~1e-7 here (the JAX route: ~1e-15).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from posbias.errors import UserError
+from posbias.lm.measure import DENOMINATOR_FLOOR, Measurement, MeasureError, accumulate
+
+IMPLEMENTATION = "posbias_eager"
+
+
+class BackendError(UserError):
+    """The transformers backend cannot measure this model: one line."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one architecture keeps what the measurement reads (paths relative to the ``*ForCausalLM``
+    model for ``blocks``, to a block for the others)."""
+
+    blocks: str                 # the ModuleList of decoder blocks
+    attention: str              # the attention module of a block
+    addend: str                 # the module whose output is a_t (added to the residual stream)
+    out_proj: str               # W_O
+    out_layout: str = "out-in"  # torch.nn.Linear (out, in) or GPT-2's Conv1D (in, out)
+    qkv: str = "interface"      # "interface" (AttentionInterface arguments) or "bloom" (fused per-head q, k, v)
+    scale: str = "scaling"      # the attention module's attribute holding s_t
+
+
+_ROTARY = Layout("model.layers", "self_attn", "self_attn.o_proj", "self_attn.o_proj")
+LAYOUTS = {
+    "llama": _ROTARY, "mistral": _ROTARY, "qwen2": _ROTARY, "qwen3": _ROTARY, "gemma": _ROTARY,
+    "phi3": _ROTARY, "starcoder2": _ROTARY,
+    "gemma2": Layout("model.layers", "self_attn", "post_attention_layernorm", "self_attn.o_proj"),
+    "phi": Layout("model.layers", "self_attn", "self_attn.dense", "self_attn.dense"),
+    "gpt_neox": Layout("gpt_neox.layers", "attention", "attention.dense", "attention.dense"),
+    "opt": Layout("model.decoder.layers", "self_attn", "self_attn.out_proj", "self_attn.out_proj"),
+    "gpt2": Layout("transformer.h", "attn", "attn.c_proj", "attn.c_proj", out_layout="in-out"),
+    "bloom": Layout("transformer.h", "self_attention", "self_attention.dense", "self_attention.dense",
+                    qkv="bloom", scale="inv_norm_factor"),
+}
+
+
+def layout_of(model_type, where: str) -> Layout:
+    layout = LAYOUTS.get(model_type) if isinstance(model_type, str) else None
+    if layout is None:
+        raise BackendError(f"{where}: model_type {model_type!r} is not in the transformers backend's table; "
+                           f"supported: {', '.join(sorted(LAYOUTS))}")
+    return layout
+
+
+def require_torch():
+    """torch and transformers, or one line saying how to install them."""
+    try:
+        import torch
+        import transformers
+    except ImportError:
+        raise BackendError("--backend transformers needs torch and transformers: pip install 'posbias[hf]'") from None
+    return torch, transformers
+
+
+# The modules whose attention calls are being recorded: id(attention module) -> callback(q, k, v).
+_RECORDING: dict = {}
+
+
+def _posbias_eager(module, query, key, value, attention_mask, *args, **kwargs):
+    """The registered attention implementation: the modelling module's own eager attention, its
+    inputs handed to the active recorder first."""
+    impl = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if impl is None:
+        raise BackendError(f"{type(module).__module__}: no eager_attention_forward to delegate to")
+    callback = _RECORDING.get(id(module))
+    if callback is not None:
+        callback(query, key, value)
+    return impl(module, query, key, value, attention_mask, *args, **kwargs)
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
+
+    AttentionInterface.register(IMPLEMENTATION, _posbias_eager)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(IMPLEMENTATION, eager_mask)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A transformers model ready to measure, with its layout and shape."""
+
+    model: object
+    layout: Layout
+    model_type: str
+    layers: int
+    heads: int
+    width: int
+    vocab: int
+    source: str
+
+
+def read_config(path: Path):
+    """(transformers config, folder, from_pretrained keywords) of a checkpoint folder or a .gguf file."""
+    _, transformers = require_torch()
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        folder, kwargs = path.parent, {"gguf_file": path.name}
+    elif path.is_dir() and (path / "config.json").is_file():
+        folder, kwargs = path, {}
+    else:
+        raise BackendError(f"{path}: expected a checkpoint folder with config.json or a .gguf file")
+    try:
+        config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True, **kwargs)
+    except (OSError, ValueError, KeyError) as exc:
+        raise BackendError(f"{path}: transformers cannot read its configuration ({str(exc).splitlines()[0]})") from None
+    return config, folder, kwargs
+
+
+def load(path, precision: str = "float64") -> Loaded:
+    """A local checkpoint folder (config.json, safetensors) or a .gguf file, through transformers, in
+    eval mode, in the compute dtype, under ``posbias_eager`` (eager for BLOOM)."""
+    torch, transformers = require_torch()
+    path = Path(path)
+    config, folder, kwargs = read_config(path)
+    layout = layout_of(config.model_type, str(path))
+    _register()
+    dtype = torch.float64 if precision == "float64" else torch.float32
+    implementation = "eager" if layout.qkv == "bloom" else IMPLEMENTATION
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation=implementation,
+                                                                  local_files_only=True, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise BackendError(f"{path}: transformers cannot load it ({str(exc).splitlines()[0]})") from None
+    model.eval()
+    blocks = model.get_submodule(layout.blocks)
+    attn = blocks[0].get_submodule(layout.attention)
+    heads = int(getattr(attn, "num_heads", None) or config.num_attention_heads)
+    return Loaded(model, layout, config.model_type, len(blocks), heads, int(config.hidden_size),
+                  int(config.vocab_size), str(path))
+
+
+def _head_out_proj(layer, layout: Layout, heads: int):
+    """W_O per head, (H, d_head, D), from the output projection's weight."""
+    w = layer.get_submodule(layout.out_proj).weight
+    if layout.out_layout == "out-in":      # (D, H d_head)
+        d = w.shape[0]
+        return w.reshape(d, heads, -1).permute(1, 2, 0)
+    return w.reshape(heads, -1, w.shape[1])
+
+
+class _Recorder:
+    """Hooks on every block: the block input x_t, the addend a_t, and q, k, v per layer, for one batch."""
+
+    def __init__(self, loaded: Loaded):
+        self.loaded = loaded
+        self.x, self.a, self.qkv = {}, {}, {}
+        self.handles = []
+
+    def __enter__(self):
+        layout = self.loaded.layout
+        for t, block in enumerate(self.loaded.model.get_submodule(layout.blocks)):
+            self.handles.append(block.register_forward_pre_hook(self._block_input(t), with_kwargs=True))
+            self.handles.append(block.get_submodule(layout.addend).register_forward_hook(self._addend(t)))
+            attn = block.get_submodule(layout.attention)
+            if layout.qkv == "interface":
+                _RECORDING[id(attn)] = self._interface(t)
+            else:
+                self.handles.append(attn.query_key_value.register_forward_hook(self._bloom(t)))
+        return self
+
+    def __exit__(self, *exc):
+        for handle in self.handles:
+            handle.remove()
+        for block in self.loaded.model.get_submodule(self.loaded.layout.blocks):
+            _RECORDING.pop(id(block.get_submodule(self.loaded.layout.attention)), None)
+
+    def _block_input(self, t):
+        def hook(module, args, kwargs):
+            self.x[t] = args[0] if args else kwargs["hidden_states"]
+        return hook
+
+    def _addend(self, t):
+        def hook(module, args, output):
+            self.a[t] = output[0] if isinstance(output, tuple) else output
+        return hook
+
+    def _interface(self, t):
+        def record(q, k, v):
+            self.qkv[t] = (q, k, v)
+        return record
+
+    def _bloom(self, t):
+        heads = self.loaded.heads
+
+        def hook(module, args, fused):
+            b, n, _ = fused.shape
+            parts = fused.view(b, n, heads, 3, -1)
+            self.qkv[t] = tuple(parts[..., i, :].transpose(1, 2) for i in range(3))
+        return hook
+
+
+def capture_fn(loaded: Loaded):
+    """(params, (B, N) ids) -> the ``posbias.lm.measure.accumulate`` capture tuple: lambda means and sums
+    of squares (B, T); the batch's sums of probabilities and raw content logits (T, H, N, N), of the
+    value-norm-weighted head-mean kernels (T, N, N) and of the value norms (T, H, N); NumPy float64."""
+    torch, _ = require_torch()
+    layout, model, heads = loaded.layout, loaded.model, loaded.heads
+    blocks = model.get_submodule(layout.blocks)
+
+    def capture(_params, ids):
+        ids = torch.tensor(np.asarray(ids), dtype=torch.long)
+        with torch.no_grad(), _Recorder(loaded) as rec:
+            out = model(input_ids=ids, output_attentions=True, use_cache=False)
+        lam, lam_sq, probs, content, weighted, norms = [], [], [], [], [], []
+        with torch.no_grad():
+            for t, block in enumerate(blocks):
+                x, a = rec.x[t], rec.a[t]
+                an, xn = torch.linalg.vector_norm(a, dim=-1), torch.linalg.vector_norm(x, dim=-1)
+                r = an / torch.clamp(xn + an, min=DENOMINATOR_FLOOR)            # (B, N)
+                lam.append(r.mean(dim=-1))
+                lam_sq.append((r ** 2).sum(dim=-1))
+                p = out.attentions[t]                                          # (B, H, N, N)
+                q, k, v = rec.qkv[t]
+                k = k.repeat_interleave(heads // k.shape[1], dim=1)
+                v = v.repeat_interleave(heads // v.shape[1], dim=1)
+                content.append((q @ k.transpose(-1, -2)).sum(dim=0))
+                vn = torch.linalg.vector_norm(torch.einsum("bhjk,hkd->bhjd", v, _head_out_proj(block, layout, heads)),
+                                              dim=-1)                          # (B, H, N)
+                w = p * vn[:, :, None, :]
+                w = w / w.sum(dim=-1, keepdim=True)
+                weighted.append(w.mean(dim=1).sum(dim=0))
+                norms.append(vn.sum(dim=0))
+                probs.append(p.sum(dim=0))
+        def host(z, axis=0):
+            return torch.stack(z, dim=axis).to(torch.float64).numpy()
+        return host(lam, 1), host(lam_sq, 1), host(probs), host(content), host(weighted), host(norms)
+
+    return capture
+
+
+def influence_fn(loaded: Loaded):
+    """(params, (B, N) ids) -> (B, N) ||d p_top1 / d e_j||_2 at the last position (top-1 held fixed), by
+    autograd through ``inputs_embeds``; the sequences of a batch are independent, so the gradient of
+    the batch's summed p_top1 is each sequence's own."""
+    torch, _ = require_torch()
+    model = loaded.model
+    embed = model.get_input_embeddings()
+
+    def grad_norms(_params, ids):
+        ids = torch.tensor(np.asarray(ids), dtype=torch.long)
+        e = embed(ids).detach().requires_grad_(True)
+        logits = model(inputs_embeds=e, use_cache=False).logits[:, -1]
+        probs = torch.softmax(logits.to(torch.float64), dim=-1)
+        top = probs.detach().argmax(dim=-1)
+        probs.gather(1, top[:, None]).sum().backward()
+        return torch.linalg.vector_norm(e.grad, dim=-1).to(torch.float64).numpy()
+
+    return grad_norms
+
+
+def scales(loaded: Loaded) -> np.ndarray:
+    """(T,) the softmax's factor s_t of each layer, as the attention modules hold it."""
+    blocks = loaded.model.get_submodule(loaded.layout.blocks)
+    return np.array([float(getattr(b.get_submodule(loaded.layout.attention), loaded.layout.scale)) for b in blocks])
+
+
+def bytes_per_sequence(loaded: Loaded, n: int, itemsize: int) -> int:
+    """Conservative per-sequence working memory: per layer ~10 (H, N, N) arrays (probabilities, content,
+    weighted kernels, eager logits and their gradients) and ~24 (N, D) activations, plus the (N, V) logits."""
+    t, h, d = loaded.layers, loaded.heads, loaded.width
+    return itemsize * (t * (10 * h * n * n + 24 * n * max(d, 4 * d)) + 2 * n * loaded.vocab)
+
+
+def measure(loaded: Loaded, sequences, *, precision: str = "float64", memory: int = 2**30, progress=None,
+            influence: bool = True, batch: int | None = None) -> Measurement:
+    """The ``Measurement`` of ``posbias.hf.measure.measure``, through transformers (module docstring), in
+    batches of as many sequences as ``bytes_per_sequence`` fits in ``memory`` (or of ``batch``)."""
+    import jax
+
+    torch, _ = require_torch()
+    sequences = np.asarray(sequences, np.int32)
+    if sequences.ndim != 2 or sequences.shape[0] < 1 or sequences.shape[1] < 1:
+        raise MeasureError(f"sequences: expected shape (S, N) with S, N >= 1, got {sequences.shape}")
+    s, n = sequences.shape
+    if sequences.min() < 0 or sequences.max() >= loaded.vocab:
+        raise MeasureError(f"token ids must lie in [0, {loaded.vocab}) (the model's vocab_size)")
+    itemsize = 8 if precision == "float64" else 4
+    if batch is None:
+        batch = memory // bytes_per_sequence(loaded, n, itemsize)
+    batch = int(max(1, min(s, batch)))
+    with jax.enable_x64(precision == "float64"), torch.inference_mode(False):
+        return accumulate(capture_fn(loaded), influence_fn(loaded) if influence else None, None, sequences,
+                          batch=batch, precision=precision, slopes=np.zeros(loaded.heads), scales=scales(loaded),
+                          causal=True, progress=progress)
+
+
+def tokenizer_of(path):
+    """The tokenizer the JAX route uses for ``path``: a .gguf file's own (``posbias.hf.checkpoint``), else the
+    folder's tokenizer.json, so that both backends measure the same token ids."""
+    from posbias.hf.checkpoint import CheckpointError
+
+    path = Path(path)
+    if path.suffix.lower() == ".gguf":
+        from posbias.hf import checkpoint
+
+        return checkpoint.load(path).tokenizer()
+    from tokenizers import Tokenizer
+
+    file = path / "tokenizer.json"
+    if not file.is_file():
+        raise CheckpointError(f"{path}: tokenizer.json is missing (needed to tokenize --data text)")
+    try:
+        return Tokenizer.from_file(str(file))
+    except Exception as exc:  # tokenizers raises a bare Exception on a malformed file
+        raise CheckpointError(f"{file}: not a readable tokenizer ({exc})") from None
+
+
+def notes(loaded: Loaded) -> list[str]:
+    """What a reader of report.json must know about this backend's measurement."""
+    _, transformers = require_torch()
+    return [f"measured through transformers {transformers.__version__} ({loaded.model_type}, eager attention, "
+            f"hooks on the block input and on {loaded.layout.addend}); transformers computes the eager softmax "
+            f"(and rotary tables) in float32 whatever the dtype, so kernels carry float32 rounding",
+            "no ALiBi term: the slopes in config.yaml are 0; positions (learned or rotary) act through the "
+            "content logits" if loaded.model_type != "bloom" else
+            "BLOOM's ALiBi slopes are not read by this backend: the slopes in config.yaml are 0 (the JAX route "
+            "records them)"]
+
+
+def run_measure(args) -> int:
+    """``posbias measure --backend transformers CHECKPOINT``: the files of ``posbias.hf.outputs`` (the JAX
+    route's set), measured through transformers; returns 0 (bad input raises ``UserError``)."""
+    from posbias.files import check_out, write_run
+    from posbias.hf import data, outputs
+    from posbias.hf.cli import DEFAULT_TOKENS
+    from posbias.run import progress_bar
+
+    path = Path(args.checkpoint)
+    if args.samples < 1:
+        raise MeasureError(f"--samples: expected a positive integer, got {args.samples}")
+    tokenizer = tokenizer_of(path)
+    loaded = load(path, args.precision)
+    context = getattr(loaded.model.config, "max_position_embeddings", None) or getattr(loaded.model.config,
+                                                                                     "n_positions", None)
+    n = args.tokens if args.tokens is not None else min(DEFAULT_TOKENS, context or DEFAULT_TOKENS)
+    if n < 1:
+        raise MeasureError(f"--tokens: expected a positive integer, got {n}")
+    if context is not None and loaded.model_type in ("gpt2", "opt") and n > context:
+        raise MeasureError(f"--tokens {n}: longer than the model's {context} learned positions ({path})")
+    folder = path if path.is_dir() else path.parent
+    out = args.out if args.out is not None else folder / f"measure-N{n}-S{args.samples}-transformers"
+    check_out(out, outputs.FILES)
+    text, label = data.read_text(getattr(args, "data", None))
+    seqs = data.sequences(tokenizer, text, n, args.samples, label)
+    with progress_bar(not args.quiet, "measure (transformers)", "sequences") as update:
+        m = measure(loaded, seqs, precision=args.precision, memory=args.memory or 2**30, progress=update)
+    meta = {"model_type": loaded.model_type, "layers": loaded.layers, "heads": loaded.heads,
+            "width": loaded.width, "vocab": loaded.vocab, "data": label, "backend": "transformers",
+            "notes": notes(loaded)}
+    files = outputs.render(m, source=str(path), content_scale=args.content_scale, meta=meta, causal=True)
+    written = write_run(Path(out), {}, binaries=files)
+    lam = "  ".join(f"{v:.3f}±{s:.3f}" for v, s in zip(m.lambdas, m.lambda_std))
+    print(f"posbias measure: {path} ({loaded.model_type} through transformers, T={loaded.layers}, "
+          f"H={loaded.heads}, D={loaded.width}), N = {n}, S = {args.samples}, {args.precision}")
+    print(f"  lambda_t (± std over sequences): {lam}   sum = {m.lambdas.sum():.3f}")
+    print(f"  influence: p(0) = {m.influence[0]:.4g}   p(N-1) = {m.influence[-1]:.4g}   "
+          f"argmin = {int(m.influence.argmin())}")
+    print("  wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def validate_subject(args, subject_type):
+    """``posbias validate --checkpoint PATH --backend transformers``: a ``posbias.validate.Subject``
+    (``subject_type``) whose measurer is this module's ``measure``. The slopes of (a)-(c) are those of
+    posbias's JAX family where it has one (BLOOM's ALiBi), else 0 (learned or rotary positions)."""
+    from posbias.errors import UserError
+    from posbias.hf import bos, checkpoint, data
+    from posbias.validate import default_lengths
+
+    path = Path(args.checkpoint)
+    config, _, _ = read_config(path)
+    layout_of(config.model_type, str(path))
+    tokenizer = tokenizer_of(path)
+    try:
+        from posbias.hf.forward import slopes as jax_slopes
+
+        spec = checkpoint.load(path).spec
+        slopes, alibi = jax_slopes(spec), spec.positions == "alibi"
+    except UserError:
+        slopes, alibi = np.zeros(int(config.num_attention_heads)), False
+    context = None if alibi else getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    text, label = data.read_text(args.data)
+    layers, heads = int(config.num_hidden_layers), int(config.num_attention_heads)
+    line = (f"Checkpoint through transformers: model_type {config.model_type}, T = {layers}, H = {heads}, "
+            f"width {config.hidden_size}, vocab {config.vocab_size}, "
+            f"context {'ALiBi, no limit' if context is None else f'{context} positions'} (causal decoder); "
+            f"data: {label}; S = {args.samples} sequences per length; {args.precision} measurement.")
+    notes = ((f"Rotary or learned positions: no ALiBi term (slopes 0), so (a) and (b) are pure causal-mask "
+              f"rollouts; the position signal reaches (e)-(h) through the measured kernels.",) if not alibi else ())
+    notes += (f"Measured through transformers (eager attention, hooks on each block's input and on "
+              f"{LAYOUTS[config.model_type].addend}); its eager softmax runs in float32 whatever the dtype.",)
+    state = {}
+
+    def sequences(lengths, samples):
+        first = bos.bos_id(tokenizer, config.to_dict(), getattr(args, "bos", "auto"), str(path))
+        return bos.windows(tokenizer, text, lengths, samples, label, first)
+
+    def plan(lengths, samples):
+        budget = args.memory or 2**30
+        itemsize = 8 if args.precision == "float64" else 4
+        shape = Loaded(None, LAYOUTS[config.model_type], config.model_type, layers, heads, int(config.hidden_size),
+                       int(config.vocab_size), str(path))
+        out = {}
+        for n in lengths:
+            per = bytes_per_sequence(shape, n, itemsize)
+            if per > budget:
+                raise MeasureError(f"--memory {budget}: one sequence of N = {n} needs about {per} bytes "
+                                   f"(transformers backend)")
+            out[n] = int(max(1, min(samples, budget // per)))
+        return out
+
+    def measurer():
+        state["loaded"] = load(path, args.precision)
+
+        def run(seqs, batch, progress):
+            return measure(state["loaded"], seqs, precision=args.precision, batch=batch, progress=progress)
+        return run
+
+    lengths = default_lengths(min(context, 256)) if context is not None else (128, 256)
+    return subject_type(str(path), line, notes, context, f"{context} positions", None, lengths, slopes, True,
+                        sequences, plan, measurer)

@@ -1,0 +1,198 @@
+"""What ``posbias validate`` compares beyond the paper's panels (a)-(e): kernel variants, baselines, sinks.
+
+For one measurement (``posbias.lm.measure.Measurement``) at N tokens, each profile the last row
+of a rollout, p = e_{N-1}^T R^(T-1) ... R^(0), R^(t) = (1 - lambda_t) I + lambda_t K^(t)
+(THEORY.md Notation):
+
+(f) the measured head-mean kernels K = A^(t), attention-only (lambda_t = 1): (e) without the residual;
+(g) the value-norm-weighted kernels (Kobayashi et al. 2020, "Attention is not only a weight"): per
+    sequence and head A_hij ||W_O^h v_hj||, rows renormalised, the head mean, the data-set mean
+    (``posbias.lm.measure.value_weighted``), with the measured lambda_t;
+(h) (g) attention-only (lambda_t = 1);
+baselines, scored like the predictions so that every table says what "better than nothing" is:
+(uniform) uniform attention with the measured lambda_t: under a causal mask the Cesàro kernel
+    C_ij = 1/(i+1), j <= i, whose rollout has THEORY.md's exact closed form ("An exact closed form");
+    an encoder's full mask: 1/N everywhere;
+(flat) the flat profile 1/N.
+
+Each prediction's row says whether it ``beats_flat``: its W1 / (N - 1) to the measured influence (d)
+is below the flat profile's.
+
+Sink diagnostics per layer t (attention sinks: heads parking their weight on the first token):
+
+* ``key0_mass``: the mean over query rows of A^(t)_{i0}, the head-mean kernel's mass on key 0 (a
+  causal model's rows i >= 1: row 0 can only read key 0; an encoder's every row);
+* ``key0_mass_value_weighted``: the same for the value-norm-weighted kernels;
+* ``value_norm_ratio``: mean_h n_h0 / mean_h mean_{j>=1} n_hj, n_hj = ||W_O^h v_hj|| averaged over
+  sequences: how large token 0's values are against the rest's (a sink whose values are small
+  moves little, so (g) discounts it).
+
+Rollouts run in float64 through ``posbias.numerics.KernelStack`` (kernel rows renormalised first: a
+float32 measurement sums to 1 only within ~1e-6); a profile not determined in float64 is refused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+PANELS = {
+    "f": "measured kernels, attention-only (lambda = 1)",
+    "g": "value-norm-weighted kernels, measured lambda",
+    "h": "value-norm-weighted kernels, attention-only",
+    "uniform": "baseline: uniform attention (causal: Cesàro), measured lambda",
+    "flat": "baseline: flat 1/N",
+}
+PREDICTIONS = ("f", "g", "h", "uniform", "flat")
+BASELINES = ("uniform", "flat")
+
+
+def kernel_profile(kernels, lambdas, *, causal: bool = True, label: str = "kernels") -> np.ndarray:
+    """The float64 profile of the rollout of (T, N, N) kernels with (T,) lambdas (rows renormalised)."""
+    import posbias.numerics as nx
+    from posbias.validate import ValidateError
+
+    kernels = np.asarray(kernels, np.float64)
+    kernels = kernels / kernels.sum(axis=-1, keepdims=True)
+    prof = nx.profile(nx.KernelStack.build(kernels, np.asarray(lambdas, np.float64), causal=causal))
+    total = prof.probabilities.sum()
+    if abs(total - 1) > 1e-9 or prof.unresolved().any():
+        raise ValidateError(f"panel ({label}): the profile is not determined in float64 at N = {kernels.shape[-1]}")
+    return prof.probabilities / total
+
+
+def uniform_kernels(layers: int, num_tokens: int, *, causal: bool = True) -> np.ndarray:
+    """(T, N, N) uniform attention: Cesàro C_ij = 1/(i+1) on j <= i, or 1/N everywhere (full mask)."""
+    n = num_tokens
+    if causal:
+        one = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
+    else:
+        one = np.full((n, n), 1.0 / n)
+    return np.broadcast_to(one, (layers, n, n))
+
+
+def extra_predictions(m, *, causal: bool = True) -> dict[str, np.ndarray]:
+    """Profiles (f), (g), (h), (uniform), (flat) of one measurement (module docstring); (g) and (h) only
+    when the measurement has value-norm-weighted kernels."""
+    t, n = len(m.lambdas), m.num_tokens
+    ones = np.ones(t)
+    out = {"f": kernel_profile(m.kernels, ones, causal=causal, label="f")}
+    if m.kernels_value is not None:
+        out["g"] = kernel_profile(m.kernels_value, m.lambdas, causal=causal, label="g")
+        out["h"] = kernel_profile(m.kernels_value, ones, causal=causal, label="h")
+    out["uniform"] = kernel_profile(uniform_kernels(t, n, causal=causal), m.lambdas, causal=causal, label="uniform")
+    out["flat"] = np.full(n, 1.0 / n)
+    return out
+
+
+def key0_mass(kernels, *, causal: bool = True) -> np.ndarray:
+    """(T,) mean over query rows of K^(t)_{i0} (causal: rows 1..N-1; a one-token window: row 0)."""
+    kernels = np.asarray(kernels, np.float64)
+    rows = kernels[:, 1:, 0] if causal and kernels.shape[-1] > 1 else kernels[:, :, 0]
+    return rows.mean(axis=-1)
+
+
+def sink_diagnostics(m, *, causal: bool = True) -> dict[str, list]:
+    """Per layer: ``key0_mass``, and where measured ``key0_mass_value_weighted`` and ``value_norm_ratio``
+    (module docstring); lists of T floats."""
+    out = {"key0_mass": key0_mass(m.kernels, causal=causal).tolist()}
+    if m.kernels_value is not None:
+        out["key0_mass_value_weighted"] = key0_mass(m.kernels_value, causal=causal).tolist()
+    if m.value_norms is not None and m.num_tokens > 1:
+        norms = np.asarray(m.value_norms, np.float64)               # (T, H, N)
+        rest = norms[:, :, 1:].mean(axis=-1).mean(axis=-1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = norms[:, :, 0].mean(axis=-1) / rest
+        out["value_norm_ratio"] = [float(r) if np.isfinite(r) else None for r in ratio]
+    return out
+
+
+def mark_flat(rows: dict[str, dict]) -> dict[str, dict]:
+    """Each row but the flat baseline's with ``beats_flat``: its W1 below the flat profile's."""
+    flat = rows["flat"]["w1"]
+    return {k: (row if k == "flat" else {**row, "beats_flat": bool(row["w1"] < flat)}) for k, row in rows.items()}
+
+
+def sinks_markdown(sinks: dict[str, list]) -> list[str]:
+    """The per-layer sink table of report.md."""
+    cols = [("key0_mass", "kernel mass on key 0"), ("key0_mass_value_weighted", "value-weighted mass on key 0"),
+            ("value_norm_ratio", "value norm, token 0 / rest")]
+    cols = [(k, label) for k, label in cols if k in sinks]
+    lines = ["Sink diagnostics per layer:", "", "| layer | " + " | ".join(label for _, label in cols) + " |",
+             "|---|" + "---|" * len(cols)]
+    for t in range(len(sinks["key0_mass"])):
+        cells = ["n/a" if sinks[k][t] is None else f"{sinks[k][t]:.4f}" for k, _ in cols]
+        lines.append(f"| {t} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def figure(panels_by_n: dict[int, dict[str, np.ndarray]], sinks_by_n: dict[int, dict], title: str):
+    """One row per N: (a), (b), (c) and (d) with (e) dashed, as before; then the kernel variants and the
+    baselines over (d); then the sink diagnostics per layer."""
+    from matplotlib.figure import Figure
+
+    from posbias.validate import PANELS as PAPER
+
+    rows = len(panels_by_n)
+    fig = Figure(figsize=(21, 3.3 * rows + 0.5), layout="constrained")
+    axes = fig.subplots(rows, 6, squeeze=False)
+    for r, (n, panels) in enumerate(panels_by_n.items()):
+        x = np.arange(n)
+        for c, key in enumerate("abcd"):
+            ax = axes[r][c]
+            ax.plot(x, panels[key], color="C3" if key == "d" else "C0", lw=1.4, label=f"({key})")
+            if key == "d":
+                ax.plot(x, panels["e"], color="C2", lw=1.0, ls="--", label="(e) measured kernels")
+                ax.legend(fontsize=7, loc="upper center")
+            ax.set_yscale("log")
+            ax.set_title(f"({key}) {PAPER[key]}, N = {n}", fontsize=9)
+            ax.set_xlabel("token position j")
+            if c == 0:
+                ax.set_ylabel("p(j)")
+        ax = axes[r][4]
+        ax.plot(x, panels["d"], color="C3", lw=1.6, label="(d) measured")
+        for i, key in enumerate(k for k in ("e", "f", "g", "h", "uniform", "flat") if k in panels):
+            ax.plot(x, panels[key], lw=1.0, ls="-" if key in ("e", "g") else "--", color=f"C{(i + 4) % 10}",
+                    label=f"({key})")
+        ax.set_yscale("log")
+        measured = panels["d"][panels["d"] > 0]
+        if measured.size:   # the view of (d): a collapsed attention-only rollout would squash it to a line
+            ax.set_ylim(bottom=measured.min() * 1e-3)
+        ax.set_title(f"kernel variants and baselines, N = {n}", fontsize=9)
+        ax.set_xlabel("token position j")
+        ax.legend(fontsize=6, loc="best")
+        ax = axes[r][5]
+        sinks = sinks_by_n[n]
+        layers = np.arange(len(sinks["key0_mass"]))
+        ax.plot(layers, sinks["key0_mass"], "o-", label="kernel mass on key 0")
+        if "key0_mass_value_weighted" in sinks:
+            ax.plot(layers, sinks["key0_mass_value_weighted"], "s-", label="value-weighted mass on key 0")
+        ax.set_ylim(0, 1)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_xlabel("layer t")
+        ax.set_title(f"sinks, N = {n}", fontsize=9)
+        if "value_norm_ratio" in sinks:
+            twin = ax.twinx()
+            ratio = [np.nan if v is None else v for v in sinks["value_norm_ratio"]]
+            twin.plot(layers, ratio, "^:", color="C3", label="value norm ratio, token 0 / rest")
+            twin.set_yscale("log")
+            twin.legend(fontsize=6, loc="lower right")
+        ax.legend(fontsize=6, loc="upper right")
+    fig.suptitle(title)
+    return fig
+
+
+def kernels_npz(m) -> bytes:
+    """kernels/<N>.npz of validate: ``kernels`` (T, N, N) head-mean and, where measured,
+    ``kernels_value`` (T, N, N) value-norm-weighted and ``value_norms`` (T, H, N); ``lambdas`` (T,) and
+    ``influence`` (N,): what (e)-(h) and the sink diagnostics are computed from (the ``posbias rollout
+    --kernels`` format for ``kernels`` and ``lambdas``)."""
+    import io
+
+    arrays = {"kernels": m.kernels, "lambdas": m.lambdas, "influence": m.influence}
+    if m.kernels_value is not None:
+        arrays["kernels_value"] = m.kernels_value
+    if m.value_norms is not None:
+        arrays["value_norms"] = m.value_norms
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
