@@ -113,11 +113,12 @@ def set_stamp(texts: dict[str, str | bytes]) -> str:
 
 
 def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None,
-              binaries: dict[str, bytes] | None = None) -> list[Path]:
+              binaries: dict[str, bytes] | None = None, retire=None) -> list[Path]:
     """Write ``texts`` (name -> text), ``binaries`` (name -> bytes, e.g. .npz) and ``figures``
     (name -> matplotlib Figure, PNG) into ``out_dir`` as one set; returns the written paths
     in order. On any failure raise OutputError (one line) and leave ``out_dir`` as it was
-    (absent if it was absent)."""
+    (absent if it was absent). ``retire``: ``out_dir -> names`` of an earlier set (e.g. read
+    from its manifest), called under the folder lock; those not written now are removed."""
     out_dir = Path(out_dir)
     figures = figures or {}
     binaries = binaries or {}
@@ -156,7 +157,8 @@ def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None,
                 (out_dir / name).parent.mkdir(parents=True, exist_ok=True)
                 os.replace(staging / name, out_dir / name)
                 written.append(out_dir / name)
-            for name in _retired(names):
+            old_set = [] if retire is None else [n for n in retire(out_dir) if n not in names]
+            for name in [*_retired(names), *old_set]:
                 old = out_dir / name
                 if old.is_file() or old.is_symlink():
                     old.unlink()
@@ -173,6 +175,22 @@ def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None,
 
 
 STAGING_PREFIX = ".posbias-run-"
+
+
+def check_writable(out_dir: Path) -> None:
+    """Raise OutputError (one line) unless ``write_run`` could create files in ``out_dir``: checked
+    before a long computation by creating the folder and a probe file, then removing both (the
+    folder is left as it was)."""
+    out_dir = Path(out_dir)
+    created = _prepare(out_dir)
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-probe-", dir=out_dir)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise _fail(out_dir, "cannot write", exc) from None
+    finally:
+        _remove_created(created)
 
 
 @contextmanager
