@@ -3,7 +3,8 @@ bytes it holds at once and the seconds it takes, refused in one line beyond the 
 
 * Memory: the limit of ``posbias.numerics.budget`` (``POSBIAS_MEMORY_LIMIT``, else 80% of
   physical memory).
-* Time: ``POSBIAS_TIME_LIMIT`` seconds when set, else ``TIME_LIMIT`` (one hour). The
+* Time: ``POSBIAS_TIME_LIMIT`` seconds when set, else ``TIME_LIMIT`` (eight hours: the
+  deep profile's full run is estimated at about 4 h). The
   seconds are work divided by the stated rates below (measured on two busy cores and
   rounded down, so the estimate errs long); a run estimated beyond the limit is refused
   before it starts.
@@ -28,17 +29,19 @@ from dataclasses import dataclass
 from posbias.numerics import budget
 from posbias.verify.types import VerifyError
 
-TIME_LIMIT = 3600.0
+TIME_LIMIT = 8 * 3600.0
 """Default limit (seconds) of an estimated run."""
 
-EXAMPLE_SECONDS = {"ci": 0.05, "dev": 0.1, "deep": 0.25}
-"""Seconds per drawn example of a built-in property (and a user claim) at the profile's sizes."""
+EXAMPLE_SECONDS = {"ci": 0.05, "dev": 0.15, "deep": 0.3}
+"""Seconds per drawn example of a built-in property (and a user claim) at the profile's sizes
+(measured on two busy cores: ci 0.01-0.1 s per evaluation, deep 0.1-0.35 s)."""
 
 SHRINK_ALLOWANCE = 1.5
 """Evaluations per example, shrinking included (a search shrinks its counterexample)."""
 
-ENGINE_RATE = 1e8
-"""T H N elements per second of one structured-engine profile (T H N = 3.2e7 measured in 0.35 s)."""
+ENGINE_RATE = 4e7
+"""T H N elements per second of one structured-engine profile (measured 9e7/s idle, 3.5e7/s with
+the machine's two cores shared)."""
 
 VECTOR_RATE = 5e8
 """Kernel entries per second of a vector-kernel product (NumPy, memory bound)."""
