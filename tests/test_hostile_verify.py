@@ -134,6 +134,8 @@ REFUSED = [
             "--tokens"),
     Refused("kernels with --examples 10^9", "estimate",
             kernel_file(causal_uniform(4), [0.5, 0.5], "--examples", "1000000000"), "takes about"),
+    Refused("stack with --examples 10^9", "estimate", lambda tmp: ["--stack", str(SMALL), "--examples", "1000000000"],
+            "verify of T = 4, H = 4, N = 64 takes about"),
     Refused("kernels (2, 3000, 3000) under a 1 s limit", "estimate",
             kernel_file(lambda: causal_uniform(3000), [0.5, 0.25]), "verify of T = 2, H = 1, N = 3000 takes about",
             env={"POSBIAS_TIME_LIMIT": "1"}),
@@ -322,7 +324,7 @@ def test_a_3000_token_kernel_file_costs_vector_products_only():
 
     plan = cost.plan_model(kind="kernels", layers=2, heads=1, tokens=3000, causal=True, examples=25)
     assert not plan.dense_product and "T N^3 = 5.4e+10" in plan.dense_product_reason
-    vector_work = (2 * 3000**2 + 25 * 1.5 * 5 * 3000**2) / cost.VECTOR_RATE
+    vector_work = (2 * 3000**2 + 25 * 1.5 * 5 * 3000**2) / cost.VECTOR_RATE + 25 * 1.5 * 2 * cost.EXAMPLE_OVERHEAD
     assert plan.seconds == pytest.approx(vector_work)
     assert plan.seconds < cost.TIME_LIMIT
     assert plan.memory_bytes < 6 * 8 * 3000**2

@@ -52,6 +52,9 @@ DENSE_RATE = 2e9
 DIAGONAL_RATE = 1e7
 """H N elements per second of the XLA self-weights of one layer (compilation included)."""
 
+EXAMPLE_OVERHEAD = 0.01
+"""Seconds hypothesis itself spends per drawn example (drawing, bookkeeping), whatever the model."""
+
 DENSE_ENTRIES = 4e7
 """Dense ALiBi kernels are formed only while T H N^2 is at most this."""
 
@@ -171,10 +174,10 @@ def plan_model(*, kind: str, layers: int, heads: int, tokens: int, causal: bool,
         product = dense and causal and work <= DENSE_WORK
         profile_s = t * h * n / ENGINE_RATE
         memory = engine_bytes + vectors
-        seconds = (1 + 3 * evals) * profile_s  # p, then C2(b), C3(c), C4(b) draws
+        seconds = profile_s + 3 * evals * (profile_s + EXAMPLE_OVERHEAD)  # p, then C2(b), C3(c), C4(b) draws
         if dense:
             memory += 8 * (t + 6) * n * n + (24 * n * n if product else 0)
-            seconds += entries / ENGINE_RATE + evals * n * n / VECTOR_RATE  # forming; C1 draws
+            seconds += entries / ENGINE_RATE + evals * (n * n / VECTOR_RATE + EXAMPLE_OVERHEAD)  # forming; C1
         elif causal:
             memory += 24 * h * n + 8 * t * n  # one layer's XLA self-weights; the (T, N) result
             seconds += t * h * n / DIAGONAL_RATE
@@ -183,7 +186,7 @@ def plan_model(*, kind: str, layers: int, heads: int, tokens: int, causal: bool,
         work = t * n**3
         product = causal and work <= DENSE_WORK
         memory = 8 * 3 * n * n + (24 * n * n if product else 0) + vectors  # one layer's CDF and tests; P
-        seconds = t * n * n / VECTOR_RATE + evals * (2 * t + 1) * n * n / VECTOR_RATE  # C2(b): two last rows
+        seconds = t * n * n / VECTOR_RATE + evals * ((2 * t + 1) * n * n / VECTOR_RATE + 2 * EXAMPLE_OVERHEAD)
     if product:
         seconds += work / DENSE_RATE
     if not causal:
