@@ -105,9 +105,10 @@ def _retired(out_dir: Path, names: list[str]) -> list[Path]:
     return sorted(old)
 
 
-def _remove_retired(out_dir: Path, names: list[str]) -> None:
-    """Unlink ``_retired`` files, then the folders (profiles/12/) they leave empty."""
-    for old in _retired(out_dir, names):
+def _remove_retired(out_dir: Path, names: list[str], old_set=()) -> None:
+    """Unlink ``_retired`` files and ``old_set`` (names of an earlier set, from ``write_run``'s
+    ``retire``), then the folders (profiles/12/) they leave empty."""
+    for old in [*_retired(out_dir, names), *(out_dir / name for name in old_set)]:
         if old.is_file() or old.is_symlink():
             old.unlink()
             folder = old.parent
@@ -149,11 +150,12 @@ def check_out(out_dir: Path, names=()) -> None:
 
 
 def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None,
-              binaries: dict[str, bytes] | None = None) -> list[Path]:
+              binaries: dict[str, bytes] | None = None, retire=None) -> list[Path]:
     """Write ``texts`` (name -> text), ``binaries`` (name -> bytes, e.g. .npz) and ``figures``
     (name -> matplotlib Figure, PNG) into ``out_dir`` as one set; returns the written paths
     in order. On any failure raise OutputError (one line) and leave ``out_dir`` as it was
-    (absent if it was absent)."""
+    (absent if it was absent). ``retire``: ``out_dir -> names`` of an earlier set (e.g. read
+    from its manifest), called under the folder lock; those not written now are removed."""
     out_dir = Path(out_dir)
     figures = figures or {}
     binaries = binaries or {}
@@ -192,7 +194,8 @@ def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None,
                 (out_dir / name).parent.mkdir(parents=True, exist_ok=True)
                 os.replace(staging / name, out_dir / name)
                 written.append(out_dir / name)
-            _remove_retired(out_dir, names)
+            old_set = [] if retire is None else [n for n in retire(out_dir) if n not in names]
+            _remove_retired(out_dir, names, old_set)
         return written
     except OSError as exc:
         if staging is not None:
@@ -206,6 +209,22 @@ def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None,
 
 
 STAGING_PREFIX = ".posbias-run-"
+
+
+def check_writable(out_dir: Path) -> None:
+    """Raise OutputError (one line) unless ``write_run`` could create files in ``out_dir``: checked
+    before a long computation by creating the folder and a probe file, then removing both (the
+    folder is left as it was)."""
+    out_dir = Path(out_dir)
+    created = prepare(out_dir)
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-probe-", dir=out_dir)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise _fail(out_dir, "cannot write", exc) from None
+    finally:
+        remove_created(created)
 
 
 @contextmanager

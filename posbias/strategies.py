@@ -114,10 +114,17 @@ def register_profiles() -> dict[str, settings]:
 
 
 def settings_for(profile: str) -> settings:
-    """The registered settings of profile ``ci``, ``dev`` or ``deep`` (registering them if needed)."""
+    """The settings of profile ``ci``, ``dev`` or ``deep`` (those ``register_profiles`` registers),
+    built without registering anything: hypothesis deprecates registering profiles while a test's
+    own @settings are active, and a verify run may be called from inside one."""
     if profile not in _PROFILE_SETTINGS:
         raise ValueError(f"unknown profile {profile!r}; expected one of {', '.join(_PROFILE_SETTINGS)}")
-    return register_profiles()[profile]
+    return _profile_settings(profile)
+
+
+@functools.cache
+def _profile_settings(profile: str) -> settings:
+    return settings(suppress_health_check=list(HealthCheck), **_PROFILE_SETTINGS[profile])
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -53,7 +53,8 @@ def add_parser(subparsers):
     pv.add_argument("--profile", choices=PROFILES, default="ci", help="sizes and example counts")
     pv.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     pv.add_argument("--out", type=argtypes.path, default=Path("posbias-verify"),
-                    help="folder for counterexample files (default ./posbias-verify)")
+                    help="folder for the counterexample files and their manifest verify.json, written as one set "
+                         "(default ./posbias-verify; checked before the searches run)")
     return pv
 
 

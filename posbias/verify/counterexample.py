@@ -1,5 +1,6 @@
-"""Counterexample files, both ways: ``write_counterexample`` writes <out>/<slug>.json plus
-the models it compares (rollout YAML / kernel .npz that ``posbias rollout`` reads);
+"""Counterexample files, both ways: ``counterexample_files`` renders <slug>.json plus the
+models it compares (rollout YAML / kernel .npz that ``posbias rollout`` reads) and
+``write_counterexample`` writes them as one set (``posbias.verify.output``);
 ``load_counterexample`` reads the JSON back as a ``Counterexample`` whose ``replay()``
 re-runs the property's check.
 
@@ -9,6 +10,7 @@ re-runs the property's check.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from dataclasses import dataclass
@@ -27,42 +29,44 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
-def write_counterexample(prop: Property, res: Result, out, *, profile: str, seed) -> list[Path]:
-    """<out>/<slug>.json (``load_counterexample`` reads it), and per model it names
-    <slug>-<part>.yaml (an AlibiStack, reference schema) or .npz ('kernels', 'lambdas')."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+def counterexample_files(prop: Property, res: Result, *, profile: str, seed) -> dict[str, dict | str | bytes]:
+    """name -> content of a property's counterexample: <slug>.json (``load_counterexample`` reads
+    it), and per model it names <slug>-<part>.yaml (an AlibiStack, reference schema) or .npz
+    ('kernels', 'lambdas'). Rendered in memory (the JSON as its payload dict);
+    ``posbias.verify.output.write_set`` writes them."""
     stem = slug(prop.name)
-    files: dict[str, str] = {}
-    written = []
+    files: dict[str, str | bytes] = {}
+    parts: dict[str, str] = {}
     if prop.artifacts is not None:
         for part, art in apply_example(prop.artifacts, res.counterexample).items():
             if art[0] == "alibi":
-                path = out / f"{stem}-{part}.yaml"
-                path.write_text(config_yaml(art[1], art[2]))
+                name, content = f"{stem}-{part}.yaml", config_yaml(art[1], art[2])
             else:
-                path = out / f"{stem}-{part}.npz"
-                np.savez(path, kernels=art[1], lambdas=art[2])
-            files[part] = path.name
-            written.append(path)
+                buf = io.BytesIO()
+                np.savez(buf, kernels=art[1], lambdas=art[2])
+                name, content = f"{stem}-{part}.npz", buf.getvalue()
+            parts[part] = name
+            files[name] = content
     payload = {"format": FORMAT, "property": prop.name, "claim": prop.claim, "expect": prop.expect,
                "verdict": res.verdict, "hypotheses": list(prop.hypotheses), "dropped": prop.dropped,
                "statement": prop.statement, "profile": profile, "seed": seed, "example": encode(res.counterexample),
-               "explanation": res.text, "files": files}
-    path = out / f"{stem}.json"
-    path.write_text(json.dumps(payload, indent=1) + "\n")
-    return [path, *written]
+               "explanation": res.text, "files": parts}
+    return {f"{stem}.json": payload, **files}
 
 
-def write_model_counterexample(res: Result, out) -> Path:
-    """<out>/model-<slug>.json for a model-mode result (``load_counterexample`` reads it)."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"model-{slug(res.name)}.json"
-    path.write_text(json.dumps({"format": FORMAT, "property": res.name, "claim": res.claim, "expect": res.expect,
-                                "verdict": res.verdict, "example": encode(res.counterexample),
-                                "explanation": res.text, "files": {}}, indent=1) + "\n")
-    return path
+def model_counterexample_files(res: Result) -> dict[str, dict]:
+    """model-<slug>.json (its payload) for a model-mode result (``load_counterexample`` reads it)."""
+    return {f"model-{slug(res.name)}.json": {
+        "format": FORMAT, "property": res.name, "claim": res.claim, "expect": res.expect, "verdict": res.verdict,
+        "example": encode(res.counterexample), "explanation": res.text, "files": {}}}
+
+
+def write_counterexample(prop: Property, res: Result, out, *, profile: str, seed) -> list[Path]:
+    """Write ``counterexample_files`` into ``out`` as one output set (``posbias.verify.output``);
+    returns the paths, the JSON first."""
+    from posbias.verify.output import write_set
+
+    return write_set(out, counterexample_files(prop, res, profile=profile, seed=seed))
 
 
 @dataclass(frozen=True)
@@ -90,8 +94,13 @@ class Counterexample:
 
 
 def load_counterexample(path) -> Counterexample:
-    """Read a counterexample JSON written by ``posbias verify`` (or ``verify(out=...)``)."""
+    """Read a counterexample JSON written by ``posbias verify`` (or ``verify(out=...)``); refuse one
+    whose folder mixes runs (``posbias.verify.output.check_member``)."""
+    from posbias.verify.output import check_member
+
     data = json.loads(Path(path).read_text())
-    if data.get("format") != FORMAT:
-        raise ValueError(f"{path}: not a posbias counterexample (format {data.get('format')!r}, expected {FORMAT})")
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"{path}: not a posbias counterexample (format {found!r}, expected {FORMAT})")
+    check_member(path, data)
     return Counterexample(data["property"], data.get("claim"), decode(data["example"]), data)

@@ -19,39 +19,41 @@ A claim whose hypotheses fail for the model is reported ``n/a`` with the reason.
 from __future__ import annotations
 
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from posbias.verify.claims import c1_check, hypotheses, predicate, steeper
-from posbias.verify.counterexample import write_model_counterexample
+from posbias.verify import cost
+from posbias.verify.counterexample import model_counterexample_files
 from posbias.verify.kernels import alibi_kernels, dominated, engine_profile, last_row, with_layer
 from posbias.verify.lazy import composite, ps, st
 from posbias.verify.runner import resolve_seed, run_property
 from posbias.verify.types import Property, Report, Result
 
 
-def model_facts(stack, n):
+def model_facts(stack, n, plan):
     """Hypotheses that hold for a model: causal, monotone layers, sum lambda, sum lambda delta.
-    Returns (facts, kernels, self_w): kernels the dense (T, N, N) A^(t) (None where too large to
-    form), self_w the (T, N) self-weights A^(t)[i, i] (None where the mask is not causal and the
-    kernels were not formed)."""
+    Returns (facts, kernels, self_w): kernels the dense (T, N, N) A^(t) (None where the plan
+    does not form them), self_w the (T, N) self-weights A^(t)[i, i] (None where the mask is not
+    causal and the kernels were not formed), computed one layer at a time."""
     from posbias.numerics.stack import AlibiStack
     from posbias.theorem import orders
 
     alibi = isinstance(stack, AlibiStack)
     lambdas = np.asarray(stack.lambdas, np.float64)
-    causal = bool(stack.causal(n)) if alibi else bool(np.all(np.abs(np.triu(stack.kernels, 1)) <= 1e-12))
-    dense_ok = (not alibi) or stack.num_layers * stack.num_heads * n * n <= 4e7
-    kernels = (alibi_kernels(stack, n) if alibi else stack.kernels) if dense_ok else None
+    if alibi:
+        causal = bool(stack.causal(n))
+    else:  # layer by layer: no (T, N, N) temporaries
+        causal = all(bool(np.all(np.abs(np.triu(k, 1)) <= 1e-12)) for k in stack.kernels)
+    kernels = (alibi_kernels(stack, n) if alibi else stack.kernels) if plan.dense_kernels else None
     if kernels is not None:
         monotone = [bool(orders.is_monotone(k)) for k in kernels]
         self_w = np.diagonal(kernels, axis1=1, axis2=2)
     else:
-        from posbias import numerics as nx
-
         monotone = None  # by C3(a) for causal ALiBi; not formed at this size
-        self_w = np.asarray(nx.kernel_diagonals(stack, n), np.float64) if causal else None
+        self_w = self_weights(stack, n) if causal else None
     delta = None if self_w is None else 1 - self_w.min(axis=1)
     facts = {
         "kind": "alibi" if alibi else "kernels", "num_layers": int(len(lambdas)), "num_tokens": int(n),
@@ -64,21 +66,55 @@ def model_facts(stack, n):
     }
     if monotone is None and alibi and causal:
         facts["monotone_layers"] = True
-        facts["monotone_note"] = "by C3(a) (causal ALiBi); kernels too large to form here"
+        facts["monotone_note"] = f"by C3(a) (causal ALiBi); not formed: {plan.dense_kernels_reason}"
     return facts, kernels, self_w
+
+
+def self_weights(stack, n) -> np.ndarray:
+    """(T, N) self-weights A^(t)[i, i] of an ALiBi stack in closed form, one layer at a time (the
+    XLA arrays hold H x N, not T x H x N)."""
+    from posbias import numerics as nx
+    from posbias.numerics.stack import AlibiStack
+
+    out = np.empty((stack.num_layers, n))
+    for t in range(stack.num_layers):
+        layer = AlibiStack.build(stack.lambdas[t:t + 1], stack.slopes[t:t + 1], stack.diagonal[t:t + 1],
+                                 stack.head_weights[t:t + 1], stack.temperature, stack.mask)
+        out[t] = np.asarray(nx.kernel_diagonals(layer, n), np.float64)[0]
+    return out
+
+
+def plan_for(stack, n, *, profile: str, examples: int | None):
+    """The cost plan (``posbias.verify.cost.plan_model``) of ``verify_model(stack, n)``."""
+    from posbias.numerics import Structured
+    from posbias.numerics.stack import AlibiStack
+
+    alibi = isinstance(stack, AlibiStack)
+    heads = stack.num_heads if alibi else 1
+    causal = bool(stack.causal(n)) if alibi else True  # kernels: planned as causal (the larger plan)
+    engine = Structured().memory_bytes(stack.num_layers, heads, n) if alibi else 0
+    return cost.plan_model(kind="alibi" if alibi else "kernels", layers=stack.num_layers, heads=heads, tokens=n,
+                           causal=causal, examples=cost.examples_per_property(profile, examples), engine_bytes=engine)
 
 
 def verify_model(stack, num_tokens: int | None = None, *, profile: str = "ci", examples: int | None = None,
                  seed: int | None = None, out=None, progress: bool = False) -> Report:
     """Check the claims that apply to one model (an ``AlibiStack`` at N tokens or a ``KernelStack``):
     which hypotheses hold, which claims apply, their predictions against the engine, and the
-    comparative statics (raise lambda_t, a slope, a diagonal) by hypothesis over perturbations."""
+    comparative statics (raise lambda_t, a slope, a diagonal) by hypothesis over perturbations.
+    The run's memory and time are estimated first (``posbias.verify.cost``) and refused beyond the
+    limits; with ``out`` the folder is checked before and the files written as one set after."""
     from posbias.numerics.stack import AlibiStack
+    from posbias.verify.output import preflight, write_set
 
     seed = resolve_seed(profile, seed)
     n = num_tokens if num_tokens is not None else stack.num_tokens
+    plan = plan_for(stack, n, profile=profile, examples=examples)
+    plan.check()
+    if out is not None:
+        preflight(out)
     alibi = isinstance(stack, AlibiStack)
-    facts, kernels, self_w = model_facts(stack, n)
+    facts, kernels, self_w = model_facts(stack, n, plan)
     lambdas = np.asarray(stack.lambdas, np.float64)
     if alibi:
         p = engine_profile(stack, n)
@@ -97,8 +133,9 @@ def verify_model(stack, num_tokens: int | None = None, *, profile: str = "ci", e
         results.append(Result(name, claim_label, (), "holds", "n/a", True, 0, 0, 0.0, detail=why))
 
     causal, mono = facts["causal"], facts["monotone_layers"]
+    not_causal = "the mask reads later tokens (not causal)" if alibi else "the kernels read later tokens (not causal)"
     # C2(c) and C5(a): identities in the self-weights, against the engine's p and P
-    if causal and self_w is not None:
+    if causal:
         atom = float(np.prod(1 - lambdas * (1 - self_w[:, -1])))
         predictions["C2(c) p(N-1)"] = atom
         err = abs(p[-1] - atom)
@@ -109,25 +146,26 @@ def verify_model(stack, num_tokens: int | None = None, *, profile: str = "ci", e
         predictions["C5(a) min_i P_ii >= prod(1 - lambda delta)"] = bound
         ok = bool(diag.min() >= bound - 1e-12)
         detail = f"min_i P_ii = {diag.min():.6g} >= prod_t (1 - lambda_t delta_t) = {bound:.6g}"
-        if kernels is not None:
+        if plan.dense_product:
             from posbias.theorem import orders
 
             pmat = orders.rollout(kernels, lambdas)
             ok = ok and bool(predicate("C5(a)")(pmat, kernels, lambdas))
             detail += "; diag P = identity (dense P)"
+        else:
+            detail += f"; diag P not formed: {plan.dense_product_reason}"
         fixed("C5(a)", "C5(a)", hypotheses("C5(a)"), ok, detail + f"; sum lambda delta = {facts['sum_lambda_delta']:.4g}")
     else:
-        why = "mask reads later tokens (not causal)" if not causal else "kernels too large to form"
-        na("C2(c)", "C2(c)", why)
-        na("C5(a)", "C5(a)", why)
+        na("C2(c)", "C2(c)", not_causal)
+        na("C5(a)", "C5(a)", not_causal)
     # C1 per layer, on drawn distributions
-    if causal and kernels is not None and n <= 2048:
+    if causal and kernels is not None:
         results.append(run_property(Property(
             "C1", "C1", hypotheses("C1"), st.tuples(st.integers(0, len(kernels) - 1), ps.distributions(n)).map(
                 lambda c: {"K": kernels[c[0]], "mu": c[1]}), c1_check), profile=profile, examples=examples,
             seed=seed))
     else:
-        na("C1", "C1", "not causal" if not causal else "kernels too large to form")
+        na("C1", "C1", not_causal if not causal else plan.dense_kernels_reason)
     # C2(b): raise one lambda
     if causal and mono:
         @composite
@@ -135,15 +173,18 @@ def verify_model(stack, num_tokens: int | None = None, *, profile: str = "ci", e
             t = draw(st.integers(0, len(lambdas) - 1))
             return {"layer": t, "new_lambda": lambdas[t] + (1 - lambdas[t]) * draw(st.floats(0.0, 1.0))}
 
-        def c2b(layer, new_lambda):
-            if alibi:  # p(lambda') ≼ p(lambda), p from the engine
+        def c2b(layer, new_lambda):  # p(lambda') ≼ p(lambda): the engine's, or the kernels' last rows
+            if alibi:
                 return dominated(profile_of(with_layer(stack, layer, lam=new_lambda)), p)
-            return predicate("C2(b)")(stack.kernels, lambdas, layer, new_lambda)
+            more = lambdas.copy()
+            more[layer] = new_lambda
+            return dominated(last_row(stack.kernels, more), p)
 
         results.append(run_property(Property("C2(b)", "C2(b)", hypotheses("C2(b)"), raise_lambda(), c2b),
                                     profile=profile, examples=examples, seed=seed))
     else:
-        na("C2(b)", "C2(b)", "not causal" if not causal else f"layers {facts['non_monotone_layers']} not monotone")
+        na("C2(b)", "C2(b)", not_causal if not causal else f"layers {facts['non_monotone_layers']} are not "
+                                                          "stochastically monotone")
     # C3(c), C4(b): steeper slope / larger diagonal at one layer (ALiBi, causal)
     if alibi and causal:
         for name, what in (("C3(c)", "slopes"), ("C4(b)", "diagonal")):
@@ -159,8 +200,9 @@ def verify_model(stack, num_tokens: int | None = None, *, profile: str = "ci", e
             results.append(run_property(Property(name, name, hypotheses(name), change(), check), profile=profile,
                                         examples=examples, seed=seed))
     else:
-        na("C3(c)", "C3(c)", "not an ALiBi stack" if not alibi else "not causal")
-        na("C4(b)", "C4(b)", "not an ALiBi stack" if not alibi else "not causal")
+        why = "measured kernels: no slopes or content diagonal to change" if not alibi else not_causal
+        na("C3(c)", "C3(c)", why)
+        na("C4(b)", "C4(b)", why)
     # C6: the shape the engine finds; depth 1 is never U-shaped
     u = bool(predicate("C6")(p))
     predictions["C6 U-shaped"] = u
@@ -171,14 +213,47 @@ def verify_model(stack, num_tokens: int | None = None, *, profile: str = "ci", e
         results.append(Result("C6", "C6", ("observed",), "holds", "observed", True, 1, 0, 0.0,
                               detail=f"U-shaped: {u} (argmin {argmin}, p(0) = {p[0]:.4g}, p(N-1) = {p[-1]:.4g})"))
     # Cesàro closed form: uniform causal attention
-    if alibi and causal and stack.mask.past_window is None and np.all(stack.slopes == 0) and \
-            np.all(stack.diagonal == 0) and n <= 512:
+    why = cesaro_inapplicable(stack, n, causal)
+    if why is None:
         ok = bool(predicate("cesaro")(p, [Fraction(float(x)) for x in lambdas]))
         fixed("cesaro", "cesaro", hypotheses("cesaro"), ok, "engine p equals the Hausdorff closed form (exact)")
     else:
-        na("cesaro", "cesaro", "not uniform causal attention (slope 0, d = 0)")
+        na("cesaro", "cesaro", why)
+    report = Report(results, profile, seed, model={**facts, "predictions": predictions})
     if out is not None:
+        contents = {}
         for res in results:
             if res.counterexample is not None:
-                res.files = [write_model_counterexample(res, out)]
-    return Report(results, profile, seed, model={**facts, "predictions": predictions})
+                files = model_counterexample_files(res)
+                res.files = [Path(out) / name for name in files]
+                contents.update(files)
+        if contents:
+            write_set(out, contents)
+    return report
+
+
+CESARO_MAX_TOKENS = 512
+"""The Cesàro closed form is checked in exact rationals up to this N (its cost grows as N T)."""
+
+
+def cesaro_inapplicable(stack, n: int, causal: bool) -> str | None:
+    """None where the Cesàro closed form applies (uniform causal attention: ALiBi, causal mask with
+    no window, every slope and content diagonal 0, N <= CESARO_MAX_TOKENS), else the condition
+    that fails, stated with the model's values."""
+    from posbias.numerics.stack import AlibiStack
+
+    if not isinstance(stack, AlibiStack):
+        return "measured kernels: the closed form is for uniform causal ALiBi attention"
+    if not causal:
+        return f"not causal (mask {stack.mask.spec})"
+    if stack.mask.past_window is not None:
+        return f"sliding-window mask ({stack.mask.spec}): attention is not uniform over the whole past"
+    if np.any(stack.slopes != 0):
+        return f"not uniform: slopes up to {float(np.max(stack.slopes)):.4g} (the closed form needs slope 0)"
+    if np.any(stack.diagonal != 0):
+        return (f"not uniform: content diagonal up to {float(np.max(np.abs(stack.diagonal))):.4g} "
+                "(the closed form needs d = 0)")
+    if n > CESARO_MAX_TOKENS:
+        return (f"uniform causal attention, but N = {n} > {CESARO_MAX_TOKENS}: the exact closed form is checked "
+                f"up to N = {CESARO_MAX_TOKENS}")
+    return None

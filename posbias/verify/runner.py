@@ -1,18 +1,29 @@
 """Runs: ``run_property`` puts one property through ``hypothesis.find`` (look for an
 example where the check is False, shrink it, explain it, write it), ``select`` picks
 properties by name or claim label, ``verify`` runs a selection under a profile with a
-progress bar, and ``resolve_seed`` fixes the seed every run reports."""
+progress bar, and ``resolve_seed`` fixes the seed every run reports.
+
+A check holds on an example only where it returns True (a ``bool`` or ``numpy.bool_``);
+False is a failure, and anything else (the string "False", None, an array) is an error
+of the check, reported as the verdict ``error`` (not as held). hypothesis runs with its
+home folder (caches) in a private temporary folder, removed afterwards: a run writes
+nothing outside the folder its caller names."""
 
 from __future__ import annotations
 
+import contextlib
 import random as _random
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
 from typing import Callable
 
-from posbias.verify.counterexample import write_counterexample
+import numpy as np
+
+from posbias.verify import cost
+from posbias.verify.counterexample import counterexample_files, write_counterexample
 from posbias.verify.display import show_example
 from posbias.verify.lazy import ps
 from posbias.verify.registry import properties
@@ -52,7 +63,7 @@ def run_property(prop: Property, *, profile: str = "ci", examples: int | None = 
             progress(calls[0])
         if prop.target is not None and not first[0]:
             target(float(apply_example(prop.target, example)))
-        bad = not bool(apply_example(prop.check, example))
+        bad = not holds(apply_example(prop.check, example))
         if bad and not first[0]:
             first[0] = calls[0]
         return bad
@@ -61,7 +72,7 @@ def run_property(prop: Property, *, profile: str = "ci", examples: int | None = 
     strategy = prop.strategy_for(ps.SIZES[profile])
     found, error = None, None
     try:
-        with warnings.catch_warnings():  # hypothesis's note that a large example's repr is costly
+        with warnings.catch_warnings(), private_hypothesis_home():  # no note that a large repr is costly
             warnings.simplefilter("ignore", HypothesisWarning)
             found = find(strategy, failing, settings=conf,
                          random=_random.Random(seed) if seed is not None else None)
@@ -95,6 +106,36 @@ def run_property(prop: Property, *, profile: str = "ci", examples: int | None = 
     return res
 
 
+class CheckResultError(TypeError):
+    """A check returned something other than True or False."""
+
+
+def holds(value) -> bool:
+    """True for True, False for False (``bool`` or ``numpy.bool_``); anything else raises
+    CheckResultError (the string "False" is truthy: it must not count as held)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    shown = repr(value)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    raise CheckResultError(f"the check returned {shown} ({type(value).__name__}), expected True or False")
+
+
+@contextlib.contextmanager
+def private_hypothesis_home():
+    """Point hypothesis's home folder (./.hypothesis by default: its constants and unicode caches,
+    written even with no example database) at a temporary folder, removed on exit; restore the
+    caller's afterwards."""
+    from hypothesis import configuration
+
+    previous = getattr(configuration, "__hypothesis_home_directory", None)
+    with tempfile.TemporaryDirectory(prefix="posbias-verify-hypothesis-") as home:
+        configuration.set_hypothesis_home_dir(home)
+        try:
+            yield
+        finally:
+            configuration.set_hypothesis_home_dir(previous)
+
+
 def select(names=None) -> list[Property]:
     """Properties by name or claim label (``C2(b)`` selects C2(b) and its necessity search)."""
     props = properties()
@@ -111,18 +152,36 @@ def select(names=None) -> list[Property]:
 
 
 def verify(names=None, *, profile: str = "ci", examples: int | None = None, seed: int | None = None,
-           out: str | Path | None = "posbias-verify", progress: bool = False) -> Report:
+           out: str | Path | None = None, progress: bool = False) -> Report:
     """Run the selected properties (all by default). seed: None with ``ci`` is derandomized; with
-    ``dev`` / ``deep`` a seed is drawn and reported, so every run can be repeated."""
+    ``dev`` / ``deep`` a seed is drawn and reported, so every run can be repeated. The run's time
+    is estimated first and refused beyond the limit (``posbias.verify.cost``). out: a folder for
+    the counterexample files (None: none written), checked before the searches and written as
+    one set after them (``posbias.verify.output``)."""
+    from posbias.verify.output import preflight, write_set
+
     seed = resolve_seed(profile, seed)
     props = select(names)
+    cost.check_run(props, profile, examples)
+    if out is not None:
+        preflight(out)
     results = []
     with _Progress(progress, props, profile, examples) as bar:
         for prop in props:
-            results.append(run_property(prop, profile=profile, examples=examples, seed=seed, out=out,
+            results.append(run_property(prop, profile=profile, examples=examples, seed=seed,
                                         progress=bar.updater(prop)))
             bar.done(prop)
-    return Report(results, profile, seed)
+    report = Report(results, profile, seed)
+    if out is not None:
+        contents = {}
+        for prop, res in zip(props, results):
+            if res.counterexample is not None:
+                files = counterexample_files(prop, res, profile=profile, seed=seed)
+                res.files = [Path(out) / name for name in files]
+                contents.update(files)
+        if contents:
+            write_set(out, contents)
+    return report
 
 
 class _Progress:
