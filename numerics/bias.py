@@ -225,6 +225,13 @@ class Function:
         return np.broadcast_to(out, g.shape)  # a constant expression returns a scalar
 
 
+def _t5_future(side) -> T5Buckets | None:
+    """The future side that goes with a bidirectional T5 past side (None for any other side)."""
+    if isinstance(side, T5Buckets) and side.bidirectional and not side.future:
+        return T5Buckets(side.num_buckets, side.max_distance, side.values, True, future=True)
+    return None
+
+
 Side = Alibi | KerpleLog | KerplePower | T5Buckets | Table | Function
 
 
@@ -237,7 +244,9 @@ class Bias:
 
     @property
     def spec(self) -> str:
-        return self.past.spec if self.future is None else f"{self.past.spec}|{self.future.spec}"
+        if self.future is None or self.future == _t5_future(self.past):
+            return self.past.spec  # t5-bidirectional:... names both sides
+        return f"{self.past.spec}|{self.future.spec}"
 
     @property
     def alibi_slope(self) -> float | None:
@@ -268,5 +277,5 @@ class Bias:
         bad = np.isnan(values) | (values == np.inf) | ((values == -np.inf) & (not windowed or g == 0))
         if bad.any():
             k = int(np.flatnonzero(bad)[0])
-            raise StackError(f"bias {side.spec!r}: {name} b({k}) = {values[k]!r}, expected a finite value")
+            raise StackError(f"bias {side.spec!r}: {name} b({k}) = {float(values[k])!r}, expected a finite value")
         return values

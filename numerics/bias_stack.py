@@ -94,8 +94,8 @@ class BiasStack:
         h = len(rows[0])
         distinct: dict[Bias, int] = {}
         index = np.array([[distinct.setdefault(b, len(distinct)) for b in row] for row in rows], dtype=np.int64)
-        diagonal = _per_layer_head("diagonal", _finite("diagonal", diagonal), t, h)
-        sink = _per_layer_head("sink", _finite("sink", sink), t, h)
+        diagonal = _per_layer_head("diagonal", _finite("diagonal", np.atleast_1d(diagonal)), t, h)
+        sink = _per_layer_head("sink", _finite("sink", np.atleast_1d(sink)), t, h)
         weights = AlibiStack.build(base.lambdas, np.zeros((t, h)), head_weights=head_weights).head_weights
         tau = base.temperature
         with np.errstate(over="ignore"):
@@ -145,8 +145,15 @@ def _bias_rows(biases, num_layers: int) -> list[list[Bias]]:
             raise StackError(f"biases: expected a Bias, H of them or T rows of H, got {type(biases).__name__}") from None
         if not items:
             raise StackError("biases: expected at least one head, got none")
-        rows = [items] if all(isinstance(b, Bias) for b in items) else [list(r) if not isinstance(r, Bias) else [r]
-                                                                        for r in items]
+        if any(isinstance(b, Bias) for b in items):
+            rows = [items]  # one row of heads (the same in every layer)
+        else:
+            rows = []
+            for t, row in enumerate(items):
+                try:
+                    rows.append(list(row))
+                except TypeError:
+                    raise StackError(f"biases: layer {t} is a {type(row).__name__}, expected H Bias objects") from None
     for t, row in enumerate(rows):
         if not row:
             raise StackError(f"biases: layer {t} has no heads, expected at least one")

@@ -30,6 +30,7 @@
 #endif
 
 #define MAX_THREADS 64
+#define MAX_DEFICIT 600.0 /* as numerics/bias_engine.py: rows further below their head's scale are refused */
 
 enum { OK = 0, ERR_NONFINITE = 2, ERR_MEMORY = 3, ERR_ARGS = 4, ERR_THREAD = 5 };
 
@@ -121,6 +122,7 @@ static void head(thread_t *th, int64_t layer, int64_t h) {
     if (ci < worst) worst = ci;
   }
   if (top - worst > th->deficit) th->deficit = top - worst;
+  if (!(top - worst <= MAX_DEFICIT)) return; /* the caller refuses this stack (weights would underflow) */
   const double *v = pb->v;
   for (int64_t i = 0; i < n; ++i) {
     u[i] = w * v[i] / z[i];
