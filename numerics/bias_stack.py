@@ -31,7 +31,7 @@ import numpy as np
 
 from posbias.numerics.bias import Bias
 from posbias.numerics.masks import Causal, Mask, is_lower_triangular
-from posbias.numerics.stack import AlibiStack, StackError, _finite, _per_layer_head
+from posbias.numerics.stack import AlibiStack, StackError, finite_array, per_layer_head
 
 LOGIT_LIMIT = 1e300  # |logit / tau| above this is treated as overflow (differences would overflow)
 
@@ -94,8 +94,8 @@ class BiasStack:
         h = len(rows[0])
         distinct: dict[Bias, int] = {}
         index = np.array([[distinct.setdefault(b, len(distinct)) for b in row] for row in rows], dtype=np.int64)
-        diagonal = _per_layer_head("diagonal", _finite("diagonal", np.atleast_1d(diagonal)), t, h)
-        sink = _per_layer_head("sink", _finite("sink", np.atleast_1d(sink)), t, h)
+        diagonal = per_layer_head("diagonal", finite_array("diagonal", np.atleast_1d(diagonal)), t, h)
+        sink = per_layer_head("sink", finite_array("sink", np.atleast_1d(sink)), t, h)
         weights = AlibiStack.build(base.lambdas, np.zeros((t, h)), head_weights=head_weights).head_weights
         tau = base.temperature
         with np.errstate(over="ignore"):

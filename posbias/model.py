@@ -234,7 +234,11 @@ def bias_stack_of(bias, lambdas, heads: int, diagonal, sink, head_weights, tempe
     from posbias.numerics.bias_stack import BiasStack
     from posbias.numerics.stack import StackError
 
-    biases = parse_biases(bias, "bias") if isinstance(bias, str) else ([bias] if isinstance(bias, Bias) else list(bias))
+    try:
+        biases = parse_biases(bias, "bias") if isinstance(bias, str) else ([bias] if isinstance(bias, Bias)
+                                                                           else list(bias))
+    except UserError as exc:
+        raise ModelError(str(exc)) from None
     if len(biases) == 1:
         biases = biases * heads
     if len(biases) != heads:
