@@ -129,8 +129,9 @@ def _side(spec: str, where: str, text: str):
     return Table(tuple(values), window=kind == "window-table")
 
 
-def expression(text: str, *, where: str = "--bias", values: dict[str, float] | None = None):
-    """``EXPR[;NAME=VALUE,...]`` as an ``Alibi`` (linear in g, slope <= 0) or a NumPy ``Function``."""
+def symbolic(text: str, *, where: str = "--bias", values: dict[str, float] | None = None) -> tuple[sp.Expr, str]:
+    """``EXPR[;NAME=VALUE,...]`` as a SymPy expression in ``G`` with every parameter substituted, and
+    its canonical spec text; a one-line ``UserError`` for anything the safe parser refuses."""
     from posbias.theorem import expr_guard
     from posbias.theorem.errors import DeriveError
 
@@ -155,11 +156,16 @@ def expression(text: str, *, where: str = "--bias", values: dict[str, float] | N
     unknown = sorted(set(given) - {p.name for p in params})
     if unknown:
         raise UserError(f"{where}: {', '.join(unknown)} does not appear in the expression")
-    expr = expr.subs({p: sp.Float(given[p.name], 17) for p in params})
+    shown = body.strip() + (";" + ",".join(f"{k}={given[k]!r}" for k in sorted(given)) if given else "")
+    return expr.subs({p: sp.Float(given[p.name], 17) for p in params}), f"expr:{shown}"
+
+
+def expression(text: str, *, where: str = "--bias", values: dict[str, float] | None = None):
+    """``EXPR[;NAME=VALUE,...]`` as an ``Alibi`` (linear in g, slope <= 0) or a NumPy ``Function``."""
+    expr, spec = symbolic(text, where=where, values=values)
     poly = sp.Poly(expr, G) if expr.is_polynomial(G) else None
     if poly is not None and poly.degree() <= 1:
         slope = float(poly.coeff_monomial(G))
         if slope <= 0:
             return Alibi(-slope)
-    shown = body.strip() + (";" + ",".join(f"{k}={given[k]!r}" for k in sorted(given)) if given else "")
-    return Function(f"expr:{shown}", sp.lambdify(G, expr, modules="numpy"))
+    return Function(spec, sp.lambdify(G, expr, modules="numpy"))

@@ -302,3 +302,16 @@ def test_native_threads_and_progress_do_not_change_the_profile():
     two = BiasEngine(threads=2).profile(stack, 200, progress=lambda done, total: calls.append((done, total)))
     np.testing.assert_allclose(two.probabilities, one, rtol=1e-14, atol=0)
     assert calls[-1] == (9, 9)
+
+
+def test_expression_lambdified_to_jax_matches_numpy():
+    import jax
+
+    from posbias.theorem.lambdify_jax import jax_bias
+
+    with jax.enable_x64(True):
+        jax_side = np.asarray(jax_bias("-r1*log(1+r2*g) + sin(g)/4;r1=0.7", r2=1.5)(np.arange(64.0)))
+    numpy_side = parse_bias("expr:-r1*log(1+r2*g) + sin(g)/4;r1=0.7,r2=1.5").values(64)[0]
+    np.testing.assert_allclose(jax_side, numpy_side, rtol=1e-14, atol=1e-15)
+    other = parse_bias("expr:-r1*log(1+r2*g) + sin(g)/4;r1=0.7,r2=2").values(64)[0]
+    assert not np.allclose(other, jax_side)  # the parameters are really substituted
