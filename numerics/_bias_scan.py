@@ -78,23 +78,28 @@ def head_weights(past, future, diagonal, sink, geo: Geometry):
     g = jnp.arange(n)
     lp = past.at[:, 0].add(diagonal)
     lp = jnp.where(g[None, :] <= geo.reach, lp, -jnp.inf)
+    ls = lp + sink[:, None]
+    top = jnp.maximum(lp.max(axis=1), ls.max(axis=1))
     if geo.bidirectional:
         lf = jnp.where((g[None, :] >= 1) & (g[None, :] < geo.bidirectional), future, -jnp.inf)
-    else:
-        lf = jnp.full_like(past, -jnp.inf)
-    ls = lp + sink[:, None]
-    top = jnp.maximum(jnp.maximum(lp.max(axis=1), lf.max(axis=1)), ls.max(axis=1))[:, None]
-    e, ef, es = jnp.exp(lp - top), jnp.exp(lf - top), jnp.exp(ls - top)
-    cum, cum_f = jnp.cumsum(e, axis=1), jnp.cumsum(ef, axis=1)
+        top = jnp.maximum(top, lf.max(axis=1))
+    top = top[:, None]
+    e, es = jnp.exp(lp - top), jnp.exp(ls - top)
+    cum = jnp.cumsum(e, axis=1)
     reads_first = g <= geo.reach
     before = jnp.concatenate([jnp.zeros_like(cum[:, :1]), cum[:, :-1]], axis=1)  # W(i - 1)
-    fwd = jnp.clip(geo.bidirectional - 1 - g, 0) if geo.bidirectional else jnp.zeros_like(g)
-    z = jnp.where(reads_first, before + es, cum[:, geo.reach][:, None]) + cum_f[:, fwd]
-    # largest logit of each row: the past part, the sink, the future part
+    z = jnp.where(reads_first, before + es, cum[:, geo.reach][:, None])
+    # largest logit of each row: the past part with the sink, then the future part
     pmax = jax.lax.cummax(lp, axis=1)
     pbefore = jnp.concatenate([jnp.full_like(pmax[:, :1], -jnp.inf), pmax[:, :-1]], axis=1)
     row = jnp.where(reads_first, jnp.maximum(pbefore, ls), pmax[:, geo.reach][:, None])
-    row = jnp.maximum(row, jax.lax.cummax(lf, axis=1)[:, fwd])
+    if geo.bidirectional:
+        ef = jnp.exp(lf - top)
+        fwd = jnp.clip(geo.bidirectional - 1 - g, 0)
+        z = z + jnp.cumsum(ef, axis=1)[:, fwd]
+        row = jnp.maximum(row, jax.lax.cummax(lf, axis=1)[:, fwd])
+    else:
+        ef = jnp.zeros_like(e)
     deficit = jnp.max(top[:, 0] - row.min(axis=1))
     return e, ef, es, z, deficit
 

@@ -29,6 +29,7 @@
 #include <xmmintrin.h>
 #endif
 
+#pragma GCC diagnostic ignored "-Wpsabi"
 #define MAX_THREADS 64
 #define MAX_DEFICIT 600.0 /* as numerics/bias_engine.py: rows further below their head's scale are refused */
 
@@ -54,18 +55,31 @@ typedef struct thread {
   double deficit;
 } thread_t;
 
-/* Dot product with four running sums (a fixed order: the same result on every thread). */
-static inline double dot(const double *a, const double *b, int64_t len) {
-  double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+/* The dot products are compiled for AVX-512, AVX2+FMA and baseline x86-64, chosen at load time. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && __GNUC__ >= 11
+#define HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define HOT
+#endif
+typedef double v4 __attribute__((vector_size(4 * sizeof(double))));
+
+/* Dot product with eight running sums in two 4-lane vectors (a fixed order whatever the thread). */
+HOT static double dot(const double *a, const double *b, int64_t len) {
+  v4 s0 = {0.0, 0.0, 0.0, 0.0}, s1 = {0.0, 0.0, 0.0, 0.0};
   int64_t k = 0;
-  for (; k + 4 <= len; k += 4) {
-    s0 += a[k] * b[k];
-    s1 += a[k + 1] * b[k + 1];
-    s2 += a[k + 2] * b[k + 2];
-    s3 += a[k + 3] * b[k + 3];
+  for (; k + 8 <= len; k += 8) {
+    v4 x0, y0, x1, y1;
+    memcpy(&x0, a + k, sizeof x0);
+    memcpy(&y0, b + k, sizeof y0);
+    memcpy(&x1, a + k + 4, sizeof x1);
+    memcpy(&y1, b + k + 4, sizeof y1);
+    s0 += x0 * y0;
+    s1 += x1 * y1;
   }
-  for (; k < len; ++k) s0 += a[k] * b[k];
-  return (s0 + s1) + (s2 + s3);
+  double tail = 0.0;
+  for (; k < len; ++k) tail += a[k] * b[k];
+  const v4 s = s0 + s1;
+  return ((s[0] + s[1]) + (s[2] + s[3])) + tail;
 }
 
 /* One head of one layer: adds its contribution to th->out and its self-weights to th->self. */
