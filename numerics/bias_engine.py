@@ -17,7 +17,7 @@ head's largest keeps weights down to e^-D of the row. Stacks with D > ``MAX_DEFI
 (a bias rising with distance by more than 600 nats, or a sink / diagonal 600 nats above
 the rest) are refused with one line naming the layer; otherwise ``Profile.resolution``
 states the absolute error bound T (e^D + N) N 2^-1022 relative to max p (about 1e-300 for
-ordinary biases). Extended range (entries far below 1e-308) is not implemented for
+ordinary biases). Float64 only. Extended range (entries far below 1e-308) is not implemented for
 relative biases: ALiBi stacks keep the structured engine, which has it.
 
 Examples
@@ -82,6 +82,9 @@ class BiasEngine(Engine):
         return 8 * num_heads * (12 * (num_tokens + 2 * c) + 3 * c * c) + tables + params
 
     def compute(self, stack: BiasStack, num_tokens: int, *, dtype, progress=None) -> Profile:
+        if np.dtype(dtype) != np.float64:
+            raise Unsupported(f"{self.name} engine: computes in float64 only (its range bound and resolution are "
+                              f"float64's), not {np.dtype(dtype).name}")
         past, future = stack.tables(num_tokens)
         tau = stack.temperature
         layers = (stack.lambdas, stack.bias_index, stack.diagonal / tau, stack.sink / tau, stack.head_weights)

@@ -315,3 +315,12 @@ def test_expression_lambdified_to_jax_matches_numpy():
     np.testing.assert_allclose(jax_side, numpy_side, rtol=1e-14, atol=1e-15)
     other = parse_bias("expr:-r1*log(1+r2*g) + sin(g)/4;r1=0.7,r2=2").values(64)[0]
     assert not np.allclose(other, jax_side)  # the parameters are really substituted
+
+
+def test_float32_is_refused_by_the_bias_engine_and_auto_uses_dense():
+    stack = BiasStack.build([0.5, 0.5], Bias(KerpleLog(1.0, 1.0)))
+    with pytest.raises(Unsupported, match="float64 only"):
+        BiasEngine().profile(stack, 16, dtype=np.float32)
+    result = engines.profile(stack, 16, dtype=np.float32)
+    assert result.engine == "dense"
+    np.testing.assert_allclose(result.probabilities, Dense().profile(stack, 16).probabilities, rtol=1e-5)
