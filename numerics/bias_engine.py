@@ -74,7 +74,7 @@ class BiasEngine(Engine):
 
     def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:
         params = 8 * 8 * num_layers * num_heads
-        tables = 8 * 2 * num_layers * num_heads * num_tokens  # at most one distinct bias per head
+        tables = 8 * 2 * num_heads * num_tokens  # one distinct bias per head; ``compute`` checks the actual count
         if self.uses_native(np.float64):
             threads = self.threads or os.cpu_count() or 2
             return 8 * num_tokens * (10 * threads + 4) + tables + params
@@ -85,6 +85,12 @@ class BiasEngine(Engine):
         if np.dtype(dtype) != np.float64:
             raise Unsupported(f"{self.name} engine: computes in float64 only (its range bound and resolution are "
                               f"float64's), not {np.dtype(dtype).name}")
+        from posbias.numerics import budget
+
+        reason = budget.check(f"the logit tables of {len(stack.biases)} distinct biases at N = {num_tokens}",
+                              8 * 2 * len(stack.biases) * num_tokens)
+        if reason is not None:
+            raise Unsupported(f"{self.name} engine: {reason}")
         past, future = stack.tables(num_tokens)
         tau = stack.temperature
         layers = (stack.lambdas, stack.bias_index, stack.diagonal / tau, stack.sink / tau, stack.head_weights)
