@@ -7,10 +7,10 @@ for the duration of the call). Names are imported on first use, so
 
 Public names:
 
-* stacks: ``AlibiStack``, ``KernelStack``, ``PeriodicStack`` (a block of layers repeated, any depth), masks ``Causal``, ``SlidingWindow``, ``Prefix``,
+* stacks: ``AlibiStack``, ``BiasStack`` (any relative bias, ``Bias``; C7), ``KernelStack``, ``PeriodicStack`` (a block of layers repeated, any depth), masks ``Causal``, ``SlidingWindow``, ``Prefix``,
   ``Full``, schedules ``Constant``, ``PowerDecay``, ``Geometric``, ``Custom``, ``alibi_slopes``;
 * engines: ``profile`` (the entry point), ``profiles`` (a batch of one shape), ``ENGINES``, ``Engine``, ``Profile``, ``Auto``,
-  ``Structured``, ``FFT``, ``Dense``, ``Measured``, ``Power``, ``Unsupported``;
+  ``Structured``, ``FFT``, ``Dense``, ``Measured``, ``Power``, ``BiasEngine``, ``Unsupported``;
 * summaries: ``summarize``, ``Summary``, ``u_shape``;
 * dense routes and identities: ``alibi_kernels``, ``rollout_matrix``, ``dense_rollout``,
   ``profile_from_kernels``, ``kernel_diagonals``, ``diagonal_product``, ``validate_kernels``.
@@ -22,6 +22,7 @@ import importlib
 
 _EXPORTS = {
     "AlibiStack": "stack", "KernelStack": "stack", "StackError": "stack",
+    "BiasStack": "bias_stack", "Bias": "bias", "BiasEngine": "bias_engine",
     "Causal": "masks", "SlidingWindow": "masks", "Prefix": "masks", "Full": "masks", "Mask": "masks",
     "allowed": "masks",
     "Constant": "schedules", "PowerDecay": "schedules", "Geometric": "schedules", "Custom": "schedules",
@@ -39,7 +40,7 @@ _EXPORTS = {
 _ALIASES = {"dense_rollout": ("dense", "rollout")}
 _SUBMODULES = {"masks", "schedules", "slopes", "stack", "engine", "engines", "auto", "structured", "fft", "dense",
                "measured", "summary", "shape", "kernels", "native", "semiring", "batch", "periodic", "power",
-               "differentiable"}
+               "differentiable", "bias", "bias_stack", "bias_engine", "native_bias"}
 
 __all__ = sorted([*_EXPORTS, *_ALIASES])
 

@@ -19,7 +19,12 @@ threshold of the choice:
    (sliding windows have no log-space route). What was done is recorded in
    ``Profile.notes``; a profile that still has unresolved entries says so there,
    and summaries report those entries as unresolved rather than as values.
-4. A compact periodic stack (``PeriodicStack``: a block of layers repeated q times, T up
+4. A relative-bias stack (``BiasStack``, C7) whose every head is ALiBi (b linear in g with a
+   non-positive slope, no sink: ``BiasStack.as_alibi``) takes the ALiBi routes above; any other
+   goes to the bias engine (native C kernel on the CPU, else XLA; O(T H N^2)), then dense.
+   Relative biases have no extended-range route: entries lost below the float64 range are
+   reported as unresolved in the notes.
+5. A compact periodic stack (``PeriodicStack``: a block of layers repeated q times, T up
    to 10^9 and beyond) goes to the power engine (numerics/power.py: O(N^3 log q), extended
    range by scale exponents per block of rows and column) when N <= 8192 and its estimated
    time is below the per-layer scan's (``power_seconds`` vs ``scan_seconds``); otherwise,
@@ -49,6 +54,7 @@ import numpy as np
 from posbias.numerics.engine import Engine, Profile, Unsupported
 from posbias.numerics.native import HEAD_GROUP, NativeError
 from posbias.numerics.periodic import EXPAND_MAX_LAYERS, PeriodicStack
+from posbias.numerics.bias_stack import BiasStack
 from posbias.numerics.stack import AlibiStack, KernelStack
 from posbias.numerics.structured import Structured
 
@@ -128,9 +134,9 @@ class Auto(Engine):
             from posbias.numerics.measured import Measured
 
             return Measured().supports(stack, num_tokens)
-        if isinstance(stack, AlibiStack):
+        if isinstance(stack, (AlibiStack, BiasStack)):
             return None
-        return f"expected an AlibiStack or KernelStack, got {type(stack).__name__}"
+        return f"expected an AlibiStack, BiasStack or KernelStack, got {type(stack).__name__}"
 
     def needs_jax(self, stack, dtype) -> bool:
         return False  # each engine it runs scopes its own JAX use
@@ -146,6 +152,14 @@ class Auto(Engine):
             from posbias.numerics.measured import Measured
 
             yield Measured()
+            return
+        if isinstance(stack, BiasStack):
+            from posbias.numerics.bias_engine import BiasEngine
+            from posbias.numerics.dense import Dense
+
+            first = BiasEngine()
+            order = [first] + ([BiasEngine(native=False)] if first.uses_native(dtype) else []) + [Dense()]
+            yield from (e for e in order if e.supports(stack, num_tokens) is None)
             return
 
         def fft():
@@ -171,7 +185,7 @@ class Auto(Engine):
 
     def extended_route(self, stack, num_tokens: int, dtype, *, native_ok: bool = True) -> Engine | None:
         """An exact engine that keeps entries below 1e-308 (or None if none fits)."""
-        if isinstance(stack, KernelStack):
+        if isinstance(stack, (KernelStack, BiasStack)):
             return None
         ext = Structured(extended=True)
         if native_ok and ext.uses_native(dtype) and ext.supports(stack, num_tokens) is None:
@@ -188,6 +202,10 @@ class Auto(Engine):
         return f"auto: {result.engine} ({result.path})"
 
     def compute(self, stack, num_tokens: int, *, dtype, progress=None) -> Profile:
+        if isinstance(stack, BiasStack) and stack.as_alibi() is not None:
+            result = self.compute(stack.as_alibi(), num_tokens, dtype=dtype, progress=progress)
+            note = "auto: every head's bias is -m|i-j| (linear in g) with no sink: an ALiBi stack"
+            return dataclasses.replace(result, notes=(note,) + result.notes)
         notes = []
         native_ok = True
         result = None
@@ -211,8 +229,9 @@ class Auto(Engine):
         if lost:
             route = self.extended_route(stack, num_tokens, dtype, native_ok=native_ok)
             if route is None:
-                notes.append(f"auto: {lost} entries below the float64 range and no extended-range route fits "
-                             f"(T*H*N > {self.log_retry_max_work:.0e} or sliding window without the native kernel)")
+                why = ("relative biases have none" if isinstance(stack, BiasStack) else
+                       f"T*H*N > {self.log_retry_max_work:.0e} or sliding window without the native kernel")
+                notes.append(f"auto: {lost} entries below the float64 range and no extended-range route fits ({why})")
             else:
                 notes.append(f"auto: {lost} entries below the float64 range or the path's resolution; "
                              "re-ran with extended range")

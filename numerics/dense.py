@@ -23,7 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from posbias.numerics.engine import Engine, Profile, float64, linear_profile
-from posbias.numerics.kernels import layer_kernel
+from posbias.numerics.bias_stack import BiasStack
+from posbias.numerics.kernels import bias_layer_kernel, layer_kernel
 from posbias.numerics.stack import AlibiStack
 from posbias.numerics.stack import register_pytrees
 
@@ -34,14 +35,14 @@ MAX_TOKENS = 8192  # 8192^2 float64 = 512 MiB per matrix
 
 @dataclass(frozen=True)
 class Dense(Engine):
-    """Any mask, N <= ``max_tokens``."""
+    """Any mask, N <= ``max_tokens``; ALiBi stacks and relative-bias stacks (``BiasStack``, C7)."""
 
     name = "dense"
     max_tokens: int = MAX_TOKENS
 
     def supports(self, stack, num_tokens: int) -> str | None:
-        if not isinstance(stack, AlibiStack):
-            return f"expected an ALiBi + content stack, got {type(stack).__name__}"
+        if not isinstance(stack, (AlibiStack, BiasStack)):
+            return f"expected an ALiBi + content or relative-bias stack, got {type(stack).__name__}"
         if num_tokens > self.max_tokens:
             return (f"N = {num_tokens} is too large for dense N x N products (at most {self.max_tokens}); "
                     "the structured engine computes the profile")
@@ -50,8 +51,8 @@ class Dense(Engine):
     def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:
         return 8 * 6 * num_tokens**2 + 8 * 8 * num_layers * num_heads
 
-    def compute(self, stack: AlibiStack, num_tokens: int, *, dtype, progress=None) -> Profile:
-        p, diag = rollout(stack, num_tokens, dtype)
+    def compute(self, stack: AlibiStack | BiasStack, num_tokens: int, *, dtype, progress=None) -> Profile:
+        p, diag = (bias_rollout if isinstance(stack, BiasStack) else rollout)(stack, num_tokens, dtype)
         p, diag = np.asarray(p, np.float64), np.asarray(diag, np.float64)
         return linear_profile(p[-1], diag.min(axis=1), diag[:, -1], engine=self.name, path="dense")
 
@@ -74,6 +75,28 @@ def _rollout(lambdas, slopes, diagonal, weights, *, num_tokens, mask):
 
     eye = jnp.eye(num_tokens, dtype=lambdas.dtype)
     return jax.lax.scan(body, eye, (lambdas, slopes, diagonal, weights))
+
+
+@float64
+def bias_rollout(stack: BiasStack, num_tokens: int, dtype=jnp.float64):
+    """(P (N, N), self-weights A^(t)_ii (T, N)) for a relative-bias stack by dense products: every
+    A^(t) soft-maxed from its N x N logits (``kernels.bias_layer_kernel``)."""
+    past, future = stack.tables(num_tokens)
+    params = [jnp.asarray(a, dtype) for a in (stack.lambdas, stack.diagonal / stack.temperature,
+                                              stack.sink / stack.temperature, stack.head_weights, past, future)]
+    with jax.default_matmul_precision("highest"):
+        return _bias_rollout(jnp.asarray(stack.bias_index), *params, num_tokens=num_tokens, mask=stack.mask)
+
+
+@partial(jax.jit, static_argnames=("num_tokens", "mask"))
+def _bias_rollout(index, lambdas, diagonal, sink, weights, past, future, *, num_tokens, mask):
+    def body(p, layer):
+        lam, u, d, s, w = layer
+        a = bias_layer_kernel(past[u], future[u], d, s, w, num_tokens, mask)
+        return (1.0 - lam) * p + lam * (a @ p), jnp.diagonal(a)
+
+    eye = jnp.eye(num_tokens, dtype=lambdas.dtype)
+    return jax.lax.scan(body, eye, (lambdas, index, diagonal, sink, weights))
 
 
 @float64

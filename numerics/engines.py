@@ -14,6 +14,9 @@ dense        full P by N x N products (numerics/dense.py)                N <= 81
 power        periodic stacks by squaring the block product, O(N^3 log T)  N <= 8192, any depth
              with scale exponents per row block and column (power.py)
 measured     given (T, N, N) kernels (numerics/measured.py)              a KernelStack
+bias         relative biases b(i - j) + d [i = j] + s [j = 0] by          a BiasStack (C7)
+             cumulative weights, O(T H N^2); native C kernel on the CPU,
+             XLA elsewhere (numerics/bias_engine.py)
 ===========  ==========================================================  ============================
 
 Examples
@@ -42,6 +45,7 @@ _TABLE = {  # name -> (module, class, options): imported on first use (JAX only 
     "log": ("structured", "Structured", {"ring": "log"}),
     "fft": ("fft", "FFT", {}),
     "dense": ("dense", "Dense", {}),
+    "bias": ("bias_engine", "BiasEngine", {}),
     "power": ("power", "Power", {}),
     "measured": ("measured", "Measured", {}),
 }

@@ -81,3 +81,25 @@ def validate_kernels(kernels: np.ndarray, *, causal: bool, tol: float = 1e-9) ->
             raise KernelError(
                 f"layer {t} row {i}: reads later token {j} ({kernels[t, i, j]:.3g}) but kernels were declared causal"
             )
+
+
+def bias_layer_kernel(past_t, future_t, diagonal_t, sink_t, weights_t, num_tokens: int, mask) -> jax.Array:
+    """A^(t) = sum_h w_h masked-softmax(b_h(i - j) + d_h [i = j] + s_h [j = 0]) for relative biases (C7),
+    from each head's (N,) past and future logit tables (already / tau, -inf where a window gives
+    no weight; posbias.numerics.bias_stack.BiasStack.tables). The logits are written out as an
+    N x N matrix and soft-maxed row by row: no cumulative weights, so this checks the bias engines.
+    Heads are accumulated one at a time (O(N^2) memory)."""
+    ok = jnp.asarray(allowed(mask, num_tokens))
+    idx = jnp.arange(num_tokens)
+    gap = idx[:, None] - idx[None, :]
+    eye = jnp.eye(num_tokens, dtype=past_t.dtype)
+    first = jnp.zeros((num_tokens, num_tokens), past_t.dtype).at[:, 0].set(1.0)
+
+    def add_head(acc, head):
+        past, future, d, s, w = head
+        logits = jnp.where(gap >= 0, past[jnp.clip(gap, 0)], future[jnp.clip(-gap, 0)]) + d * eye + s * first
+        logits = jnp.where(ok, logits, -jnp.inf)
+        return acc + w * jax.nn.softmax(logits, axis=-1), None
+
+    zero = jnp.zeros((num_tokens, num_tokens), past_t.dtype)
+    return jax.lax.scan(add_head, zero, (past_t, future_t, diagonal_t, sink_t, weights_t))[0]

@@ -71,22 +71,26 @@ def _compiler() -> str | None:
     return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
 
 
-def _compile() -> Path:
+def compile_source(path: Path = SOURCE) -> Path:
+    """Compile a kernel source of numerics/native/ (cached by its hash) and return the library's path."""
     compiler = _compiler()
     if compiler is None:
         raise OSError("no C compiler found (set CC)")
-    source = SOURCE.read_bytes()
+    if os.environ.get("POSBIAS_NATIVE", "1") == "0":
+        raise OSError("the native kernel is disabled (POSBIAS_NATIVE=0)")
+    source = path.read_bytes()
     key = hashlib.sha256(source + compiler.encode()).hexdigest()[:16]
-    lib = _cache_dir() / f"posbias_native-{key}.so"
+    stem = "posbias_native" if path == SOURCE else f"posbias_{path.stem}"
+    lib = _cache_dir() / f"{stem}-{key}.so"
     if lib.exists():
         return lib
     lib.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:
         built = Path(tmp) / lib.name
-        cmd = [compiler, "-O3", "-shared", "-fPIC", "-pthread", str(SOURCE), "-o", str(built), "-lm"]
+        cmd = [compiler, "-O3", "-shared", "-fPIC", "-pthread", str(path), "-o", str(built), "-lm"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise OSError(f"compiling {SOURCE.name} failed:\n{proc.stderr}")
+            raise OSError(f"compiling {path.name} failed:\n{proc.stderr}")
         os.replace(built, lib)  # atomic: a concurrent reader sees the old or the new file
     return lib
 
@@ -98,7 +102,7 @@ _PI = ctypes.POINTER(ctypes.c_int64)
 
 @functools.cache
 def _library() -> ctypes.CDLL:
-    handle = ctypes.CDLL(str(_compile()))
+    handle = ctypes.CDLL(str(compile_source()))
     handle.posbias_profile.restype = ctypes.c_int
     handle.posbias_profile.argtypes = [_I64, _I64, _I64, _PD, _PD, _PD, _PD, _I64, _I64, _I64, _I64, _I64,
                                        _PD, _PI, _PI, _PD, _PD, _PI]

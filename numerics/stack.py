@@ -75,26 +75,26 @@ class AlibiStack:
         weights are normalised as w / max(w) / sum(w / max(w)), so any finite
         positive scale (1e308 included) gives the same kernel.
         """
-        lambdas = _finite("lambdas", lambdas).reshape(-1)
+        lambdas = finite_array("lambdas", lambdas).reshape(-1)
         if lambdas.size == 0:
             raise StackError("lambdas: expected at least one layer, got none")
         bad = np.flatnonzero((lambdas < 0) | (lambdas > 1))
         if bad.size:
             raise StackError(f"lambdas: layer {bad[0]} has lambda = {lambdas[bad[0]]:g}, expected a value in [0, 1]")
         t = lambdas.shape[0]
-        slopes = np.atleast_2d(_finite("slopes", slopes))
+        slopes = np.atleast_2d(finite_array("slopes", slopes))
         if slopes.ndim != 2:
             raise StackError(f"slopes: expected a scalar, (H,) or (T, H) array, got shape {slopes.shape}")
         h = slopes.shape[1]
         if h == 0:
             raise StackError("slopes: expected at least one head, got none")
-        slopes = _per_layer_head("slopes", slopes, t, h)
+        slopes = per_layer_head("slopes", slopes, t, h)
         _non_negative("slopes", slopes)
-        diagonal = _per_layer_head("diagonal", _finite("diagonal", diagonal), t, h)
+        diagonal = per_layer_head("diagonal", finite_array("diagonal", diagonal), t, h)
         if head_weights is None:
             weights = np.full((t, h), 1.0 / h)
         else:
-            weights = _per_layer_head("head_weights", _finite("head_weights", head_weights), t, h)
+            weights = per_layer_head("head_weights", finite_array("head_weights", head_weights), t, h)
             _non_negative("head_weights", weights)
             top = weights.max(axis=1, keepdims=True)
             empty = np.flatnonzero(top[:, 0] <= 0)
@@ -207,7 +207,7 @@ def kernel_tolerance(dtype, num_tokens: int) -> float:
     return max(1e-9, min(64 * eps * max(1, int(num_tokens)), 1e-3))
 
 
-def _finite(name: str, x) -> np.ndarray:
+def finite_array(name: str, x) -> np.ndarray:
     try:
         x = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError):
@@ -225,7 +225,7 @@ def _non_negative(name: str, x: np.ndarray) -> None:
         raise StackError(f"{name}: layer {t} head {h} is {x[t, h]:g}, expected a value >= 0")
 
 
-def _per_layer_head(name: str, x: np.ndarray, num_layers: int, num_heads: int) -> np.ndarray:
+def per_layer_head(name: str, x: np.ndarray, num_layers: int, num_heads: int) -> np.ndarray:
     if x.ndim < 2:
         x = x.reshape(1, -1)
     try:

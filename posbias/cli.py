@@ -16,7 +16,7 @@ from posbias.argtypes import at_least
 from posbias.errors import UserError
 
 EXIT_USAGE = 2
-ENGINE_NAMES = ("auto", "structured", "log", "fft", "dense", "power")
+ENGINE_NAMES = ("auto", "structured", "log", "fft", "dense", "power", "bias")
 
 
 class UsageError(Exception):
@@ -58,6 +58,10 @@ examples:
 
 schedules: constant:L | power_decay:L0,BETA (L0/(t+1)^BETA) | geometric:L0,Q | custom:L0,L1,...
 masks:     causal | full | window:W | prefix:K
+biases:    alibi:M | kerple-log:R1,R2 | kerple-power:R1,R2 | t5:NB,MD:V0,... | t5-bidirectional:NB,MD:V0,...
+           | table:V0,... | window-table:V0,... | expr:EXPR[;NAME=VALUE,...] (EXPR in g); PAST|FUTURE: two-sided
+  posbias rollout --layers 12 --heads 4 --tokens 512 --schedule constant:0.5 --bias kerple-log:1,0.5 --sink 2
+  posbias rollout --layers 6 --heads 2 --tokens 128 --schedule constant:0.5 --bias "expr:-a*sqrt(g);a=0.7/alibi:0.25"
 """
 
 
@@ -84,6 +88,12 @@ def _parser() -> _Parser:
     model.add_argument("--content-diagonal", type=_content, metavar="D",
                        help="content diagonal excess d: one number, or one per layer (comma-separated); default 0")
     model.add_argument("--mask", metavar="MASK", help="attention mask (see below; default causal)")
+    model.add_argument("--bias", metavar="SPEC",
+                       help="a relative positional bias instead of ALiBi slopes (THEORY.md C7; see below): one spec "
+                            "for every head, or one per head separated by /")
+    model.add_argument("--sink", type=_content, metavar="S",
+                       help="with --bias: first-token logit s added where j = 0 (one number, or one per layer); "
+                            "default 0")
     model.add_argument("--periodic", action="store_true",
                        help="--schedule custom:L0,...,L(p-1) lists one period of p layers, repeated up to --layers "
                             "(any depth: the power engine squares the block product); constant schedules at "
@@ -187,6 +197,12 @@ def _model_from_args(args):
 
     flags = dict(tokens=args.tokens, layers=args.layers, heads=args.heads, slopes=args.slopes,
                  schedule=args.schedule, content_diagonal=args.content_diagonal, mask=args.mask)
+    if args.sink is not None and args.bias is None:
+        raise UserError("--sink: applies with --bias (a relative-bias model)")
+    if args.bias is not None:
+        if args.config is not None or args.periodic or args.slopes is not None:
+            what = "CONFIG" if args.config is not None else ("--periodic" if args.periodic else "--slopes")
+            raise UserError(f"--bias: builds a relative-bias model from flags; it does not combine with {what}")
     if args.config is not None:
         if args.periodic:
             raise UserError("--periodic: applies to models from flags (--layers ... --schedule custom:...), "
@@ -198,7 +214,19 @@ def _model_from_args(args):
     return build_model(layers=args.layers, heads=args.heads, tokens=args.tokens, schedule=args.schedule,
                        slopes=args.slopes or "paper",
                        content_diagonal=0.0 if args.content_diagonal is None else args.content_diagonal,
-                       mask=args.mask or "causal", periodic=args.periodic)
+                       mask=args.mask or "causal", periodic=args.periodic, bias=args.bias,
+                       sink=0.0 if args.sink is None else _per_layer_sink(args.sink, args.layers, args.heads))
+
+
+def _per_layer_sink(sink, layers: int, heads: int):
+    """--sink: one number, or one per layer (as (T, 1) for every head)."""
+    import numpy as np
+
+    if isinstance(sink, float):
+        return sink
+    if len(sink) != layers:
+        raise UserError(f"--sink: {len(sink)} values, expected one number or --layers = {layers} values")
+    return np.asarray(sink)[:, None] * np.ones((1, heads))
 
 
 def _rollout(args) -> int:
@@ -214,7 +242,7 @@ def _rollout(args) -> int:
     if args.kernels is not None:
         if args.config is not None:
             raise InputError("give either CONFIG or --kernels, not both")
-        model_flags = [f for f in ("layers", "heads", "tokens", "slopes", "content_diagonal", "mask")
+        model_flags = [f for f in ("layers", "heads", "tokens", "slopes", "content_diagonal", "mask", "bias", "sink")
                        if getattr(args, f) is not None] + (["periodic"] if args.periodic else [])
         if model_flags:
             raise InputError(f"--{model_flags[0].replace('_', '-')} describes an ALiBi model; "

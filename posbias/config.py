@@ -85,9 +85,15 @@ class MaskConfig(pydantic.BaseModel):
 class AttentionConfig(pydantic.BaseModel):
     model_config = _STRICT
     num_heads: Size
-    alibi_slopes: list[list[NonNegativeFloat]]
+    alibi_slopes: list[list[NonNegativeFloat]] | None = None
     head_weights: list[list[NonNegativeFloat]] | None = None
     softmax_temperature: Annotated[float, _NotBool, pydantic.Field(gt=0.0, allow_inf_nan=False)] = 1.0
+    bias: str | list[str] | None = None  # posbias: a relative bias per head instead of slopes (bias_spec)
+    sink: list[list[FiniteFloat]] | None = None  # posbias: first-token logit s per layer and head
+
+    @pydantic.model_validator(mode="after")
+    def _slopes_or_bias(self):
+        return slopes_or_bias(self)
 
 
 class ContentConfig(pydantic.BaseModel):
@@ -181,6 +187,27 @@ def _per_layer_head(path, key, rows, num_layers, num_heads, *, first_head_only=F
     return out
 
 
+def slopes_or_bias(att: "AttentionConfig") -> "AttentionConfig":
+    """attention_config gives ALiBi slopes or (posbias's extension) a relative bias, exactly one of them;
+    sink needs bias."""
+    if (att.alibi_slopes is None) == (att.bias is None):
+        raise ValueError("expected exactly one of alibi_slopes or bias (a relative positional bias, e.g. "
+                         "kerple-log:1,0.5)")
+    if att.sink is not None and att.bias is None:
+        raise ValueError("sink: applies with bias (a relative-bias model), not with alibi_slopes")
+    return att
+
+
+def bias_stack_from_config(path, att: "AttentionConfig", lambdas, diagonal, weights, mask, num_layers: int, h: int):
+    """The ``BiasStack`` of an attention_config with ``bias`` (one spec for every head, a list of H, or one
+    string of H specs separated by /) and optional ``sink`` (broadcast like the slopes)."""
+    from posbias.model import bias_stack_of
+
+    bias = att.bias if isinstance(att.bias, str) else "/".join(att.bias)
+    sink = 0.0 if att.sink is None else _per_layer_head(path, "attention_config.sink", att.sink, num_layers, h)
+    return bias_stack_of(bias, lambdas, h, diagonal, sink, weights, att.softmax_temperature, mask)
+
+
 def load(
     path: str | Path,
     *,
@@ -220,7 +247,11 @@ def load(
             raise ConfigError(f"{path}: {flag}: {_shown(value)} is too large, expected at most 2^53")
     try:
         check_size(num_layers, h)
-        if slopes is None:
+        if att.bias is not None:
+            if slopes is not None:
+                raise ModelError("--slopes: the config gives a relative bias (attention_config.bias), not slopes")
+            slope_matrix = None
+        elif slopes is None:
             slope_matrix = _per_layer_head(path, "attention_config.alibi_slopes", att.alibi_slopes, num_layers, h)
         else:
             slope_matrix = np.broadcast_to(slopes_of(slopes, h), (num_layers, h))
@@ -242,8 +273,11 @@ def load(
         sched = parse_schedule(schedule) if schedule is not None else _file_schedule(path, cfg, num_layers)
         with np.errstate(all="ignore"):  # an overflowing schedule is refused below, without RuntimeWarning lines
             lambdas, warnings = lambdas_of(sched, num_layers)
-        stack = AlibiStack.build(lambdas, slope_matrix, diagonal, weights, att.softmax_temperature,
-                                 parse_mask(mask) if mask is not None else cfg.mask_config.build())
+        chosen_mask = parse_mask(mask) if mask is not None else cfg.mask_config.build()
+        if att.bias is not None:
+            stack = bias_stack_from_config(path, att, lambdas, diagonal, weights, chosen_mask, num_layers, h)
+        else:
+            stack = AlibiStack.build(lambdas, slope_matrix, diagonal, weights, att.softmax_temperature, chosen_mask)
     except (StackError, ModelError) as exc:
         raise ConfigError(f"{path}: {exc}") from None
     return Model(stack, int(num_tokens), str(path), warnings, tuple(overrides), cfg.save_dir,

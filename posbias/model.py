@@ -234,6 +234,28 @@ def period_of(schedule, num_layers: int, periodic: bool, slopes, content_diagona
     return 1 if all(same) else None
 
 
+def bias_stack_of(bias, lambdas, heads: int, diagonal, sink, head_weights, temperature, mask):
+    """A ``BiasStack`` of ``heads`` heads from a bias spec / ``Bias`` / list (one for all heads, or one per head)."""
+    from posbias.bias_spec import parse_biases
+    from posbias.numerics.bias import Bias
+    from posbias.numerics.bias_stack import BiasStack
+    from posbias.numerics.stack import StackError
+
+    try:
+        biases = parse_biases(bias, "bias") if isinstance(bias, str) else ([bias] if isinstance(bias, Bias)
+                                                                           else list(bias))
+    except UserError as exc:
+        raise ModelError(str(exc)) from None
+    if len(biases) == 1:
+        biases = biases * heads
+    if len(biases) != heads:
+        raise ModelError(f"bias: {len(biases)} head biases given, expected one or heads = {heads}")
+    try:
+        return BiasStack.build(lambdas, biases, diagonal, sink, head_weights, temperature, mask)
+    except StackError as exc:
+        raise ModelError(str(exc)) from None
+
+
 def build_model(
     *,
     layers: int,
@@ -246,6 +268,8 @@ def build_model(
     temperature: float = 1.0,
     mask="causal",
     periodic: bool = False,
+    bias=None,
+    sink=0.0,
 ) -> Model:
     """A model from numbers: T = ``layers``, H = ``heads``, N = ``tokens``.
 
@@ -256,6 +280,10 @@ def build_model(
     periodic: the ``custom:`` schedule is one period of p layers, repeated up to T
     (per-layer slopes, content and head weights then give p layers); the stack is a
     compact ``PeriodicStack``, as is a constant schedule at T >= ``COMPACT_FROM_LAYERS``.
+    bias: instead of ALiBi slopes, a relative positional bias per head (THEORY.md C7): a spec
+    (``posbias.bias_spec``: ``kerple-log:1,0.5``, ``t5:...``, ``expr:...``; one for every head, or
+    H specs separated by ``/``), a ``Bias`` or a list of H of them; the stack is then a
+    ``BiasStack`` (slopes are not used; ``sink``: the first-token term s, a number, (H,) or (T, H)).
     """
     from posbias.numerics.periodic import PeriodicStack
     from posbias.numerics.stack import AlibiStack, StackError
@@ -270,6 +298,13 @@ def build_model(
     if period is None:
         check_size(layers, heads)
     lambdas, warnings = lambdas_of(sched, built)
+    if bias is not None:
+        if period is not None:
+            raise ModelError("bias: relative-bias stacks are not kept compact (periodic); use an ALiBi model "
+                             f"or fewer than {COMPACT_FROM_LAYERS} layers")
+        stack = bias_stack_of(bias, lambdas, heads, content_of(content_diagonal, built, heads), sink,
+                              head_weights, temperature, parse_mask(mask))
+        return Model(stack, int(tokens), "flags", warnings, schedule=getattr(sched, "spec", None))
     try:
         stack = AlibiStack.build(lambdas, slopes_of(slopes, heads), content_of(content_diagonal, built, heads),
                                  head_weights, temperature, parse_mask(mask))

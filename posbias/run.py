@@ -93,6 +93,9 @@ def run_stack(
         raise InputError(f"--engine {engine}: measured kernels run on the measured engine (use auto)")
     dtype = np.float64 if precision == "float64" else np.float32
     # Options that cannot apply are refused before the profile is computed (no minutes lost).
+    if diagonal and isinstance(stack, nx.BiasStack):
+        raise InputError("--diagonal: the O(T N) diagonal identity is not implemented for relative biases yet "
+                         "(--full gives P's diagonal by dense products)")
     if diagonal and not stack.causal(num_tokens):
         raise InputError(f"--diagonal: the identity P_ii = prod_t (1 - lambda_t (1 - A_ii)) needs "
                          f"lower-triangular kernels; mask {stack.mask_name} reads later tokens")
@@ -121,7 +124,8 @@ def run_stack(
             if isinstance(stack, nx.KernelStack):
                 p_matrix = np.asarray(nx.rollout_matrix(stack.kernels, stack.lambdas), np.float64)
             else:
-                p_matrix = np.asarray(nx.dense_rollout(stack, num_tokens, dtype)[0], np.float64)
+                rollout = nx.dense.bias_rollout if isinstance(stack, nx.BiasStack) else nx.dense_rollout
+                p_matrix = np.asarray(rollout(stack, num_tokens, dtype)[0], np.float64)
             rows = _matrix_rows(p_matrix)
             extra["matrix"] = MatrixSummary(
                 float(rows[:, 0].min()), float(rows[:, 1].max()), float(rows[:, 2].mean()),
@@ -129,6 +133,8 @@ def run_stack(
             )
     except nx.Unsupported as exc:
         raise InputError(f"--engine {engine}: {str(exc).split(': ', 1)[-1]}") from None
+    except nx.StackError as exc:  # a bias evaluated at this N (non-finite, overflow after tau)
+        raise InputError(f"--bias: {exc}") from None
     summary = dataclasses.replace(nx.summarize(prof, stack, precision=precision), **extra)
     p, logp, _ = nx.summary.normalised(prof)
     log_out = logp if prof.extended_range and bool(np.any(p < nx.engine.UNDERFLOW)) else None

@@ -40,6 +40,7 @@ posbias.theorem.errors.DeriveError: demo: 't.__class__' uses attribute access, w
 from __future__ import annotations
 
 import ast
+import functools
 import keyword
 import math
 import re
@@ -110,38 +111,42 @@ def exact_number(text: str, where: str) -> Fraction:
 
 
 # ------------------------------------------------------------------------- the parser
-def _refuse(text: str, where: str, why: str) -> DeriveError:
-    return DeriveError(f"{where}: {text!r} {why}; {EXPECTED}")
+def _refuse(text: str, where: str, why: str, expected: str = EXPECTED) -> DeriveError:
+    return DeriveError(f"{where}: {text!r} {why}; {expected}")
 
 
-def parse(text: str, where: str, positive_names: bool = True) -> sp.Expr:
+def parse(text: str, where: str, positive_names: bool = True, variable: sp.Symbol = T,
+          expected: str = EXPECTED) -> sp.Expr:
     """An expression in ``T`` (and parameter names, positive symbols) under the allow-list above.
 
+    ``variable``: the symbol the name of which is the free variable (default ``T``, named t; the
+    bias expressions of posbias/bias_spec.py use g); ``expected``: the end of every refusal.
     Raises a one-line ``DeriveError`` for anything outside it; never evaluates an unbounded
     number (see the module docstring for the limits).
     """
+    refuse = functools.partial(_refuse, expected=expected)
     src = text.strip()
     if not src:
-        raise _refuse(text, where, "is empty")
+        raise refuse(text, where, "is empty")
     if len(src) > MAX_TEXT:
-        raise _refuse(text, where, f"is longer than {MAX_TEXT} characters")
+        raise refuse(text, where, f"is longer than {MAX_TEXT} characters")
     if not _ALLOWED_TEXT.match(src):
-        raise _refuse(text, where, "contains characters other than letters, digits, + - * / ^ ( ) . and spaces")
+        raise refuse(text, where, "contains characters other than letters, digits, + - * / ^ ( ) . and spaces")
     src = src.replace("^", "**")
     try:
         tree = ast.parse(src, mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        raise _refuse(text, where, "is not well formed") from None
+        raise refuse(text, where, "is not well formed") from None
     nodes = list(ast.walk(tree))
     if sum(isinstance(n, ast.expr) for n in nodes) > MAX_NODES:
-        raise _refuse(text, where, f"has more than {MAX_NODES} syntax nodes")
+        raise refuse(text, where, f"has more than {MAX_NODES} syntax nodes")
     for node in nodes:
         if isinstance(node, ast.Attribute):
-            raise _refuse(text, where, "uses attribute access, which is not allowed")
-    builder = _Builder(text, src, where, positive_names)
+            raise refuse(text, where, "uses attribute access, which is not allowed")
+    builder = _Builder(text, src, where, positive_names, variable, expected)
     expr = builder.build(tree.body, inside_growth=False)
     if not isinstance(expr, sp.Expr) or expr.has(sp.zoo, sp.nan, sp.I, sp.oo, -sp.oo):
-        raise _refuse(text, where, "is not a finite real expression")
+        raise refuse(text, where, "is not a finite real expression")
     return expr
 
 
@@ -150,11 +155,13 @@ class _Builder:
 
     BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow)
 
-    def __init__(self, text: str, src: str, where: str, positive_names: bool):
+    def __init__(self, text: str, src: str, where: str, positive_names: bool, variable: sp.Symbol = T,
+                 expected: str = EXPECTED):
         self.text, self.src, self.where, self.positive = text, src, where, positive_names
+        self.variable, self.expected = variable, expected
 
     def refuse(self, why: str) -> DeriveError:
-        return _refuse(self.text, self.where, why)
+        return _refuse(self.text, self.where, why, self.expected)
 
     def build(self, node: ast.AST, inside_growth: bool) -> sp.Expr:
         if isinstance(node, ast.Constant):
@@ -184,8 +191,8 @@ class _Builder:
         return sp.Rational(frac.numerator, frac.denominator)
 
     def name(self, ident: str) -> sp.Expr:
-        if ident == "t":
-            return T
+        if ident == self.variable.name:
+            return self.variable
         if ident in CONSTANTS:
             return CONSTANTS[ident]
         if ident in FUNCTIONS:

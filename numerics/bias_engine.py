@@ -1,0 +1,140 @@
+"""The bias engine: exact profiles of stacks with any relative positional bias (``BiasStack``, C7).
+
+The walk vector runs top-down, v <- (1 - lambda_t) v + lambda_t v A^(t), each layer without
+forming A^(t): every row of every head is normalised by the head's cumulative weights W
+(C7(a)), and v A is a Toeplitz correlation of the row-scaled v with the head's weights
+(numerics/_bias_scan.py states the formulas). O(T H N^2) work (O(T H N L) with a window of
+L tokens), O(H N) memory. Two paths, same mathematics:
+
+* ``native`` (CPU, float64): the C kernel numerics/native/bias_layer.c, heads split across
+  threads, each thread accumulating into its own (N,) buffer;
+* ``xla``: a jit-compiled layer scan with blocked Toeplitz matmuls (GPU/TPU, or where no C
+  compiler exists).
+
+Both compute in linear float64 with one shift per head (its largest logit): terms below
+2^-1022 of that scale are lost, so a row whose own largest logit lies D nats below its
+head's largest keeps weights down to e^-D of the row. Stacks with D > ``MAX_DEFICIT`` = 600
+(a bias rising with distance by more than 600 nats, or a sink / diagonal 600 nats above
+the rest) are refused with one line naming the layer; otherwise ``Profile.resolution``
+states the absolute error bound T (e^D + N) N 2^-1022 relative to max p (about 1e-300 for
+ordinary biases). Float64 only. Extended range (entries far below 1e-308) is not implemented for
+relative biases: ALiBi stacks keep the structured engine, which has it.
+
+Examples
+--------
+>>> from posbias.numerics.bias import Bias, KerpleLog
+>>> from posbias.numerics.bias_stack import BiasStack
+>>> stack = BiasStack.build([1.0], Bias(KerpleLog(0.0, 1.0)))  # r1 = 0: uniform causal attention
+>>> [round(x, 12) for x in BiasEngine(native=False).profile(stack, 4).probabilities.tolist()]
+[0.25, 0.25, 0.25, 0.25]
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from posbias.numerics.bias_stack import BiasStack
+from posbias.numerics.engine import Engine, Profile, Unsupported, linear_profile
+
+MAX_DEFICIT = 600.0
+TINY = float(np.finfo(np.float64).tiny)
+
+
+@dataclass(frozen=True)
+class BiasEngine(Engine):
+    """native: use the C kernel where it runs (CPU, float64); threads: native path, worker
+    threads (default: all cores, at most one per head); chunk: XLA path, block length C."""
+
+    name = "bias"
+    native: bool = True
+    threads: int | None = None
+    chunk: int | None = None
+
+    def supports(self, stack, num_tokens: int) -> str | None:
+        if not isinstance(stack, BiasStack):
+            return f"expected a relative-bias stack (BiasStack), got {type(stack).__name__}"
+        if stack.mask.past_window is not None and stack.mask.bidirectional_length(num_tokens) > 1:
+            return "a sliding window cannot be combined with a bidirectional prefix"
+        if self.chunk is not None and not (isinstance(self.chunk, int) and self.chunk >= 1):
+            return f"chunk must be a positive integer, got {self.chunk!r}"
+        return None
+
+    def uses_native(self, dtype) -> bool:
+        from posbias.numerics import native_bias
+        from posbias.numerics.structured import cpu_backend
+
+        return self.native and np.dtype(dtype) == np.float64 and cpu_backend() and native_bias.available()
+
+    def needs_jax(self, stack, dtype) -> bool:
+        return not self.uses_native(dtype)
+
+    def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:
+        params = 8 * 8 * num_layers * num_heads
+        tables = 8 * 2 * num_heads * num_tokens  # one distinct bias per head; ``compute`` checks the actual count
+        if self.uses_native(np.float64):
+            threads = self.threads or os.cpu_count() or 2
+            return 8 * num_tokens * (10 * threads + 4) + tables + params
+        c = min(128, 1 << max(0, (num_tokens - 1).bit_length())) if self.chunk is None else self.chunk
+        return 8 * num_heads * (12 * (num_tokens + 2 * c) + 3 * c * c) + tables + params
+
+    def compute(self, stack: BiasStack, num_tokens: int, *, dtype, progress=None) -> Profile:
+        if np.dtype(dtype) != np.float64:
+            raise Unsupported(f"{self.name} engine: computes in float64 only (its range bound and resolution are "
+                              f"float64's), not {np.dtype(dtype).name}")
+        from posbias.numerics import budget
+
+        reason = budget.check(f"the logit tables of {len(stack.biases)} distinct biases at N = {num_tokens}",
+                              8 * 2 * len(stack.biases) * num_tokens)
+        if reason is not None:
+            raise Unsupported(f"{self.name} engine: {reason}")
+        past, future = stack.tables(num_tokens)
+        tau = stack.temperature
+        layers = (stack.lambdas, stack.bias_index, stack.diagonal / tau, stack.sink / tau, stack.head_weights)
+        if self.uses_native(dtype):
+            from posbias.numerics import native_bias
+
+            v, mins, lasts, deficits = native_bias.profile(layers, past, future, num_tokens=num_tokens,
+                                                           mask=stack.mask, threads=self.threads,
+                                                           progress=progress)
+            path = "native"
+        else:
+            v, mins, lasts, deficits = self._xla(layers, past, future, num_tokens, stack.mask, dtype, progress)
+            path = "xla"
+        worst = int(np.argmax(deficits))
+        if not deficits[worst] <= MAX_DEFICIT:
+            raise Unsupported(f"{self.name} engine: layer {worst} has a row whose largest logit lies "
+                              f"{deficits[worst]:.4g} nats below its head's largest (beyond {MAX_DEFICIT:g}: "
+                              "outside float64's range in linear arithmetic; the dense engine computes it)")
+        resolution = stack.num_layers * (math.exp(float(deficits[worst])) + num_tokens) * num_tokens * TINY
+        return linear_profile(v, mins, lasts, engine=self.name, path=path, resolution=resolution)
+
+    def _xla(self, layers, past, future, num_tokens, mask, dtype, progress):
+        import jax.numpy as jnp
+
+        from posbias.numerics import _bias_scan as scan
+
+        geo = scan.geometry(num_tokens, mask, self.chunk)
+        v = np.zeros(geo.padded)
+        v[num_tokens - 1] = 1.0
+        v = jnp.asarray(v, dtype)
+        t_total = layers[0].shape[0]
+        step = t_total if progress is None else max(1, -(-t_total // 20))
+        tables = jnp.asarray(past, dtype), jnp.asarray(future, dtype)
+        mins, lasts, deficits = [], [], []
+        top = t_total
+        while top > 0:
+            low = max(0, top - step)
+            part = tuple(jnp.asarray(a[low:top]) for a in layers)
+            v, (mn, last, deficit) = scan.run(v, part, *tables, geo)
+            mins.insert(0, np.asarray(mn))
+            lasts.insert(0, np.asarray(last))
+            deficits.insert(0, np.asarray(deficit))
+            top = low
+            if progress is not None:
+                progress(t_total - low, t_total)
+        return (np.asarray(v, np.float64)[:num_tokens], np.concatenate(mins), np.concatenate(lasts),
+                np.concatenate(deficits))
