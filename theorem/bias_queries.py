@@ -82,7 +82,7 @@ class RowParams(Params):
     """``derive row``: the bias, printed as W(n) and F_i(k)."""
 
     name = "row"
-    bias: str = param(meaning=BIAS_MEANING, example="-m*g")
+    bias: str = param(None, meaning=BIAS_MEANING, example="-m*g", default_text="required")
 
 
 @dataclass(frozen=True)
@@ -90,8 +90,9 @@ class OrderParams(Params):
     """``derive order``: do rows under --bias sit later than under --than?"""
 
     name = "order"
-    bias: str = param(meaning=BIAS_MEANING + "; the one whose rows should sit later", example="-2*m*g")
-    than: str = param(meaning="the reference bias (same syntax)", example="-m*g")
+    bias: str = param(None, meaning=BIAS_MEANING + "; the one whose rows should sit later", example="-2*m*g",
+                      default_text="required")
+    than: str = param(None, meaning="the reference bias (same syntax)", example="-m*g", default_text="required")
     ranges: str | None = param(None, meaning=RANGES_MEANING, example="'m>=0'", default_text="every parameter >= 0")
     at: str | None = param(None, meaning=AT_MEANING, example="'m=1/2'", default_text="a grid")
     up_to: int = _up_to()
