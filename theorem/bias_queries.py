@@ -103,7 +103,7 @@ def _setup(text: str, ranges_text, at_text, where: str, also: Bias | None = None
     bias = parse_bias(text, f"{where}: --bias")
     names = tuple(sorted(set(bias.names) | set(also.names if also else ())))
     ranges = parse_ranges(ranges_text, names, f"{where}: --ranges")
-    joint = rb._joint(bias, also) if also is not None else bias
+    joint = rb.joint(bias, also) if also is not None else bias
     at = parse_point(at_text, joint, ranges, f"{where}: --at") if at_text else None
     return bias, ranges, at
 

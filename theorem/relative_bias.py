@@ -353,8 +353,8 @@ def monotone(bias: Bias, ranges, up_to: int = 32, at: dict | None = None, diag: 
 def order(bias: Bias, than: Bias, ranges, up_to: int = 32, at: dict | None = None,
           diag: Fraction = Fraction(0)) -> Query:
     """C7(c): do rows under ``bias`` sit later than under ``than`` (A_than(i,.) ≼ A_bias(i,.)) for every N?"""
-    joint = _joint(bias, than)
-    points = [{}] if joint.table is not None or not joint.params else _points(joint, ranges, at)
+    both = joint(bias, than)
+    points = [{}] if both.table is not None or not both.params else _points(both, ranges, at)
     checked = check_rows(bias, than, points, up_to, diag)
     fail = checked["failure"]
     proved, how = False, ""
@@ -362,7 +362,7 @@ def order(bias: Bias, than: Bias, ranges, up_to: int = 32, at: dict | None = Non
         delta = sp.simplify(bias.expr - than.expr)
         diff = sp.simplify(delta.subs(G, G + 1) - delta)
         deriv = sp.diff(delta.subs(G, X), X)
-        proved, how = _decreasing(diff, deriv, joint, ranges, 0)
+        proved, how = _decreasing(diff, deriv, both, ranges, 0)
     elif bias.table is not None and than.table is not None:
         wb, wt = bias.table, than.table
         L = max(len(wb), len(wt))
@@ -386,7 +386,7 @@ def order(bias: Bias, than: Bias, ranges, up_to: int = 32, at: dict | None = Non
                  checked=checked)
 
 
-def _joint(a: Bias, b: Bias) -> Bias:
+def joint(a: Bias, b: Bias) -> Bias:
     """A Bias whose parameters are the union of a's and b's (for ranges and grids)."""
     params = tuple(sorted(set(a.params) | set(b.params), key=lambda s: s.name))
     return Bias(f"{a.text} | {b.text}", None if a.expr is None or b.expr is None else a.expr - b.expr, params,
