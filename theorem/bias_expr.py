@@ -256,6 +256,13 @@ def _iv(e: sp.Basic, env: dict) -> iv.mpf:  # noqa: C901 - one branch per node t
             if n < 0 and base.a <= 0 <= base.b:
                 raise NotCertified("pole")
             return base ** n
+        if base.a == 0 and base.b == 0:  # 0^x: 0 for x > 0, 1 for x = 0 (SymPy's convention)
+            ex = _iv(e.exp, env)
+            if ex.a > 0:
+                return iv.mpf(0)
+            if ex.a == 0 and ex.b == 0:
+                return iv.mpf(1)
+            raise NotCertified("0 to a power that may be negative")
         if base.a <= 0:
             raise NotCertified("non-positive base with a non-integer exponent")
         return iv.exp(_iv(e.exp, env) * iv.log(base))

@@ -237,12 +237,14 @@ def row_forms(bias: Bias) -> RowForms:
 
 # -------------------------------------------------------------------------- exact checks
 def _gaps_logconcave(w: list) -> list:
-    """W(n)^2 - W(n-1) W(n+1) for n = 1 .. len(w) - 2 (exact or interval, as w)."""
+    """W(n)^2 - W(n-1) W(n+1) for n = 1 .. len(w) - 2 (exact or interval, as w), evaluated as
+    W(n-1)(w(n) - w(n+1)) + w(n)^2 (the identity of ``relative-bias:non-increasing-sufficient``), which
+    avoids the cancellation of the two products when the tail weights are tiny."""
     W, acc = [], w[0] * 0
     for x in w:
         acc = acc + x
         W.append(acc)
-    return [W[n] * W[n] - W[n - 1] * W[n + 1] for n in range(1, len(w) - 1)]
+    return [W[n - 1] * (w[n] - w[n + 1]) + w[n] * w[n] for n in range(1, len(w) - 1)]
 
 
 def check_logconcave(bias: Bias, points, up_to: int, diag: Fraction) -> dict[str, Any]:
@@ -346,7 +348,9 @@ def monotone(bias: Bias, ranges, up_to: int = 32, at: dict | None = None, diag: 
     reason = ("b(g+1) - b(g) <= 0 on g >= 1 could not be decided for every parameter in range, and no "
               f"failure of log-concavity was found for N <= {up_to} at {len(points)} rational point(s)")
     if checked["unsure"]:
-        reason += f" ({len(checked['unsure'])} point(s) left undecided by interval arithmetic)"
+        first = checked["unsure"][0]
+        why = first.get("why") or f"the sign of the gap at n = {first.get('n')} is within the interval's width"
+        reason += f" ({len(checked['unsure'])} point(s) left undecided by interval arithmetic, e.g. {why})"
     return Query(Answer.UNDECIDED, reason, checked=checked, region=region)
 
 
