@@ -18,7 +18,7 @@ from posbias.theorem.claims import CLAIMS, certificate_registry, claims_citing, 
 
 REPO = Path(__file__).resolve().parents[1]
 LABELS = ("C1", "C2(a)", "C2(b)", "C2(c)", "C3(a)", "C3(b)", "C3(c)", "C4(a)", "C4(b)",
-          "C5(a)", "C5(b)", "C5(c)", "C6", "cesaro")
+          "C5(a)", "C5(b)", "C5(c)", "C6", "cesaro", "C7(a)", "C7(b)", "C7(c)")
 
 
 def test_every_claim_listed_once_with_a_proof_file():

@@ -72,7 +72,7 @@ def test_claim_property_holds_on_the_ci_profile(name, full_run):
 # Largest shrunk size per search: (tokens, layers) where they apply.
 SMALL = {"C1 w/o causality": (2, None), "C2(b) w/o monotonicity": (3, 3), "C3(c) w/ non-monotone layer": (4, 4),
          "C4(a) w/ non-constant shift": (2, None), "C6 old: steep => monotone": (4, 8),
-         "C6 U-shapes exist": (3, 2)}
+         "C6 U-shapes exist": (3, 2), "C2(b) w/ non-log-concave bias": (4, 3)}
 
 
 def _size(example):

@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 
 from posbias.numerics.shape import u_shape
-from posbias.theorem import orders
+from posbias.theorem import c7_predicates, orders
 from posbias.theorem.certificate import Check, registered
 
 CERTIFICATE_MODULES = (
@@ -46,6 +46,7 @@ CERTIFICATE_MODULES = (
     "posbias.theorem.cesaro",
     "posbias.theorem.dichotomy_certificates",
     "posbias.theorem.continuum",
+    "posbias.theorem.c7_certificates",
 )
 
 
@@ -304,6 +305,30 @@ _CLAIMS = [
         r"\mu_k = \prod_t \bigl(1 - \lambda_t k/(k+1)\bigr)",
         ("A^(t) = C, C[i, j] = 1/(i+1) for j <= i", "any lambda_t in [0, 1]"),
         _cesaro, "(p, lambdas, tol)", "proofs/cesaro.md",
+    ),
+    Claim(
+        "C7(a)", "any relative bias: the row CDF",
+        "For any bias b(g) with weights w(g) = e^{b(g)} (w(0) also carries e^d) and W(n) = sum_{g=0}^{n} w(g): "
+        "F_i(k) = 1 − W(i − k − 1) / W(i) for k < i.",
+        r"F_i(k) = 1 - W(i - k - 1) / W(i)\ (k < i),\ W(n) = \sum_{g=0}^{n} w(g)",
+        ("causal mask", "head logits b(i - j) + d [i = j]", "w(g) = e^{b(g)} > 0"),
+        c7_predicates.c7a, "(K, weights, tol)", "proofs/C7.md",
+    ),
+    Claim(
+        "C7(b)", "any relative bias: monotone iff log-concave",
+        "The N-token kernel is stochastically monotone iff W is log-concave on {0, ..., N-1} "
+        "(W(n)^2 >= W(n-1) W(n+1)); sufficient: b non-increasing on g ≥ 1, with any d.",
+        r"\text{stochastically monotone} \iff W \text{ is log-concave}:\ W(n)^2 \ge W(n-1) W(n+1)",
+        ("causal mask", "w(g) = e^{b(g)} > 0 for g < N"),
+        c7_predicates.c7b, "(K, weights, tol)", "proofs/C7.md",
+    ),
+    Claim(
+        "C7(c)", "any relative bias: likelihood-ratio order orders rows",
+        "If w′(g)/w(g) is non-increasing in g, every row under w′ sits later than under w (A(i,·) ≼ A′(i,·)); "
+        "under C2(b)'s monotonicity a ≼-later p follows.",
+        r"w'(g)/w(g) \text{ non-increasing} \Rightarrow A(i,\cdot) \preceq A'(i,\cdot)",
+        ("causal mask", "w, w' > 0", "w'(g)/w(g) non-increasing in g"),
+        c7_predicates.c7c, "(K, K_later, tol)", "proofs/C7.md",
     ),
 ]
 

@@ -59,6 +59,7 @@ class Derivation:
     compute: Callable[[Any], Result]
     parse: Callable[[Sequence[str]], Params] | None = None
     limits: str = ""  # the deterministic work limits and what is refused, for --help
+    examples: str = ""  # example calls with their answers, appended to --help
 
     def __post_init__(self):
         if self.params.name != self.name:
@@ -73,7 +74,8 @@ class Derivation:
 
     def help(self) -> str:
         """The text of ``posbias derive NAME --help``: each parameter's meaning, default, example."""
-        return help_text(self.params, self.summary, self.claims, self.limits)
+        text = help_text(self.params, self.summary, self.claims, self.limits)
+        return f"{text}\n\n{self.examples}" if self.examples else text
 
     def describe(self) -> dict[str, Any]:
         """Machine-readable description (``posbias derive --list --format json``)."""

@@ -37,6 +37,7 @@ from __future__ import annotations
 import sympy as sp
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 from posbias.theorem.alibi_row import exact_kernel, generic
 from posbias.theorem.certificate import Check, certificate, check
@@ -228,10 +229,26 @@ class MonotoneParams(Params):
     name = NAME
     max_row: int = param(8, meaning="check the coefficient signs of dF_i(k)/dr exactly for every row i <= this",
                          example="10", minimum=1, maximum=16)
+    bias: str | None = param(None, meaning="C7(b) mode: any relative bias b(g), an expression in g with parameters "
+                             "or weights:W0,W1,... (see the examples below)", example="'-r1*log(1+r2*g)'",
+                             default_text="ALiBi (C3)")
+    ranges: str | None = param(None, meaning="--bias mode: parameter ranges, e.g. 'm>=0, 0<=a<=2' (unnamed: >= 0)",
+                               example="'m>=1, 0<=a<=1'", default_text="every parameter >= 0")
+    at: str | None = param(None, meaning="--bias mode: check only this rational point, e.g. 'm=1/2'",
+                           example="'m=1/2'", default_text="a grid inside the ranges")
+    up_to: int = param(32, meaning="--bias mode: exact (certified) check of every N <= this", example="64",
+                       minimum=2, maximum=256)
+    diag: Fraction = param(Fraction(0), meaning="--bias mode: content diagonal d of the exact check (the proof holds "
+                           "for every d)", example="1/2")
 
 
 def compute(params: MonotoneParams = MonotoneParams()) -> Result:
-    """C3(a) (symbolic, general i), C3(b) (exact for i <= max_row), C4(b) (symbolic), and the exact grid."""
+    """C3(a) (symbolic, general i), C3(b) (exact for i <= max_row), C4(b) (symbolic), and the exact grid;
+    with ``bias``: C7(b) on that bias (``posbias.theorem.bias_queries.monotone_result``)."""
+    if params.bias is not None:
+        from posbias.theorem.bias_queries import MonotoneBias, monotone_result
+
+        return monotone_result(MonotoneBias(params.bias, params.ranges, params.at, params.up_to, params.diag))
     checks = [row_ratio(), slope_order_general(), slope_order(params.max_row), diag_order(), alibi_grid(6)]
     lines = [
         "ALiBi + content kernel (r = e^{-m}, D = e^d, Z_i = D + G_i, G_i = sum_{g=1}^i r^g):",
@@ -253,13 +270,29 @@ def compute(params: MonotoneParams = MonotoneParams()) -> Result:
     return Result(NAME, "\n".join(lines), latex, data)
 
 
+def _bias_parser():
+    from posbias.theorem.bias_queries import parser_for
+
+    return parser_for(MonotoneParams)
+
+
+def _bias_examples() -> str:
+    from posbias.theorem.bias_queries import MONOTONE_EXAMPLES
+
+    return MONOTONE_EXAMPLES
+
+
 DERIVATION = Derivation(
     name=NAME,
-    summary="ALiBi kernel is stochastically monotone for all m >= 0; slopes and d order rows (C3(a), C3(b), C4(b))",
-    claims=("C3(a)", "C3(b)", "C4(b)"),
+    summary="ALiBi kernel is stochastically monotone for all m >= 0; slopes and d order rows (C3(a), C3(b), C4(b)); "
+            "--bias EXPR: any relative bias, proved / refuted / undecided (C7(b))",
+    claims=("C3(a)", "C3(b)", "C4(b)", "C7(b)"),
     params=MonotoneParams,
     compute=compute,
-    limits="--max-row <= 16 (exact coefficient-sign checks of dF_i(k)/dr for every row up to it); about 3 s at the maximum",
+    limits="--max-row <= 16 (exact coefficient-sign checks of dF_i(k)/dr for every row up to it); about 3 s at the maximum; "
+           "--bias mode: --up-to <= 256, at most 81 grid points and 4 parameters",
+    examples=_bias_examples(),
+    parse=lambda argv: _bias_parser()(argv),
 )
 
 

@@ -31,6 +31,8 @@ DERIVATION_MODULES = (
     "posbias.theorem.cesaro",
     "posbias.theorem.dichotomy",
     "posbias.theorem.continuum",
+    "posbias.theorem.bias_queries",
+    "posbias.theorem.bias_order",
 )
 
 

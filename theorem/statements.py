@@ -144,6 +144,9 @@ FINGERPRINTS: dict[str, Fingerprint] = {
     "C6": Fingerprint("N = 8, r = 1/5, d = 0, T = 8, λ = 3/4",
                       ("at depth 1 no profile is U-shaped", "0.2136, 0.3078, 0.2725",
                        "u_shape = argmin interior and both ends above the minimum")),
+    "C7(a)": Fingerprint("F_i(k) = 1 − W(i − k − 1) / W(i)", ("for k < i",)),
+    "C7(b)": Fingerprint("W is log-concave", ("stochastically monotone iff", "b non-increasing on g ≥ 1")),
+    "C7(c)": Fingerprint("A(i,·) ≼ A′(i,·)", ("w′(g)/w(g) is non-increasing in g",)),
     "cesaro": Fingerprint("μ_k = Π_t (1 − λ_t · k/(k+1))",
                           ("p(j) = C(N−1, j) Σ_{i=0}^{N−1−j} (−1)^i C(N−1−j, i) μ_{j+i}", "P = H(μ)")),
 }
@@ -255,6 +258,16 @@ def two_token(lambdas) -> list[list[Fraction]]:
 CONSTANT = [HALF] * 64  # sum = 32: divergent in the limit; (3/4)^64 < 1e-7 already
 SUMMABLE = [F(1, 2 ** (t + 1)) for t in range(64)]  # sum < 1: P[1, 1] >= prod (1 - 2^-(t+2)) > 1/2
 
+def bias_kernel_exact(ws) -> list[list[Fraction]]:
+    """A(i, j) = w(i-j)/W(i), j <= i, in Fractions (C7)."""
+    n = len(ws)
+    return [[F(ws[i - j]) / sum(ws[: i + 1], F(0)) if j <= i else F(0) for j in range(n)] for i in range(n)]
+
+
+GEOMETRIC3 = _vec([1, HALF, QUARTER])  # w = 2^-g: ALiBi with m = ln 2
+BUMPED4 = _vec([1, F(1, 10), F(1, 10), 5])  # THEORY.md C7(b): not log-concave at n = 2
+FLAT3 = _vec([1, 1, 1])
+
 INSTANCES: dict[str, tuple[Instance, ...]] = {
     "C1": (
         Instance((UNIFORM2, _vec([0, 1])), True, "mu K = [1/2, 1/2]: F = [1/2, 1] >= F_mu = [0, 1]"),
@@ -332,6 +345,21 @@ INSTANCES: dict[str, tuple[Instance, ...]] = {
         Instance((_vec([F(1, 6), F(1, 6), F(2, 3)]),), False,
                  "depth 1 (N = 3, m = 0, lambda = 1/2): p = [1/6, 1/6, 2/3], no interior point below p(0)"),
         Instance((_vec([F(1, 10), F(3, 10), F(2, 5), F(1, 5)]),), False, "a hump, not a U: the minimum is p(0)"),
+    ),
+    "C7(a)": (
+        Instance((ALIBI_HALF3, GEOMETRIC3), True, "w = (1, 1/2, 1/4): row 2 = [1/7, 2/7, 4/7], F_2(0) = 1 - W(1)/W(2) = 1/7"),
+        Instance((bias_kernel_exact(BUMPED4), BUMPED4), True, "row 3 = [5, 1/10, 1/10, 1]/(31/5): F_3(0) = 1 - W(2)/W(3) = 25/31"),
+        Instance((UNIFORM3, GEOMETRIC3), False, "uniform rows are not w(i-j)/W(i) for w = 2^-g: F_2(0) = 1/3 != 1/7"),
+    ),
+    "C7(b)": (
+        Instance((bias_kernel_exact(BUMPED4), BUMPED4), True, "both fail: W(2)^2 = 36/25 < W(1)W(3) = 341/50, row 3 earlier"),
+        Instance((ALIBI_HALF3, GEOMETRIC3), True, "both hold: W = (1, 3/2, 7/4), 9/4 >= 7/4; ALiBi is monotone"),
+        Instance((UNIFORM3, BUMPED4), False, "a monotone kernel paired with a non-log-concave W"),
+    ),
+    "C7(c)": (
+        Instance((bias_kernel_exact(FLAT3), bias_kernel_exact(GEOMETRIC3)), True,
+                 "w' / w = 2^-g non-increasing: row 2 F = [1/3, 2/3] >= [1/7, 3/7]"),
+        Instance((bias_kernel_exact(GEOMETRIC3), bias_kernel_exact(FLAT3)), False, "reversed: w'/w = 2^g increases"),
     ),
     "cesaro": (
         Instance((_vec([F(1, 6), F(1, 6), F(2, 3)]), _vec([HALF])), True,
@@ -425,10 +453,22 @@ def _t_cesaro(p, lambdas, **_):
     return list(p) == _rollout([cesaro] * len(lambdas), lambdas)[-1]
 
 
+def _t_c7a(k, ws, **_):
+    cum = _cdf(ws)
+    want = lambda i, c: 1 - cum[i - c - 1] / cum[i] if c < i else F(1)  # noqa: E731
+    return all(_cdf(k[i])[c] == want(i, c) for i in range(len(k)) for c in range(len(k)))
+
+
+def _t_c7b(k, ws, **_):
+    cum = _cdf(ws)
+    concave = all(cum[n] ** 2 >= cum[n - 1] * cum[n + 1] for n in range(1, len(ws) - 1))
+    return _monotone(k) == concave
+
+
 _DECIDERS: dict[str, Callable[..., bool]] = {
     "C1": _t_c1, "C2(a)": _t_c2a, "C2(b)": _t_c2b, "C2(c)": _t_c2c, "C3(a)": _t_c3a, "C3(b)": _t_rows,
     "C3(c)": _t_c3c, "C4(a)": _t_c4a, "C4(b)": _t_c4b, "C5(a)": _t_c5a, "C5(b)": _t_c5b, "C5(c)": _t_c5c,
-    "C6": _t_c6, "cesaro": _t_cesaro,
+    "C6": _t_c6, "cesaro": _t_cesaro, "C7(a)": _t_c7a, "C7(b)": _t_c7b, "C7(c)": _t_rows,
 }
 
 
