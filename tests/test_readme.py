@@ -169,3 +169,14 @@ def test_example_inputs(tmp_path):
     assert small.num_tokens == 64
     with pytest.raises(UserError, match=r"bad-config.yaml: attention_config.alibi_slopes\[0\]\[1\]"):
         config.load(examples / "bad-config.yaml")
+
+
+DOC_PAGES = sorted(p for p in (REPO / "docs").glob("*.md") if "```console" in p.read_text())
+
+
+@pytest.mark.parametrize("page", DOC_PAGES, ids=[p.name for p in DOC_PAGES])
+def test_docs_examples(page, tmp_path):
+    """Every docs page with console sessions is executed like the README (outputs compared)."""
+    report = rr.run_file(page, scratch_root=tmp_path)
+    assert report.ok, report.summary()
+    assert report.executed >= 1, report.summary()
