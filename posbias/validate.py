@@ -128,30 +128,6 @@ def report_markdown(report: dict, *, source: str, model_line: str, notes: tuple[
     return "\n".join(lines) + "\n"
 
 
-def figure(panels_by_n: dict[int, dict[str, np.ndarray]], title: str):
-    """One row per N: panels (a), (b), (c), (d) on log axes; (e) dashed over (d)."""
-    from matplotlib.figure import Figure
-
-    rows = len(panels_by_n)
-    fig = Figure(figsize=(15, 3.3 * rows + 0.5), layout="constrained")
-    axes = fig.subplots(rows, 4, squeeze=False)
-    for r, (n, panels) in enumerate(panels_by_n.items()):
-        x = np.arange(n)
-        for c, key in enumerate("abcd"):
-            ax = axes[r][c]
-            ax.plot(x, panels[key], color="C3" if key == "d" else "C0", lw=1.4, label=f"({key})")
-            if key == "d":
-                ax.plot(x, panels["e"], color="C2", lw=1.0, ls="--", label="(e) measured kernels")
-                ax.legend(fontsize=7, loc="upper center")
-            ax.set_yscale("log")
-            ax.set_title(f"({key}) {PANELS[key]}, N = {n}", fontsize=9)
-            ax.set_xlabel("token position j")
-            if c == 0:
-                ax.set_ylabel("p(j)")
-    fig.suptitle(title)
-    return fig
-
-
 def default_lengths(context: int) -> tuple[int, ...]:
     return (context // 2, context) if context >= 4 else (context,)
 
