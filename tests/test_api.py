@@ -98,7 +98,7 @@ def test_diagonal_identity_against_the_matrix():
     (dict(layers=2, heads=2, tokens=8, slopes="gpt"), "slopes: expected one of paper, hf"),
     (dict(layers=2, heads=2, tokens=8, slopes=[0.5, -1.0]), "slopes: layer 0 head 1 is -1"),
     (dict(layers=2, heads=2, tokens=8, content_diagonal=[1.0, 2.0, 3.0]), "content_diagonal: 3 values"),
-    (dict(layers=2, heads=3, tokens=8, slopes=[0.5, 0.25]), "does not broadcast"),
+    (dict(layers=2, heads=3, tokens=8, slopes=[0.5, 0.25]), "2 explicit values .* for heads = 3: expected one slope per head"),
 ])
 def test_bad_model_parameters_get_one_line(kwargs, message):
     with pytest.raises(ModelError, match=message):

@@ -22,7 +22,7 @@ MINE = {
     "diagonal-product": [{}, {"layers": 5, "tokens": 5}],
 }
 ALL_NAMES = ("softmax-shift", "alibi-row", "monotone", "drift", "diagonal-product",
-             "cesaro-rollout", "dichotomy", "continuum-profile")
+             "cesaro-rollout", "dichotomy", "continuum-profile", "row", "order")
 
 
 def test_registry_has_every_derivation():
@@ -43,6 +43,8 @@ OTHERS = {
     "cesaro-rollout": ["--tokens", "64", "--layers", "8", "--schedule", "constant:0.5"],
     "dichotomy": ["power_decay:0.5,1.5"],
     "continuum-profile": [],
+    "row": ["--bias", "-m*g"],
+    "order": ["--bias", "-2*m*g", "--than", "-m*g"],
 }
 
 
