@@ -89,14 +89,19 @@ def run_measure(args) -> int:
     files = outputs.render(m, source=str(ck.folder), content_scale=args.content_scale, meta=meta,
                            causal=spec.causal)
     written = write_run(Path(out), {}, binaries=files)
+    print_summary(f"{ck.folder} ({spec.model_type}, T={spec.layers}, H={spec.heads}, D={spec.width}), "
+                  f"N = {n}, S = {args.samples}, {args.precision}", m, written)
+    return 0
+
+
+def print_summary(title: str, m, written) -> None:
+    """The lines ``posbias measure`` prints for a measurement ``m`` (both backends)."""
     lam = "  ".join(f"{v:.3f}±{s:.3f}" for v, s in zip(m.lambdas, m.lambda_std))
-    print(f"posbias measure: {ck.folder} ({spec.model_type}, T={spec.layers}, H={spec.heads}, D={spec.width}), "
-          f"N = {n}, S = {args.samples}, {args.precision}")
+    print(f"posbias measure: {title}")
     print(f"  lambda_t (± std over sequences): {lam}   sum = {m.lambdas.sum():.3f}")
     print(f"  influence: p(0) = {m.influence[0]:.4g}   p(N-1) = {m.influence[-1]:.4g}   "
           f"argmin = {int(m.influence.argmin())}")
     print("  wrote " + ", ".join(str(p) for p in written))
-    return 0
 
 
 def main(argv=None) -> int:

@@ -390,13 +390,10 @@ def run_measure(args) -> int:
             "notes": notes(loaded)}
     files = outputs.render(m, source=str(path), content_scale=args.content_scale, meta=meta, causal=True)
     written = write_run(Path(out), {}, binaries=files)
-    lam = "  ".join(f"{v:.3f}±{s:.3f}" for v, s in zip(m.lambdas, m.lambda_std))
-    print(f"posbias measure: {path} ({loaded.model_type} through transformers, T={loaded.layers}, "
-          f"H={loaded.heads}, D={loaded.width}), N = {n}, S = {args.samples}, {args.precision}")
-    print(f"  lambda_t (± std over sequences): {lam}   sum = {m.lambdas.sum():.3f}")
-    print(f"  influence: p(0) = {m.influence[0]:.4g}   p(N-1) = {m.influence[-1]:.4g}   "
-          f"argmin = {int(m.influence.argmin())}")
-    print("  wrote " + ", ".join(str(p) for p in written))
+    from posbias.hf.cli import print_summary
+
+    print_summary(f"{path} ({loaded.model_type} through transformers, T={loaded.layers}, H={loaded.heads}, "
+                  f"D={loaded.width}), N = {n}, S = {args.samples}, {args.precision}", m, written)
     return 0
 
 
