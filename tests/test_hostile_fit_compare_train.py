@@ -34,6 +34,7 @@ from scipy import stats
 
 from posbias.files import set_stamp
 from tests.test_hostile_cli import alibi_kernel, assert_refused, listing, numpy_rollout, png_stamp, run_cli
+from tests.peak import peak_rss
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = REPO / "examples" / "small.yaml"
@@ -294,21 +295,9 @@ def test_fit_returns_the_best_iterate_not_the_last():
         assert "best" in result.returned
 
 
-PEAK_RSS = """\
-import os, subprocess, sys
-proc = subprocess.Popen(sys.argv[1:])
-_, status, usage = os.wait4(proc.pid, 0)
-print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)
-"""
-
-
 def _peak_rss_run(argv: list[str], cwd: Path, env: dict) -> tuple[int, str, int]:
-    """(exit code, stderr, peak resident bytes) of the console script, from os.wait4 in a small
-    launcher (a child forked from pytest itself would count pytest's pages before its exec)."""
-    done = subprocess.run([sys.executable, "-c", PEAK_RSS, str(CONSOLE), *argv], cwd=cwd, env={**os.environ, **env},
-                          capture_output=True, text=True)
-    code, kib = done.stdout.split()[-2:]
-    return int(code), done.stderr, int(kib) * 1024
+    """(exit code, stderr, peak resident bytes) of the console script with ``env`` added."""
+    return peak_rss([str(CONSOLE), *argv], cwd=cwd, env={**os.environ, **env})
 
 
 @pytest.mark.skipif(not BLOOM.exists(), reason="reference data not found")

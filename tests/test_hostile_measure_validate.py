@@ -37,6 +37,7 @@ from hypothesis import strategies as st
 
 from posbias.cli import main
 from posbias.files import STAMP_KEY, set_stamp
+from tests.peak import peak_rss
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 CONSOLE = Path(sys.executable).with_name("posbias")
@@ -579,24 +580,11 @@ def _env() -> dict:
     return env
 
 
-PEAK_WORKER = """\
-import io, sys
-from posbias.cli import main
-sys.stdout = io.StringIO()
-code = main(sys.argv[1:])
-hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
-print(code, int(hwm.split()[1]) * 1024, file=sys.__stdout__)
-"""
-"""The process's own peak resident memory: VmHWM belongs to the memory map exec made (getrusage's
-ru_maxrss would keep the forking parent's size across exec)."""
-
-
 def peak_run(tmp: Path, *argv: str) -> tuple[int, int, str]:
     """(exit code, peak resident bytes, stderr) of ``posbias ARGV`` in a fresh process."""
-    r = subprocess.run([sys.executable, "-c", PEAK_WORKER, *argv], cwd=tmp, env=_env(), capture_output=True,
-                       text=True, timeout=600)
-    code, peak = r.stdout.split()
-    return int(code), int(peak), r.stderr
+    code, err, rss = peak_rss([sys.executable, "-c", "import sys; from posbias.cli import main; sys.exit(main(sys.argv[1:]))",
+                                *argv], cwd=tmp, env=_env())
+    return code, rss, err
 
 
 def test_memory_refused_before_allocating_and_estimate_bounds_the_peak(tmp_path):

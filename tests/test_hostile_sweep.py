@@ -37,6 +37,7 @@ import posbias
 from posbias.cli import main
 from posbias.sweep import read_table
 from tests.test_hostile_cli import CONSOLE, alibi_kernel, assert_refused, numpy_rollout, snapshot
+from tests.peak import peak_rss
 
 BASE = "base: {layers: 2, heads: 2, tokens: 8, schedule: 'constant:0.5'}\n"
 SMALL = BASE + "axes: {lambda: [0.2, 0.5, 0.9], slope_scale: [0.5, 2.0]}\nprofiles: true\n"
@@ -578,20 +579,10 @@ def test_full_disk_leaves_nothing(in_tmp, limit):
     assert (in_tmp / "free" / "manifest.json").stat().st_size > 600 and max(sizes) > 6000 > 600
 
 
-PEAK = """
-import os, resource, subprocess, sys
-proc = subprocess.Popen(sys.argv[1:])
-_, status, usage = os.wait4(proc.pid, 0)
-print(os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024)
-"""
-
-
-def peak_rss(tmp: Path, *argv: str) -> tuple[int, int]:
+def peak(tmp: Path, *argv: str) -> tuple[int, int]:
     """(exit code, peak resident bytes) of the console script run as its own process."""
-    r = subprocess.run([sys.executable, "-c", PEAK, str(CONSOLE), *argv], cwd=tmp, env=_env(), capture_output=True,
-                       text=True, timeout=600)
-    code, peak = r.stdout.split()[-2:]
-    return int(code), int(peak)
+    code, _, rss = peak_rss([str(CONSOLE), *argv], cwd=tmp, env=_env())
+    return code, rss
 
 
 def test_diagonal_sweep_stays_within_its_memory_budget(in_tmp):
@@ -603,15 +594,15 @@ def test_diagonal_sweep_stays_within_its_memory_budget(in_tmp):
     (in_tmp / "big.yaml").write_text("base: {layers: 64, heads: 32, tokens: 2048, schedule: 'constant:0.5'}\n"
                                      "axes: {lambda: [0.3, 0.5, 0.7]}\ndiagonal: true\n")
     budget = 100 * 2**20
-    code, base = peak_rss(in_tmp, "sweep", "base.yaml", "--out", "b", "--quiet")
+    code, base = peak(in_tmp, "sweep", "base.yaml", "--out", "b", "--quiet")
     assert code == 0
-    code, big = peak_rss(in_tmp, "sweep", "big.yaml", "--out", "g", "--quiet", "--memory-budget", "100M")
+    code, big = peak(in_tmp, "sweep", "big.yaml", "--out", "g", "--quiet", "--memory-budget", "100M")
     assert code == 0
     assert big - base <= budget, (big - base) / 2**20
     manifest = json.loads((in_tmp / "g" / "manifest.json").read_text())
     group = manifest["plan"]["groups"][0]
     assert group["batch_size"] * group["bytes_per_point"] + 8 * 64 * 2048 * (2 * 32 + 3) <= budget
-    code, _ = peak_rss(in_tmp, "sweep", "big.yaml", "--out", "h", "--quiet", "--memory-budget", "50M")
+    code, _ = peak(in_tmp, "sweep", "big.yaml", "--out", "h", "--quiet", "--memory-budget", "50M")
     assert code == 2 and not (in_tmp / "h").exists()
 
 

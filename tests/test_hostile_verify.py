@@ -10,7 +10,7 @@ Every row of the tables ends in one of two ways, as in tests/test_hostile_cli.py
   each "n/a" stating the condition that really fails.
 
 Memory (item 11) and the full disk (item 26) run as real processes: peak memory from
-``os.wait4`` (the child's own rusage), the disk limit from ``RLIMIT_FSIZE``. No test measures time:
+``tests.peak.peak_rss`` (the command's own process), the disk limit from ``RLIMIT_FSIZE``. No test measures time:
 work is counted (item 17: the dense N^3 product is never formed) and estimates are read.
 ``HOSTILE_CLASSES`` counts the rows by ending.
 """
@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 
 import posbias.verify as pv
 from tests.test_hostile_cli import assert_refused, listing, run_cli, snapshot
+from tests.peak import peak_rss
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = REPO / "examples" / "small.yaml"
@@ -395,27 +396,13 @@ def _child(argv, *, env=None, fsize=None, cwd):
                           env={**os.environ, **(env or {})}, timeout=600)
 
 
-def _child_with_peak(argv, *, env=None, cwd):
-    """(exit code, stderr, peak resident bytes of this child alone) of ``python -m posbias.verify ARGV``:
-    ``os.wait4`` reports the child's own rusage (RUSAGE_CHILDREN would be the largest child so far)."""
-    err = cwd / "stderr.txt"
-    with open(err, "w") as handle:
-        proc = subprocess.Popen([sys.executable, "-m", "posbias.verify", *argv], cwd=cwd, stdout=subprocess.DEVNULL,
-                                stderr=handle, env={**os.environ, **(env or {})})
-        _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    text = err.read_text()
-    err.unlink()
-    return proc.returncode, text, usage.ru_maxrss * 1024
-
-
 @pytest.mark.parametrize("tokens, env, message", [
     ("1000000000", {}, "beyond XLA's 2147483647 per array"),
     ("100000000", {"POSBIAS_MEMORY_LIMIT": "3G"}, "needs about"),
 ], ids=["10^9", "10^8 under 3G"])
 def test_huge_token_counts_are_refused_before_allocating(tokens, env, message, tmp_path):
-    code, stderr, peak = _child_with_peak(["--stack", str(SMALL), "--tokens", tokens, "--out", "o"], env=env,
-                                          cwd=tmp_path)
+    code, stderr, peak = peak_rss([sys.executable, "-m", "posbias.verify", "--stack", str(SMALL), "--tokens", tokens,
+                                   "--out", "o"], cwd=tmp_path, env={**os.environ, **env})
     assert code == 2, (code, stderr[-2000:])
     assert_refused(code, stderr, message)
     assert peak < 1.5 * 2**30, f"peak memory {peak / 2**30:.2f} GiB"
