@@ -202,8 +202,9 @@ class Auto(Engine):
         return f"auto: {result.engine} ({result.path})"
 
     def compute(self, stack, num_tokens: int, *, dtype, progress=None) -> Profile:
-        if isinstance(stack, BiasStack) and stack.as_alibi() is not None:
-            result = self.compute(stack.as_alibi(), num_tokens, dtype=dtype, progress=progress)
+        alibi = stack.as_alibi(num_tokens) if isinstance(stack, BiasStack) else None
+        if alibi is not None:
+            result = self.compute(alibi, num_tokens, dtype=dtype, progress=progress)
             note = "auto: every head's bias is -m|i-j| (linear in g) with no sink: an ALiBi stack"
             return dataclasses.replace(result, notes=(note,) + result.notes)
         notes = []

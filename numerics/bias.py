@@ -257,6 +257,34 @@ class Bias:
             return self.past.slope
         return None
 
+    def alibi_slope_at(self, num_tokens: int) -> float | None:
+        """m >= 0 when b(g) = b(0) - m g at every distance g < ``num_tokens`` on both sides, else None.
+
+        ``Alibi`` sides give their slope exactly (``alibi_slope``). Any other side (Kerple-power
+        with r2 = 1, a constant, a linear table or expression) is evaluated at g = 0 .. n-1 and
+        accepted when it lies within 4 ulp of max |b| of the line through b(0) and b(n-1): the
+        ALiBi engines then compute with -m g instead of the given values, a logit difference of
+        at most 4 ulp of max |b| (a relative change of about that size in each weight). The
+        constant b(0) cancels in every row (C4(a)). A window table shorter than n, NaN or
+        infinite values, or a rising line are not ALiBi."""
+        exact = self.alibi_slope
+        if exact is not None:
+            return exact
+        n = int(num_tokens)
+        past, future = self.values(n)
+        if self.future is not None and not np.array_equal(past, future):
+            return None
+        if not np.all(np.isfinite(past)):
+            return None
+        if n == 1:
+            return 0.0
+        m = float(past[0] - past[-1]) / (n - 1)
+        if not (math.isfinite(m) and m >= 0.0):
+            return None
+        line = past[0] - m * np.arange(n, dtype=np.float64)
+        tolerance = 4.0 * np.finfo(np.float64).eps * float(np.max(np.abs(past)))
+        return m if float(np.max(np.abs(past - line))) <= tolerance else None
+
     def values(self, num_tokens: int) -> tuple[np.ndarray, np.ndarray]:
         """(past b(g), future b(g)) at g = 0 .. n-1, float64; future[0] is not a future distance
         (set equal to past[0]). Refuses values that are NaN, +inf, or -inf outside a window."""

@@ -124,10 +124,15 @@ class BiasStack:
             out.append(table)
         return out[0], out[1]
 
-    def as_alibi(self) -> AlibiStack | None:
+    def as_alibi(self, num_tokens: int | None = None) -> AlibiStack | None:
         """The same stack as an ``AlibiStack`` when every head is ALiBi (b = -m |i - j|, m >= 0) and
-        every sink is 0, else None."""
-        slopes = [b.alibi_slope for b in self.biases]
+        every sink is 0, else None. With ``num_tokens``, a bias that is linear on the distances
+        0 .. num_tokens-1 counts as ALiBi too (``Bias.alibi_slope_at``: Kerple-power with r2 = 1,
+        constants, linear tables and expressions); without it only ``Alibi`` sides do."""
+        if num_tokens is None:
+            slopes = [b.alibi_slope for b in self.biases]
+        else:
+            slopes = [b.alibi_slope_at(num_tokens) for b in self.biases]
         if any(m is None for m in slopes) or np.any(self.sink != 0):
             return None
         return AlibiStack.build(self.lambdas, np.asarray(slopes)[self.bias_index], self.diagonal,

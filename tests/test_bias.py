@@ -135,6 +135,43 @@ def test_auto_routes_alibi_to_the_structured_engine_and_other_biases_to_the_bias
     assert sinked.as_alibi() is None and engines.profile(sinked, 16).engine == "bias"
 
 
+@pytest.mark.parametrize("bias, slope", [
+    (Bias(KerplePower(0.75, 1.0)), 0.75),                       # -r1 g^1
+    (Bias(KerplePower(0.4, 0.0)), 0.0),                         # -r1 g^0 = -r1: a constant
+    (Bias(KerpleLog(0.0, 2.0)), 0.0),                           # r1 = 0: uniform
+    (Bias(Table(tuple(3.0 - 0.1 * g for g in range(40)))), None),  # linear on g < 40, constant beyond
+    (Bias(Function("1.5 - 0.3*g", lambda g: 1.5 - 0.3 * g)), 0.3),
+])
+def test_biases_linear_on_the_used_distances_are_alibi(bias, slope):
+    """A bias equal to b(0) - m g on g < N is the ALiBi stack of slope m (auto takes the structured
+    engine); the structured profile of slope m agrees with the bias engine's on the given values."""
+    n = 32  # the table is linear on every distance below 32 (its first 40 entries)
+    got = bias.alibi_slope_at(n)
+    expected = 0.1 if slope is None else slope
+    assert got is not None and abs(got - expected) <= 1e-15
+    lam, d = [0.6, 0.3, 0.9], [[0.5], [-1.0], [2.0]]
+    stack = BiasStack.build(lam, bias, diagonal=d)
+    routed = engines.profile(stack, n)
+    assert routed.engine == "structured" and any("ALiBi" in note for note in routed.notes)
+    exact = BiasEngine(native=False).profile(stack, n).probabilities
+    assert np.abs(routed.probabilities - exact).max() <= 1e-14
+    reference = Dense().profile(AlibiStack.build(lam, [[expected]] * 3, diagonal=d), n).probabilities
+    assert np.abs(routed.probabilities - reference).max() <= 1e-12
+    assert abs(routed.probabilities.sum() - 1.0) <= 1e-12
+
+
+@pytest.mark.parametrize("bias, n", [
+    (Bias(Table(tuple(3.0 - 0.1 * g for g in range(40)))), 41),  # the constant tail is reached
+    (Bias(Table((0.0, -0.5, -1.0), window=True)), 8),             # no weight beyond 3: a window
+    (Bias(KerplePower(0.5, 1.0000001)), 64),                     # nearly, not exactly, linear
+    (Bias(Function("0.2*g", lambda g: 0.2 * g)), 16),           # rising with distance
+    (Bias(KerplePower(0.5, 1.0), KerplePower(0.25, 1.0)), 16),  # two different slopes
+])
+def test_biases_not_linear_on_the_used_distances_are_not_alibi(bias, n):
+    assert bias.alibi_slope_at(n) is None
+    assert BiasStack.build([0.5], bias).as_alibi(n) is None
+
+
 def test_window_table_is_the_sliding_window_mask():
     """A table with no weight beyond L under the causal mask = the same table under window:L."""
     values = (0.0, -0.3, 0.4, -1.0, 0.2)
