@@ -13,6 +13,14 @@
    2-core machine more fake devices cannot add compute; the figure shows the overhead
    of the device split, not a speed-up.
 
+3. The kernel limit (issue 21, goal 1), for the U-shape example and for a 100,000-point sweep at
+   N = 64 (``LARGE_GRID``), each in the same run: the C kernel's time per point for the sweep's
+   shape (plain linear mode, one thread, in process: ``numerics.native.profile`` on 200 of the
+   sweep's stacks), the process start-up (a one-point sweep of the same base, whole process) and
+   the whole sweep; reported as whole / (points x kernel / cores + start-up) (goal <= 1.5), and
+   the in-process batch throughput (``numerics.batch.profiles`` on 2,000 stacks) against the
+   kernel's, points x kernel / cores (goal >= 70%).
+
 Timings are of this machine and whatever else runs on it: report the load average.
 """
 
@@ -38,6 +46,69 @@ axes:
   lambda: {linspace: [0.05, 0.95, 32]}
   slope_scale: {geomspace: [0.01, 10, 16]}
 """
+
+
+LARGE_GRID = """\
+name: 100,000 points at N = 64
+base: {layers: 32, heads: 32, tokens: 64, slopes: paper, content_diagonal: 2.0, mask: causal}
+axes:
+  lambda: {linspace: [0.05, 0.95, 400]}
+  slope_scale: {geomspace: [0.01, 10, 250]}
+"""
+
+
+def _stacks(tokens_axis_count: tuple[int, int], count: int):
+    """``count`` stacks spread over a (lambda, slope scale) grid like the specs above."""
+    import numpy as np
+
+    import posbias.numerics as nx
+
+    nl, ns = tokens_axis_count
+    slopes = nx.alibi_slopes(32)
+    grid = [(lam, sc) for lam in np.linspace(0.05, 0.95, nl) for sc in np.geomspace(0.01, 10, ns)]
+    return [nx.AlibiStack.build([lam] * 32, slopes * sc, 2.0) for lam, sc in grid[:: max(1, len(grid) // count)]]
+
+
+def kernel_seconds(stacks, tokens: int) -> float:
+    """Seconds per point of the C kernel alone: plain linear mode, one thread, in process."""
+    from posbias.numerics import native
+
+    def one(s):
+        m, d = s.scaled()
+        native.profile(s.lambdas, m, d, s.head_weights, num_tokens=tokens, past_window=None,
+                       bidirectional_length=0, threads=1)
+    one(stacks[0])
+    t = time.perf_counter()
+    for s in stacks:
+        one(s)
+    return (time.perf_counter() - t) / len(stacks)
+
+
+def batch_seconds(stacks, tokens: int) -> float:
+    """Seconds per point of ``numerics.batch.profiles`` (the sweep's route), in process."""
+    from posbias.numerics.batch import profiles
+
+    profiles(stacks[:8], tokens)
+    t = time.perf_counter()
+    profiles(stacks, tokens)
+    return (time.perf_counter() - t) / len(stacks)
+
+
+def kernel_limit(name: str, spec_text: str, points: int, tokens: int, axis_counts, tmp: str) -> dict:
+    """Whole ``posbias sweep`` against points x kernel / cores + start-up, in one run."""
+    cores = os.cpu_count() or 1
+    spec = Path(tmp) / f"{name}.yaml"
+    spec.write_text(spec_text)
+    one = Path(tmp) / f"{name}-one.yaml"
+    one.write_text(spec_text.split("axes:")[0] + "axes:\n  lambda: [0.5]\n")
+    startup = min(_wall([POSBIAS, "sweep", str(one), "--out", f"{tmp}/{name}-one{k}", "--quiet"]) for k in range(2))
+    kernel = kernel_seconds(_stacks(axis_counts, 200), tokens)
+    whole = _wall([POSBIAS, "sweep", str(spec), "--out", f"{tmp}/{name}-all", "--quiet"])
+    batch = batch_seconds(_stacks(axis_counts, 2000), tokens)
+    limit = points * kernel / cores + startup
+    return {"points": points, "tokens": tokens, "cores": cores, "kernel_ms_per_point": kernel * 1e3,
+            "startup_s": startup, "whole_process_s": whole, "limit_s": limit, "ratio": whole / limit,
+            "batch_ms_per_point": batch * 1e3, "batch_throughput_of_kernel": (kernel / cores) / batch}
 
 
 def _wall(cmd, env=None) -> float:
@@ -68,33 +139,47 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--devices", default="1,2,4")
+    ap.add_argument("--only-limit", action="store_true", help="run only section 3 (the kernel limit)")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results-sweep.json")
     args = ap.parse_args()
     results = {"machine": f"{os.cpu_count()} CPU cores", "load_before": os.getloadavg()}
     with tempfile.TemporaryDirectory() as tmp:
-        times = []
-        for k in range(args.repeats):
-            times.append(_wall([POSBIAS, "sweep", "examples/sweep-ushape.yaml", "--out", f"{tmp}/u{k}", "--quiet"]))
-        results["ushape_process_s"] = {"median": statistics.median(times), "min": min(times), "max": max(times)}
-        results["loop_baseline_s"] = loop_baseline()
-        spec = Path(tmp) / "grid.yaml"
-        spec.write_text(SMALL_GRID)
-        results["xla_devices"] = []
-        for d in (int(x) for x in args.devices.split(",")):
-            env = {"POSBIAS_NATIVE": "0", "XLA_FLAGS": f"--xla_force_host_platform_device_count={d}"}
-            wall = _wall([POSBIAS, "sweep", str(spec), "--out", f"{tmp}/d{d}", "--devices", str(d), "--quiet"], env)
-            results["xla_devices"].append({"devices": d, "seconds": wall, "points_per_s": 512 / wall})
+        if not args.only_limit:
+            times = []
+            for k in range(args.repeats):
+                times.append(_wall([POSBIAS, "sweep", "examples/sweep-ushape.yaml", "--out", f"{tmp}/u{k}", "--quiet"]))
+            results["ushape_process_s"] = {"median": statistics.median(times), "min": min(times), "max": max(times)}
+            results["loop_baseline_s"] = loop_baseline()
+            spec = Path(tmp) / "grid.yaml"
+            spec.write_text(SMALL_GRID)
+            results["xla_devices"] = []
+            for d in (int(x) for x in args.devices.split(",")):
+                env = {"POSBIAS_NATIVE": "0", "XLA_FLAGS": f"--xla_force_host_platform_device_count={d}"}
+                wall = _wall([POSBIAS, "sweep", str(spec), "--out", f"{tmp}/d{d}", "--devices", str(d), "--quiet"], env)
+                results["xla_devices"].append({"devices": d, "seconds": wall, "points_per_s": 512 / wall})
+        results["kernel_limit"] = [
+            dict(name="ushape", **kernel_limit("ushape", (REPO / "examples" / "sweep-ushape.yaml").read_text(),
+                                              10_000, 256, (100, 100), tmp)),
+            dict(name="n64-100k", **kernel_limit("n64", LARGE_GRID, 100_000, 64, (400, 250), tmp)),
+        ]
     results["load_after"] = os.getloadavg()
     args.out.write_text(json.dumps(results, indent=2) + "\n")
-    u = results["ushape_process_s"]
     print(f"load average before / after: {results['load_before'][0]:.2f} / {results['load_after'][0]:.2f}")
-    print("| measurement | seconds |\n|---|---|")
-    print(f"| `posbias sweep examples/sweep-ushape.yaml` (10,000 points), whole process | "
-          f"{u['median']:.2f} (min {u['min']:.2f}, max {u['max']:.2f}) |")
-    print(f"| loop of single-profile calls + summaries, in process, 10,000 points | {results['loop_baseline_s']:.2f} |")
-    print("\n| fake CPU devices (XLA path) | 512-point grid, s | points / s |\n|---|---|---|")
-    for row in results["xla_devices"]:
-        print(f"| {row['devices']} | {row['seconds']:.2f} | {row['points_per_s']:.0f} |")
+    if not args.only_limit:
+        u = results["ushape_process_s"]
+        print("| measurement | seconds |\n|---|---|")
+        print(f"| `posbias sweep examples/sweep-ushape.yaml` (10,000 points), whole process | "
+              f"{u['median']:.2f} (min {u['min']:.2f}, max {u['max']:.2f}) |")
+        print(f"| loop of single-profile calls + summaries, in process, 10,000 points | {results['loop_baseline_s']:.2f} |")
+        print("\n| fake CPU devices (XLA path) | 512-point grid, s | points / s |\n|---|---|---|")
+        for row in results["xla_devices"]:
+            print(f"| {row['devices']} | {row['seconds']:.2f} | {row['points_per_s']:.0f} |")
+    print("\n| sweep | points | kernel ms/point | start-up s | whole process s | limit s | ratio (goal <= 1.5) "
+          "| batch throughput / kernel (goal >= 70%) |\n|---|---|---|---|---|---|---|---|")
+    for r in results["kernel_limit"]:
+        print(f"| {r['name']} | {r['points']:,} | {r['kernel_ms_per_point']:.3f} | {r['startup_s']:.2f} | "
+              f"{r['whole_process_s']:.2f} | {r['limit_s']:.2f} | {r['ratio']:.2f} | "
+              f"{100 * r['batch_throughput_of_kernel']:.0f}% |")
     return 0
 
 

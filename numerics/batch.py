@@ -7,11 +7,14 @@ engine of ``posbias sweep`` and of property-based runs.
 
 Routes:
 
-* CPU with the native kernel (what ``auto`` picks there): every stack goes to the C
-  kernel's extended-range mode, one stack per worker thread (the kernel releases
-  the GIL; one thread per stack beats splitting a small stack's heads), with the
-  capability checks done once per stack and no per-call engine dispatch. The
-  result of each stack is bit-for-bit the single-profile result.
+* CPU with the native kernel (what ``auto`` picks there): the whole batch goes to the C
+  kernel in one call (``numerics.native.profile_batch``: worker threads take the stacks in
+  turn, one thread per stack, which beats splitting a small stack's heads; no Python runs
+  per stack), with the capability checks done once, vectorised over the batch. ``auto``'s
+  extended-range engine runs the kernel's guarded linear mode there: a stack whose entries
+  all stay >= 2^-900 is done (the single-profile result to the bit, which starts the same
+  way); a stack the guard stops is computed by the single-profile call (linear, then block
+  floating point from where it was needed).
 * The structured engine's XLA path (accelerators, or no C compiler; what ``auto`` picks
   there below its FFT threshold): the whole batch in one jit-compiled call, the layer scan
   vmapped over the stacks (``Structured.compute_batch``), the batch axis sharded over
@@ -25,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 import numpy as np
@@ -75,17 +77,44 @@ def profiles(stacks: Sequence[AlibiStack], num_tokens: int, *, engine: str | Eng
                 tick()
     if native is not None:
         route, note = native
-        ok = [i for i, s in enumerate(stacks) if route.supports(s, int(num_tokens)) is None]
-        with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-            for i, result in zip(ok, pool.map(lambda i: route.profile(stacks[i], int(num_tokens), dtype=dtype), ok)):
-                if not result.unresolved().any():
-                    out[i] = dataclasses.replace(result, notes=(note(result),)) if note else result
-                    tick()
+        for i, result in _native_batch(route, stacks, int(num_tokens), workers):
+            if not result.unresolved().any():
+                out[i] = dataclasses.replace(result, notes=(note(result),)) if note else result
+                tick()
     for i, stack in enumerate(stacks):
         if out[i] is None:
             out[i] = profile(stack, int(num_tokens), engine=chosen, dtype=dtype)
             tick()
     return out
+
+
+def _native_batch(route, stacks, num_tokens: int, workers: int | None):
+    """(index, Profile) for the stacks the C kernel computes in one batch call, in the mode of
+    ``route`` (a native ``Structured``: linear, or guarded linear when it is the extended-range
+    engine). Stacks the kernel refuses (slopes m/tau > 700, a clipped diagonal that matters:
+    ``native_refuses``, vectorised) or that the guard stops are left out."""
+    from posbias.numerics import native
+    from posbias.numerics.engine import linear_profile
+    from posbias.numerics.structured import LINEAR_MAX_SLOPE, NATIVE_CLIP_SAFE_SLOPE
+
+    if not all(type(s) is AlibiStack for s in stacks):
+        return []
+    tau = np.array([s.temperature for s in stacks], dtype=np.float64)[:, None, None]
+    slopes = np.stack([s.slopes for s in stacks]) / tau
+    diagonal = np.stack([s.diagonal for s in stacks]) / tau
+    fine = ~((slopes > LINEAR_MAX_SLOPE) | ((diagonal < -native.D_CLIP) & (slopes >= NATIVE_CLIP_SAFE_SLOPE)))
+    ok = np.flatnonzero(fine.reshape(len(stacks), -1).all(axis=1))
+    if ok.size == 0:
+        return []
+    mask = stacks[0].mask
+    res = native.profile_batch(
+        np.stack([stacks[i].lambdas for i in ok]), slopes[ok], diagonal[ok],
+        np.stack([stacks[i].head_weights for i in ok]), num_tokens=num_tokens, past_window=mask.past_window,
+        bidirectional_length=mask.bidirectional_length(num_tokens), guarded=route.extended,
+        threads=workers or os.cpu_count() or 1)
+    return [(int(i), linear_profile(res.probabilities[k], res.min_self_weight[k], res.last_self_weight[k],
+                                    engine=route.name, path="native"))
+            for k, i in enumerate(ok) if res.codes[k] == 0]
 
 
 def _xla_route(engine: Engine, stacks, num_tokens: int, dtype):

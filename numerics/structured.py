@@ -7,7 +7,10 @@ an N x N matrix. Three paths, same mathematics:
 
 * ``native`` (CPU, float64, linear arithmetic): the C kernel of numerics/native.py,
   heads split across threads; with ``extended=True`` its block-floating-point mode,
-  which keeps every entry representable far below 1e-308 (finite log p everywhere).
+  which keeps every entry representable far below 1e-308 (finite log p everywhere),
+  entered only where needed: the kernel runs in linear mode while every entry of the
+  support stays >= 2^-900 and continues from the last such layer in block floating point
+  (``numerics.native.profile``'s ``adaptive``; path "native" when it never switched).
 * ``xla``: a jit-compiled ``lax.scan`` over layers; what runs on GPU/TPU and where no C
   compiler exists. Each layer is the chunked formulation of numerics/_recurrence.py,
   parallel in positions and heads: one matmul of all chunks and heads with stacked
@@ -178,9 +181,9 @@ class Structured(Engine):
         res = native.profile(
             stack.lambdas, slopes, diagonal, stack.head_weights, num_tokens=num_tokens,
             past_window=stack.mask.past_window, bidirectional_length=stack.mask.bidirectional_length(num_tokens),
-            extended=self.extended, threads=self.threads, progress=progress,
+            extended=self.extended, adaptive=self.extended, threads=self.threads, progress=progress,
         )
-        if self.extended:
+        if res.state.extended:
             return log_profile(res.log_probabilities, res.min_self_weight, res.last_self_weight,
                                engine=self.name, path=res.path)
         return linear_profile(res.probabilities, res.min_self_weight, res.last_self_weight,

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from posbias.numerics.engine import Profile
+from posbias.numerics.engine import UNDERFLOW, Profile
 from posbias.numerics.shape import log_middle_measures, u_shape
 
 
@@ -236,3 +236,110 @@ def _graded(logp, n, argmin, log_p_min, log_first, log_last) -> dict:
         out["log_dip_depth"] = float(depth)
         out["dip_depth"] = float(np.exp(depth)) if depth < 700 else None
     return out
+
+def summarize_columns(profiles, stacks, *, precision: str = "float64") -> dict[str, list]:
+    """``summarize(p, s).to_dict()`` for every (profile, stack) pair, as columns: key -> list over
+    the batch (the same keys, in the same order, and the same values).
+
+    Profiles whose entries are all resolved and positive, of stacks with per-layer lambdas,
+    are summarised together on (B, N) arrays (sums and reductions row by row along the last
+    axis of C-contiguous arrays, which NumPy computes with the same pairwise / sequential
+    order as on one row, so the values are bit-for-bit those of ``summarize``; tests compare);
+    the others (unresolved entries, exact zeros, compact periodic stacks) one at a time."""
+    count = len(profiles)
+    if count != len(stacks):
+        raise ValueError(f"expected one stack per profile, got {count} profiles and {len(stacks)} stacks")
+    rows = _vectorisable(profiles, stacks)
+    columns: dict[str, list] | None = None
+    if rows:
+        columns = _vector_columns([profiles[i] for i in rows], [stacks[i] for i in rows], precision, count, rows)
+    fast = set(rows)
+    for i in range(count):
+        if i in fast:
+            continue
+        d = summarize(profiles[i], stacks[i], precision=precision).to_dict()
+        if columns is None:
+            columns = {k: [None] * count for k in d}
+        for k, v in d.items():
+            columns[k][i] = v
+    return columns if columns is not None else {}
+
+
+def _vectorisable(profiles, stacks) -> list[int]:
+    """The rows ``_vector_columns`` may take: one N and T, per-layer lambdas (not periodic, not
+    measured kernels), exact engines (resolution 0), every entry positive with a finite log
+    (so nothing is unresolved and no entry is an exact zero of the mask's reach)."""
+    rows = [i for i, (pr, st) in enumerate(zip(profiles, stacks))
+            if pr.resolution == 0 and pr.probabilities.ndim == 1 and hasattr(st, "lambdas")
+            and not hasattr(st, "kernels") and not hasattr(st, "sum_lambda_delta")]
+    if not rows or len({(profiles[i].num_tokens, stacks[i].num_layers) for i in rows}) > 1:
+        return []
+    prob = np.stack([profiles[i].probabilities for i in rows])
+    logs = np.stack([profiles[i].log_probabilities for i in rows])
+    good = np.all(prob > 0, axis=1) & np.all(np.isfinite(logs), axis=1) & np.all(prob >= UNDERFLOW, axis=1)
+    rows = [i for i, g in zip(rows, good) if g]
+    n = profiles[rows[0]].num_tokens if rows else 0
+    return [i for i in rows if getattr(getattr(stacks[i], "mask", None), "past_window", None) is None
+            or not exact_zeros(stacks[i], n).any()]
+
+
+def _vector_columns(profiles, stacks, precision: str, count: int, rows: list[int]) -> dict[str, list]:
+    """The columns of ``summarize_columns`` for the vectorisable rows (placed at ``rows``)."""
+    from posbias.numerics.shape import LOST_IN_MIDDLE_THRESHOLD, thirds
+
+    prob = np.stack([pr.probabilities for pr in profiles])
+    logs = np.stack([pr.log_probabilities for pr in profiles])
+    b, n = prob.shape
+    total = prob.sum(axis=1)
+    if not np.all(np.isfinite(total) & (total > 0)):
+        raise ValueError("profile mass is not a positive finite sum")
+    p = prob / total[:, None]
+    logp = logs - np.log(total)[:, None]
+    defect = np.abs(total - 1.0)
+    at = np.arange(b)
+    k = np.argmin(logp, axis=1)
+    low = logp[:, 1:-1].min(axis=1) if n >= 3 else None
+    shape = (low < logp[:, 0]) & (low < logp[:, -1]) if n >= 3 else np.zeros(b, bool)
+    ent = -np.sum(p * np.log(p), axis=1) + 0.0
+    lams = np.stack([np.asarray(s.lambdas) for s in stacks])
+    mins = np.stack([pr.min_self_weight for pr in profiles])
+    lasts = np.stack([pr.last_self_weight for pr in profiles])
+    causal = [s.causal(n) for s in stacks]
+    atom = np.prod(1.0 - lams * (1.0 - lasts), axis=1)
+    depth = np.minimum(logp[:, 0], logp[:, -1]) - logp[at, k]
+    vec: dict[str, list] = {
+        "num_layers": [int(s.num_layers) for s in stacks], "num_tokens": [n] * b,
+        "num_heads": [s.num_heads for s in stacks], "mask": [s.mask_name for s in stacks],
+        "p_first": p[:, 0].tolist(), "p_last": p[:, -1].tolist(),
+        "log_p_first": logp[:, 0].tolist(), "log_p_last": logp[:, -1].tolist(),
+        "argmin": k.tolist(), "p_min": p[at, k].tolist(), "log_p_min": logp[at, k].tolist(),
+        "entropy": ent.tolist(), "sum_lambda": lams.sum(axis=1).tolist(),
+        "sum_lambda_delta": np.sum(lams * (1.0 - mins), axis=1).tolist(),
+        "last_token_atom": [float(a) if c else None for a, c in zip(atom, causal)],
+        "u_shape": shape.tolist(), "mass_defect": defect.tolist(),
+        "engine": [pr.engine for pr in profiles], "path": [pr.path for pr in profiles],
+        "precision": [precision] * b, "unresolved": [0] * b,
+        "argmin_relative": (k / (n - 1)).tolist() if n > 1 else [0.0] * b,
+        "log_dip_depth": depth.tolist(),
+        "dip_depth": [float(np.exp(x)) if x < 700 else None for x in depth],
+    }
+    if n >= 3:
+        first, middle, last = (np.logaddexp.reduce(logp[:, s], axis=1) for s in thirds(n))
+        whole = np.logaddexp.reduce(logp, axis=1)
+        mid = thirds(n)[1]
+        ratio = middle - whole + float(np.log(n / (mid.stop - mid.start)))
+        lost = (ratio < np.log(LOST_IN_MIDDLE_THRESHOLD)) & (middle < first) & (middle < last)
+        vec.update(middle_mass_ratio=np.exp(ratio).tolist(), log_middle_mass_ratio=ratio.tolist(),
+                   lost_in_middle=lost.tolist())
+    else:
+        vec.update(middle_mass_ratio=[None] * b, log_middle_mass_ratio=[None] * b, lost_in_middle=[None] * b)
+    vec.update(notes=[list(pr.notes) for pr in profiles], diagonal=[None] * b, matrix=[None] * b)
+    keys = [f.name for f in dataclasses.fields(Summary) if f.name != "provenance"] + ["underflow_below_1e-280"]
+    vec["underflow_below_1e-280"] = vec["unresolved"]
+    columns = {}
+    for key in keys:
+        column = [None] * count
+        for j, i in enumerate(rows):
+            column[i] = vec[key][j]
+        columns[key] = column
+    return columns

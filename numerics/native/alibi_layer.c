@@ -111,6 +111,7 @@ typedef double vd __attribute__((vector_size(HB * sizeof(double))));
 #define CL_SHIFT 100 /* units of the window sweep's loss bound: 2^(ce - CL_SHIFT) */
 #define C_HEADROOM 500 /* bits a window sweep's C may grow between renormalisations */
 #define MAX_THREADS 64
+#define GUARD 0x1p-900 /* guarded linear mode (ext = 2): the smallest support entry it keeps */
 
 /* The sweeps are compiled for AVX-512, AVX2+FMA and baseline x86-64, chosen at load time
  * (plain `cc -O3` gives only SSE2 otherwise). */
@@ -289,6 +290,7 @@ static inline double geo_eval1(const tables_t *tb, int k, int64_t n) {
 
 typedef struct {
   int64_t n, heads, nlayers, window_l, windowed, bidir, block, nb, ext, nthreads, ngroups;
+  double guard; /* guarded linear mode: stop where a support entry falls below it (0: off) */
   const double *lambdas, *slopes, *diag, *weights; /* (nlayers,), (nlayers, heads) */
   double *mant_buf[2];                             /* (n,): layer input / output, alternating */
   int64_t *ex_buf[2];                              /* (nb,) */
@@ -886,7 +888,14 @@ static int merge(thread_t *th, int64_t layer, double lam, int64_t lo_new, thread
       for (int64_t k = 0; k < nt; ++k) { a += all[k].abar[j]; o += all[k].out[j]; }
       if (a < amin) amin = a;
       if (j == n - 1) pb->last_self[layer] = a;
-      th->next_mant[j] = (1.0 - lam + lam * a) * th->mant[j] + lam * o;
+      const double v = (1.0 - lam + lam * a) * th->mant[j] + lam * o;
+      th->next_mant[j] = v;
+      if (j >= lo_new && !(v >= pb->guard)) { /* guarded mode: too close to underflow (or NaN) */
+        th->err_code = POSBIAS_ERR_RANGE;
+        th->err_layer = layer;
+        th->err_pos = j;
+        return POSBIAS_ERR_RANGE;
+      }
     }
     pb->part_min[layer * nt + th->id] = amin;
     return 0;
@@ -1100,6 +1109,9 @@ static void *worker(void *arg) {
 /* The whole profile: applies layers nlayers-1 .. 0 of the given arrays to v = M 2^E in place.
  *   lambdas (nlayers,), slopes/diag/weights (nlayers, heads), row-major float64;
  *   past_window: w >= 1, or 0 for none; bidir: K (0 or 1: none); block: B (extended mode);
+ *   ext: 0 linear, 1 extended range (block floating point), 2 guarded linear: linear, but a
+ *   layer that leaves a support entry below GUARD = 2^-900 fails with POSBIAS_ERR_RANGE (the
+ *   caller continues from the state above it in extended range);
  *   mant (n,), ex (ceil(n/B),) int64 (all 0 in linear mode); support_lo: in/out;
  *   min_self, last_self (nlayers,); info (4,) int64: {code, layer, position, block}.
  * Returns 0 or an error code (POSBIAS_ERR_*). On POSBIAS_ERR_RANGE / _NONFINITE at layer
@@ -1110,7 +1122,8 @@ int posbias_profile(int64_t n, int64_t heads, int64_t nlayers, const double *lam
                     int64_t block, int64_t ext, int64_t nthreads, double *mant, int64_t *ex,
                     int64_t *support_lo, double *min_self, double *last_self, int64_t *info) {
   info[0] = info[1] = info[2] = info[3] = -1;
-  if (n < 1 || heads < 1 || nlayers < 0 || block < 1 || nthreads < 1 || past_window < 0 || bidir < 0) {
+  if (n < 1 || heads < 1 || nlayers < 0 || block < 1 || nthreads < 1 || past_window < 0 || bidir < 0 ||
+      ext < 0 || ext > 2) {
     info[0] = POSBIAS_ERR_ARGS;
     return POSBIAS_ERR_ARGS;
   }
@@ -1131,8 +1144,9 @@ int posbias_profile(int64_t n, int64_t heads, int64_t nlayers, const double *lam
     info[0] = POSBIAS_ERR_ARGS;
     return POSBIAS_ERR_ARGS;
   }
-  pb.ext = ext != 0;
-  pb.block = ext ? block : n; /* linear mode: one block */
+  pb.ext = ext == 1;
+  pb.guard = ext == 2 ? GUARD : 0.0;
+  pb.block = pb.ext ? block : n; /* linear mode: one block */
   pb.nb = (n + pb.block - 1) / pb.block;
   pb.ngroups = (heads + HB - 1) / HB;
   pb.nthreads = imin(nthreads, MAX_THREADS);
@@ -1249,6 +1263,61 @@ int posbias_profile(int64_t n, int64_t heads, int64_t nlayers, const double *lam
   free(pb.mant_buf[1]);
   free(pb.ex_buf[1]);
   return rc;
+}
+
+/* Many stacks of one shape (n, heads, nlayers, mask) in one call, in linear mode (ext 0) or
+ * guarded linear mode (ext 2): stack b reads lambdas[b*nlayers ..], slopes/diag/weights
+ * [b*nlayers*heads ..] and writes mant[b*n ..] (v, starting from e_{n-1}), support_lo[b],
+ * min_self/last_self[b*nlayers ..] and info[4b ..] exactly as posbias_profile does with one
+ * thread (the same arithmetic, so the same bits). Worker threads take stacks in turn; a stack
+ * that fails (e.g. the guard) records its code in info and does not stop the others.
+ * Returns 0, or POSBIAS_ERR_ARGS / _THREAD for the call as a whole. */
+typedef struct {
+  int64_t count, n, heads, nlayers, past_window, bidir, ext;
+  const double *lambdas, *slopes, *diag, *weights;
+  double *mant, *min_self, *last_self;
+  int64_t *support_lo, *info;
+  int64_t next; /* the next stack to take (atomic) */
+} batch_t;
+
+static void *batch_worker(void *arg) {
+  batch_t *bt = arg;
+  const int64_t per = bt->nlayers * bt->heads;
+  for (;;) {
+    const int64_t b = __atomic_fetch_add(&bt->next, 1, __ATOMIC_RELAXED);
+    if (b >= bt->count) break;
+    double *mant = bt->mant + b * bt->n;
+    memset(mant, 0, (size_t)bt->n * sizeof(double));
+    mant[bt->n - 1] = 1.0;
+    int64_t ex = 0;
+    bt->support_lo[b] = bt->n - 1;
+    posbias_profile(bt->n, bt->heads, bt->nlayers, bt->lambdas + b * bt->nlayers, bt->slopes + b * per,
+                    bt->diag + b * per, bt->weights + b * per, bt->past_window, bt->bidir, bt->n, bt->ext, 1,
+                    mant, &ex, bt->support_lo + b, bt->min_self + b * bt->nlayers,
+                    bt->last_self + b * bt->nlayers, bt->info + 4 * b);
+  }
+  return NULL;
+}
+
+int posbias_profile_batch(int64_t count, int64_t n, int64_t heads, int64_t nlayers, const double *lambdas,
+                          const double *slopes, const double *diag, const double *weights, int64_t past_window,
+                          int64_t bidir, int64_t ext, int64_t nthreads, double *mant, int64_t *support_lo,
+                          double *min_self, double *last_self, int64_t *info) {
+  if (count < 0 || n < 1 || heads < 1 || nlayers < 0 || nthreads < 1 || (ext != 0 && ext != 2)) {
+    return POSBIAS_ERR_ARGS;
+  }
+  batch_t bt = {count, n, heads, nlayers, past_window, bidir, ext, lambdas, slopes, diag, weights,
+                mant, min_self, last_self, support_lo, info, 0};
+  const int64_t nt = imin(imin(nthreads, MAX_THREADS), imax(count, 1));
+  pthread_t tids[MAX_THREADS];
+  int64_t started = 0;
+  for (int64_t k = 1; k < nt; ++k) {
+    if (pthread_create(&tids[k], NULL, batch_worker, &bt) != 0) break;
+    ++started;
+  }
+  batch_worker(&bt); /* this thread works too; it returns when every stack is taken */
+  for (int64_t k = 1; k <= started; ++k) pthread_join(tids[k], NULL);
+  return POSBIAS_OK;
 }
 
 /* Test hook: G(n_i) for one slope through the same tables and anchors as the kernel. */

@@ -101,7 +101,10 @@ def native_route(engine: str) -> bool:
 def local_devices(engine: str, limit: int | None):
     """(label, [jax devices] or None, note or None): what each batch runs on (None: the native
     kernel). ``--devices N`` beyond the local devices is refused; on the native route (which
-    uses no JAX device) it is stated in a note."""
+    uses no JAX device) it is stated in a note. JAX is imported only where a device is used or
+    counted (the native route without ``--devices`` starts without it)."""
+    if limit is None and native_route(engine):
+        return "cpu: native kernel", None, None
     import jax
 
     devs = jax.local_devices()
@@ -117,28 +120,29 @@ def local_devices(engine: str, limit: int | None):
 
 
 def _summaries(spec: Spec, stacks, profs, n: int, keep_profiles: bool):
-    from posbias import numerics as nx
-    from posbias.numerics.summary import DiagonalSummary, normalised
+    """The batch's summary columns (``numerics.summary.summarize_columns``: key -> list over the
+    points), its renormalised profiles when kept, and how many points each engine/path computed."""
+    from posbias.numerics.summary import summarize_columns
 
-    rows, ps, engines = [], [], Counter()
-    for stack, prof in zip(stacks, profs):
-        s = nx.summarize(prof, stack)
-        if spec.diagonal and stack.causal(n):  # min_i P_ii (C5(a)), from log P_ii (compact stacks too)
-            from posbias.run import log_diagonal
+    columns = summarize_columns(profs, stacks)
+    columns.pop("matrix", None)
+    if spec.diagonal:  # min_i P_ii (C5(a)), from log P_ii (compact stacks too)
+        from posbias.run import log_diagonal
 
-            log_diag = log_diagonal(stack, n)
-            k = int(np.argmin(log_diag))
-            s = dataclasses.replace(s, diagonal=DiagonalSummary(float(np.exp(log_diag[k])), k))
-        d = s.to_dict()
-        d.pop("matrix", None)
-        rows.append(d)
-        engines[f"{prof.engine}/{prof.path}"] += 1
-        if keep_profiles:
-            p = normalised(prof)[0]
-            if not abs(float(p.sum()) - 1.0) <= 1e-12:
-                raise UserError(f"profile of a point sums to {float(p.sum())!r} after renormalisation")
-            ps.append(p)
-    return rows, (ps if keep_profiles else None), engines
+        for i, stack in enumerate(stacks):
+            if stack.causal(n):
+                log_diag = log_diagonal(stack, n)
+                k = int(np.argmin(log_diag))
+                columns["diagonal"][i] = {"min": float(np.exp(log_diag[k])), "argmin": k}
+    engines = Counter(f"{prof.engine}/{prof.path}" for prof in profs)
+    ps = None
+    if keep_profiles:
+        prob = np.stack([prof.probabilities for prof in profs])
+        ps = prob / prob.sum(axis=1, keepdims=True)  # = numerics.summary.normalised, row by row
+        bad = np.flatnonzero(~(np.abs(ps.sum(axis=1) - 1.0) <= 1e-12))
+        if bad.size:
+            raise UserError(f"profile of a point sums to {float(ps[bad[0]].sum())!r} after renormalisation")
+    return columns, ps, engines
 
 
 def _layout(grid, profiles: bool, diagonal: bool):
@@ -364,8 +368,8 @@ def compute_batch(grid, spec: Spec, layout, batch, label: str, devices, folder: 
             profs = profiles(stacks, n, engine=spec.engine, devices=devices if devices and len(devices) > 1 else None)
     except Unsupported as exc:
         raise UserError(f"batch {batch.index} (points {int(batch.points[0])}..{int(batch.points[-1])}): {exc}") from None
-    rows, ps, engines = _summaries(spec, stacks, profs, n, layout.profiles)
-    table = tb.batch_table(layout, grid, batch.points, rows, ps)
+    columns, ps, engines = _summaries(spec, stacks, profs, n, layout.profiles)
+    table = tb.batch_table(layout, grid, batch.points, columns, ps)
     meta = {"digest": digest, "batch": batch.index, "process": process, "device": label,
             "points": [int(batch.points[0]), int(batch.points[-1])]}
     path = tb.write_part(folder, batch.index, table, meta)

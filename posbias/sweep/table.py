@@ -127,8 +127,9 @@ class Layout:
         return Layout(axes, tuple(summary), profiles, pa.schema(fields))
 
 
-def batch_table(layout: Layout, grid, points: np.ndarray, summaries: list[dict], profiles: list | None):
-    """A pyarrow Table of one batch's rows (in ``points`` order)."""
+def batch_table(layout: Layout, grid, points: np.ndarray, summaries: dict[str, list], profiles):
+    """A pyarrow Table of one batch's rows (in ``points`` order) from its summary columns
+    (``Summary.to_dict`` key -> list over the points) and its (B, N) profiles (or None)."""
     import pyarrow as pa
 
     cols = {"point": pa.array(points, pa.int64())}
@@ -140,14 +141,14 @@ def batch_table(layout: Layout, grid, points: np.ndarray, summaries: list[dict],
             values = list(values)
         cols[a] = pa.array(values, layout.schema.field(a).type)
     for column, (key, sub), typ in layout.summary:
-        if sub is None:
-            values = [s.get(key) for s in summaries]
-        else:
-            values = [(s.get(key) or {}).get(sub) for s in summaries]
+        values = summaries.get(key, [None] * len(points))
+        if sub is not None:
+            values = [(v or {}).get(sub) for v in values]
         cols[column] = pa.array(values, typ)
     if layout.profiles:
-        flat = np.concatenate(profiles) if profiles else np.zeros(0)
-        offsets = np.concatenate([[0], np.cumsum([len(p) for p in profiles])]).astype(np.int32)
+        flat = np.asarray(profiles, np.float64).reshape(-1)
+        width = flat.size // max(len(points), 1)
+        offsets = (np.arange(len(points) + 1) * width).astype(np.int32)
         cols["profile"] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.float64()))
     return pa.table(cols, schema=layout.schema)
 
