@@ -239,6 +239,28 @@ def _f64(x, shape, name):
     return a
 
 
+def _checked(lam, m, w, num_tokens, past_window, bidirectional_length) -> tuple[int, int, int]:
+    """The checks ``profile`` and ``profile_batch`` share; returns (N, window or 0, K)."""
+    if not np.all(np.isfinite(lam)) or np.any((lam < 0) | (lam > 1)):
+        raise ValueError("lambdas must lie in [0, 1]")
+    if np.any(m < 0) or np.any(m > MAX_SLOPE):
+        raise ValueError(f"slopes must lie in [0, {MAX_SLOPE}]")
+    if np.any(w < 0):
+        raise ValueError("weights must be >= 0")
+    n = int(num_tokens)
+    if n < 1:
+        raise ValueError("num_tokens must be >= 1")
+    window = 0 if past_window is None else int(past_window)
+    if past_window is not None and window < 1:
+        raise ValueError("past_window must be >= 1 (or None)")
+    k = min(int(bidirectional_length), n)
+    if k < 0:
+        raise ValueError("bidirectional_length must be >= 0")
+    if window and k > 1:
+        raise ValueError("a sliding window cannot be combined with a bidirectional prefix")
+    return n, window, k
+
+
 def profile(lambdas, slopes, diagonal, weights, *, num_tokens: int, past_window: int | None,
             bidirectional_length: int, extended: bool = False, threads: int | None = None,
             layers: tuple[int, int] | range | None = None, state: NativeState | None = None,
@@ -280,23 +302,7 @@ def profile(lambdas, slopes, diagonal, weights, *, num_tokens: int, past_window:
     heads = m.shape[1]
     d = _f64(diagonal, (t_total, heads), "diagonal")
     w = _f64(weights, (t_total, heads), "weights")
-    if not np.all(np.isfinite(lam)) or np.any((lam < 0) | (lam > 1)):
-        raise ValueError("lambdas must lie in [0, 1]")
-    if np.any(m < 0) or np.any(m > MAX_SLOPE):
-        raise ValueError(f"slopes must lie in [0, {MAX_SLOPE}]")
-    if np.any(w < 0):
-        raise ValueError("weights must be >= 0")
-    n = int(num_tokens)
-    if n < 1:
-        raise ValueError("num_tokens must be >= 1")
-    window = 0 if past_window is None else int(past_window)
-    if past_window is not None and window < 1:
-        raise ValueError("past_window must be >= 1 (or None)")
-    k = min(int(bidirectional_length), n)
-    if k < 0:
-        raise ValueError("bidirectional_length must be >= 0")
-    if window and k > 1:
-        raise ValueError("a sliding window cannot be combined with a bidirectional prefix")
+    n, window, k = _checked(lam, m, w, num_tokens, past_window, bidirectional_length)
     if threads is None:  # all cores, but not more than there are head groups or work to share
         threads = max(1, min(os.cpu_count() or 1, -(-heads // HEAD_GROUP), (n * heads) >> 15))
     threads = int(threads)
@@ -426,23 +432,7 @@ def profile_batch(lambdas, slopes, diagonal, weights, *, num_tokens: int, past_w
     heads = m.shape[2]
     d = _f64(diagonal, shape, "diagonal")
     w = _f64(weights, shape, "weights")
-    if not np.all(np.isfinite(lam)) or np.any((lam < 0) | (lam > 1)):
-        raise ValueError("lambdas must lie in [0, 1]")
-    if np.any(m < 0) or np.any(m > MAX_SLOPE):
-        raise ValueError(f"slopes must lie in [0, {MAX_SLOPE}]")
-    if np.any(w < 0):
-        raise ValueError("weights must be >= 0")
-    n = int(num_tokens)
-    if n < 1:
-        raise ValueError("num_tokens must be >= 1")
-    window = 0 if past_window is None else int(past_window)
-    if past_window is not None and window < 1:
-        raise ValueError("past_window must be >= 1 (or None)")
-    k = min(int(bidirectional_length), n)
-    if k < 0:
-        raise ValueError("bidirectional_length must be >= 0")
-    if window and k > 1:
-        raise ValueError("a sliding window cannot be combined with a bidirectional prefix")
+    n, window, k = _checked(lam, m, w, num_tokens, past_window, bidirectional_length)
     threads = int(threads or os.cpu_count() or 1)
     if threads < 1:
         raise ValueError("threads must be >= 1")
