@@ -36,6 +36,9 @@ threshold of the choice:
    the float64 range) and the extended-range scan is estimated at most
    ``periodic_retry_seconds`` (``extended_scan_seconds``, an upper estimate), it re-runs on
    the expanded stack. Its Profile carries one self-weight per distinct layer (block, then top).
+   A periodic stack of relative-bias layers (C7) takes the same choice, with the bias engine's
+   O(T H N^2) for the per-layer scan and no re-run (the bias engine has no extended range);
+   one whose every layer is ALiBi (``PeriodicStack.as_alibi``) is computed as the ALiBi stack.
 
 The extended-range scan costs more than the plain one where its block floating point has
 to refine (down to one exponent per token, as at great depth): measured on the 2-core
@@ -73,8 +76,10 @@ class Auto(Engine):
     extended_scan_factor: float = 20.0      # extended-range scan (single-token blocks) against the plain rate
 
     def scan_seconds(self, stack: PeriodicStack, num_tokens: int) -> float:
-        """Estimated time of the per-layer scan over all T layers."""
-        return self.scan_seconds_per_unit * stack.num_layers * stack.num_heads * num_tokens
+        """Estimated time of the per-layer scan over all T layers: O(T H N) for ALiBi layers, the bias
+        engine's O(T H N^2) for relative-bias layers (C7)."""
+        work = stack.num_layers * stack.num_heads * num_tokens
+        return self.scan_seconds_per_unit * work * (num_tokens if stack.is_bias else 1)
 
     def extended_scan_seconds(self, stack: PeriodicStack, num_tokens: int) -> float:
         """Upper estimate of the extended-range scan over all T layers: every layer at the cost of
@@ -97,9 +102,17 @@ class Auto(Engine):
         return super().profile(stack, num_tokens, dtype=dtype, progress=progress)
 
     def periodic_profile(self, stack: PeriodicStack, num_tokens: int, *, dtype, progress=None) -> Profile:
-        """The power engine, or the expanded stack's ordinary route where that is estimated faster."""
+        """The power engine, or the expanded stack's ordinary route where that is estimated faster.
+        A relative-bias stack whose every layer is ALiBi at this N (``PeriodicStack.as_alibi``) takes
+        the ALiBi route; other relative-bias stacks are not re-run when entries are unresolved (the
+        bias engine has no extended range)."""
         from posbias.numerics.power import Power
 
+        alibi = stack.as_alibi(num_tokens)
+        if alibi is not None:
+            result = self.periodic_profile(alibi, num_tokens, dtype=dtype, progress=progress)
+            note = "auto: every head's bias is -m|i-j| (linear in g) with no sink: an ALiBi stack"
+            return dataclasses.replace(result, notes=(note,) + result.notes)
         power = Power()
         scan, pow_ = self.scan_seconds(stack, num_tokens), self.power_seconds(stack, num_tokens)
         expandable = stack.num_layers <= EXPAND_MAX_LAYERS
@@ -108,7 +121,9 @@ class Auto(Engine):
             choice = (f"auto: power ({result.path}) for a periodic stack of T = {stack.num_layers} "
                       f"(period {stack.period}, estimated {pow_:.3g} s against {scan:.3g} s for the per-layer scan)")
             lost = int(result.unresolved().sum())
-            if not (lost and expandable):
+            if lost and stack.is_bias:
+                choice += f"; {lost} entries unresolved, not re-run (relative biases have no extended-range scan)"
+            if not (lost and expandable) or stack.is_bias:
                 return dataclasses.replace(result, notes=result.notes + (choice,))
             retry = self.extended_scan_seconds(stack, num_tokens)
             if retry > self.periodic_retry_seconds:

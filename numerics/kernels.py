@@ -2,9 +2,17 @@
 
 ``alibi_kernels`` builds every head's masked row softmax of its logits
     (d [i = j] - m |i - j|) / tau
-and averages heads with their weights, exactly as THEORY.md defines A^(t).
-It shares no closed form with the structured engine, so the two check each
-other. ``validate_kernels`` checks user-supplied (measured) kernels.
+and averages heads with their weights, exactly as THEORY.md defines A^(t);
+``bias_kernels`` does the same for a relative-bias stack (C7), logits
+    (b(i - j) + d [i = j] + s [j = 0]) / tau.
+``layer_kernels`` is the one kernel-forming function per stack type that the
+dense-matrix engines (numerics/power.py) call. These share no closed form with the
+structured and bias engines, so they check each other. ``validate_kernels`` checks
+user-supplied (measured) kernels.
+
+Floating point: each row is soft-maxed after subtracting its largest logit, so every
+entry is exact to float64 rounding except those below 2^-1022 of the row's largest
+weight, which are lost (absolute error below 2^-1022 per entry).
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from posbias.numerics.engine import float64
+from posbias.numerics.bias_stack import BiasStack
 from posbias.numerics.masks import allowed
 from posbias.numerics.stack import AlibiStack
 from posbias.numerics.stack import register_pytrees
@@ -48,6 +57,29 @@ def alibi_kernels(stack: AlibiStack, num_tokens: int) -> jax.Array:
         lambda a: layer_kernel(*a, num_tokens, stack.mask),
         (jnp.asarray(slopes), jnp.asarray(diagonal), jnp.asarray(stack.head_weights)),
     )
+
+
+@float64
+def bias_kernels(stack: BiasStack, num_tokens: int) -> jax.Array:
+    """(T, N, N) head-averaged kernels of a relative-bias stack (C7) by masked softmax of its N x N
+    logits (``bias_layer_kernel``; T N^2 memory). Bias values are checked at this N
+    (``BiasStack.tables``: ``StackError`` for values that are not finite or overflow after tau)."""
+    past, future = stack.tables(num_tokens)
+    tau = stack.temperature
+    index = np.asarray(stack.bias_index)
+    layers = (jnp.asarray(past[index]), jnp.asarray(future[index]), jnp.asarray(stack.diagonal / tau),
+              jnp.asarray(stack.sink / tau), jnp.asarray(stack.head_weights))
+    return jax.lax.map(lambda a: bias_layer_kernel(*a, num_tokens, stack.mask), layers)
+
+
+def layer_kernels(stack: AlibiStack | BiasStack, num_tokens: int) -> jax.Array:
+    """(T, N, N) kernels A^(t) of an ALiBi + content stack (``alibi_kernels``) or a relative-bias stack
+    (``bias_kernels``): the kernel-forming function for each stack type."""
+    if isinstance(stack, BiasStack):
+        return bias_kernels(stack, num_tokens)
+    if isinstance(stack, AlibiStack):
+        return alibi_kernels(stack, num_tokens)
+    raise TypeError(f"layer_kernels: expected an AlibiStack or a BiasStack, got {type(stack).__name__}")
 
 
 class KernelError(ValueError):

@@ -1,7 +1,8 @@
 """Compact stacks whose layers repeat: a block of p layers applied q times, plus r layers on top.
 
 THEORY.md, Notation: P = R^(T-1) ... R^(0). A ``PeriodicStack`` stores the layers of one
-period (``block``, an ``AlibiStack`` of p layers), the number of repeats q and the r
+period (``block``: an ``AlibiStack``, or a ``BiasStack`` of relative biases (C7), of p layers),
+the number of repeats q and the r
 remainder layers on top (``top``, the layers t = q p, ..., T - 1, which act first on the
 row vector e_{N-1}^T), so T = q p + r and
 
@@ -15,6 +16,10 @@ from the distinct layers and their counts (q for each block layer, 1 for each to
 * sum_t lambda_t,  sum_t lambda_t delta_t (C5(a)),
 * the last-token atom prod_t (1 - lambda_t (1 - A^(t)[N-1, N-1])) (C2(c)) in log space,
 * the diagonal P_ii = prod_t (1 - lambda_t (1 - A^(t)[i, i])) (C5(a)) in log space.
+
+Both layer types are handled through one table of their per-layer fields
+(``PER_LAYER``): slicing the top off the block and ``expand`` concatenate those fields,
+everything else (the distinct biases of a ``BiasStack``, tau, the mask) is shared.
 
 ``detect`` turns an ``AlibiStack`` into this form (its minimal period, found by the prefix
 function over the layers' parameter rows); ``expand`` goes back (for tests and for the
@@ -33,13 +38,20 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
+from posbias.numerics.bias_stack import BiasStack
 from posbias.numerics.stack import AlibiStack, StackError
 
 EXPAND_MAX_LAYERS = 10**7  # expand() refuses beyond this many layers (T-long arrays)
+PER_LAYER = {
+    AlibiStack: ("lambdas", "slopes", "diagonal", "head_weights"),
+    BiasStack: ("lambdas", "bias_index", "diagonal", "sink", "head_weights"),
+}
+"""The fields of each layer type that hold one row per layer (the rest is shared by all layers)."""
 
 
 @dataclass(frozen=True)
@@ -47,25 +59,26 @@ class PeriodicStack:
     """``block`` (p layers) repeated ``repeats`` = q >= 1 times, then ``top`` (r < p layers, or None).
 
     Layer t < q p has the parameters of block layer t mod p; layer q p + s is top layer s.
-    ``block`` and ``top`` share the mask and the number of heads (checked by ``build``).
+    ``block`` and ``top`` are of one type (``AlibiStack`` or ``BiasStack``) and share the mask and
+    the number of heads (``build`` slices the top from the block).
     """
 
-    block: AlibiStack
+    block: AlibiStack | BiasStack
     repeats: int
-    top: AlibiStack | None = None
+    top: AlibiStack | BiasStack | None = None
 
     @staticmethod
-    def build(block: AlibiStack, num_layers: int) -> "PeriodicStack":
+    def build(block: AlibiStack | BiasStack, num_layers: int) -> "PeriodicStack":
         """The stack of ``num_layers`` = T layers whose layer t is block layer t mod p."""
-        if not isinstance(block, AlibiStack):
-            raise StackError(f"block: expected an AlibiStack, got {type(block).__name__}")
+        if type(block) not in PER_LAYER:
+            raise StackError(f"block: expected an AlibiStack or a BiasStack, got {type(block).__name__}")
         t, p = int(num_layers), block.num_layers
         if t < 1:
             raise StackError(f"num_layers: expected a positive integer, got {num_layers!r}")
         if t < p:
             raise StackError(f"num_layers: T = {t} is shorter than one period of {p} layers")
         q, r = divmod(t, p)
-        return PeriodicStack(block, q, _layers(block, 0, r) if r else None)
+        return PeriodicStack(block, q, layer_range(block, 0, r) if r else None)
 
     @property
     def period(self) -> int:
@@ -91,7 +104,22 @@ class PeriodicStack:
         return self.block.causal(num_tokens)
 
     @property
-    def distinct(self) -> list[AlibiStack]:
+    def is_bias(self) -> bool:
+        """True when the layers carry relative biases (``BiasStack``, C7)."""
+        return isinstance(self.block, BiasStack)
+
+    def as_alibi(self, num_tokens: int) -> "PeriodicStack | None":
+        """A relative-bias periodic stack whose every layer is ALiBi at this N (``BiasStack.as_alibi``)
+        as the ALiBi periodic stack; None otherwise (or for an ALiBi stack, which is one already)."""
+        if not self.is_bias:
+            return None
+        parts = [s.as_alibi(num_tokens) for s in self.distinct]
+        if any(a is None for a in parts):
+            return None
+        return PeriodicStack(parts[0], self.repeats, parts[1] if self.top is not None else None)
+
+    @property
+    def distinct(self) -> list:
         """The stacks whose layers are the distinct layers, in the order of ``counts``: block, then top."""
         return [self.block] + ([self.top] if self.top is not None else [])
 
@@ -128,14 +156,14 @@ class PeriodicStack:
         terms = np.log1p(-self.distinct_lambdas[:, None] * (1.0 - np.asarray(self_weights)))
         return self.counts @ terms
 
-    def expand(self, max_layers: int = EXPAND_MAX_LAYERS) -> AlibiStack:
-        """The same stack as an ordinary AlibiStack with (T, H) arrays (refused beyond ``max_layers``)."""
+    def expand(self, max_layers: int = EXPAND_MAX_LAYERS):
+        """The same stack as an ordinary AlibiStack or BiasStack with (T, H) arrays (refused beyond
+        ``max_layers``)."""
         if self.num_layers > max_layers:
             raise StackError(f"expand: T = {self.num_layers} layers is more than {max_layers} (T-long arrays)")
         parts = [self.block] * self.repeats + ([self.top] if self.top is not None else [])
-        fields = ("lambdas", "slopes", "diagonal", "head_weights")
-        arrays = {f: np.concatenate([getattr(s, f) for s in parts]) for f in fields}
-        return AlibiStack(**arrays, temperature=self.block.temperature, mask=self.block.mask)
+        arrays = {f: np.concatenate([getattr(s, f) for s in parts]) for f in PER_LAYER[type(self.block)]}
+        return dataclasses.replace(self.block, **arrays)
 
     def compress(self, per_layer: np.ndarray) -> np.ndarray:
         """A (T, ...) per-layer array of the expanded stack -> its (p + r, ...) distinct layers."""
@@ -150,10 +178,9 @@ class PeriodicStack:
         return ", ".join(([spec] if spec else []) + [kind, f"Σλ_t = {self.sum_lambda():.4g}"])
 
 
-def _layers(stack: AlibiStack, start: int, stop: int) -> AlibiStack:
-    """Layers start..stop-1 of an AlibiStack (validated arrays, sliced)."""
-    return AlibiStack(stack.lambdas[start:stop], stack.slopes[start:stop], stack.diagonal[start:stop],
-                      stack.head_weights[start:stop], stack.temperature, stack.mask)
+def layer_range(stack, start: int, stop: int):
+    """Layers start..stop-1 of an AlibiStack or BiasStack (its validated per-layer arrays, sliced)."""
+    return dataclasses.replace(stack, **{f: getattr(stack, f)[start:stop] for f in PER_LAYER[type(stack)]})
 
 
 def minimal_period(rows: np.ndarray) -> int:
@@ -178,7 +205,7 @@ def detect(stack: AlibiStack) -> PeriodicStack:
     without repetition comes back as one block repeated once."""
     rows = np.concatenate([stack.lambdas[:, None], stack.slopes, stack.diagonal, stack.head_weights], axis=1)
     p = minimal_period(rows)
-    return PeriodicStack.build(_layers(stack, 0, p), stack.num_layers)
+    return PeriodicStack.build(layer_range(stack, 0, p), stack.num_layers)
 
 
 def layers_of(stack) -> tuple[AlibiStack, int, AlibiStack | None]:

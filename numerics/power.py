@@ -29,6 +29,12 @@ as the matrix while the powers are shallow; at N = 4096 the squarings up to 2^19
 with 64 and 32 rows, those up to 2^29 with 16: there blocks of 32 rows gain about 21 nats
 per squaring.)
 
+Layers. The layers of a block are ALiBi + content (``AlibiStack``) or carry any relative
+positional bias (``BiasStack``, C7): each layer's kernel A^(t) is formed densely by the
+kernel-forming function of its type (``kernels.layer_kernels``: the masked row softmax of
+(b(i - j) + d [i = j] + s [j = 0]) / tau, i.e. weights e^{b(g)/tau} normalised per row); from
+there on, products, scales and loss bounds are the same for both.
+
 Cost and memory. B and the top row come from the masked-softmax kernels of
 numerics/kernels.py and N x N products: O((p + r) (H N^2 + N^3)). Then floor(log2 q)
 squarings and popcount(q) vector products. A squaring takes about N^3 / 6 multiply-adds
@@ -91,7 +97,8 @@ import numpy as np
 
 from posbias.errors import UserError
 from posbias.numerics.engine import Engine, Profile
-from posbias.numerics.periodic import PeriodicStack, detect
+from posbias.numerics.bias_stack import BiasStack
+from posbias.numerics.periodic import PeriodicStack, detect, layer_range
 from posbias.numerics.stack import AlibiStack
 
 MAX_TOKENS = 8192  # three 8192^2 float64 arrays while squaring: 1.5 GiB, more while B is built
@@ -438,16 +445,15 @@ def _lower(x: np.ndarray, y: np.ndarray, x_tri: bool, y_tri: bool, base: int) ->
     return out
 
 
-def block_product(stack: AlibiStack, num_tokens: int, causal: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(R^(p-1) ... R^(0), self-weights (p, N)) of a stack's layers: kernels by masked softmax
-    (numerics/kernels.py), one layer at a time, products by BLAS (triangular when causal)."""
-    from posbias.numerics.kernels import alibi_kernels
+def block_product(stack: AlibiStack | BiasStack, num_tokens: int, causal: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(R^(p-1) ... R^(0), self-weights (p, N)) of a stack's layers: kernels by masked softmax of their
+    logits (``kernels.layer_kernels``: ALiBi + content, or relative biases, C7), one layer at a time,
+    products by BLAS (triangular when causal)."""
+    from posbias.numerics.kernels import layer_kernels
 
     product, diagonals = None, []
     for t in range(stack.num_layers):
-        layer = AlibiStack(stack.lambdas[t:t + 1], stack.slopes[t:t + 1], stack.diagonal[t:t + 1],
-                           stack.head_weights[t:t + 1], stack.temperature, stack.mask)
-        kernel = np.array(alibi_kernels(layer, num_tokens)[0], np.float64)  # a writable copy
+        kernel = np.array(layer_kernels(layer_range(stack, t, t + 1), num_tokens)[0], np.float64)  # writable
         diagonals.append(np.diagonal(kernel).copy())
         lam = float(stack.lambdas[t])
         if product is None:  # R^(0) = (1 - lambda) I + lambda A
@@ -466,7 +472,8 @@ def block_product(stack: AlibiStack, num_tokens: int, causal: bool) -> tuple[np.
 
 @dataclass(frozen=True)
 class Power(Engine):
-    """Periodic stacks (and ordinary stacks through their detected period), any mask, N <= ``max_tokens``."""
+    """Periodic stacks (ALiBi + content or relative-bias layers; ordinary ALiBi stacks through their
+    detected period), any mask, N <= ``max_tokens``."""
 
     name = "power"
     max_tokens: int = MAX_TOKENS

@@ -62,6 +62,8 @@ biases:    alibi:M | kerple-log:R1,R2 | kerple-power:R1,R2 | t5:NB,MD:V0,... | t
            | table:V0,... | window-table:V0,... | expr:EXPR[;NAME=VALUE,...] (EXPR in g); PAST|FUTURE: two-sided
   posbias rollout --layers 12 --heads 4 --tokens 512 --schedule constant:0.5 --bias kerple-log:1,0.5 --sink 2
   posbias rollout --layers 6 --heads 2 --tokens 128 --schedule constant:0.5 --bias "expr:-a*sqrt(g);a=0.7/alibi:0.25"
+  posbias rollout CONFIG --bias kerple-power:0.5,0.8 --sink 1        (a relative bias instead of the file's slopes)
+  posbias rollout --layers 1000000000 --heads 2 --tokens 64 --schedule custom:0.6,0.3 --periodic --bias kerple-log:1,0.5
 """
 
 
@@ -92,12 +94,12 @@ def _parser() -> _Parser:
                        help="a relative positional bias instead of ALiBi slopes (THEORY.md C7; see below): one spec "
                             "for every head, or one per head separated by /")
     model.add_argument("--sink", type=_content, metavar="S",
-                       help="with --bias: first-token logit s added where j = 0 (one number, or one per layer); "
-                            "default 0")
+                       help="with --bias (or a CONFIG with a bias): first-token logit s added where j = 0 (one number, "
+                            "or one per layer; with --periodic one per layer of the period); default 0")
     model.add_argument("--periodic", action="store_true",
                        help="--schedule custom:L0,...,L(p-1) lists one period of p layers, repeated up to --layers "
-                            "(any depth: the power engine squares the block product); constant schedules at "
-                            "T >= 100000 are compact without it")
+                            "(any depth: the power engine squares the block product; ALiBi or --bias layers); "
+                            "constant schedules at T >= 100000 are compact without it")
     ro.add_argument("--content-broadcast", choices=("all", "first-head"), default="all",
                     help="a single content value in a config goes to every head (all) or, as the reference "
                          "tool does, to head 0 only")
@@ -197,17 +199,16 @@ def _model_from_args(args):
 
     flags = dict(tokens=args.tokens, layers=args.layers, heads=args.heads, slopes=args.slopes,
                  schedule=args.schedule, content_diagonal=args.content_diagonal, mask=args.mask)
-    if args.sink is not None and args.bias is None:
+    if args.sink is not None and args.bias is None and args.config is None:
         raise UserError("--sink: applies with --bias (a relative-bias model)")
-    if args.bias is not None:
-        if args.config is not None or args.periodic or args.slopes is not None:
-            what = "CONFIG" if args.config is not None else ("--periodic" if args.periodic else "--slopes")
-            raise UserError(f"--bias: builds a relative-bias model from flags; it does not combine with {what}")
+    if args.bias is not None and args.slopes is not None:
+        raise UserError("--bias: a relative bias replaces the ALiBi slopes; it does not combine with --slopes")
     if args.config is not None:
         if args.periodic:
             raise UserError("--periodic: applies to models from flags (--layers ... --schedule custom:...), "
                             "not to a CONFIG file")
-        return cfg.load(args.config, content_broadcast=args.content_broadcast, **flags)
+        return cfg.load(args.config, content_broadcast=args.content_broadcast, bias=args.bias,
+                        sink=args.sink, **flags)
     missing = [f"--{k}" for k in ("layers", "heads", "tokens", "schedule") if flags[k] is None]
     if missing:
         raise UserError(f"missing CONFIG (a rollout YAML), --kernels FILE, or model flags {' '.join(missing)}")
@@ -215,16 +216,18 @@ def _model_from_args(args):
                        slopes=args.slopes or "paper",
                        content_diagonal=0.0 if args.content_diagonal is None else args.content_diagonal,
                        mask=args.mask or "causal", periodic=args.periodic, bias=args.bias,
-                       sink=0.0 if args.sink is None else _per_layer_sink(args.sink, args.layers, args.heads))
+                       sink=0.0 if args.sink is None else _per_layer_sink(args.sink, args.layers, args.heads,
+                                                                          args.periodic))
 
 
-def _per_layer_sink(sink, layers: int, heads: int):
-    """--sink: one number, or one per layer (as (T, 1) for every head)."""
+def _per_layer_sink(sink, layers: int, heads: int, periodic: bool = False):
+    """--sink: one number, or one per layer (as (T, 1) for every head); with --periodic one per layer of
+    the period (build_model checks the count against it)."""
     import numpy as np
 
     if isinstance(sink, float):
         return sink
-    if len(sink) != layers:
+    if len(sink) != layers and not periodic:
         raise UserError(f"--sink: {len(sink)} values, expected one number or --layers = {layers} values")
     return np.asarray(sink)[:, None] * np.ones((1, heads))
 

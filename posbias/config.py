@@ -198,13 +198,23 @@ def slopes_or_bias(att: "AttentionConfig") -> "AttentionConfig":
     return att
 
 
-def bias_stack_from_config(path, att: "AttentionConfig", lambdas, diagonal, weights, mask, num_layers: int, h: int):
+def bias_stack_from_config(path, att: "AttentionConfig", lambdas, diagonal, weights, mask, num_layers: int, h: int,
+                           bias: str | None = None, sink=None):
     """The ``BiasStack`` of an attention_config with ``bias`` (one spec for every head, a list of H, or one
-    string of H specs separated by /) and optional ``sink`` (broadcast like the slopes)."""
+    string of H specs separated by /) and optional ``sink`` (broadcast like the slopes). ``bias`` and
+    ``sink`` given here (the ``--bias``, ``--sink`` flags) override the file's: a spec string, and one
+    number or one per layer."""
     from posbias.model import bias_stack_of
 
-    bias = att.bias if isinstance(att.bias, str) else "/".join(att.bias)
-    sink = 0.0 if att.sink is None else _per_layer_head(path, "attention_config.sink", att.sink, num_layers, h)
+    if bias is None:
+        bias = att.bias if isinstance(att.bias, str) else "/".join(att.bias)
+    if isinstance(sink, list):
+        if len(sink) != num_layers:
+            raise ConfigError(f"{path}: --sink: {len(sink)} values, expected one number or num_layers = "
+                              f"{num_layers} values")
+        sink = np.asarray(sink, np.float64)[:, None] * np.ones((1, h))
+    elif sink is None:
+        sink = 0.0 if att.sink is None else _per_layer_head(path, "attention_config.sink", att.sink, num_layers, h)
     return bias_stack_of(bias, lambdas, h, diagonal, sink, weights, att.softmax_temperature, mask)
 
 
@@ -219,11 +229,15 @@ def load(
     content_diagonal=None,
     mask: str | None = None,
     content_broadcast: str = "all",
+    bias: str | None = None,
+    sink=None,
 ) -> Model:
     """Read, validate and broadcast a rollout config into a ``Model``; raise ConfigError with one line.
 
     Keyword arguments override the file's fields (the ``posbias rollout`` flags of the
-    same names); the model records which were overridden.
+    same names); the model records which were overridden. ``bias`` (a spec, posbias/bias_spec.py)
+    replaces the file's positional encoding (its ALiBi slopes or its bias) by a relative bias (C7);
+    ``sink`` (a number, or one per layer) the first-token term, for a model with a bias.
     """
     path = Path(path)
     data = read_yaml(path)
@@ -234,7 +248,8 @@ def load(
 
     overrides = [name for name, value in (("tokens", tokens), ("layers", layers), ("heads", heads),
                                           ("slopes", slopes), ("schedule", schedule),
-                                          ("content_diagonal", content_diagonal), ("mask", mask))
+                                          ("content_diagonal", content_diagonal), ("mask", mask),
+                                          ("bias", bias), ("sink", sink))
                  if value is not None]
     num_tokens = cfg.sequence_length if tokens is None else tokens
     num_layers = cfg.num_layers if layers is None else layers
@@ -247,7 +262,10 @@ def load(
             raise ConfigError(f"{path}: {flag}: {_shown(value)} is too large, expected at most 2^53")
     try:
         check_size(num_layers, h)
-        if att.bias is not None:
+        has_bias = att.bias is not None or bias is not None
+        if sink is not None and not has_bias:
+            raise ModelError("--sink: applies with a relative bias (--bias, or attention_config.bias in the file)")
+        if has_bias:
             if slopes is not None:
                 raise ModelError("--slopes: the config gives a relative bias (attention_config.bias), not slopes")
             slope_matrix = None
@@ -274,8 +292,9 @@ def load(
         with np.errstate(all="ignore"):  # an overflowing schedule is refused below, without RuntimeWarning lines
             lambdas, warnings = lambdas_of(sched, num_layers)
         chosen_mask = parse_mask(mask) if mask is not None else cfg.mask_config.build()
-        if att.bias is not None:
-            stack = bias_stack_from_config(path, att, lambdas, diagonal, weights, chosen_mask, num_layers, h)
+        if has_bias:
+            stack = bias_stack_from_config(path, att, lambdas, diagonal, weights, chosen_mask, num_layers, h,
+                                           bias, sink)
         else:
             stack = AlibiStack.build(lambdas, slope_matrix, diagonal, weights, att.softmax_temperature, chosen_mask)
     except (StackError, ModelError) as exc:

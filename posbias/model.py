@@ -208,12 +208,13 @@ def content_of(content_diagonal, num_layers: int, num_heads: int) -> np.ndarray:
     return np.array(np.broadcast_to(d, (num_layers, num_heads)))
 
 
-def period_of(schedule, num_layers: int, periodic: bool, slopes, content_diagonal, head_weights) -> int | None:
+def period_of(schedule, num_layers: int, periodic: bool, slopes, content_diagonal, head_weights,
+              sink=0.0) -> int | None:
     """The number of layers p of the block a compact stack repeats, or None for an ordinary stack.
 
     ``periodic``: the custom schedule lists one period (its length is p; per-layer content then
     has p values too). Otherwise a constant schedule at T >= ``COMPACT_FROM_LAYERS`` whose slopes,
-    content and head weights are the same in every layer is time-invariant (p = 1)."""
+    content, head weights and sink are the same in every layer is time-invariant (p = 1)."""
     from posbias.numerics import schedules
 
     if periodic:
@@ -230,7 +231,8 @@ def period_of(schedule, num_layers: int, periodic: bool, slopes, content_diagona
         return None
     same = (isinstance(slopes, str) or np.ndim(slopes) <= 1,
             np.ndim(content_diagonal) == 0,
-            head_weights is None or np.ndim(head_weights) <= 1)
+            head_weights is None or np.ndim(head_weights) <= 1,
+            np.ndim(sink) <= 1)
     return 1 if all(same) else None
 
 
@@ -283,7 +285,9 @@ def build_model(
     bias: instead of ALiBi slopes, a relative positional bias per head (THEORY.md C7): a spec
     (``posbias.bias_spec``: ``kerple-log:1,0.5``, ``t5:...``, ``expr:...``; one for every head, or
     H specs separated by ``/``), a ``Bias`` or a list of H of them; the stack is then a
-    ``BiasStack`` (slopes are not used; ``sink``: the first-token term s, a number, (H,) or (T, H)).
+    ``BiasStack`` (slopes are not used; ``sink``: the first-token term s, a number, (H,) or (T, H),
+    with ``periodic`` (p, H) for the p layers of one period). A periodic or deep constant bias model
+    is a compact ``PeriodicStack`` of ``BiasStack`` layers, computed by the power engine as ALiBi's.
     """
     from posbias.numerics.periodic import PeriodicStack
     from posbias.numerics.stack import AlibiStack, StackError
@@ -293,25 +297,27 @@ def build_model(
             raise ModelError(f"{name}: expected a positive integer, got {value!r}")
     layers = int(layers)
     sched = parse_schedule(schedule)
-    period = period_of(sched, layers, bool(periodic), slopes, content_diagonal, head_weights)
+    period = period_of(sched, layers, bool(periodic), slopes, content_diagonal, head_weights,
+                       sink if bias is not None else 0.0)
     built = layers if period is None else period
     if period is None:
         check_size(layers, heads)
     lambdas, warnings = lambdas_of(sched, built)
     if bias is not None:
-        if period is not None:
-            raise ModelError("bias: relative-bias stacks are not kept compact (periodic); use an ALiBi model "
-                             f"or fewer than {COMPACT_FROM_LAYERS} layers")
+        if np.ndim(sink) == 2 and np.shape(sink)[0] != built:
+            what = f"the {built} layers of one period" if period is not None else f"layers = {built}"
+            raise ModelError(f"sink: {np.shape(sink)[0]} rows of per-layer values, expected one number, one per "
+                             f"head or one row per layer ({what})")
         stack = bias_stack_of(bias, lambdas, heads, content_of(content_diagonal, built, heads), sink,
                               head_weights, temperature, parse_mask(mask))
-        return Model(stack, int(tokens), "flags", warnings, schedule=getattr(sched, "spec", None))
-    try:
-        stack = AlibiStack.build(lambdas, slopes_of(slopes, heads), content_of(content_diagonal, built, heads),
-                                 head_weights, temperature, parse_mask(mask))
-    except StackError as exc:
-        raise ModelError(str(exc)) from None
-    if stack.num_heads != heads:
-        raise ModelError(f"slopes: {stack.num_heads} heads given, expected heads = {heads}")
+    else:
+        try:
+            stack = AlibiStack.build(lambdas, slopes_of(slopes, heads), content_of(content_diagonal, built, heads),
+                                     head_weights, temperature, parse_mask(mask))
+        except StackError as exc:
+            raise ModelError(str(exc)) from None
+        if stack.num_heads != heads:
+            raise ModelError(f"slopes: {stack.num_heads} heads given, expected heads = {heads}")
     if period is not None:
         stack = PeriodicStack.build(stack, layers)
     return Model(stack, int(tokens), "flags", warnings, schedule=getattr(sched, "spec", None))

@@ -93,7 +93,7 @@ def run_stack(
         raise InputError(f"--engine {engine}: measured kernels run on the measured engine (use auto)")
     dtype = np.float64 if precision == "float64" else np.float32
     # Options that cannot apply are refused before the profile is computed (no minutes lost).
-    if diagonal and isinstance(stack, nx.BiasStack):
+    if diagonal and isinstance(getattr(stack, "block", stack), nx.BiasStack):  # periodic bias stacks too
         raise InputError("--diagonal: the O(T N) diagonal identity is not implemented for relative biases yet "
                          "(--full gives P's diagonal by dense products)")
     if diagonal and not stack.causal(num_tokens):

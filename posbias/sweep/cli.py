@@ -21,6 +21,7 @@ SWEEP_EPILOG = """\
 examples:
   posbias sweep examples/sweep-ushape.yaml --out out/ushape
   posbias sweep examples/sweep-ushape.yaml --out out/ushape --resume     (after a kill: finished batches stay)
+  posbias sweep examples/sweep-kerple.yaml --out out/kerple   (a relative bias: kerple-log:{r1},{r2} over axes r1, r2)
   posbias sweep SPEC --memory-budget 4G --devices 2
   posbias sweep SPEC --out /shared/run --coordinator host0:1234 --num-processes 2 --process-id 0   (per host)
     (processes I > 0 give up after --connect-timeout seconds, default 60, if process 0 does not answer)
@@ -36,7 +37,8 @@ def add_parser(subparsers):
         description="Compute the profile summary of every point of a grid of models (a YAML spec: a base model "
                     "and axes) in memory-bounded batches; one Parquet row per point plus a JSON manifest.",
         epilog=SWEEP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ps.add_argument("spec", type=Path, help="sweep spec (YAML): base, axes, zip, engine, profiles, diagonal")
+    ps.add_argument("spec", type=Path, help="sweep spec (YAML): base, axes, zip, engine, profiles, diagonal "
+                                            "(base.bias / axes bias, sink and {placeholder} axes: relative biases)")
     ps.add_argument("--out", type=argtypes.path, help="output folder (default ./posbias-sweep/<spec name>)")
     ps.add_argument("--resume", action="store_true",
                     help="continue the sweep in --out: finished batch files are kept, the rest computed")
@@ -164,8 +166,9 @@ def _report(o, process: int, count: int) -> None:
             print(f"  ... ({len(o.groups) - 4} more shapes)")
             continue
         t, h, n, mask = g.key
+        when = "" if g.seconds_per_point is None else f", ~{g.seconds_per_point:.2g} s (relative bias)"
         print(f"  shape T={t}, H={h}, N={n}, {mask}: {len(g.points):,} points, batches of {g.batch_size} "
-              f"(~{_bytes(g.bytes_per_point)} per point)")
+              f"(~{_bytes(g.bytes_per_point)}{when} per point)")
     who = f"process {process} of {count}, " if count > 1 else ""
     print(f"  {who}devices: {', '.join(o.devices)}; computed {len(o.computed)} batch(es), "
           f"{o.skipped} already done, in {o.seconds:.1f} s")

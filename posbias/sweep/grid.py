@@ -10,7 +10,12 @@ recomputes exactly the batches an uninterrupted one would have.
 
 Per point the stack is (THEORY.md, Notation) lambda_t from the ``lambda`` axis
 (constant) or ``lambda0 / (t+1)^beta`` (power decay), slopes m_th = scale * m_h,
-content diagonal d_th = d, head weights, temperature and mask of the base.
+content diagonal d_th = d, head weights, temperature and mask of the base. In a bias
+sweep (C7) the point's bias spec (``bias_spec``: ``base.bias`` or the ``bias`` axis value,
+placeholders filled from the parameter axes) replaces the slopes, with the sink of the
+``sink`` axis or ``base.sink``: the ``BiasStack`` that ``posbias rollout --bias SPEC --sink S``
+builds for the same flags (``BiasStack.build``). Its planned memory is the bias engine's
+O(H N) working set, its time O(T H N^2) (``point_seconds``).
 """
 
 from __future__ import annotations
@@ -21,11 +26,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from posbias.errors import UserError
-from posbias.sweep.spec import Spec, SpecError
+from posbias.sweep.spec import ALIBI_ENGINES, Spec, SpecError, biases_of, fill
 
 STRUCTURAL = ("layers", "tokens", "mask", "window", "slopes")
 DEFAULT_BATCH_CAP = 1024
 """At most this many points per batch (one Parquet file, one ``profiles`` call per device)."""
+STRING_COLUMNS = ("mask", "slopes", "bias", "bias_spec")
+BIAS_SECONDS_PER_UNIT = 3e-10
+"""Bias engine seconds per layer x head x token^2 (native, one thread: 1.5e-10 measured at T = 32, H = 4,
+N = 2048 on the shared 2-core machine; doubled for its load)."""
 
 
 class PlanError(UserError):
@@ -34,12 +43,14 @@ class PlanError(UserError):
 
 @dataclass(frozen=True)
 class Group:
-    """Points of one shape: key (T, H, N, mask spec), their indices, batch size and bytes per point."""
+    """Points of one shape: key (T, H, N, mask spec), their indices, batch size and bytes per point;
+    for relative-bias points the estimated seconds per point (``point_seconds``), else None."""
 
     key: tuple
     points: np.ndarray
     batch_size: int
     bytes_per_point: int
+    seconds_per_point: float | None = None
 
 
 @dataclass(frozen=True)
@@ -64,13 +75,36 @@ class Grid:
         for d, names in enumerate(spec.dims):
             for name in names:
                 values = spec.axis(name).values
-                if name in ("mask", "slopes"):
+                if name in STRING_COLUMNS:
                     arr = np.empty(len(values), dtype=object)
                     arr[:] = list(values)
                 else:
                     arr = np.asarray(values, dtype=np.int64 if isinstance(values[0], int) else np.float64)
                 self.columns[name] = arr[index[d]]
+        if spec.bias_sweep:
+            self.columns["bias_spec"] = self._bias_specs()
         self._base_info = None
+
+    def _bias_specs(self) -> np.ndarray:
+        """(points,) the bias spec of every point: its template (``base.bias`` or the ``bias`` axis)
+        with the placeholders filled from the parameter axes; equal texts share one string."""
+        names = self.spec.parameter_axes
+        templates = self.columns.get("bias")
+        out = np.empty(self.num_points, dtype=object)
+        if templates is None and not names:
+            out[:] = self.spec.base["bias"]
+            return out
+        cols = [self.columns[n].tolist() for n in names]
+        base = self.spec.base.get("bias")
+        texts: dict = {}
+        for i in range(self.num_points):
+            template = base if templates is None else templates[i]
+            values = tuple(c[i] for c in cols)
+            key = (template, values)
+            if key not in texts:
+                texts[key] = fill(template, dict(zip(names, values)))
+            out[i] = texts[key]
+        return out
 
     @property
     def num_points(self) -> int:
@@ -147,10 +181,13 @@ class Grid:
 
     # ------------------------------------------------------------------ stacks
     def stack(self, i: int, key: tuple):
-        """The stack of point ``i`` (its axis values on the template of its shape): an AlibiStack,
-        or a compact PeriodicStack where the template is one (a constant schedule at T >=
+        """The stack of point ``i`` (its axis values on the template of its shape): an AlibiStack
+        (a BiasStack in a bias sweep, or where the base config gives a bias), or a compact
+        PeriodicStack where the template is one (a constant schedule at T >=
         ``posbias.model.COMPACT_FROM_LAYERS``) and the point keeps every layer alike (its
         lambda, slope scale and content act on every layer; a power-decay point is expanded).
+        Under the ALiBi-only engines (structured, log, fft) a bias point is its ALiBi stack
+        (``as_alibi``; ``validate`` refused points that are not).
 
         Values were range-checked when the spec was read (lambda, lambda0 in [0, 1],
         beta >= 0, slopes and scales >= 0, everything finite), so the stack is built
@@ -158,17 +195,47 @@ class Grid:
         from posbias.numerics.periodic import PeriodicStack
 
         st = self.template(key).stack
-        if isinstance(st, PeriodicStack):
-            if "lambda0" not in self.columns and "beta" not in self.columns:
-                top = None if st.top is None else self._point(i, st.top, st.num_layers)
-                return PeriodicStack(self._point(i, st.block, st.num_layers), st.repeats, top)
-            st = st.expand()  # lambda_t varies with t: T-long arrays (refused beyond 10^7 layers)
-        return self._point(i, st, st.num_layers)
+        if isinstance(st, PeriodicStack) and "lambda0" not in self.columns and "beta" not in self.columns:
+            top = None if st.top is None else self._point(i, st.top, st.num_layers)
+            out = PeriodicStack(self._point(i, st.block, st.num_layers), st.repeats, top)
+        else:
+            if isinstance(st, PeriodicStack):
+                st = st.expand()  # lambda_t varies with t: T-long arrays (refused beyond 10^7 layers)
+            out = self._point(i, st, st.num_layers)
+        if self.spec.engine in ALIBI_ENGINES and _is_bias(out):
+            alibi = out.as_alibi(key[2])
+            if alibi is None:
+                raise PlanError(f"{self.spec.path}: engine {self.spec.engine}: point {i}: {self.bias_reason(i, key)}")
+            return alibi
+        return out
+
+    def bias_reason(self, i: int, key: tuple) -> str:
+        """Why point ``i`` is not ALiBi at its N (for the ALiBi-only engines' refusal)."""
+        spec = self.columns["bias_spec"][i] if "bias_spec" in self.columns else "the base config's bias"
+        return (f"bias {spec!r} with sink {self.sink(i, key)!r} is not ALiBi at N = {key[2]} (every head "
+                "-m|i-j| on the distances used, no sink); use engine auto, bias or dense")
+
+    def sink(self, i: int, key: tuple):
+        """The sink s of point ``i``: the ``sink`` axis, ``base.sink``, the base config's, or 0."""
+        if "sink" in self.columns:
+            return float(self.columns["sink"][i])
+        if "sink" in self.spec.base:
+            return float(self.spec.base["sink"])
+        st = self.template(key).stack
+        st = getattr(st, "block", st)
+        return float(np.max(np.abs(st.sink))) if hasattr(st, "sink") else 0.0
+
+    def is_bias(self, key: tuple) -> bool:
+        """Whether the points of shape ``key`` carry relative biases (a bias sweep, or a base config
+        with ``attention_config.bias``)."""
+        return self.spec.bias_sweep or _is_bias(self.template(key).stack)
 
     def _point(self, i: int, st, total_layers: int):
         """The AlibiStack ``st`` (all layers, or the distinct layers of a periodic stack of
         ``total_layers``) with point ``i``'s axis values."""
         from posbias.numerics.stack import AlibiStack
+
+        from posbias.numerics.bias_stack import BiasStack
 
         c = self.columns
         t, h = st.num_layers, st.num_heads
@@ -181,13 +248,31 @@ class Grid:
             lambdas = _power_decay(lam0, beta, total_layers)
         else:
             lambdas = st.lambdas
+        diagonal = np.full((t, h), float(c["content_diagonal"][i])) if "content_diagonal" in c else st.diagonal
+        if "bias_spec" in c or isinstance(st, BiasStack):
+            sink = self.spec.base.get("sink", st.sink if isinstance(st, BiasStack) else 0.0)
+            if "sink" in c:
+                sink = float(c["sink"][i])
+            if "bias_spec" not in c:  # the base config's biases, this point's lambdas, content and sink
+                return BiasStack(lambdas, st.biases, st.bias_index, diagonal,
+                                 np.broadcast_to(np.asarray(sink, np.float64), (t, h)), st.head_weights,
+                                 st.temperature, st.mask)
+            biases = biases_of(c["bias_spec"][i])
+            return BiasStack.build(lambdas, list(biases) * (h if len(biases) == 1 else 1), diagonal, sink,
+                                   st.head_weights, st.temperature, st.mask)
         slopes = st.slopes
         if "slopes" in c:
             slopes = np.broadcast_to(np.asarray(c["slopes"][i], np.float64), (t, h))
         if "slope_scale" in c:
             slopes = slopes * float(c["slope_scale"][i])
-        diagonal = np.full((t, h), float(c["content_diagonal"][i])) if "content_diagonal" in c else st.diagonal
         return AlibiStack(lambdas, slopes, diagonal, st.head_weights, st.temperature, st.mask)
+
+
+def _is_bias(stack) -> bool:
+    """A BiasStack, or a periodic stack of BiasStack layers."""
+    from posbias.numerics.bias_stack import BiasStack
+
+    return isinstance(getattr(stack, "block", stack), BiasStack)
 
 
 @functools.lru_cache(maxsize=8)
@@ -234,15 +319,31 @@ def _load_config(path: str, overrides: dict):
 
 
 # ---------------------------------------------------------------------- planning
-def point_bytes(engine: str, key: tuple, profiles: bool) -> int:
+def point_bytes(engine: str, key: tuple, profiles: bool, bias: bool = False) -> int:
     """Estimated bytes one point of shape ``key`` holds while its batch runs: the engine's working
-    set (``Engine.memory_bytes``), its stack's parameter arrays and its results."""
+    set (``Engine.memory_bytes``; for relative-bias points under ``auto`` the bias engine's O(H N)),
+    its stack's parameter arrays and its results."""
     from posbias.numerics import budget
     from posbias.numerics.engines import get
 
     t, h, n, _ = key
     results = 8 * n * (4 + 2 * bool(profiles)) + 64 * t
-    return int(get(engine).memory_bytes(t, h, n)) + budget.stack_bytes(t, h) + results
+    working = get("bias" if bias and engine == "auto" else engine).memory_bytes(t, h, n)
+    return int(working) + budget.stack_bytes(t, h) + results
+
+
+def point_seconds(stack, num_tokens: int) -> float:
+    """Estimated seconds of one relative-bias point: the bias engine's O(T H N^2) at
+    ``BIAS_SECONDS_PER_UNIT``, or for a compact periodic stack the cheaper of that and the power
+    engine (``Auto.power_seconds``, O(N^3 log T)), as ``auto`` chooses."""
+    from posbias.numerics.auto import Auto
+    from posbias.numerics.periodic import PeriodicStack
+
+    n = float(num_tokens)
+    scan = BIAS_SECONDS_PER_UNIT * stack.num_layers * stack.num_heads * n * n
+    if isinstance(stack, PeriodicStack) and n <= 8192:
+        return min(scan, Auto().power_seconds(stack, int(num_tokens)))
+    return scan
 
 
 def bookkeeping_bytes(spec: Spec) -> int:
@@ -250,8 +351,10 @@ def bookkeeping_bytes(spec: Spec) -> int:
     point its int64 index per dimension and value per axis column (``Grid``), its shape key (a
     Python tuple in ``Grid.keys``, a window mask string per point with a ``window`` axis) and its
     place in the plan; ~150 bytes per point measured (tracemalloc, three axes), counted here as
-    160 + 16 per axis and dimension (+ 64 for window strings). Checked before ``Grid`` is built."""
-    per = 160 + 16 * (len(spec.axes) + len(spec.dims)) + (64 if spec.axis("window") is not None else 0)
+    160 + 16 per axis and dimension (+ 64 for window strings, + 16 for a bias sweep's spec column).
+    Checked before ``Grid`` is built."""
+    per = 160 + 16 * (len(spec.axes) + len(spec.dims)) + (64 if spec.axis("window") is not None else 0) \
+        + (16 if spec.bias_sweep else 0)  # the bias_spec column (equal texts shared)
     return int(spec.num_points) * per
 
 
@@ -275,12 +378,19 @@ def validate(grid: Grid, keys: list[tuple]) -> None:
     for i, k in enumerate(keys):
         first.setdefault(k, i)
         last[k] = i
+    members: dict[tuple, list[int]] = {k: [] for k in first if grid.is_bias(k)}
+    if members:
+        for i, k in enumerate(keys):  # the points of each bias shape, in one pass
+            if k in members:
+                members[k].append(i)
     engine = get(spec.engine)
     scale = float(np.max(grid.columns["slope_scale"])) if "slope_scale" in grid.columns else 1.0
     for k in first:
         st = grid.template(k).stack
         st = getattr(st, "block", st)  # a compact periodic stack: its block holds every layer's parameters
-        if "slopes" not in grid.columns:
+        if grid.is_bias(k):
+            _validate_bias(grid, k, st, members[k])
+        elif "slopes" not in grid.columns:
             with np.errstate(over="ignore"):
                 top = float(np.max(st.slopes, initial=0.0)) * scale / st.temperature
             if not np.isfinite(top):
@@ -299,6 +409,36 @@ def validate(grid: Grid, keys: list[tuple]) -> None:
                                     f"N = {k[2]}, mask {k[3]}): {reason}")
 
 
+def _validate_bias(grid: Grid, key: tuple, st, members: list[int]) -> None:
+    """A bias shape: slopes and scales do not apply (a base config with a bias), every spec has one
+    bias or one per head, s / tau stays finite, and under the ALiBi-only engines every point is
+    ALiBi at its N."""
+    spec = grid.spec
+    c = grid.columns
+    h = key[1]
+    for name in ("slopes", "slope_scale"):
+        if name in c:
+            raise SpecError(f"{spec.path}: axes.{name}: the base config gives a relative bias, not ALiBi slopes")
+    if "bias_spec" in c:
+        for text in dict.fromkeys(c["bias_spec"][members].tolist()):
+            count = len(biases_of(text))
+            if count not in (1, h):
+                raise SpecError(f"{spec.path}: bias {text!r}: {count} head biases, expected one or heads = {h}")
+    from posbias.numerics.bias_stack import LOGIT_LIMIT
+
+    sinks = c["sink"] if "sink" in c else np.asarray([spec.base.get("sink", 0.0)])
+    with np.errstate(over="ignore"):
+        if not np.all(np.abs(np.asarray(sinks, np.float64) / st.temperature) <= LOGIT_LIMIT):
+            raise SpecError(f"{spec.path}: sink: s / tau overflows (tau = {st.temperature!r})")
+    if spec.engine in ALIBI_ENGINES:
+        seen = set()
+        for i in members:
+            what = (c["bias_spec"][i] if "bias_spec" in c else None, grid.sink(i, key))
+            if what not in seen:
+                seen.add(what)
+                grid.stack(i, key)  # refuses (PlanError, one line) a point that is not ALiBi at its N
+
+
 def plan(grid: Grid, keys: list[tuple], *, budget_bytes: int, cap: int = DEFAULT_BATCH_CAP,
          sizes: dict | None = None) -> tuple[list[Group], list[Batch]]:
     """Shape groups (in order of their first point) and their batches.
@@ -314,7 +454,8 @@ def plan(grid: Grid, keys: list[tuple], *, budget_bytes: int, cap: int = DEFAULT
         order.setdefault(k, []).append(i)
     groups, batches = [], []
     for k, members in order.items():
-        per = point_bytes(grid.spec.engine, k, grid.spec.profiles)
+        bias = grid.is_bias(k)
+        per = point_bytes(grid.spec.engine, k, grid.spec.profiles, bias)
         fixed = diagonal_bytes(k) if grid.spec.diagonal else 0
         if per + fixed > budget_bytes:
             what = f" (with its diagonal, {describe(fixed)})" if fixed else ""
@@ -323,7 +464,8 @@ def plan(grid: Grid, keys: list[tuple], *, budget_bytes: int, cap: int = DEFAULT
                             "(--memory-budget)")
         size = sizes[k] if sizes is not None and k in sizes else max(1, min(cap, (budget_bytes - fixed) // per))
         pts = np.asarray(members, dtype=np.int64)
-        groups.append(Group(k, pts, int(size), per))
+        seconds = point_seconds(grid.stack(members[0], k), k[2]) if bias else None
+        groups.append(Group(k, pts, int(size), per, seconds))
         for start in range(0, len(pts), size):
             batches.append(Batch(len(batches), k, pts[start:start + size]))
     return groups, batches

@@ -162,6 +162,15 @@ def _layout(grid, profiles: bool, diagonal: bool):
     return layout
 
 
+def _group_record(g) -> dict:
+    """A shape group in the manifest's plan (with the time estimate of relative-bias points)."""
+    record = {"key": list(g.key), "points": int(len(g.points)), "batch_size": g.batch_size,
+              "bytes_per_point": g.bytes_per_point}
+    if g.seconds_per_point is not None:
+        record["seconds_per_point"] = g.seconds_per_point
+    return record
+
+
 def _wait_for_manifest(out: Path) -> dict:
     deadline = time.monotonic() + WAIT_FOR_MANIFEST_S
     while time.monotonic() < deadline:
@@ -271,9 +280,7 @@ def run_sweep(spec: Spec, opts: Options) -> Outcome:
                     "diagonal": spec.diagonal, "points": spec.num_points,
                     "axes": [a.name for a in spec.axes], "dims": [list(d) for d in spec.dims],
                     "plan": {"memory_budget": budget_bytes, "batch_cap": cap, "batches": len(batches),
-                             "groups": [{"key": list(g.key), "points": int(len(g.points)),
-                                         "batch_size": g.batch_size, "bytes_per_point": g.bytes_per_point}
-                                        for g in groups]},
+                             "groups": [_group_record(g) for g in groups]},
                     "processes": opts.num_processes, "versions": mf.versions(),
                     "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "complete": False,
                 }

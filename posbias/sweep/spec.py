@@ -20,11 +20,28 @@ some of its parameters vary::
     profiles: false                        # store each profile p in the table
     diagonal: false                        # min_i P_ii (C5(a)), causal masks
 
+Relative biases (THEORY.md C7): ``base`` takes ``bias: SPEC`` (posbias/bias_spec.py, as
+``posbias rollout --bias``: one spec for every head, or one per head separated by ``/``) and
+``sink: S`` (``--sink``); the axis ``bias`` takes spec strings, the axis ``sink`` numbers. A
+spec may hold named placeholders ``{NAME}``, each filled per point from a numeric axis of that
+name (any name that is not a built-in axis)::
+
+    base: {layers: 12, heads: 4, tokens: 256, schedule: constant:0.5, bias: "kerple-log:{r1},{r2}"}
+    axes: {r1: {linspace: [0, 2, 5]}, r2: [0.5, 1]}
+
+Checked when the spec is read: every placeholder has an axis, every such axis fills a
+placeholder, and every generated spec parses (one line naming the axis and value
+otherwise). A bias sweep has no ALiBi slopes (``slopes``, ``slope_scale`` refused); its
+table has a column ``bias_spec`` (the spec string of each point, placeholders filled) beside
+the axis columns. Engines: ``auto`` or ``bias`` (and ``dense``); ``structured``, ``log`` and
+``fft`` take only points whose every head is ALiBi at their N (``BiasStack.as_alibi``).
+
 Axes: ``lambda`` (lambda_t = value), ``lambda0`` and ``beta`` (lambda_t =
 lambda0 / (t+1)^beta), ``layers`` (T), ``tokens`` (N), ``slope_scale`` (every slope
 times this), ``slopes`` (explicit per-head slopes, one list per value),
 ``content_diagonal`` (d on every head), ``mask`` (``causal``, ``full``,
-``window:W``, ``prefix:K``) and ``window`` (a sliding window of W tokens). Values
+``window:W``, ``prefix:K``), ``window`` (a sliding window of W tokens), ``bias`` and
+``sink`` (above), and the placeholder axes of a bias spec. Values
 are a list or a range: ``{linspace: [a, b, n]}``, ``{logspace: [a, b, n]}`` (10^a ..
 10^b), ``{geomspace: [a, b, n]}``, ``{range: [start, stop, step]}`` (stop excluded, also when
 rounding puts the last value a hair below it: ``range_count``).
@@ -35,9 +52,12 @@ the group's first axis.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,13 +70,19 @@ class SpecError(UserError):
     """A bad spec: one line naming the file, the key and what was expected."""
 
 
-FLOAT_AXES = ("lambda", "lambda0", "beta", "slope_scale", "content_diagonal")
+FLOAT_AXES = ("lambda", "lambda0", "beta", "slope_scale", "content_diagonal", "sink")
 INT_AXES = ("layers", "tokens", "window")
 AXES = ("lambda", "lambda0", "beta", "layers", "tokens", "slope_scale", "slopes", "content_diagonal", "mask",
-        "window")
-BASE_KEYS = ("config", "layers", "heads", "tokens", "schedule", "slopes", "content_diagonal", "mask", "temperature")
+        "window", "bias", "sink")
+BASE_KEYS = ("config", "layers", "heads", "tokens", "schedule", "slopes", "content_diagonal", "mask", "temperature",
+             "bias", "sink")
 TOP_KEYS = ("name", "base", "axes", "zip", "engine", "profiles", "diagonal")
-ENGINES = ("auto", "structured", "log", "fft", "dense")
+ENGINES = ("auto", "structured", "log", "fft", "dense", "bias")
+ALIBI_ENGINES = ("structured", "log", "fft")
+"""Engines that compute ALiBi stacks only: a bias point must be ALiBi at its N (``BiasStack.as_alibi``)."""
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+MAX_GENERATED_SPECS = 100_000
+"""At most this many distinct bias specs (templates times placeholder values) are generated and checked."""
 RANGES = ("linspace", "logspace", "geomspace", "range")
 MAX_POINTS = 1_000_000
 """Grids larger than this are refused unless forced (``--force``)."""
@@ -70,6 +96,17 @@ class Axis:
 
     name: str
     values: tuple
+
+
+def fill(template: str, values: dict[str, float]) -> str:
+    """A bias spec with every placeholder ``{NAME}`` replaced by ``repr(values[NAME])`` (the shortest
+    text that reads back as the same float64)."""
+    return PLACEHOLDER.sub(lambda m: repr(float(values[m.group(1)])), template)
+
+
+def placeholders(template: str) -> list[str]:
+    """The placeholder names of a bias spec, in order of first appearance."""
+    return list(dict.fromkeys(PLACEHOLDER.findall(template)))
 
 
 @dataclass(frozen=True)
@@ -102,6 +139,16 @@ class Spec:
     @property
     def num_points(self) -> int:
         return math.prod(self.shape)
+
+    @property
+    def bias_sweep(self) -> bool:
+        """True when the spec sets a relative bias (``base.bias`` or an axis ``bias``)."""
+        return "bias" in self.base or self.axis("bias") is not None
+
+    @property
+    def parameter_axes(self) -> tuple[str, ...]:
+        """The axes that fill placeholders of the bias spec (in the order written)."""
+        return tuple(a.name for a in self.axes if a.name not in AXES)
 
     def axis(self, name: str) -> Axis | None:
         return next((a for a in self.axes if a.name == name), None)
@@ -210,6 +257,12 @@ def _axis_values(name: str, where: str, raw: list, rounded: bool = False) -> tup
             if n < 1 or n > MAX_SIZE:
                 raise _fail(at, f"{name} = {_shown(v)}, expected an integer between 1 and 2^53")
             out.append(n)
+        elif name == "bias":
+            if not isinstance(v, str) or not v.strip():
+                raise _fail(at, f"expected a bias spec string ({_bias_specs()}), got {_shown(v)}")
+            out.append(v.strip())
+        elif name not in AXES:  # a placeholder's values
+            out.append(_number(at, v))
         elif name == "mask":
             from posbias.numerics import masks
 
@@ -237,14 +290,21 @@ def _axis_values(name: str, where: str, raw: list, rounded: bool = False) -> tup
     return tuple(out)
 
 
-def _parse_axes(where: str, axes) -> list[Axis]:
+def _bias_specs() -> str:
+    from posbias.bias_spec import SPECS
+
+    return SPECS
+
+
+def _parse_axes(where: str, axes, params: set[str] = frozenset()) -> list[Axis]:
     if not isinstance(axes, dict) or not axes:
         raise _fail(where, f"expected a mapping of axis names to values ({', '.join(AXES)}), got {_shown(axes)}")
     out = []
     for name, value in axes.items():
         at = f"{where}.{name}"
-        if name not in AXES:
-            raise _fail(at, f"unknown axis, expected one of {', '.join(AXES)}")
+        if name not in AXES and name not in params:
+            raise _fail(at, f"unknown axis, expected one of {', '.join(AXES)} or a placeholder {{NAME}} of the "
+                            "bias spec")
         out.append(Axis(name, _axis_values(name, at, _raw_values(at, value), rounded=isinstance(value, dict))))
     return out
 
@@ -320,8 +380,12 @@ def _parse_base(where: str, base, spec_dir: Path) -> dict:
                 out[key] = value
             else:
                 out[key] = _axis_values("slopes", at, [value])[0]
-        elif key == "content_diagonal":
+        elif key in ("content_diagonal", "sink"):
             out[key] = _number(at, value)
+        elif key == "bias":
+            if not isinstance(value, str) or not value.strip():
+                raise _fail(at, f"expected a bias spec string ({_bias_specs()}), got {_shown(value)}")
+            out[key] = value.strip()
         else:  # temperature
             x = _number(at, value)
             if x <= 0:
@@ -360,6 +424,78 @@ def _check_schedule(where: str, base: dict, names: set[str]) -> None:
             raise _fail(where, f"axis {one} alone needs a power_decay base schedule (or both lambda0 and beta axes)")
 
 
+@functools.lru_cache(maxsize=MAX_GENERATED_SPECS)
+def biases_of(text: str) -> tuple:
+    """The ``Bias`` of each head (one, or one per head) of a bias spec (posbias/bias_spec.py), parsed once
+    per spec text; a one-line ``UserError`` for a spec that does not parse."""
+    from posbias.bias_spec import parse_biases
+
+    return tuple(parse_biases(text, "bias"))
+
+
+def _placeholder_names(base_raw, axes_raw) -> set[str]:
+    """Placeholder names in the raw ``base.bias`` and ``axes.bias`` values (before validation)."""
+    texts = []
+    if isinstance(base_raw, dict) and isinstance(base_raw.get("bias"), str):
+        texts.append(base_raw["bias"])
+    if isinstance(axes_raw, dict) and isinstance(axes_raw.get("bias"), list):
+        texts += [v for v in axes_raw["bias"] if isinstance(v, str)]
+    return {n for t in texts for n in placeholders(t)}
+
+
+def _check_bias(where: str, base: dict, axes: list[Axis], engine: str) -> None:
+    """A bias sweep's rules (module docstring): no slopes, every placeholder has an axis (an axis that
+    fills none is refused as unknown by ``_parse_axes``), every generated spec parses (with one bias
+    or one per head)."""
+    names = {a.name for a in axes}
+    values = {a.name: a.values for a in axes}
+    if "bias" in values:
+        templates = [(f"axes.bias[{k}]", t) for k, t in enumerate(values["bias"])]
+    else:
+        templates = [("base.bias", base["bias"])] if "bias" in base else []
+    if not templates:
+        if "config" not in base:  # a config may give the bias itself (checked when the grid is built)
+            for key, present in (("axes.sink", "sink" in names), ("base.sink", "sink" in base),
+                                 ("engine", engine == "bias")):
+                if present:
+                    what = "engine bias" if key == "engine" else "a sink"
+                    raise _fail(f"{where}: {key}", f"{what} needs a relative bias (base.bias or an axis bias)")
+        return
+    if "bias" in base and "bias" in values:
+        raise _fail(f"{where}: axes.bias", "base.bias and the axis bias both set the bias; use one")
+    for key in ("slopes", "slope_scale"):
+        if key in names:
+            raise _fail(f"{where}: axes.{key}", "a bias sweep has no ALiBi slopes (vary the bias spec instead)")
+    if "slopes" in base:
+        raise _fail(f"{where}: base.slopes", "a bias sweep has no ALiBi slopes (base.bias replaces them)")
+    heads = base.get("heads") if "config" not in base else None
+    for at, template in templates:
+        if PLACEHOLDER.sub("", template).count("{") or PLACEHOLDER.sub("", template).count("}"):
+            raise _fail(f"{where}: {at}", f"{_shown(template)}: a brace that is not a placeholder {{NAME}} "
+                                          "(a letter or _, then letters, digits or _)")
+        used = placeholders(template)
+        for name in used:
+            if name in AXES:
+                raise _fail(f"{where}: {at}", f"placeholder {{{name}}} names a built-in axis; use another name")
+            if name not in names:
+                raise _fail(f"{where}: {at}", f"placeholder {{{name}}} has no axis (add axes.{name})")
+        count = math.prod(len(values[n]) for n in used)
+        if count > MAX_GENERATED_SPECS:
+            raise _fail(f"{where}: {at}", f"{count:,} bias specs from its placeholders, more than "
+                                          f"{MAX_GENERATED_SPECS:,}")
+        for combo in itertools.product(*(values[n] for n in used)):
+            point = dict(zip(used, combo))
+            text = fill(template, point)
+            shown = ", ".join(f"axes.{n} = {v!r}" for n, v in point.items()) or at
+            try:
+                biases = biases_of(text)
+            except UserError as exc:
+                raise _fail(f"{where}: {shown}", str(exc)) from None
+            if heads is not None and len(biases) not in (1, heads):
+                raise _fail(f"{where}: {shown}", f"bias {text!r}: {len(biases)} head biases, expected one or "
+                                                 f"heads = {heads}")
+
+
 def digest(raw: dict, base: dict) -> str:
     """SHA-256 of the spec (canonical JSON) and of the bytes of its base config file, if any."""
     h = hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode("utf-8"))
@@ -381,7 +517,7 @@ def parse(raw, path: str = "<spec>", spec_dir: Path | None = None) -> Spec:
     if "axes" not in raw:
         raise _fail(f"{where}: axes", "required key is missing (e.g. axes: {lambda: [0.25, 0.5]})")
     base = _parse_base(f"{where}: base", raw["base"], spec_dir or Path("."))
-    axes = _parse_axes(f"{where}: axes", raw["axes"])
+    axes = _parse_axes(f"{where}: axes", raw["axes"], _placeholder_names(raw["base"], raw["axes"]))
     zips = _parse_zip(f"{where}: zip", raw.get("zip"), axes)
     names = {a.name for a in axes}
     _check_combination(f"{where}: axes", base, names)
@@ -389,6 +525,7 @@ def parse(raw, path: str = "<spec>", spec_dir: Path | None = None) -> Spec:
     engine = raw.get("engine", "auto")
     if engine not in ENGINES:
         raise _fail(f"{where}: engine", f"expected one of {', '.join(ENGINES)}, got {_shown(engine)}")
+    _check_bias(where, base, axes, engine)
     flags = {}
     for key in ("profiles", "diagonal"):
         value = raw.get(key, False)

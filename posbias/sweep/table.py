@@ -1,6 +1,7 @@
 """The sweep table: one Parquet row per grid point, one file per batch, written atomically.
 
-Columns: ``point`` (the grid index), one column per axis, then every key of
+Columns: ``point`` (the grid index), one column per axis (in a bias sweep also ``bias_spec``,
+the spec string of each point with its placeholders filled), then every key of
 ``Summary.to_dict()`` (nested summaries flattened as ``diagonal_min``; a key that
 equals an axis name gets the prefix ``summary_``), ``engine`` and ``path`` among them;
 with profiles the renormalised profile p as ``profile`` (list<double>). Column types
@@ -96,7 +97,7 @@ def axis_type(name: str, values: np.ndarray):
 
     if name == "slopes":
         return pa.list_(pa.float64())
-    if name == "mask":
+    if name in ("mask", "bias", "bias_spec"):
         return pa.string()
     return pa.int64() if values.dtype.kind == "i" else pa.float64()
 
@@ -137,7 +138,7 @@ def batch_table(layout: Layout, grid, points: np.ndarray, summaries: dict[str, l
         values = grid.columns[a][points]
         if a == "slopes":
             values = [list(v) for v in values]
-        elif a == "mask":
+        elif a in ("mask", "bias", "bias_spec"):
             values = list(values)
         cols[a] = pa.array(values, layout.schema.field(a).type)
     for column, (key, sub), typ in layout.summary:
