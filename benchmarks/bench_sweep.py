@@ -142,7 +142,10 @@ def main() -> int:
     ap.add_argument("--only-limit", action="store_true", help="run only section 3 (the kernel limit)")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results-sweep.json")
     args = ap.parse_args()
-    results = {"machine": f"{os.cpu_count()} CPU cores", "load_before": os.getloadavg()}
+    results = {"machine": f"{os.cpu_count()} CPU cores", "date": time.strftime("%Y-%m-%d"),
+               "load_before": os.getloadavg()}
+    if args.only_limit and args.out.exists():  # keep the other sections' last figures
+        results = {**json.loads(args.out.read_text()), **results}
     with tempfile.TemporaryDirectory() as tmp:
         if not args.only_limit:
             times = []
