@@ -18,6 +18,10 @@ Public names:
 
 from __future__ import annotations
 
+if __name__ != "posbias.numerics":  # the source folder imported from the checkout as a top-level module
+    raise ImportError(f"this folder is the package posbias.numerics; import posbias.numerics (got {__name__!r}: "
+                      "a second copy beside the installed one would not share its classes)")
+
 import importlib
 
 _EXPORTS = {

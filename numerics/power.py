@@ -413,8 +413,8 @@ def _lost_times(logv: np.ndarray, errv: np.ndarray, log_m: np.ndarray, logw: np.
 
 
 def tri_matmul(x: np.ndarray, y: np.ndarray, base: int = TRIANGULAR_BASE) -> np.ndarray:
-    """x @ y for lower-triangular x, y by 2 x 2 blocks: [[A, 0], [C, D]] [[E, 0], [F, G]] =
-    [[A E, 0], [C E + D F, D G]], recursing on every triangular factor (C E and D F too):
+    """x @ y for lower-triangular x, y by 2 x 2 blocks: ``[[A, 0], [C, D]] [[E, 0], [F, G]] =
+    [[A E, 0], [C E + D F, D G]]``, recursing on every triangular factor (C E and D F too):
     N^3 / 6 multiply-adds instead of N^3."""
     return _lower(x, y, True, True, base)
 

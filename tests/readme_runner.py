@@ -465,9 +465,13 @@ def run_markdown(markdown: str, *, repo: Path, scratch_root: Path, name: str = "
 
 
 def run_file(path: Path, *, scratch_root: Path | None = None, repo: Path | None = None) -> Report:
-    """Run ``path``'s blocks in a scratch mirror of ``repo`` (default: the file's folder)."""
+    """Run ``path``'s blocks in a scratch mirror of ``repo`` (default: the nearest folder above the
+    file that holds a pyproject.toml, else the file's folder), so a docs page's commands run from
+    the repository root as a newcomer types them."""
     path = Path(path).resolve()
-    repo = path.parent if repo is None else Path(repo)
+    if repo is None:
+        repo = next((d for d in path.parents if (d / "pyproject.toml").exists()), path.parent)
+    repo = Path(repo)
     if scratch_root is None:
         scratch_root = Path(tempfile.mkdtemp(prefix="readme-run-"))
     return run_markdown(path.read_text(encoding="utf-8"), repo=repo, scratch_root=scratch_root, name=path.name)

@@ -10,8 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import posbias.numerics as nx
 from tests.project_packages import packages
+
+REPO = Path(__file__).resolve().parents[1]
 
 PACKAGES = packages()
 
@@ -83,3 +87,15 @@ def test_engine_table_and_cli_choices_agree():
     assert set(ENGINE_NAMES) <= set(nx.ENGINES)
     assert all(isinstance(e, nx.Engine) for e in nx.ENGINES.values())
     assert set(nx.ENGINES) - set(ENGINE_NAMES) == {"measured"}  # chosen by auto for --kernels
+
+
+@pytest.mark.parametrize("folder", ["numerics", "theorem", "proofs"])
+def test_source_folders_cannot_load_as_top_level_modules(folder):
+    """From the checkout's root ``import numerics`` would load a second copy of posbias.numerics whose
+    classes differ from the installed ones (issue 20): it is refused with one line naming the right import."""
+    done = subprocess.run([sys.executable, "-c", f"import {folder}"], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 1
+    assert f"ImportError: this folder is the package posbias.{folder}; import posbias.{folder}" in done.stderr
+    ok = subprocess.run([sys.executable, "-c", f"import posbias.{folder}, posbias.numerics.masks as m; "
+                         "import posbias; assert posbias.Causal is m.Causal"], cwd=REPO, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr

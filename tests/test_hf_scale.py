@@ -206,7 +206,7 @@ def test_remat_lowers_xla_gradient_memory():
 
 
 def test_seven_billion_figures_from_shapes():
-    """The README's figures: (a) by hand for BLOOM-7b1 (tied head) and the quadratic terms of (b)-(d)."""
+    """docs/huggingface.md's figures: (a) by hand for BLOOM-7b1 (tied head) and the quadratic terms of (b)-(d)."""
     from posbias.hf.families import spec_of
     from posbias.hf.memory import KNOWN
 
@@ -285,7 +285,7 @@ def test_encoder_influence_is_the_jacobian_frobenius_norm_and_fit_reads_every_en
 
 
 def test_readme_memory_table_is_the_memory_model():
-    """The README's table is what ``python -m posbias.hf.memory bloom-7b1 mpt-7b falcon-rw-7b`` prints."""
+    """docs/huggingface.md's table is what ``python -m posbias.hf.memory bloom-7b1 mpt-7b falcon-rw-7b`` prints."""
     import contextlib
     import io
 
@@ -294,5 +294,5 @@ def test_readme_memory_table_is_the_memory_model():
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         assert memory.main(["bloom-7b1", "mpt-7b", "falcon-rw-7b"]) == 0
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parent.parent / "docs" / "huggingface.md").read_text()
     assert buf.getvalue().strip() in readme

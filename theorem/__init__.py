@@ -16,3 +16,8 @@ evaluator every hostile input goes through), and for the dichotomy: ``schedule_e
 (parsing), ``dichotomy_analysis``, ``dichotomy_certificates``, ``dichotomy_format``,
 ``lambdify_jax``; ``time_limit`` is the CLI's last-resort wall-clock guard (it only refuses).
 """
+
+if __name__ != "posbias.theorem":  # the source folder imported from the checkout as a top-level module
+    raise ImportError(f"this folder is the package posbias.theorem; import posbias.theorem (got {__name__!r}: "
+                      "a second copy beside the installed one would not share its classes)")
+
