@@ -28,15 +28,16 @@ Families of b (``FAMILIES``):
 * ``kerple-log`` (b = -r1 log(1 + r2 g)) and ``kerple-power`` (b = -r1 g^r2): linear in
   (r1, d, s) for fixed r2, so r2 is fitted by variable projection: the residual with r1, d, s
   solved exactly is a function of u = log r2 alone (r2 > 0), minimised by optax's L-BFGS from
-  the best point of a grid over r2 in [1e-3, 1e2]. r1 < 0 (a rising bias) is refitted at the
-  boundary r1 = 0 (b = 0, reported with r2 = 0).
+  the best point of a grid over r2 in [1e-3, 1e2]. r1 >= 0 is kept: of the L-BFGS point, the best
+  grid point with r1 >= 0 and b = 0 (the boundary r1 = 0, reported with r2 = 0), the one of least
+  residual is returned.
 
 Every linear solve uses normal equations built from per-diagonal sums: the Gram matrix of the
 centred features depends only on the mask and N (one (Q, Q) matrix, Q = N + 2 causal, 2N + 1
 full), the right-hand side of a head is Q sums of L~ over diagonals; no (entries x parameters)
 design is formed. Columns are scaled to unit diagonal before solving, and a system whose
 smallest scaled eigenvalue is below ``RANK_TOLERANCE`` is refused (``BiasFitError``: N too short
-for the family, e.g. N < 4). Memory: about 8 (2 Q^2 + N Q + 4 H N^2) bytes per layer, checked
+for the family, ``MIN_TOKENS``). Memory: about 8 (3 Q^2 + N Q + 4 H N^2) bytes per layer, checked
 against ``posbias.numerics.budget`` first.
 
 Floating point: the linear families reproduce noiseless planted parameters to about 1e-12
@@ -55,6 +56,10 @@ import numpy as np
 from posbias.errors import UserError
 
 FAMILIES = ("alibi", "table", "kerple-log", "kerple-power")
+MIN_TOKENS = {"alibi": 3, "table": 4, "kerple-log": 4, "kerple-power": 4}
+"""The shortest N at which each family's parameters are determined under the causal mask (alibi: three
+row-centred differences for m, d, s at N = 3; the table's gauge needs N >= 4; a Kerple r2 needs more
+equations than the three linear parameters)."""
 DEFAULT_SMOOTHNESS = 1.0
 RANK_TOLERANCE = 1e-12
 R2_GRID = np.geomspace(1e-3, 1e2, 61)
@@ -229,7 +234,7 @@ def _with_ds(b_map: np.ndarray) -> np.ndarray:
 
 
 def _solve(design: _Design, full_map: np.ndarray, rhs_raw: np.ndarray, penalty: np.ndarray | None,
-           what: str) -> np.ndarray:
+           what: str, minimum: int) -> np.ndarray:
     """Least squares (H, P) for every head: (E^T G E + penalty) theta = E^T rhs, columns scaled to a
     unit diagonal; refuses a rank-deficient system."""
     gram = full_map.T @ design.gram @ full_map
@@ -242,7 +247,7 @@ def _solve(design: _Design, full_map: np.ndarray, rhs_raw: np.ndarray, penalty: 
     eig = np.linalg.eigvalsh(scaled)
     if eig[0] < RANK_TOLERANCE * eig[-1]:
         raise BiasFitError(f"{what}: the logits at N = {design.num_tokens} do not determine the fit "
-                           f"(smallest scaled eigenvalue {eig[0]:.3g}); expected N >= 4")
+                           f"(smallest scaled eigenvalue {eig[0]:.3g}); expected N >= {minimum}")
     rhs = rhs_raw @ full_map / scale
     return np.linalg.solve(scaled, rhs.T).T / scale
 
@@ -274,10 +279,10 @@ def _kerple_shape(family: str, g, r2, xp=np):
 
 def _fit_alibi(design, centred, rhs_raw, what):
     g = _distance_values(design.num_tokens, design.causal)
-    theta = _solve(design, _with_ds(-g[:, None]), rhs_raw, None, what)
+    theta = _solve(design, _with_ds(-g[:, None]), rhs_raw, None, what, MIN_TOKENS["alibi"])
     rising = theta[:, 0] < 0
     if rising.any():   # m >= 0: the constrained optimum of a rising line is m = 0
-        ds = _solve(design, _with_ds(np.zeros((g.size, 0))), rhs_raw[rising], None, what)
+        ds = _solve(design, _with_ds(np.zeros((g.size, 0))), rhs_raw[rising], None, what, MIN_TOKENS["alibi"])
         theta[rising] = np.column_stack([np.zeros(rising.sum()), ds])
     raw = np.concatenate([-theta[:, :1] * g, theta[:, 1:]], axis=1)
     return theta[:, :1], theta[:, 1], theta[:, 2], raw
@@ -292,7 +297,7 @@ def _fit_table(design, centred, rhs_raw, smoothness, what):
         diff = _second_differences(n, causal) @ b_map
         penalty = np.zeros((full_map.shape[1],) * 2)
         penalty[:-2, :-2] = smoothness * diff.T @ diff
-    theta = _solve(design, full_map, rhs_raw, penalty, what)
+    theta = _solve(design, full_map, rhs_raw, penalty, what, MIN_TOKENS["table"])
     values = theta[:, :-2] @ b_map.T   # (H, distances)
     if causal:
         params = values
@@ -344,8 +349,9 @@ def _refiner(family: str):
 
 
 def _grid_losses(family, g, design, rhs_raw, totals, what):
-    """(grid, H) projected residual SS at every r2 of ``R2_GRID``."""
+    """(grid, H) projected residual SS at every r2 of ``R2_GRID``, and (grid, H) whether r1 < 0 there."""
     out = np.full((R2_GRID.size, rhs_raw.shape[0]), np.inf)
+    rising = np.ones_like(out, bool)
     for k, r2 in enumerate(R2_GRID):
         phi = _kerple_shape(family, g, r2)
         e = _with_ds(-(phi / np.linalg.norm(phi))[:, None])
@@ -356,19 +362,33 @@ def _grid_losses(family, g, design, rhs_raw, totals, what):
         except np.linalg.LinAlgError:
             continue
         out[k] = totals - np.einsum("hp,ph->h", r, coef)
+        rising[k] = coef[0] < 0
     if not np.isfinite(out).any(axis=0).all():
         raise BiasFitError(f"{what}: no r2 on the grid gives a solvable fit at N = {design.num_tokens}")
-    return out
+    return out, rising
+
+
+def _kerple_at(design, g, rhs, total, family, r2, what):
+    """(r1, d, s, SS_res) of one head (rhs (1, Q)) at a fixed r2 > 0, or None where r1 < 0."""
+    phi = _kerple_shape(family, g, r2)
+    full_map = _with_ds(-phi[:, None])
+    theta = _solve(design, full_map, rhs, None, what, MIN_TOKENS[family])[0]
+    if theta[0] < 0:
+        return None
+    return theta, float(total - theta @ (rhs[0] @ full_map))
 
 
 def _fit_kerple(design, centred, rhs_raw, family, what):
+    """Variable projection (module docstring). Per head the candidates are the L-BFGS point and the best grid
+    point with r1 >= 0; the one of least residual wins, and b = 0 (r1 = r2 = 0) when neither has r1 >= 0 or
+    b = 0 fits better (the constraint r1 >= 0 active)."""
     import jax
     import jax.numpy as jnp
 
     n, causal = design.num_tokens, design.causal
     g = _distance_values(n, causal)
     totals = (centred ** 2).sum(axis=(-2, -1))
-    grid = _grid_losses(family, g, design, rhs_raw, totals, what)
+    grid, rising = _grid_losses(family, g, design, rhs_raw, totals, what)
     start = np.log(R2_GRID[np.argmin(grid, axis=0)])
     with jax.enable_x64(True):
         u, value = _refiner(family)(jnp.asarray(start[:, None]), jnp.asarray(g), jnp.asarray(design.gram),
@@ -376,21 +396,26 @@ def _fit_kerple(design, centred, rhs_raw, family, what):
         u, value = np.asarray(u, np.float64)[:, 0], np.asarray(value, np.float64)
     with np.errstate(over="ignore"):
         refined = np.exp(u)
-    # the grid point where L-BFGS left the finite range or did no better
-    good = np.isfinite(value) & np.isfinite(refined) & (refined > 0) & (value <= grid.min(axis=0))
-    r2 = np.where(good, refined, np.exp(start))
-    params = np.empty((rhs_raw.shape[0], 2))
-    diagonal, sink = np.empty(rhs_raw.shape[0]), np.empty(rhs_raw.shape[0])
-    raw = np.empty((rhs_raw.shape[0], design.size))
-    for h in range(rhs_raw.shape[0]):
-        phi = _kerple_shape(family, g, r2[h])
-        theta = _solve(design, _with_ds(-phi[:, None]), rhs_raw[h:h + 1], None, what)[0]
-        if theta[0] < 0:   # r1 >= 0: a rising bias is refitted with b = 0
-            ds = _solve(design, _with_ds(np.zeros((g.size, 0))), rhs_raw[h:h + 1], None, what)[0]
-            theta, r2[h], phi = np.array([0.0, ds[0], ds[1]]), 0.0, np.zeros_like(g)
-        params[h] = theta[0], r2[h]
-        diagonal[h], sink[h] = theta[1], theta[2]
-        raw[h] = np.concatenate([-theta[0] * phi, theta[1:]])
+    constrained = np.where(rising, np.inf, grid)
+    heads = rhs_raw.shape[0]
+    params, diagonal, sink = np.empty((heads, 2)), np.empty(heads), np.empty(heads)
+    raw = np.empty((heads, design.size))
+    flat_map = _with_ds(np.zeros((g.size, 0)))
+    for h in range(heads):
+        rhs = rhs_raw[h:h + 1]
+        ds = _solve(design, flat_map, rhs, None, what, MIN_TOKENS[family])[0]
+        best = (0.0, 0.0, ds[0], ds[1], float(totals[h] - ds @ (rhs[0] @ flat_map)))
+        candidates = [R2_GRID[np.argmin(constrained[:, h])]] if np.isfinite(constrained[:, h]).any() else []
+        if np.isfinite(value[h]) and np.isfinite(refined[h]) and refined[h] > 0:
+            candidates.append(refined[h])
+        for r2 in candidates:
+            found = _kerple_at(design, g, rhs, totals[h], family, float(r2), what)
+            if found is not None and found[1] < best[4]:
+                best = (found[0][0], float(r2), found[0][1], found[0][2], found[1])
+        r1, r2, diagonal[h], sink[h], _ = best
+        params[h] = r1, r2
+        phi = _kerple_shape(family, g, r2) if r2 > 0 else np.zeros_like(g)
+        raw[h] = np.concatenate([-r1 * phi, [diagonal[h], sink[h]]])
     return params, diagonal, sink, raw
 
 
@@ -421,6 +446,9 @@ def fit_bias(logits_of_layer, num_layers: int, num_heads: int, num_tokens: int, 
 
     check_family(family, smoothness)
     t, h, n = int(num_layers), int(num_heads), int(num_tokens)
+    if n < MIN_TOKENS[family]:
+        raise BiasFitError(f"{family} bias fit: the logits at N = {n} do not determine the fit; "
+                           f"expected N >= {MIN_TOKENS[family]}")
     if isinstance(logits_of_layer, np.ndarray):
         array = logits_of_layer
         if array.shape != (t, h, n, n):
