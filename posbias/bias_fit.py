@@ -482,7 +482,9 @@ def fit_bias(logits_of_layer, num_layers: int, num_heads: int, num_tokens: int, 
 
 def pre_softmax_logits(content_mean: np.ndarray, scales, slopes, layer: int) -> np.ndarray:
     """(H, N, N) of layer t: s_t times the mean raw content q.k plus the ALiBi term -m_h |i - j| (module
-    docstring; slopes 0 for rotary and learned positions, whose content already carries the positions)."""
+    docstring; slopes 0 for rotary and learned positions, whose content already carries the positions).
+    Falcon's bfloat16 ALiBi term differs from -m_h (i - j) by a row constant (ignored by the softmax and
+    the fit) and its rounding, 2^-8 relative (``posbias.hf.forward.position_term``)."""
     content = np.asarray(content_mean[layer], np.float64)
     n = content.shape[-1]
     distance = np.abs(np.subtract.outer(np.arange(n), np.arange(n))).astype(np.float64)

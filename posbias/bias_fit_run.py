@@ -117,6 +117,8 @@ def run(args) -> int:
         raise BiasFitError(f"{args.measured}: a measurement folder takes no CONFIG (the model is the measurement's); "
                            "give the folder alone")
     family = args.bias or "table"
+    if args.smoothness is not None and family != "table":
+        raise BiasFitError(f"--smoothness: applies to --bias table only, not to --bias {family}")
     smoothness = DEFAULT_SMOOTHNESS if args.smoothness is None else args.smoothness
     check_family(family, smoothness)
     measured = read_measurement(args.measured)

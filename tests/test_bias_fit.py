@@ -259,10 +259,12 @@ def test_alibi_fixtures_fit_recovers_the_true_slopes(family):
             assert abs(fit.parameters[layer, head, 0] - m.slopes[head]) <= bound * (1 + 1e-9) + 1e-12
 
 
-def test_measurement_logits_are_the_softmax_input():
-    """pre_softmax_logits reproduces what the softmax of a BLOOM fixture sees: softmax over j <= i equals the
-    measured attention of a single-sequence measurement (S = 1, so the mean is that sequence's)."""
-    ck, m = _measure_fixture("bloom", sequences=1)
+@pytest.mark.parametrize("family", ["bloom", "llama", "gpt2"])
+def test_measurement_logits_are_the_softmax_input(family):
+    """pre_softmax_logits reproduces what the softmax sees (ALiBi: BLOOM; rotary: Llama, the rotated q.k; learned
+    positions: GPT-2): softmax over j <= i equals the measured attention of a single-sequence measurement
+    (S = 1, so the mean is that sequence's)."""
+    ck, m = _measure_fixture(family, sequences=1)
     n = m.num_tokens
     for layer in range(len(m.lambdas)):
         logits = pre_softmax_logits(m.content_mean, m.scales, m.slopes, layer)
@@ -377,6 +379,7 @@ def test_fit_command_on_a_measurement_folder(measured_folder, tmp_path, capsys):
     (["MEASURED", "--bias", "t5"], "invalid choice: 't5'"),
     (["MEASURED", "--smoothness", "-1"], "--smoothness: -1.0, expected a finite value >= 0"),
     (["MEASURED", "model.yaml"], "a measurement folder takes no CONFIG"),
+    (["MEASURED", "--bias", "alibi", "--smoothness", "1"], "--smoothness: applies to --bias table only"),
     (["profile.csv", "--bias", "alibi"], "apply to a posbias measure folder"),
     (["profile.csv"], "a measured profile needs CONFIG"),
 ])
@@ -392,3 +395,23 @@ def test_fit_command_refusals_are_one_line_exit_2(measured_folder, tmp_path, cap
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert not out.exists()
+
+
+def test_validate_command_shows_panel_i_on_a_hf_fixture(tmp_path, capsys):
+    """The done-criterion on the --checkpoint route: report.json and report.md carry panel (i), its profile
+    is written and sums to 1, and its W1 is that of the written profile against the written influence."""
+    from scipy.stats import wasserstein_distance
+
+    from posbias.cli import main
+
+    out = tmp_path / "v"
+    assert main(["validate", "--checkpoint", str(FIXTURES / "bloom"), "--lengths", "12", "--samples", "2",
+                 "--out", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert "i" in report["12"]
+    p = np.loadtxt(out / "profiles" / "12" / "i.csv", delimiter=",", skiprows=1)[:, 1]
+    d = np.loadtxt(out / "profiles" / "12" / "d.csv", delimiter=",", skiprows=1)[:, 1]
+    assert p.size == 12 and abs(p.sum() - 1) < 1e-12 and p.min() >= 0
+    x = np.arange(12)
+    assert report["12"]["i"]["w1"] == pytest.approx(wasserstein_distance(x, x, d, p) / 11, abs=1e-12)
+    assert "| (i) | fitted relative bias" in (out / "report.md").read_text()
