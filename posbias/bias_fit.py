@@ -496,6 +496,8 @@ def fit_measurement(m, *, family: str = "table", smoothness: float = DEFAULT_SMO
     per-layer softmax scales, slopes and mask)."""
     if m.scales is None:
         raise BiasFitError("measurement: no per-layer softmax scales recorded (measured by an older posbias)")
+    if m.logits_note:
+        raise BiasFitError(f"measurement: no bias fit: {m.logits_note}")
     t, h, n, _ = m.content_mean.shape
     return fit_bias(lambda layer: pre_softmax_logits(m.content_mean, m.scales, m.slopes, layer), t, h, n,
                     family=family, causal=m.causal, smoothness=smoothness)

@@ -2,7 +2,8 @@
 written by ``posbias measure``, and the files it writes.
 
 The folder gives the mean raw content logits (T, H, N, N), the per-layer softmax scales s_t, the ALiBi
-slopes, the mask and the measured lambda_t: ``attention.npz`` and ``kernels.npz`` of a ``posbias train``
+slopes, the mask, the measured lambda_t and ``logits_note`` (a measurement whose content is not what the
+softmax sees is refused with that reason, e.g. BLOOM through the transformers backend): ``attention.npz`` and ``kernels.npz`` of a ``posbias train``
 model's measurement, or ``kernels.npz`` alone of a Hugging Face checkpoint's. Written with
 ``posbias.files.write_run`` (all or none):
 
@@ -66,15 +67,18 @@ def read_measurement(folder: Path) -> MeasuredLogits:
     folder = Path(folder)
     attention, kernels = folder / "attention.npz", folder / "kernels.npz"
     if attention.is_file():
-        a = _arrays(attention, ("content_logits", "scales", "slopes", "causal"), folder)
+        a = _arrays(attention, ("content_logits", "scales", "slopes", "causal", "logits_note"), folder)
         lam = _arrays(kernels, ("lambdas",), folder) if kernels.is_file() else None
         if lam is None:
             raise BiasFitError(f"{folder}: no kernels.npz beside attention.npz (not a complete posbias measure folder)")
         a["lambdas"] = lam["lambdas"]
     elif kernels.is_file():
-        a = _arrays(kernels, ("content_logits", "scales", "slopes", "causal", "lambdas"), folder)
+        a = _arrays(kernels, ("content_logits", "scales", "slopes", "causal", "logits_note", "lambdas"), folder)
     else:
         raise BiasFitError(f"{folder}: not a folder written by posbias measure (no attention.npz or kernels.npz)")
+    note = str(np.asarray(a["logits_note"]).item())
+    if note:
+        raise BiasFitError(f"{folder}: no bias fit: {note}")
     content = np.asarray(a["content_logits"], np.float64)
     if content.ndim != 4 or content.shape[2] != content.shape[3] or min(content.shape) < 1:
         raise BiasFitError(f"{folder}: content_logits has shape {content.shape}, expected (T, H, N, N)")

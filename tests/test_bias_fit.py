@@ -415,3 +415,41 @@ def test_validate_command_shows_panel_i_on_a_hf_fixture(tmp_path, capsys):
     x = np.arange(12)
     assert report["12"]["i"]["w1"] == pytest.approx(wasserstein_distance(x, x, d, p) / 11, abs=1e-12)
     assert "| (i) | fitted relative bias" in (out / "report.md").read_text()
+
+
+def test_sliding_window_measurement_is_refused_where_the_window_binds():
+    """Mistral's fixture reads keys i - 5 < j <= i: at N = 16 the causal entries beyond the window are not what
+    the softmax sees, so the fit (and panel (i)) refuses; at N = 5 the window does not bind and the fit runs."""
+    from posbias.hf import checkpoint, weights
+    from posbias.hf.measure import measure
+    from posbias.validate_panels import bias_prediction
+
+    ck = checkpoint.load(FIXTURES / "mistral")
+    ids = np.load(FIXTURES / "mistral" / "expected.npz")["input_ids"].astype(np.int32)
+    params = weights.params(ck, np.float64)
+    m = measure(params, ck.spec, ids[None, :16], influence=False)
+    with pytest.raises(BiasFitError, match="sliding window of 5 tokens is shorter than N = 16"):
+        fit_measurement(m)
+    with pytest.raises(BiasFitError, match="sliding window"):
+        bias_prediction(m)
+    short = measure(params, ck.spec, ids[None, :5], influence=False)
+    assert short.logits_note == "" and fit_measurement(short).r2.shape == (2, ck.spec.heads)
+
+
+def test_transformers_backend_bloom_is_refused_in_one_line(tmp_path, capsys):
+    """BLOOM through the transformers backend records q.k without its ALiBi term (slopes 0): measure still
+    writes its set, bias_fit.json says why there is no fit, and posbias fit on the folder exits 2 in one line."""
+    pytest.importorskip("torch")   # the optional backend, as tests/test_torch_backend.py
+    pytest.importorskip("transformers")
+    from posbias.cli import main
+
+    out = tmp_path / "pt"
+    assert main(["measure", str(FIXTURES / "bloom"), "--backend", "transformers", "--tokens", "8", "--samples", "1",
+                 "--quiet", "--out", str(out)]) == 0
+    record = json.loads((out / "bias_fit.json").read_text())
+    assert sorted(record) == ["refused"] and "transformers backend records only" in record["refused"]
+    capsys.readouterr()
+    assert main(["fit", str(out), "--out", str(tmp_path / "fit")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no bias fit: the transformers backend" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "fit").exists()

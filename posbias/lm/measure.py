@@ -79,6 +79,8 @@ class Measurement:
     value_norms: np.ndarray | None = None    # (T, H, N) ||W_O^h v_hj||, mean over sequences
     scales: np.ndarray | None = None         # (T,) the softmax's factor s_t on the raw q.k of layer t
     causal: bool = True                      # the softmax's mask: causal (j <= i) or full
+    logits_note: str = ""                    # why scales * content - slopes (i - j) on that mask is not what the
+                                             # softmax sees ("" when it is; posbias.bias_fit then refuses)
 
 
 def bytes_per_sequence(config: ModelConfig, num_tokens: int, itemsize: int = 8) -> int:

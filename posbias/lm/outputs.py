@@ -9,7 +9,8 @@
   (T,): the ``posbias rollout --kernels`` format;
 * ``attention.npz``: ``per_head`` (T, H, N, N), ``content_logits`` (T, H, N, N) mean raw
   q.k, ``slopes`` (H,), ``grad_norms`` (S, N), ``lambda_per_sequence`` (S, T), ``scales`` (T,) the softmax's
-  per-layer factor s_t and ``causal`` (the mask; what ``posbias fit MEASUREMENT_DIR`` reads);
+  per-layer factor s_t, ``causal`` (the mask) and ``logits_note`` ("" or why the bias fit is refused): what
+  ``posbias fit MEASUREMENT_DIR`` reads;
 * ``influence.csv``: ``token_position,influence,grad_norm_mean,grad_norm_sem``;
 * ``lambda.csv``: ``layer,lambda,std,std_positions,sem``;
 * ``content.csv``: ``layer,head,slope,background_raw,diagonal_raw,background_scaled,diagonal_scaled,r2``;
@@ -135,7 +136,7 @@ def render(m, *, source: str, content_scale: str, meta: dict) -> dict[str, bytes
         "kernels.npz": _npz(kernels=m.kernels, lambdas=m.lambdas),
         "attention.npz": _npz(per_head=m.kernels_per_head, content_logits=m.content_mean, slopes=m.slopes,
                               grad_norms=m.grad_norms, lambda_per_sequence=m.lambda_per_sequence,
-                              scales=m.scales, causal=np.asarray(m.causal)),
+                              scales=m.scales, causal=np.asarray(m.causal), logits_note=np.asarray(m.logits_note)),
         "influence.csv": position_csv(influence=m.influence, grad_norm_mean=m.grad_norms.mean(axis=0),
                                       grad_norm_sem=sem).encode(),
         "lambda.csv": ("\n".join(lam_lines) + "\n").encode(),
