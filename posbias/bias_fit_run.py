@@ -115,6 +115,7 @@ def run(args) -> int:
     """The bias route of ``posbias fit`` (``args.measured`` a folder)."""
     import posbias.numerics as nx
     from posbias.files import write_run
+    from posbias.numerics.stack import StackError
     from posbias.output import position_csv
 
     if args.config is not None:
@@ -127,7 +128,10 @@ def run(args) -> int:
     check_family(family, smoothness)
     measured = read_measurement(args.measured)
     fit = fit_folder(measured, family, smoothness)
-    prof = nx.profile(fit.stack(measured.lambdas), fit.num_tokens)
+    try:
+        prof = nx.profile(fit.stack(measured.lambdas), fit.num_tokens)
+    except StackError as exc:
+        raise BiasFitError(f"{args.measured}: the fitted stack is refused ({exc})") from None
     total = float(prof.probabilities.sum())
     if abs(total - 1) > 1e-9 or prof.unresolved().any():
         raise BiasFitError(f"{args.measured}: the fitted stack's profile is not determined in float64 at "

@@ -68,16 +68,22 @@ def kernel_profile(kernels, lambdas, *, causal: bool = True, label: str = "kerne
 
 
 def bias_prediction(m) -> np.ndarray:
-    """Profile (i) of one measurement (module docstring); ``posbias.bias_fit.BiasFitError`` when the
-    logits do not determine the fit at this N."""
+    """Profile (i) of one measurement (module docstring). ``posbias.bias_fit.BiasFitError`` (validate omits the
+    panel with a note, the measured panels stand) when the logits do not determine the fit at this N, the
+    measurement's content is not what the softmax sees (``Measurement.logits_note``), the fitted stack is
+    refused (``StackError``: e.g. a logit beyond the engines' range) or its profile is not determined in
+    float64."""
     import posbias.numerics as nx
-    from posbias.bias_fit import fit_measurement
-    from posbias.validate import ValidateError
+    from posbias.bias_fit import BiasFitError, fit_measurement
+    from posbias.numerics.stack import StackError
 
-    prof = nx.profile(fit_measurement(m).stack(np.asarray(m.lambdas, np.float64)), m.num_tokens)
+    try:
+        prof = nx.profile(fit_measurement(m).stack(np.asarray(m.lambdas, np.float64)), m.num_tokens)
+    except StackError as exc:
+        raise BiasFitError(f"panel (i): the fitted stack is refused ({exc})") from None
     total = prof.probabilities.sum()
     if abs(total - 1) > 1e-9 or prof.unresolved().any():
-        raise ValidateError(f"panel (i): the profile is not determined in float64 at N = {m.num_tokens}")
+        raise BiasFitError(f"panel (i): the profile is not determined in float64 at N = {m.num_tokens}")
     return prof.probabilities / total
 
 

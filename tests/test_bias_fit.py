@@ -453,3 +453,23 @@ def test_transformers_backend_bloom_is_refused_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "no bias fit: the transformers backend" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "fit").exists()
+
+
+def test_fit_command_alibi_json_matches_dense_least_squares(measured_folder, tmp_path, capsys):
+    """posbias fit FOLDER --bias alibi --json: every head's slope is the dense lstsq slope (row dummies) of the
+    folder's own arrays, s_t content - m (i - j), clipped at 0; the profile written sums to 1."""
+    from posbias.cli import main
+
+    assert main(["fit", str(measured_folder), "--bias", "alibi", "--json", "--out", str(tmp_path / "a")]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["family"] == "alibi" and record["parameter_names"] == ["slope"]
+    with np.load(measured_folder / "kernels.npz") as k:
+        content, scales, slopes = k["content_logits"], k["scales"], k["slopes"]
+    n = content.shape[-1]
+    i, j = np.indices((n, n))
+    for layer in range(content.shape[0]):
+        for head in range(content.shape[1]):
+            dense = _dense_alibi_slope(scales[layer] * content[layer, head] - slopes[head] * (i - j))
+            assert record["parameters"][layer][head][0] == pytest.approx(max(dense, 0.0), abs=1e-10)
+    prof = np.loadtxt(tmp_path / "a" / "fitted_bias_profile.csv", delimiter=",", skiprows=1)[:, 1]
+    assert abs(prof.sum() - 1) < 1e-12
