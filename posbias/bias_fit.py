@@ -428,6 +428,7 @@ def memory_bytes(num_heads: int, num_tokens: int, causal: bool) -> int:
 
 
 def check_family(family: str, smoothness: float) -> None:
+    """Refuse (``BiasFitError``, one line) a family outside ``FAMILIES`` or a smoothness that is not finite and >= 0."""
     if family not in FAMILIES:
         raise BiasFitError(f"--bias: unknown family {family!r}, expected one of {', '.join(FAMILIES)}")
     if not (math.isfinite(smoothness) and smoothness >= 0):
@@ -441,7 +442,16 @@ def fit_bias(logits_of_layer, num_layers: int, num_heads: int, num_tokens: int, 
     ``logits_of_layer(t)`` returns layer t's logits (an (T, H, N, N) array may be passed as is);
     entries outside the mask are ignored. ``smoothness`` is the table's alpha (other families
     ignore it). Refused (``BiasFitError``): an unknown family, alpha < 0, non-finite logits on
-    allowed entries, a memory estimate over the limit, N too short for the family."""
+    allowed entries, a memory estimate over the limit, N too short for the family.
+
+    Examples
+    --------
+    >>> i, j = np.indices((6, 6))
+    >>> logits = -0.5 * (i - j) + 1.0 * (i == j) + 0.25 * (j == 0) + 3.0 * i   # row offsets c_i = 3 i
+    >>> fit = fit_bias(logits[None, None], 1, 1, 6, family="alibi")
+    >>> [round(float(x), 12) for x in (fit.parameters[0, 0, 0], fit.diagonal[0, 0], fit.sink[0, 0], fit.r2[0, 0])]
+    [0.5, 1.0, 0.25, 1.0]
+    """
     from posbias.numerics import budget
 
     check_family(family, smoothness)

@@ -3,8 +3,9 @@ written by ``posbias measure``, and the files it writes.
 
 The folder gives the mean raw content logits (T, H, N, N), the per-layer softmax scales s_t, the ALiBi
 slopes, the mask, the measured lambda_t and ``logits_note`` (a measurement whose content is not what the
-softmax sees is refused with that reason, e.g. BLOOM through the transformers backend): ``attention.npz`` and ``kernels.npz`` of a ``posbias train``
-model's measurement, or ``kernels.npz`` alone of a Hugging Face checkpoint's. Written with
+softmax sees is refused with that reason, e.g. BLOOM through the transformers backend): ``attention.npz``
+and ``kernels.npz`` of a ``posbias train`` model's measurement, or ``kernels.npz`` alone of a Hugging Face
+checkpoint's. Written with
 ``posbias.files.write_run`` (all or none):
 
 * ``fitted_bias.json``: the folder, the family, the smoothness, per layer and head the parameters, d, s
