@@ -44,11 +44,12 @@ ROLLOUT_FILES = ("profile.csv", "summary.json", "profile.png", "log_profile.csv"
 DEMO_FILES = ("profiles.png", "summaries.md", "summaries.json")
 COMPARE_FILES = ("compare.json", "compare.png")
 FIT_FILES = ("fit.json", "fitted_profile.csv", "fit.png")
+BIAS_FIT_FILES = ("fitted_bias.json", "fitted_bias.csv", "fitted_bias_profile.csv")
 MEASURE_FILES = ("rollout.yaml", "kernels.npz", "attention.npz", "influence.csv", "lambda.csv", "content.csv",
-                 "measure.json", "lambda.png")
-HF_MEASURE_FILES = ("config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json")
+                 "measure.json", "lambda.png", "bias_fit.json")
+HF_MEASURE_FILES = ("config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json", "bias_fit.json")
 VALIDATE_FILES = ("report.json", "report.md", "validate.png", "profiles/*/*.csv", "kernels/*.npz")
-FILE_SETS = (ROLLOUT_FILES, DEMO_FILES, COMPARE_FILES, FIT_FILES, MEASURE_FILES, HF_MEASURE_FILES, VALIDATE_FILES)
+FILE_SETS = (ROLLOUT_FILES, DEMO_FILES, COMPARE_FILES, FIT_FILES, BIAS_FIT_FILES, MEASURE_FILES, HF_MEASURE_FILES, VALIDATE_FILES)
 """The files one run of a command may write (``*``: any name within one folder, e.g. validate's
 profiles/<N>/<panel>.csv). A run that writes a file of a set removes the rest of that set left by an
 earlier run (e.g. diagonal.csv of an earlier --diagonal run, or profiles/12/ of an earlier

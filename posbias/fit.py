@@ -42,6 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from posbias import argtypes
+from posbias.bias_fit import DEFAULT_SMOOTHNESS, FAMILIES
+from posbias.bias_fit_run import is_measurement
 from posbias.errors import UserError
 
 DIAGONAL_MODES = ("none", "pooled", "per-layer")
@@ -296,6 +298,9 @@ EPILOG = """\
 examples:
   posbias fit influence.csv model.yaml                       (pooled d and temperature)
   posbias fit influence.csv model.yaml --diagonal per-layer --lambda-scale --heldout influence-512.csv
+  posbias fit out/measure --bias table --smoothness 0.5 --out out/bias   (a posbias measure folder: fit
+      b_h(g) + d_h [i = j] + s_h [j = 0] to each head's mean pre-softmax logits; families alibi, table,
+      kerple-log, kerple-power; writes fitted_bias.json, fitted_bias.csv, fitted_bias_profile.csv)
 """
 
 
@@ -304,10 +309,18 @@ def add_parser(subparsers) -> None:
         "fit", help="fit content diagonal / temperature / lambda scale to a measured profile (W1, optax)",
         description="Fit the parameters the theory leaves free to a measured profile by minimising W1 / (N-1) "
                     "with Adam (optax), gradients through the differentiable dense profile. Writes fit.json, "
-                    "fitted_profile.csv and fit.png to --out.",
+                    "fitted_profile.csv and fit.png to --out. Given a posbias measure folder instead, fit a "
+                    "relative bias to each head's mean pre-softmax logits (--bias, --smoothness).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("measured", type=Path, help="measured profile CSV (token_position,probability); N is its length")
-    p.add_argument("config", type=Path, help="the model: a rollout YAML (mask, slopes, lambda schedule, content)")
+    p.add_argument("measured", type=Path, help="measured profile CSV (token_position,probability); N is its length; "
+                                               "or a posbias measure folder (the relative-bias fit, --bias)")
+    p.add_argument("config", type=Path, nargs="?",
+                   help="the model: a rollout YAML (mask, slopes, lambda schedule, content); not with a folder")
+    bias = p.add_argument_group("relative-bias fit of a posbias measure folder (posbias.bias_fit, THEORY.md C7)")
+    bias.add_argument("--bias", choices=FAMILIES, metavar="FAMILY",
+                      help=f"the family of b_h(g): {', '.join(FAMILIES)} (default table)")
+    bias.add_argument("--smoothness", type=float, metavar="ALPHA",
+                      help=f"table: the second-difference penalty alpha >= 0 (default {DEFAULT_SMOOTHNESS:g})")
     p.add_argument("--diagonal", choices=DIAGONAL_MODES, default="pooled",
                    help="free content diagonal: one value (pooled, default), one per layer, or none")
     p.add_argument("--no-temperature", dest="temperature", action="store_false", help="keep the temperature fixed")
@@ -333,6 +346,15 @@ def run(args) -> int:
     from posbias.output import position_csv
     from posbias.run import progress_bar
 
+    if is_measurement(args.measured):
+        from posbias import bias_fit_run
+
+        return bias_fit_run.run(args)
+    if args.bias is not None or args.smoothness is not None:
+        raise FitError(f"--bias, --smoothness: apply to a posbias measure folder, and {args.measured} is not a folder")
+    if args.config is None:
+        raise FitError(f"{args.measured}: a measured profile needs CONFIG, the model's rollout YAML "
+                       "(posbias fit MEASURED.csv CONFIG)")
     spec = FitSpec(args.diagonal, args.temperature, args.content_scale, args.lambda_scale, args.steps,
                    args.learning_rate)
     measured = read_profile(args.measured)

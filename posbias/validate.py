@@ -10,7 +10,9 @@ compared with four predictions:
 (c) (b) plus the measured content diagonal d, as the softmax sees it: s_t d_raw with s_t
     the layer's logit scale (``ContentFit.diagonal_scaled``; 1/sqrt(d_head) by default) (C4);
 (d) measured influence ||d p_top1 / d e_j|| (posbias.lm.measure, posbias.hf.measure);
-(e) the rollout of the measured, data-set-averaged kernels with the measured lambda_t.
+(e) the rollout of the measured, data-set-averaged kernels with the measured lambda_t;
+(i) the rollout of the relative bias fitted to the measured pre-softmax logits, with the measured
+    lambda_t (``posbias.validate_panels``, ``posbias.bias_fit``).
 
 The slopes are those the softmax sees (``posbias.hf.forward.slopes`` for checkpoints): zero
 for learned absolute positions, where (a) and (b) are rollouts of the mask alone. Decoders
@@ -359,7 +361,8 @@ def run(args) -> int:
     from posbias.files import check_out, write_run
     from posbias.output import position_csv
     from posbias.run import progress_bar
-    from posbias.validate_panels import extra_predictions, kernels_npz, mark_flat, sink_diagnostics
+    from posbias.bias_fit import BiasFitError
+    from posbias.validate_panels import bias_prediction, extra_predictions, kernels_npz, mark_flat, sink_diagnostics
     from posbias.validate_panels import figure as variants_figure
 
     if args.samples < 1:
@@ -391,6 +394,10 @@ def run(args) -> int:
             m = measure(sequences[n], batches[n], update)
         panels = predictions(m, subject.slopes, causal=subject.causal)
         panels.update(extra_predictions(m, causal=subject.causal))
+        try:
+            panels["i"] = bias_prediction(m)
+        except BiasFitError as exc:
+            notes += (f"N = {n}: panel (i) omitted: {exc}.",)
         panels["d"] = m.influence
         keys = [k for k in PREDICTIONS + VARIANT_PREDICTIONS if k in panels]
         report[str(n)] = mark_flat(score(m.influence, {k: panels[k] for k in keys}))

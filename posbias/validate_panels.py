@@ -9,6 +9,12 @@ of a rollout, p = e_{N-1}^T R^(T-1) ... R^(0), R^(t) = (1 - lambda_t) I + lambda
     sequence and head A_hij ||W_O^h v_hj||, rows renormalised, the head mean, the data-set mean
     (``posbias.lm.measure.value_weighted``), with the measured lambda_t;
 (h) (g) attention-only (lambda_t = 1);
+(i) the fitted relative bias (``posbias.bias_fit``, THEORY.md C7): every head's mean pre-softmax logits
+    (scaled content plus the ALiBi term) fitted as c_i + b_h(g) + d_h [i = j] + s_h [j = 0] with the
+    table family (default smoothness), the fitted ``BiasStack`` rolled out by the bias engine
+    (``posbias.numerics.profile``) with the measured lambda_t: the structural prediction from the
+    per-head bias alone, for ALiBi, rotary and learned-position models alike (omitted, with a note,
+    at an N too short to determine the fit);
 baselines, scored like the predictions so that every table says what "better than nothing" is:
 (uniform) uniform attention with the measured lambda_t: under a causal mask the Cesàro kernel
     C_ij = 1/(i+1), j <= i, whose rollout has THEORY.md's exact closed form ("An exact closed form");
@@ -39,10 +45,11 @@ PANELS = {
     "f": "measured kernels, attention-only (lambda = 1)",
     "g": "value-norm-weighted kernels, measured lambda",
     "h": "value-norm-weighted kernels, attention-only",
+    "i": "fitted relative bias (b_h(g) + d_h + s_h), measured lambda",
     "uniform": "baseline: uniform attention (causal: Cesàro), measured lambda",
     "flat": "baseline: flat 1/N",
 }
-PREDICTIONS = ("f", "g", "h", "uniform", "flat")
+PREDICTIONS = ("f", "g", "h", "i", "uniform", "flat")
 BASELINES = ("uniform", "flat")
 
 
@@ -57,6 +64,26 @@ def kernel_profile(kernels, lambdas, *, causal: bool = True, label: str = "kerne
     total = prof.probabilities.sum()
     if abs(total - 1) > 1e-9 or prof.unresolved().any():
         raise ValidateError(f"panel ({label}): the profile is not determined in float64 at N = {kernels.shape[-1]}")
+    return prof.probabilities / total
+
+
+def bias_prediction(m) -> np.ndarray:
+    """Profile (i) of one measurement (module docstring). ``posbias.bias_fit.BiasFitError`` (validate omits the
+    panel with a note, the measured panels stand) when the logits do not determine the fit at this N, the
+    measurement's content is not what the softmax sees (``Measurement.logits_note``), the fitted stack is
+    refused (``StackError``: e.g. a logit beyond the engines' range) or its profile is not determined in
+    float64."""
+    import posbias.numerics as nx
+    from posbias.bias_fit import BiasFitError, fit_measurement
+    from posbias.numerics.stack import StackError
+
+    try:
+        prof = nx.profile(fit_measurement(m).stack(np.asarray(m.lambdas, np.float64)), m.num_tokens)
+    except StackError as exc:
+        raise BiasFitError(f"panel (i): the fitted stack is refused ({exc})") from None
+    total = prof.probabilities.sum()
+    if abs(total - 1) > 1e-9 or prof.unresolved().any():
+        raise BiasFitError(f"panel (i): the profile is not determined in float64 at N = {m.num_tokens}")
     return prof.probabilities / total
 
 
@@ -150,14 +177,14 @@ def figure(panels_by_n: dict[int, dict[str, np.ndarray]], sinks_by_n: dict[int, 
                 ax.set_ylabel("p(j)")
         ax = axes[r][4]
         ax.plot(x, panels["d"], color="C3", lw=1.6, label="(d) measured")
-        for i, key in enumerate(k for k in ("e", "f", "g", "h", "uniform", "flat") if k in panels):
-            ax.plot(x, panels[key], lw=1.0, ls="-" if key in ("e", "g") else "--", color=f"C{(i + 4) % 10}",
+        for i, key in enumerate(k for k in ("e", "f", "g", "h", "i", "uniform", "flat") if k in panels):
+            ax.plot(x, panels[key], lw=1.0, ls="-" if key in ("e", "g", "i") else "--", color=f"C{(i + 4) % 10}",
                     label=f"({key})")
         ax.set_yscale("log")
         measured = panels["d"][panels["d"] > 0]
         if measured.size:   # the view of (d): a collapsed attention-only rollout would squash it to a line
             ax.set_ylim(bottom=measured.min() * 1e-3)
-        ax.set_title(f"kernel variants and baselines, N = {n}", fontsize=9)
+        ax.set_title(f"kernel variants, fitted bias (i) and baselines, N = {n}", fontsize=9)
         ax.set_xlabel("token position j")
         ax.legend(fontsize=6, loc="best")
         ax = axes[r][5]

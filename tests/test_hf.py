@@ -278,7 +278,7 @@ def test_measure_command_writes_the_set_rollout_reads(tmp_path, capsys, family):
     assert main([str(FIXTURES / family), "--data", str(data), "--tokens", "10", "--samples", "3",
                  "--out", str(out), "--quiet"]) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json"])
+        ["config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json", "bias_fit.json"])
     lines = (out / "lambdas.csv").read_text().splitlines()
     assert lines[0] == "layer,mean,std" and len(lines) == 3
     report = json.loads((out / "report.json").read_text())

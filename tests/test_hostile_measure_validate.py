@@ -41,7 +41,7 @@ from tests.peak import peak_rss
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 CONSOLE = Path(sys.executable).with_name("posbias")
-HF_SET = {"config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json"}
+HF_SET = {"config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json", "bias_fit.json"}
 VALIDATE_TOP = {"report.json", "report.md", "validate.png", "profiles", "kernels"}
 TOL = 1e-5   # float32 fixture tensors against a float64 measurement (as tests/test_hf.py)
 

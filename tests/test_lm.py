@@ -211,7 +211,7 @@ def test_measure_writes_files_rollout_reads(ci_run, tmp_path, capsys):
     assert lm_cli.main(["measure", str(ci_run), "--tokens", "48", "--samples", "6", "--out", str(out), "--quiet"]) == 0
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(["rollout.yaml", "kernels.npz", "attention.npz", "influence.csv", "lambda.csv",
-                            "content.csv", "measure.json", "lambda.png"])
+                            "content.csv", "measure.json", "lambda.png", "bias_fit.json"])
     model = load_config(out / "rollout.yaml")
     lam = np.loadtxt(out / "lambda.csv", delimiter=",", skiprows=1)
     assert model.num_tokens == 48 and model.stack.num_layers == 2 and model.stack.num_heads == 4

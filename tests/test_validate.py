@@ -56,7 +56,7 @@ def test_command_writes_the_report_and_profiles(run, tmp_path, capsys):
                  "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert sorted(report) == ["16", "8", "sinks"] and sorted(report["sinks"]) == ["16", "8"]
-    assert sorted(report["16"]) == ["a", "b", "c", "e", "f", "flat", "g", "h", "uniform"]
+    assert sorted(report["16"]) == ["a", "b", "c", "e", "f", "flat", "g", "h", "i", "uniform"]
     for n in (8, 16):
         files = {k: np.loadtxt(out / "profiles" / str(n) / f"{k}.csv", delimiter=",", skiprows=1) for k in "abcde"}
         d = files["d"][:, 1]

@@ -76,7 +76,7 @@ def test_written_panels_recomputed_from_the_written_kernels(run, capsys):
         arrays = np.load(out / "kernels" / f"{n}.npz")
         kernels, kv, lambdas = arrays["kernels"], arrays["kernels_value"], arrays["lambdas"]
         profiles = {p.stem: _profile(p) for p in (out / "profiles" / str(n)).glob("*.csv")}
-        assert sorted(profiles) == sorted([*"abcdefgh", "flat", "uniform"])
+        assert sorted(profiles) == sorted([*"abcdefghi", "flat", "uniform"])
         ones = np.ones(len(lambdas))
         dense = {"e": _rollout(kernels, lambdas), "f": _rollout(kernels, ones), "g": _rollout(kv, lambdas),
                  "h": _rollout(kv, ones), "flat": np.full(n, 1 / n)}
@@ -88,7 +88,7 @@ def test_written_panels_recomputed_from_the_written_kernels(run, capsys):
         np.testing.assert_allclose(profiles["uniform"], uniform, rtol=0, atol=1e-12)
         np.testing.assert_allclose(profiles["d"], arrays["influence"], rtol=0, atol=1e-15)
         rows, positions = report[str(n)], np.arange(n)
-        assert sorted(rows) == sorted(["a", "b", "c", "e", "f", "g", "h", "uniform", "flat"])
+        assert sorted(rows) == sorted(["a", "b", "c", "e", "f", "g", "h", "i", "uniform", "flat"])
         for key, row in rows.items():
             w1 = wasserstein_distance(positions, positions, profiles["d"], profiles[key]) / (n - 1)
             assert row["w1"] == pytest.approx(w1, abs=1e-12)

@@ -35,6 +35,8 @@ float32 size).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from posbias.hf.families import Spec
@@ -129,6 +131,20 @@ def measure(params_np: dict, spec: Spec, sequences, *, precision: str = "float64
         batch = batch_size(estimate(spec, n, np.dtype(dtype).itemsize), memory, s, influence)
     batch = int(max(1, min(batch, s)))
     with jax.enable_x64(x64):
-        return accumulate(capture_fn(spec, dtype), influence_fn(spec, dtype) if influence else None,
-                          device_params(params_np, dtype), sequences, batch=batch, precision=precision,
-                          slopes=slopes(spec), scales=softmax_scales(spec), causal=spec.causal, progress=progress)
+        m = accumulate(capture_fn(spec, dtype), influence_fn(spec, dtype) if influence else None,
+                       device_params(params_np, dtype), sequences, batch=batch, precision=precision,
+                       slopes=slopes(spec), scales=softmax_scales(spec), causal=spec.causal, progress=progress)
+    return dataclasses.replace(m, logits_note=window_note(spec, n))
+
+
+def window_note(spec: Spec, num_tokens: int) -> str:
+    """``Measurement.logits_note``: a sliding window shorter than N masks keys the causal mask allows, so the
+    mean content on j <= i is not all the softmax reads ("" where no window binds at this N)."""
+    from posbias.hf.forward import windows
+
+    w = np.asarray(windows(spec, num_tokens))
+    binding = np.flatnonzero(w < num_tokens)
+    if binding.size == 0:
+        return ""
+    t = int(binding[0])
+    return f"layer {t}'s sliding window of {int(w[t])} tokens is shorter than N = {num_tokens}"

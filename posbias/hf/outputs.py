@@ -6,7 +6,10 @@
 * ``kernels.npz``: ``kernels`` (T, N, N) head-averaged measured A^(t) and ``lambdas`` (T,)
   (the ``posbias rollout --kernels`` format), plus ``per_head`` (T, H, N, N),
   ``content_logits`` (T, H, N, N), ``slopes`` (H,) and the value-norm-weighted head-mean kernels
-  ``kernels_value`` (T, N, N) with the value norms ``value_norms`` (T, H, N) (``posbias.lm.measure``);
+  ``kernels_value`` (T, N, N) with the value norms ``value_norms`` (T, H, N) (``posbias.lm.measure``), the
+  softmax's per-layer factors ``scales`` (T,), the mask ``causal`` and ``logits_note`` (why the bias fit is
+  refused, "" when it is not: ``Measurement.logits_note``);
+* ``bias_fit.json``: the relative-bias fit of the mean pre-softmax logits (``posbias.lm.outputs.bias_fit_json``);
 * ``influence.csv``: ``token_position,influence,grad_norm_mean,grad_norm_sem``;
 * ``lambdas.csv``: ``layer,mean,std`` (std over sequences of per-sequence means);
 * ``report.json``: checkpoint, family, shapes, data, N, S, precision, lambdas, content fit,
@@ -21,11 +24,11 @@ import json
 
 import numpy as np
 
-from posbias.lm.outputs import rollout_yaml
+from posbias.lm.outputs import bias_fit_json, rollout_yaml
 from posbias.validate_panels import sink_diagnostics
 from posbias.output import position_csv
 
-FILES = ("config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json")
+FILES = ("config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json", "bias_fit.json")
 
 
 def render(m, *, source: str, content_scale: str, meta: dict, causal: bool = True) -> dict[str, bytes]:
@@ -36,7 +39,7 @@ def render(m, *, source: str, content_scale: str, meta: dict, causal: bool = Tru
     buf = io.BytesIO()
     variants = {} if m.kernels_value is None else {"kernels_value": m.kernels_value, "value_norms": m.value_norms}
     np.savez(buf, kernels=m.kernels, lambdas=m.lambdas, per_head=m.kernels_per_head,
-             content_logits=m.content_mean, slopes=m.slopes, **variants)
+             content_logits=m.content_mean, slopes=m.slopes, scales=m.scales, causal=np.asarray(m.causal), logits_note=np.asarray(m.logits_note), **variants)
     lam = ["layer,mean,std"] + [f"{i},{float(m.lambdas[i])!r},{float(m.lambda_std[i])!r}" for i in range(t)]
     fit = m.content
     report = {**meta, "source": source, "num_tokens": m.num_tokens, "samples": m.samples,
@@ -58,4 +61,5 @@ def render(m, *, source: str, content_scale: str, meta: dict, causal: bool = Tru
                                       grad_norm_sem=sem).encode(),
         "lambdas.csv": ("\n".join(lam) + "\n").encode(),
         "report.json": (json.dumps(report, indent=1) + "\n").encode(),
+        "bias_fit.json": bias_fit_json(m),
     }

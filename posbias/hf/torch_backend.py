@@ -32,7 +32,7 @@ kernel rows sum to 1 only within ~1e-7 here (the JAX route: ~1e-15).
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -320,9 +320,24 @@ def measure(loaded: Loaded, sequences, *, precision: str = "float64", memory: in
         batch = memory // bytes_per_sequence(loaded, n, itemsize)
     batch = int(max(1, min(s, batch)))
     with jax.enable_x64(precision == "float64"), torch.inference_mode(False):
-        return accumulate(capture_fn(loaded), influence_fn(loaded) if influence else None, None, sequences,
-                          batch=batch, precision=precision, slopes=np.zeros(loaded.heads), scales=scales(loaded),
-                          causal=True, progress=progress)
+        m = accumulate(capture_fn(loaded), influence_fn(loaded) if influence else None, None, sequences,
+                       batch=batch, precision=precision, slopes=np.zeros(loaded.heads), scales=scales(loaded),
+                       causal=True, progress=progress)
+    return replace(m, logits_note=logits_note(loaded))
+
+
+PLAIN_LOGITS = ("llama", "qwen3", "gemma", "phi3", "phi", "gpt_neox", "opt", "gpt2")
+"""Model types whose eager softmax reads s_t q.k on the causal mask and nothing else. The others may add what
+the hooks do not record: BLOOM's ALiBi term, Gemma-2's soft-capping, sliding windows (Mistral, Qwen2,
+Starcoder2, Gemma-2), so their ``Measurement.logits_note`` refuses the bias fit (``posbias.bias_fit``)."""
+
+
+def logits_note(loaded: Loaded) -> str:
+    """``Measurement.logits_note`` of this backend ("" for ``PLAIN_LOGITS``)."""
+    if loaded.model_type in PLAIN_LOGITS:
+        return ""
+    return (f"the transformers backend records only s_t q.k for {loaded.model_type}, which may add an ALiBi term, "
+            "soft-capping or a sliding window to it (measure with the JAX route where it has the family)")
 
 
 def tokenizer_of(path):

@@ -77,6 +77,10 @@ class Measurement:
     batch: int
     kernels_value: np.ndarray | None = None  # (T, N, N) value-norm-weighted head-mean kernels (``value_weighted``)
     value_norms: np.ndarray | None = None    # (T, H, N) ||W_O^h v_hj||, mean over sequences
+    scales: np.ndarray | None = None         # (T,) the softmax's factor s_t on the raw q.k of layer t
+    causal: bool = True                      # the softmax's mask: causal (j <= i) or full
+    logits_note: str = ""                    # why scales * content - slopes (i - j) on that mask is not what the
+                                             # softmax sees ("" when it is; posbias.bias_fit then refuses)
 
 
 def bytes_per_sequence(config: ModelConfig, num_tokens: int, itemsize: int = 8) -> int:
@@ -287,4 +291,4 @@ def accumulate(capture, grad_fn, params, sequences: np.ndarray, *, batch: int, p
         grad_norms=norms if influence else None,
         influence=mean_norms / mean_norms.sum() if influence else None, batch=batch,
         kernels_value=extra_sums[0].astype(out_dtype) if extra_sums else None,
-        value_norms=extra_sums[1] if extra_sums else None)
+        value_norms=extra_sums[1] if extra_sums else None, scales=np.asarray(scales, np.float64), causal=bool(causal))

@@ -8,10 +8,17 @@
 * ``kernels.npz``: ``kernels`` (T, N, N), the head-averaged measured A^(t), and ``lambdas``
   (T,): the ``posbias rollout --kernels`` format;
 * ``attention.npz``: ``per_head`` (T, H, N, N), ``content_logits`` (T, H, N, N) mean raw
-  q.k, ``slopes`` (H,), ``grad_norms`` (S, N), ``lambda_per_sequence`` (S, T);
+  q.k, ``slopes`` (H,), ``grad_norms`` (S, N), ``lambda_per_sequence`` (S, T), ``scales`` (T,) the softmax's
+  per-layer factor s_t, ``causal`` (the mask) and ``logits_note`` ("" or why the bias fit is refused): what
+  ``posbias fit MEASUREMENT_DIR`` reads;
 * ``influence.csv``: ``token_position,influence,grad_norm_mean,grad_norm_sem``;
 * ``lambda.csv``: ``layer,lambda,std,std_positions,sem``;
 * ``content.csv``: ``layer,head,slope,background_raw,diagonal_raw,background_scaled,diagonal_scaled,r2``;
+* ``bias_fit.json``: the relative-bias fit of the mean pre-softmax logits (``posbias.bias_fit``: the
+  table family with the default smoothness; per layer and head b(g), d, s and R^2), or the one-line
+  reason it was not determined (N too short). The config schema gives one bias per head for all
+  layers, so no rollout YAML of these per-layer biases is written; ``posbias fit MEASUREMENT_DIR
+  --bias FAMILY`` refits with another family;
 * ``measure.json``: the summary (source checkpoint, N, S, precision, lambdas, content, notes);
 * ``lambda.png``: lambda_t per layer with +-2 std error bars.
 
@@ -54,6 +61,18 @@ def rollout_yaml(m, *, content_scale: str = "scaled", source: str = "", mask: st
             f"content_config:\n  diagonal_scores: {_rows(d)}\n  base_scores: {_rows(b)}\n"
             f"lambda_schedule_config:\n  schedule_type: \"custom\"\n"
             f"  lambdas_custom: [{', '.join(repr(float(x)) for x in m.lambdas)}]\n")
+
+
+def bias_fit_json(m) -> bytes:
+    """bias_fit.json of a measurement (module docstring): ``posbias.bias_fit.fit_measurement``'s summary,
+    or {"refused": reason} when the logits do not determine the fit."""
+    from posbias.bias_fit import BiasFitError, fit_measurement
+
+    try:
+        record = fit_measurement(m).summary()
+    except BiasFitError as exc:
+        record = {"refused": str(exc)}
+    return (json.dumps(record, indent=1, allow_nan=False) + "\n").encode()
 
 
 def _npz(**arrays) -> bytes:
@@ -116,12 +135,14 @@ def render(m, *, source: str, content_scale: str, meta: dict) -> dict[str, bytes
         "rollout.yaml": rollout_yaml(m, content_scale=content_scale, source=source).encode(),
         "kernels.npz": _npz(kernels=m.kernels, lambdas=m.lambdas),
         "attention.npz": _npz(per_head=m.kernels_per_head, content_logits=m.content_mean, slopes=m.slopes,
-                              grad_norms=m.grad_norms, lambda_per_sequence=m.lambda_per_sequence),
+                              grad_norms=m.grad_norms, lambda_per_sequence=m.lambda_per_sequence,
+                              scales=m.scales, causal=np.asarray(m.causal), logits_note=np.asarray(m.logits_note)),
         "influence.csv": position_csv(influence=m.influence, grad_norm_mean=m.grad_norms.mean(axis=0),
                                       grad_norm_sem=sem).encode(),
         "lambda.csv": ("\n".join(lam_lines) + "\n").encode(),
         "content.csv": ("\n".join(lines) + "\n").encode(),
         "measure.json": (json.dumps(summary, indent=1) + "\n").encode(),
+        "bias_fit.json": bias_fit_json(m),
         "lambda.png": png.getvalue(),
     }
 
