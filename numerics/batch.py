@@ -77,10 +77,9 @@ def profiles(stacks: Sequence[AlibiStack], num_tokens: int, *, engine: str | Eng
                 tick()
     if native is not None:
         route, note = native
-        for i, result in _native_batch(route, stacks, int(num_tokens), workers):
-            if not result.unresolved().any():
-                out[i] = dataclasses.replace(result, notes=(note(result),)) if note else result
-                tick()
+        for i, result in _native_batch(route, stacks, int(num_tokens), workers, note):
+            out[i] = result
+            tick()
     for i, stack in enumerate(stacks):
         if out[i] is None:
             out[i] = profile(stack, int(num_tokens), engine=chosen, dtype=dtype)
@@ -88,13 +87,15 @@ def profiles(stacks: Sequence[AlibiStack], num_tokens: int, *, engine: str | Eng
     return out
 
 
-def _native_batch(route, stacks, num_tokens: int, workers: int | None):
+def _native_batch(route, stacks, num_tokens: int, workers: int | None, note=None):
     """(index, Profile) for the stacks the C kernel computes in one batch call, in the mode of
     ``route`` (a native ``Structured``: linear, or guarded linear when it is the extended-range
-    engine). Stacks the kernel refuses (slopes m/tau > 700, a clipped diagonal that matters:
-    ``native_refuses``, vectorised) or that the guard stops are left out."""
+    engine), each what ``linear_profile`` makes of the kernel's row, with ``note(profile)`` as its
+    note when given. Stacks the kernel refuses (slopes m/tau > 700, a clipped diagonal that
+    matters: ``native_refuses``, vectorised), that the guard stops, or whose profile has an entry
+    ``Profile.unresolved`` would flag (in linear mode: an exact zero) are left out. The clipping
+    and logs run once on the (B, N) batch (elementwise, so the same values as row by row)."""
     from posbias.numerics import native
-    from posbias.numerics.engine import linear_profile
     from posbias.numerics.structured import LINEAR_MAX_SLOPE, NATIVE_CLIP_SAFE_SLOPE
 
     if not all(type(s) is AlibiStack for s in stacks):
@@ -112,9 +113,20 @@ def _native_batch(route, stacks, num_tokens: int, workers: int | None):
         np.stack([stacks[i].head_weights for i in ok]), num_tokens=num_tokens, past_window=mask.past_window,
         bidirectional_length=mask.bidirectional_length(num_tokens), guarded=route.extended,
         threads=workers or os.cpu_count() or 1)
-    return [(int(i), linear_profile(res.probabilities[k], res.min_self_weight[k], res.last_self_weight[k],
-                                    engine=route.name, path="native"))
-            for k, i in enumerate(ok) if res.codes[k] == 0]
+    prob = np.maximum(res.probabilities, 0.0)
+    with np.errstate(divide="ignore"):
+        logp = np.log(prob)
+    keep = (res.codes == 0) & np.all(prob > 0, axis=1)  # a linear profile with a zero is unresolved there
+    out = []
+    notes: tuple[str, ...] | None = None
+    for k in np.flatnonzero(keep):
+        result = Profile(prob[k], logp[k], res.min_self_weight[k], res.last_self_weight[k], route.name, "native",
+                         notes=notes or ())
+        if note and notes is None:  # the note names the engine and path, the same for every row
+            notes = (note(result),)
+            result = dataclasses.replace(result, notes=notes)
+        out.append((int(ok[k]), result))
+    return out
 
 
 def _xla_route(engine: Engine, stacks, num_tokens: int, dtype):
