@@ -34,7 +34,8 @@ threshold of the choice:
    that is estimated at most ``bias_retry_seconds``; otherwise the notes say how many entries
    are unresolved and summaries report them as such. Measured on the 2-core machine (native,
    2 threads; NumPy's FFT): exact 2.5e-10 s per T H N^2 unit, FFT 4e-9 s per P log2 P per
-   distinct bias and layer (P = 2^ceil(log2 2N)) plus 1.2e-7 s per head and token per layer.
+   distinct bias and layer (P = 2^ceil(log2 2N)) plus 1.2e-7 s per head and token per layer
+   (an upper estimate: the engine reuses a layer's weights when the next layer has the same heads).
    Crossover (set by the 2 s floor: below it the exact engine's full relative accuracy is cheap):
    T = 12 layers of H = U = 4 Kerple heads, exact 0.8 s at N = 8192 and 3.2 s at N = 16384 (FFT
    0.1 s, 0.2 s), so the FFT from N of about 13,000; with H = U = 32 from about 4,600.

@@ -124,6 +124,37 @@ def head_weights(logits: np.ndarray, diagonal: np.ndarray, sink: np.ndarray, rea
 
 
 @dataclass(frozen=True)
+class LayerWeights:
+    """One layer's coefficients of v (all (N,) unless noted), so that with a_h = w_h / Z (H, N):
+    diagonal = sum_h a_h e_h(0), sink = sum_h a_h es_h, and for the distinct biases ``biases`` of
+    the layer coefficients (U_t, N) = sum_{h: bias u} exp(M_u - M_h) a_h (y_u = v * coefficients_u);
+    the self-weights min_i A[i, i], A[N-1, N-1] and the row deficit max D."""
+
+    diagonal: np.ndarray
+    sink: np.ndarray
+    biases: np.ndarray
+    coefficients: np.ndarray
+    min_self: float
+    last_self: float
+    deficit: float
+
+
+def layer_weights(ker: Kernels, index: np.ndarray, diagonal: np.ndarray, sink: np.ndarray, weights: np.ndarray,
+                  reach: int) -> LayerWeights:
+    """The ``LayerWeights`` of one layer (heads' bias indices, d / tau, s / tau, head weights)."""
+    e, es, z, top, deficit = head_weights(ker.logits[index], diagonal, sink, reach)
+    a = weights[:, None] / z
+    diag = (a * e[:, :1]).sum(axis=0)
+    biases = np.array([b for b in np.unique(index) if ker.norm1[b] > 0], np.int64)  # norm 0: window of one token
+    coefficients = np.stack([(np.exp(ker.shift[b] - top[index == b])[:, None] * a[index == b]).sum(axis=0)
+                             for b in biases]) if biases.size else np.zeros((0, e.shape[1]))
+    self_w = diag.copy()
+    self_w[0] = float((a[:, 0] * es[:, 0]).sum())
+    return LayerWeights(diag, (a * es).sum(axis=0), biases, coefficients, float(self_w.min()), float(self_w[-1]),
+                        deficit)
+
+
+@dataclass(frozen=True)
 class BiasFFT(Engine):
     """Causal and sliding-window ``BiasStack`` s by FFT correlation; linear float64, absolute resolution."""
 
@@ -170,31 +201,30 @@ class BiasFFT(Engine):
         t_total = stack.num_layers
         mins, lasts = np.zeros(t_total), np.zeros(t_total)
         bound = 0.0
+        key, weights = None, None
         for done, t in enumerate(range(t_total - 1, -1, -1), start=1):
-            idx, w = stack.bias_index[t], stack.head_weights[t]
-            e, es, z, top, deficit = head_weights(ker.logits[idx], diagonal[t], sink[t], reach)
-            if not deficit <= MAX_DEFICIT:
-                raise Unsupported(f"{self.name} engine: layer {t} has a row whose largest logit lies {deficit:.4g} "
-                                  f"nats below its head's largest (beyond {MAX_DEFICIT:g}: outside float64's range "
-                                  "in linear arithmetic; the dense engine computes it)")
-            u = w[:, None] * v[None, :] / z
-            av = (u * e[:, :1]).sum(axis=0)
+            params = (stack.bias_index[t], diagonal[t], sink[t], stack.head_weights[t])
+            layer_key = b"".join(np.ascontiguousarray(x).tobytes() for x in params)
+            if layer_key != key:  # consecutive layers with the same heads share their weights
+                key, weights = layer_key, layer_weights(ker, *params, reach)
+            if not weights.deficit <= MAX_DEFICIT:
+                raise Unsupported(f"{self.name} engine: layer {t} has a row whose largest logit lies "
+                                  f"{weights.deficit:.4g} nats below its head's largest (beyond {MAX_DEFICIT:g}: "
+                                  "outside float64's range in linear arithmetic; the dense engine computes it)")
             spectrum = np.zeros(length // 2 + 1, np.complex128)
             err = 0.0
-            for b in np.unique(idx):
-                heads = idx == b
-                if ker.norm1[b] == 0.0:
-                    continue  # a window of one token: no off-diagonal weight
-                y = (np.exp(ker.shift[b] - top[heads])[:, None] * u[heads]).sum(axis=0)
+            for b, coefficient in zip(weights.biases, weights.coefficients):
+                y = coefficient * v
                 spectrum += np.fft.rfft(y, n=length) * ker.spectrum[b]
                 err += float(np.sqrt(y @ y)) * ker.norm1[b] + float(y.sum()) * ker.norm2[b]
-            av += np.fft.irfft(spectrum, n=length)[:n]
-            av[0] = float((u * es).sum())
+            av = weights.diagonal * v
+            if weights.biases.size:
+                av += np.fft.irfft(spectrum, n=length)[:n]
+            av[0] = float(weights.sink @ v)
             lam = float(stack.lambdas[t])
             v = (1.0 - lam) * v + lam * av
             bound += lam * math.sqrt(n) * g1 * err
-            self_w = (w[:, None] * np.where(np.arange(n)[None, :] == 0, es[:, :1], e[:, :1]) / z).sum(axis=0)
-            mins[t], lasts[t] = float(self_w.min()), float(self_w[n - 1])
+            mins[t], lasts[t] = weights.min_self, weights.last_self
             if progress is not None:
                 progress(done, t_total)
         top_p = float(np.max(v))
