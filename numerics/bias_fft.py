@@ -36,10 +36,15 @@ product has, to first order in eps,
 layers are row-stochastic, so an error vector delta in v reaches entry j of p as
 |(delta R')_j| <= ||delta||_2 ||R'(:, j)||_2 <= sqrt(N) ||delta||_2 (entries of R' <= 1).
 The engine sums lambda_t sqrt(N) gamma (...) over the layers with the norms of that run,
-and returns that sum divided by max p as ``Profile.resolution``: entries below
+and returns that sum B divided by max p as ``Profile.resolution``: entries below
 ``resolution * max p`` are not determined (they may come back as noise or 0) and
 ``Profile.unresolved()`` marks them; the ``auto`` engine re-runs such profiles on the exact
-bias engine where that is affordable (numerics/auto.py). Each entry's error is at most that
+bias engine where that is affordable (numerics/auto.py). Since ||delta R'||_1 <= ||delta||_1 <=
+sqrt(N) ||delta||_2, B also bounds the 1-norm of the error, so |sum p - 1| <= B (plus O(N eps)).
+A run whose B exceeds ``MAX_BOUND`` = 1e-6 (the mass tolerance of ``engine.implausible``) is
+refused: rows far below their head's largest logit amplify the FFT's error by up to e^D, and
+then the exact engine (which ``auto`` takes instead) is the route. The bound is a worst case,
+often 10^4 to 10^6 times the measured error (about 1e-16 of max p). Each entry's error is at most that
 absolute bound plus the O(T N eps) relative error of the direct sums: resolved entries do not
 carry float64 relative accuracy. A row whose largest logit lies more
 than ``MAX_DEFICIT`` = 600 nats below its head's largest is refused, as by the exact engine.
@@ -66,6 +71,7 @@ from posbias.numerics.bias_stack import BiasStack
 from posbias.numerics.engine import Engine, Profile, Unsupported, linear_profile
 
 MAX_DEFICIT = 600.0  # nats, as the exact bias engine (numerics/_bias_scan.py)
+MAX_BOUND = 1e-6  # the largest absolute error bound B (module docstring) a profile is returned with
 EPS = float(np.finfo(np.float64).eps)
 
 
@@ -215,6 +221,7 @@ class BiasFFT(Engine):
             err = 0.0
             for b, coefficient in zip(weights.biases, weights.coefficients):
                 y = coefficient * v
+                y[0] = 0.0  # y_0 reaches output 0 only, which the sink sum replaces (and it may dominate the norms)
                 spectrum += np.fft.rfft(y, n=length) * ker.spectrum[b]
                 err += float(np.sqrt(y @ y)) * ker.norm1[b] + float(y.sum()) * ker.norm2[b]
             av = weights.diagonal * v
@@ -224,6 +231,10 @@ class BiasFFT(Engine):
             lam = float(stack.lambdas[t])
             v = (1.0 - lam) * v + lam * av
             bound += lam * math.sqrt(n) * g1 * err
+            if not bound <= MAX_BOUND:
+                raise Unsupported(f"{self.name} engine: after layer {t} the FFT's error bound is {bound:.3g} > "
+                                  f"{MAX_BOUND:g} (rows far below their head's largest logit amplify it); "
+                                  "the exact bias engine computes this stack")
             mins[t], lasts[t] = weights.min_self, weights.last_self
             if progress is not None:
                 progress(done, t_total)

@@ -21,7 +21,7 @@ from posbias.numerics import engines
 from posbias.numerics.auto import Auto
 from posbias.numerics.bias import Alibi, Bias, KerpleLog, KerplePower, T5Buckets, Table
 from posbias.numerics.bias_engine import BiasEngine
-from posbias.numerics.bias_fft import BiasFFT
+from posbias.numerics.bias_fft import MAX_BOUND, BiasFFT
 from posbias.numerics.bias_stack import BiasStack
 from posbias.numerics.engine import Unsupported
 from posbias.numerics.masks import Causal, Full, Prefix, SlidingWindow
@@ -120,6 +120,32 @@ def test_agrees_with_the_dense_reference_and_the_exact_engine_on_generated_stack
         assert_within_bound(got, engine.profile(stack, n).probabilities, stack.num_layers)
 
 
+@SETTINGS
+@given(st.integers(1, 3), st.sampled_from([Causal(), SlidingWindow(6)]), st.sampled_from([7, 40, 120]),
+       st.floats(0.0, 40.0), st.integers(0, 2**31))
+def test_stated_bound_holds_with_large_sinks_and_diagonals(t, mask, n, scale, seed):
+    """Logits tens of nats apart (rows far below their head's largest): the error grows with them and
+    must stay within the bound the engine states; entries below it are the unresolved ones."""
+    rng = np.random.default_rng(seed)
+    heads = [Bias(KerpleLog(2.0, 1.0)), Bias(Table((0.0, 3.0, -2.0))), Bias(KerplePower(-0.1, 1.5))]
+    stack = BiasStack.build(rng.uniform(0, 1, t), heads, diagonal=rng.uniform(-scale, scale, (t, 3)),
+                            sink=rng.uniform(-scale, scale, (t, 3)), head_weights=rng.uniform(0.05, 1, (t, 3)),
+                            mask=mask)
+    p, _, _ = dense_reference(stack, n)
+    try:
+        got = BiasFFT().profile(stack, n)
+    except Unsupported as exc:  # the bound B would exceed MAX_BOUND, or a row beyond MAX_DEFICIT
+        assert "error bound" in str(exc) or "nats below" in str(exc)
+        assert engines.profile(stack, n).engine == "bias"  # auto takes the exact engine instead
+        return
+    bound = got.resolution * got.probabilities.max()
+    assert bound <= MAX_BOUND
+    slack = 8 * (t + 1) * n * np.finfo(np.float64).eps * p
+    assert np.all(np.abs(got.probabilities - p) <= bound + slack)
+    assert np.array_equal(got.unresolved(), (got.probabilities <= bound) | (got.probabilities < 1e-280))
+    assert abs(got.probabilities.sum() - 1) <= 1e-12 + bound  # B bounds the error's 1-norm too
+
+
 def test_one_uniform_layer_by_hand():
     """A constant bias with sink s: row i puts e^s / (e^s + i) on token 0 and 1 / (e^s + i) elsewhere."""
     s, n = np.log(3.0), 5
@@ -195,6 +221,10 @@ def test_refusals():
     stack = BiasStack.build([1.0], Bias(KerpleLog(1.0, 1.0)))
     with pytest.raises(Unsupported, match="float64 only"):
         engine.profile(stack, 8, dtype=np.float32)
+    amplified = BiasStack.build([0.5, 0.5], Bias(KerplePower(-0.1, 1.5)))  # b rising: 130 nats at N = 120
+    with pytest.raises(Unsupported, match="error bound"):
+        engine.profile(amplified, 120)
+    assert engines.get("auto").profile(amplified, 120).engine == "bias"
     rising = BiasStack.build([1.0], Bias(Table(tuple(10.0 * g for g in range(80)))))
     with pytest.raises(Unsupported, match="nats below its head's largest"):
         engine.profile(rising, 80)
