@@ -1,4 +1,4 @@
-"""The bias FFT engine: relative-bias stacks (``BiasStack``, C7) at large N, O(T (U + 1) N log N).
+"""The bias FFT engine: relative-bias stacks (``BiasStack``, THEORY.md C7) at large N, O(T (U + 1) N log N).
 
 Same walk as the exact bias engine (numerics/bias_engine.py, formulas in
 numerics/_bias_scan.py): v <- (1 - lambda_t) v + lambda_t v A^(t), each row of head h
@@ -15,7 +15,7 @@ The diagonal term and column 0 are summed directly (non-negative terms, relative
 O(N eps)). The off-diagonal part is a Toeplitz correlation: with k_u(g) = exp(b_u(g) - M_u)
 for 1 <= g <= L (0 elsewhere; M_u its largest value) for each distinct bias u, e_h(g) =
 exp(M_u - M_h) k_u(g) (a factor <= 1), so the heads of one bias share one input
-y_u = sum_{h: bias u} exp(M_u - M_h) u_h, and
+y_u = sum_{h: bias u} exp(M_u - M_h) u_h (entry 0 set to 0: it reaches only output 0), and
 
     sum_h sum_{g >= 1} u_{h,j+g} e_h(g) = sum_u (y_u * k_u)_j   (correlation),
 
@@ -44,10 +44,10 @@ sqrt(N) ||delta||_2, B also bounds the 1-norm of the error, so |sum p - 1| <= B 
 A run whose B exceeds ``MAX_BOUND`` = 1e-6 (the mass tolerance of ``engine.implausible``) is
 refused: rows far below their head's largest logit amplify the FFT's error by up to e^D, and
 then the exact engine (which ``auto`` takes instead) is the route. The bound is a worst case,
-often 10^4 to 10^6 times the measured error (about 1e-16 of max p). Each entry's error is at most that
-absolute bound plus the O(T N eps) relative error of the direct sums: resolved entries do not
-carry float64 relative accuracy. A row whose largest logit lies more
-than ``MAX_DEFICIT`` = 600 nats below its head's largest is refused, as by the exact engine.
+often 10^4 to 10^6 times the measured error (about 1e-16 of max p). Each entry's error is at
+most B plus the O(T N eps) relative error of the direct sums: resolved entries do not carry
+float64 relative accuracy. A row whose largest logit lies more than ``MAX_DEFICIT`` = 600 nats
+below its head's largest is refused, as by the exact engine.
 Float64 only, NumPy (pocketfft) on the CPU; no JAX.
 
 Examples

@@ -181,7 +181,8 @@ def test_large_n_against_the_exact_engine():
 
 def test_auto_picks_the_fft_engine_at_large_n():
     n = 1 << 14
-    heads = [Bias(KerpleLog(1.0, 0.5)), Bias(KerplePower(0.5, 0.5)), Bias(KerpleLog(0.5, 1.0)), Bias(Table((0.0, -0.5)))]
+    heads = [Bias(KerpleLog(1.0, 0.5)), Bias(KerplePower(0.5, 0.5)), Bias(KerpleLog(0.5, 1.0)),
+             Bias(Table((0.0, -0.5)))]
     stack = BiasStack.build([0.5] * 8, heads, diagonal=1.0)  # the exact engine: an estimated 2.1 s
     auto = Auto()
     assert not auto.bias_fft_first(stack, 1024)
