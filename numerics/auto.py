@@ -26,6 +26,19 @@ threshold of the choice:
    goes to the bias engine (native C kernel on the CPU, else XLA; O(T H N^2)), then dense.
    Relative biases have no extended-range route: entries lost below the float64 range are
    reported as unresolved in the notes.
+   Large N: causal / sliding-window bias stacks go first to the bias FFT engine
+   (numerics/bias_fft.py, O(T (U + 1) N log N), absolute resolution) when the exact engine is
+   estimated at ``bias_fft_from_seconds`` or more (``bias_seconds``: T H N (L + 1) multiply-adds
+   at ``bias_seconds_per_unit``) and the FFT at most a quarter of it (``bias_fft_seconds``).
+   When the FFT leaves entries unresolved, the whole stack is re-run on the exact bias engine if
+   that is estimated at most ``bias_retry_seconds``; otherwise the notes say how many entries
+   are unresolved and summaries report them as such. Measured on the 2-core machine (native,
+   2 threads; NumPy's FFT): exact 2.5e-10 s per T H N^2 unit, FFT 4e-9 s per P log2 P per
+   distinct bias and layer (P = 2^ceil(log2 2N)) plus 1.2e-7 s per head and token per layer
+   (an upper estimate: the engine reuses a layer's weights when the next layer has the same heads).
+   Crossover (set by the 2 s floor: below it the exact engine's full relative accuracy is cheap):
+   T = 12 layers of H = U = 4 Kerple heads, exact 0.8 s at N = 8192 and 3.2 s at N = 16384 (FFT
+   0.1 s, 0.2 s), so the FFT from N of about 13,000; with H = U = 32 from about 4,600.
 5. A compact periodic stack (``PeriodicStack``: a block of layers repeated q times, T up
    to 10^9 and beyond) goes to the power engine (numerics/power.py: O(N^3 log q), extended
    range by scale exponents per block of rows and column) when N <= 8192 and its estimated
@@ -74,6 +87,32 @@ class Auto(Engine):
     power_seconds_per_flop: float = 4e-11   # BLAS multiply-add in an N x N product
     periodic_retry_seconds: float = 60.0    # re-run an unresolved power profile on the scan when this fast
     extended_scan_factor: float = 20.0      # extended-range scan (single-token blocks) against the plain rate
+    bias_seconds_per_unit: float = 2.5e-10  # exact bias engine per layer x head x token x reach (native, 2 threads)
+    bias_fft_seconds_per_unit: float = 4e-9  # bias FFT per P log2 P per distinct bias and layer
+    bias_fft_seconds_per_head: float = 1.2e-7  # bias FFT per head and token per layer (weights, normalisers)
+    bias_fft_from_seconds: float = 2.0      # the exact bias engine is used below this estimate
+    bias_retry_seconds: float = 60.0        # re-run an FFT profile with unresolved entries exactly when this fast
+
+    def bias_seconds(self, stack: BiasStack, num_tokens: int) -> float:
+        """Estimated time of the exact bias engine: T H N (L + 1) multiply-adds (L the window's reach)."""
+        window = stack.mask.past_window
+        reach = num_tokens - 1 if window is None else min(num_tokens - 1, int(window) - 1)
+        return self.bias_seconds_per_unit * stack.num_layers * stack.num_heads * num_tokens * (reach + 1)
+
+    def bias_fft_seconds(self, stack: BiasStack, num_tokens: int) -> float:
+        """Estimated time of the bias FFT engine: per layer one transform per distinct bias plus the inverse,
+        and O(H N) elementwise work."""
+        from posbias.numerics.bias_fft import fft_length
+
+        length = fft_length(num_tokens)
+        per_layer = np.array([len(np.unique(row)) + 1 for row in stack.bias_index], np.float64)
+        return (self.bias_fft_seconds_per_unit * length * np.log2(length) * float(per_layer.sum())
+                + self.bias_fft_seconds_per_head * stack.num_layers * stack.num_heads * num_tokens)
+
+    def bias_fft_first(self, stack: BiasStack, num_tokens: int) -> bool:
+        """Whether the bias FFT engine goes before the exact one (module docstring, 4)."""
+        exact = self.bias_seconds(stack, num_tokens)
+        return exact >= self.bias_fft_from_seconds and 4 * self.bias_fft_seconds(stack, num_tokens) <= exact
 
     def scan_seconds(self, stack: PeriodicStack, num_tokens: int) -> float:
         """Estimated time of the per-layer scan over all T layers: O(T H N) for ALiBi layers, the bias
@@ -173,10 +212,13 @@ class Auto(Engine):
             return
         if isinstance(stack, BiasStack):
             from posbias.numerics.bias_engine import BiasEngine
+            from posbias.numerics.bias_fft import BiasFFT
             from posbias.numerics.dense import Dense
 
             first = BiasEngine()
             order = [first] + ([BiasEngine(native=False)] if first.uses_native(dtype) else []) + [Dense()]
+            if self.bias_fft_first(stack, num_tokens):
+                order.insert(0, BiasFFT())
             yield from (e for e in order if e.supports(stack, num_tokens) is None)
             return
 
@@ -214,6 +256,21 @@ class Auto(Engine):
             return log
         return None
 
+    def exact_bias(self, stack: BiasStack, num_tokens: int, *, dtype, progress, notes: list) -> Profile | None:
+        """The first exact route of a bias stack that computes it (bias engine, its XLA path, dense),
+        or None; appends what happened to ``notes``."""
+        for engine in self.candidates(stack, num_tokens, dtype):
+            if engine.name == "bias-fft":
+                continue
+            try:
+                result = engine.profile(stack, num_tokens, dtype=dtype, progress=progress)
+            except (NativeError, Unsupported) as exc:
+                notes.append(f"auto: {engine.name} refused ({exc}); trying the next route")
+                continue
+            notes.append(self.route_note(result))
+            return result
+        return None
+
     @staticmethod
     def route_note(result: Profile) -> str:
         """The note recording which engine and path produced ``result``."""
@@ -245,6 +302,20 @@ class Auto(Engine):
             notes.append(f"auto: {lost} entries below the FFT's resolution; re-ran on the exact recurrence")
             result = Structured().profile(stack, num_tokens, dtype=dtype, progress=progress)
             notes.append(self.route_note(result))
+            lost = int((result.unresolved() & ~structural).sum())
+        if lost and result.engine == "bias-fft":
+            exact = self.bias_seconds(stack, num_tokens)
+            if exact > self.bias_retry_seconds:
+                notes.append(f"auto: {lost} entries below the FFT's resolution, not re-run (the exact bias engine "
+                             f"is estimated {exact:.3g} s > {self.bias_retry_seconds:g} s)")
+                return dataclasses.replace(result, notes=tuple(notes))
+            notes.append(f"auto: {lost} entries below the FFT's resolution; re-running on the exact bias engine "
+                         f"(estimated {exact:.3g} s)")
+            exact_result = self.exact_bias(stack, num_tokens, dtype=dtype, progress=progress, notes=notes)
+            if exact_result is None:
+                notes.append(f"auto: no exact engine computes this stack; {lost} entries stay unresolved")
+                return dataclasses.replace(result, notes=tuple(notes))
+            result = exact_result
             lost = int((result.unresolved() & ~structural).sum())
         if lost:
             route = self.extended_route(stack, num_tokens, dtype, native_ok=native_ok)

@@ -17,6 +17,8 @@ measured     given (T, N, N) kernels (numerics/measured.py)              a Kerne
 bias         relative biases b(i - j) + d [i = j] + s [j = 0] by          a BiasStack (C7)
              cumulative weights, O(T H N^2); native C kernel on the CPU,
              XLA elsewhere (numerics/bias_engine.py)
+bias-fft     relative biases by FFT Toeplitz correlation, O(T U N log N)  a causal / sliding-window
+             (numerics/bias_fft.py); absolute error bound in resolution  BiasStack, large N
 ===========  ==========================================================  ============================
 
 Examples
@@ -46,10 +48,13 @@ _TABLE = {  # name -> (module, class, options): imported on first use (JAX only 
     "fft": ("fft", "FFT", {}),
     "dense": ("dense", "Dense", {}),
     "bias": ("bias_engine", "BiasEngine", {}),
+    "bias-fft": ("bias_fft", "BiasFFT", {}),
     "power": ("power", "Power", {}),
     "measured": ("measured", "Measured", {}),
 }
 NAMES = tuple(_TABLE)
+CHOOSABLE = tuple(n for n in _TABLE if n != "measured")  # what --engine and a sweep's engine accept
+# (``measured`` is the engine of measured kernels, picked by the stack type, not by name)
 
 
 def get(engine: str | Engine) -> Engine:

@@ -14,9 +14,9 @@ from pathlib import Path
 from posbias import argtypes
 from posbias.argtypes import at_least
 from posbias.errors import UserError
+from posbias.numerics.engines import CHOOSABLE as ENGINE_NAMES  # the one engine table
 
 EXIT_USAGE = 2
-ENGINE_NAMES = ("auto", "structured", "log", "fft", "dense", "power", "bias")
 
 
 class UsageError(Exception):
@@ -64,6 +64,7 @@ biases:    alibi:M | kerple-log:R1,R2 | kerple-power:R1,R2 | t5:NB,MD:V0,... | t
   posbias rollout --layers 6 --heads 2 --tokens 128 --schedule constant:0.5 --bias "expr:-a*sqrt(g);a=0.7/alibi:0.25"
   posbias rollout CONFIG --bias kerple-power:0.5,0.8 --sink 1        (a relative bias instead of the file's slopes)
   posbias rollout --layers 1000000000 --heads 2 --tokens 64 --schedule custom:0.6,0.3 --periodic --bias kerple-log:1,0.5
+  posbias rollout --layers 12 --heads 4 --tokens 32768 --schedule constant:0.5 --bias kerple-log:1,0.5 --engine bias-fft
 """
 
 
@@ -106,7 +107,8 @@ def _parser() -> _Parser:
     ro.add_argument("--precision", choices=("float64", "float32"), default="float64")
     ro.add_argument("--engine", choices=ENGINE_NAMES, default="auto",
                     help="auto (default): the native structured engine on the CPU, fft at N >= 16384 elsewhere; "
-                         "re-runs with extended range where entries underflow")
+                         "re-runs with extended range where entries underflow; with --bias: bias (exact), "
+                         "bias-fft (large N, causal or window masks; auto picks it by a cost model)")
     ro.add_argument("--full", action="store_true", help="also form the full P by dense products (N <= 8192)")
     ro.add_argument("--diagonal", action="store_true",
                     help="also write P_ii = prod_t (1 - lambda_t (1 - A_ii)) in O(T N) (causal and sliding-window masks)")

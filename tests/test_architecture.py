@@ -87,6 +87,9 @@ def test_engine_table_and_cli_choices_agree():
     assert set(ENGINE_NAMES) <= set(nx.ENGINES)
     assert all(isinstance(e, nx.Engine) for e in nx.ENGINES.values())
     assert set(nx.ENGINES) - set(ENGINE_NAMES) == {"measured"}  # chosen by auto for --kernels
+    from posbias.sweep.spec import ENGINES as SWEEP_ENGINES
+
+    assert SWEEP_ENGINES == ENGINE_NAMES  # one table: the sweep spec takes the same names as --engine
 
 
 @pytest.mark.parametrize("folder", ["numerics", "theorem", "proofs"])

@@ -64,6 +64,7 @@ from pathlib import Path
 import numpy as np
 
 from posbias.errors import UserError
+from posbias.numerics.engines import CHOOSABLE as ENGINES  # the one engine table
 
 
 class SpecError(UserError):
@@ -77,7 +78,6 @@ AXES = ("lambda", "lambda0", "beta", "layers", "tokens", "slope_scale", "slopes"
 BASE_KEYS = ("config", "layers", "heads", "tokens", "schedule", "slopes", "content_diagonal", "mask", "temperature",
              "bias", "sink")
 TOP_KEYS = ("name", "base", "axes", "zip", "engine", "profiles", "diagonal")
-ENGINES = ("auto", "structured", "log", "fft", "dense", "bias")
 ALIBI_ENGINES = ("structured", "log", "fft")
 """Engines that compute ALiBi stacks only: a bias point must be ALiBi at its N (``BiasStack.as_alibi``)."""
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
