@@ -24,8 +24,10 @@ threshold of the choice:
 4. A relative-bias stack (``BiasStack``, C7) whose every head is ALiBi (b linear in g with a
    non-positive slope, no sink: ``BiasStack.as_alibi``) takes the ALiBi routes above; any other
    goes to the bias engine (native C kernel on the CPU, else XLA; O(T H N^2)), then dense.
-   Relative biases have no extended-range route: entries lost below the float64 range are
-   reported as unresolved in the notes.
+   Where the linear mode refuses the stack (a row deficit beyond 600 nats) or leaves entries
+   below the float64 range, the bias engine's log-space mode (``BiasEngine(extended=True)``,
+   native kernel only, 10 to 20 times slower) computes it; without the native kernel such
+   entries are reported as unresolved in the notes.
 5. A compact periodic stack (``PeriodicStack``: a block of layers repeated q times, T up
    to 10^9 and beyond) goes to the power engine (numerics/power.py: O(N^3 log q), extended
    range by scale exponents per block of rows and column) when N <= 8192 and its estimated
@@ -160,8 +162,9 @@ class Auto(Engine):
             from posbias.numerics.bias_engine import BiasEngine
             from posbias.numerics.dense import Dense
 
-            first = BiasEngine()
-            order = [first] + ([BiasEngine(native=False)] if first.uses_native(dtype) else []) + [Dense()]
+            first = BiasEngine()  # linear first; its extended (log-space) mode where it refuses the deficit
+            order = [first, BiasEngine(extended=True)] + ([BiasEngine(native=False)] if first.uses_native(dtype)
+                                                          else []) + [Dense()]
             yield from (e for e in order if e.supports(stack, num_tokens) is None)
             return
 
@@ -188,8 +191,13 @@ class Auto(Engine):
 
     def extended_route(self, stack, num_tokens: int, dtype, *, native_ok: bool = True) -> Engine | None:
         """An exact engine that keeps entries below 1e-308 (or None if none fits)."""
-        if isinstance(stack, (KernelStack, BiasStack)):
+        if isinstance(stack, KernelStack):
             return None
+        if isinstance(stack, BiasStack):
+            from posbias.numerics.bias_engine import BiasEngine
+
+            ext = BiasEngine(extended=True)
+            return ext if native_ok and ext.supports(stack, num_tokens) is None else None
         ext = Structured(extended=True)
         if native_ok and ext.uses_native(dtype) and ext.supports(stack, num_tokens) is None:
             return ext
@@ -235,7 +243,8 @@ class Auto(Engine):
             route = self.extended_route(stack, num_tokens, dtype, native_ok=native_ok)
             ran = route == engine  # the extended route itself left them: a second run would too
             if route is None or ran:
-                why = ("it ran" if ran else "relative biases have none" if isinstance(stack, BiasStack) else
+                why = ("it ran" if ran else "relative biases have one in the native kernel only"
+                       if isinstance(stack, BiasStack) else
                        f"T*H*N > {self.log_retry_max_work:.0e} or sliding window without the native kernel")
                 notes.append(f"auto: {lost} entries below the float64 range and no extended-range route fits ({why})")
             else:
