@@ -26,7 +26,7 @@ threshold of the choice:
    goes to the bias engine (native C kernel on the CPU, else XLA; O(T H N^2)), then dense.
    Where the linear mode refuses the stack (a row deficit beyond 600 nats) or leaves entries
    below the float64 range, the bias engine's log-space mode (``BiasEngine(extended=True)``,
-   native kernel only, about 43 times slower) computes it; without the native kernel such
+   native kernel only, 12 to 14 times slower) computes it; without the native kernel such
    entries are reported as unresolved in the notes.
 5. A compact periodic stack (``PeriodicStack``: a block of layers repeated q times, T up
    to 10^9 and beyond) goes to the power engine (numerics/power.py: O(N^3 log q), extended

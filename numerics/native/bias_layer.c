@@ -30,7 +30,7 @@
  * Every exponential is of a term minus its sum's maximum (<= 0), so nothing that matters
  * underflows: each layer adds an absolute error of O(eps (N + |log v_j|)) to log v_j (the
  * relative error of v_j), whatever its size. Cost: O(H N L) exponentials per layer instead of
- * multiply-adds. */
+ * multiply-adds, four lanes at a time (exp4), 12 to 14 times the linear mode. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <pthread.h>
@@ -193,16 +193,64 @@ static void lse_add(lse_t *r, double x) {
 
 static double lse_value(const lse_t *r) { return r->top == -INFINITY ? -INFINITY : r->top + log(r->acc); }
 
+typedef int64_t i4 __attribute__((vector_size(4 * sizeof(int64_t))));
+
+/* exp(x) for four x <= 0 (x = -inf included): x = n ln2 + r, |r| <= ln2 / 2 (ln2 in two parts,
+ * n rounded by the 1.5 * 2^52 shift), e^r by its Taylor polynomial of degree 13 (truncation
+ * below 4e-18 relative), 2^n put into the exponent bits; 0 for x < -708 (where e^x is
+ * subnormal: the workers flush those to zero anyway). Relative error a few ulps. */
+static inline __attribute__((always_inline)) v4 exp4(v4 x) {
+  const v4 shift = {0x1.8p52, 0x1.8p52, 0x1.8p52, 0x1.8p52};
+  const i4 tiny = x < -708.0;
+  x = (v4)((i4)x & ~tiny); /* those lanes computed at x = 0, zeroed below */
+  const v4 t = x * 1.4426950408889634 + shift;
+  const v4 n = t - shift;
+  const v4 r = (x - n * 6.93147180369123816490e-01) - n * 1.90821492927058770002e-10;
+  v4 q = r * (1.0 / 6227020800.0) + 1.0 / 479001600.0;
+  q = q * r + 1.0 / 39916800.0;
+  q = q * r + 1.0 / 3628800.0;
+  q = q * r + 1.0 / 362880.0;
+  q = q * r + 1.0 / 40320.0;
+  q = q * r + 1.0 / 5040.0;
+  q = q * r + 1.0 / 720.0;
+  q = q * r + 1.0 / 120.0;
+  q = q * r + 1.0 / 24.0;
+  q = q * r + 1.0 / 6.0;
+  q = q * r + 0.5;
+  q = q * r + 1.0;
+  q = q * r + 1.0;
+  const i4 bits = ((i4)t - (i4)shift + 1023) << 52; /* 2^n, n in [-1022, 0] */
+  return (v4)((i4)(q * (v4)bits) & ~tiny);
+}
+
 /* LSE_g (a[g] + b[g]) over g < len, two passes (maximum, then sum of exp(term - maximum)). */
-static double lse_dot(const double *a, const double *b, int64_t len) {
-  double top = -INFINITY;
-  for (int64_t k = 0; k < len; ++k) {
-    const double x = a[k] + b[k];
-    if (x > top) top = x;
+HOT static double lse_dot(const double *a, const double *b, int64_t len) {
+  v4 top4 = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  int64_t k = 0;
+  for (; k + 4 <= len; k += 4) {
+    v4 x, y;
+    memcpy(&x, a + k, sizeof x);
+    memcpy(&y, b + k, sizeof y);
+    x += y;
+    const i4 up = x > top4;
+    top4 = (v4)(((i4)x & up) | ((i4)top4 & ~up));
   }
+  double top = top4[0];
+  for (int j = 1; j < 4; ++j)
+    if (top4[j] > top) top = top4[j];
+  for (; k < len; ++k)
+    if (a[k] + b[k] > top) top = a[k] + b[k];
   if (top == -INFINITY) return -INFINITY;
-  double acc = 0.0;
-  for (int64_t k = 0; k < len; ++k) acc += exp(a[k] + b[k] - top);
+  v4 s0 = {0.0, 0.0, 0.0, 0.0};
+  k = 0;
+  for (; k + 4 <= len; k += 4) {
+    v4 x, y;
+    memcpy(&x, a + k, sizeof x);
+    memcpy(&y, b + k, sizeof y);
+    s0 += exp4(x + y - top);
+  }
+  double acc = (s0[0] + s0[1]) + (s0[2] + s0[3]);
+  for (; k < len; ++k) acc += exp(a[k] + b[k] - top);
   return top + log(acc);
 }
 
