@@ -197,7 +197,7 @@ class Auto(Engine):
             from posbias.numerics.bias_engine import BiasEngine
 
             ext = BiasEngine(extended=True)
-            return ext if native_ok and ext.supports(stack, num_tokens) is None else None
+            return ext if native_ok and ext.uses_native(dtype) and ext.supports(stack, num_tokens) is None else None
         ext = Structured(extended=True)
         if native_ok and ext.uses_native(dtype) and ext.supports(stack, num_tokens) is None:
             return ext

@@ -176,3 +176,11 @@ def test_extended_range_without_the_native_kernel_is_refused(monkeypatch):
     assert reason is not None and "native" in reason
     with pytest.raises(Unsupported, match="extended range needs the native CPU kernel"):
         BiasEngine(extended=True).profile(stack, 8)
+
+
+def test_float32_underflow_is_reported_not_re_run():
+    """The extended mode is float64: a float32 profile that lost entries keeps them as unresolved."""
+    stack = BiasStack.build(np.ones(60), Bias(KerpleLog(0.2, 1.0)), diagonal=0.3)
+    result = engines.profile(stack, 24, dtype=np.float32)
+    assert result.engine == "dense" and result.unresolved().any()
+    assert any("no extended-range route fits" in note for note in result.notes)
