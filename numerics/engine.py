@@ -97,7 +97,7 @@ class Profile:
         below the float64 range (< 1e-280, when log p is not finite there) or below the
         engine's absolute resolution."""
         p = self.probabilities
-        lost = ~np.isfinite(self.log_probabilities) | ((p < UNDERFLOW) & ~self.extended_range)
+        lost = ~np.isfinite(self.log_probabilities) | ((p < UNDERFLOW) & (not self.extended_range))
         if self.resolution > 0:
             lost |= p <= self.resolution * float(np.max(p))
         return lost

@@ -3,7 +3,9 @@
 ``profile`` applies the layers of a ``BiasStack`` top-down to v = e_{N-1} in O(T H N^2)
 time (O(T H N L) with a window of L tokens) and O(threads N) memory plus the (U, N) logit
 tables of the distinct biases; the mathematics is stated in the C file and in
-numerics/_bias_scan.py. Compiled on first use like numerics/native.py (same compiler,
+numerics/_bias_scan.py. With ``extended=True`` it runs the kernel's log-space entry
+(``posbias_bias_profile_log``): v is held as log v, so no entry underflows (O(T H N^2)
+exponentials instead of multiply-adds). Compiled on first use like numerics/native.py (same compiler,
 cache and ``POSBIAS_NATIVE=0`` switch); float64 only; ctypes releases the GIL.
 """
 
@@ -27,9 +29,10 @@ _PI = ctypes.POINTER(ctypes.c_int64)
 @functools.cache
 def _library() -> ctypes.CDLL:
     handle = ctypes.CDLL(str(compile_source(BIAS_SOURCE)))
-    handle.posbias_bias_profile.restype = ctypes.c_int
-    handle.posbias_bias_profile.argtypes = [_I64, _I64, _I64, _I64, _PD, _PI, _PD, _PD, _PD, _PD, _PD,
-                                            _I64, _I64, _I64, _PD, _PD, _PD, _PD]
+    for entry in (handle.posbias_bias_profile, handle.posbias_bias_profile_log):
+        entry.restype = ctypes.c_int
+        entry.argtypes = [_I64, _I64, _I64, _I64, _PD, _PI, _PD, _PD, _PD, _PD, _PD, _I64, _I64, _I64, _PD, _PD,
+                          _PD, _PD]
     return handle
 
 
@@ -45,13 +48,15 @@ def available() -> bool:
 
 
 def profile(layers, past: np.ndarray, future: np.ndarray, *, num_tokens: int, mask, threads: int | None = None,
-            progress: Callable[[int, int], None] | None = None):
-    """(v (N,), min_i A[i, i] (T,), A[N-1, N-1] (T,), row deficit (T,)) after every layer.
+            progress: Callable[[int, int], None] | None = None, extended: bool = False):
+    """(v (N,), min_i A[i, i] (T,), A[N-1, N-1] (T,), row deficit (T,)) after every layer; with
+    ``extended``, (log v (N,), ..., zeros (T,)): the log-space kernel, which has no deficit limit.
 
     layers: (lambdas (T,), bias_index (T, H) int, diagonal, sink, head_weights (T, H)), diagonal
     and sink already divided by tau; past, future: (U, N) logit tables (already / tau, -inf
     where a window gives no weight). threads: default all cores, at most one per head and one
-    per 2^15 N H of work. progress: called after each of ~20 chunks of layers.
+    per 2^15 N^2 H of work (2^11 in extended range). progress: called after each of ~20 chunks
+    of layers.
     """
     lam, index, diag, sink, weights = layers
     lam = np.ascontiguousarray(lam, np.float64)
@@ -65,9 +70,11 @@ def profile(layers, past: np.ndarray, future: np.ndarray, *, num_tokens: int, ma
     k = mask.bidirectional_length(n)
     k = k if k > 1 else 0
     if threads is None:
-        threads = max(1, min(os.cpu_count() or 1, heads, (n * n * heads) >> 15))
-    v = np.zeros(n)
-    v[-1] = 1.0
+        cost = n * n * heads * (16 if extended else 1)  # an exponential costs ~16 multiply-adds
+        threads = max(1, min(os.cpu_count() or 1, heads, cost >> 15))
+    v = np.full(n, -np.inf) if extended else np.zeros(n)
+    v[-1] = 0.0 if extended else 1.0
+    entry = _library().posbias_bias_profile_log if extended else _library().posbias_bias_profile
     mins, lasts, deficits = (np.full(t_total, np.nan) for _ in range(3))
     ptr = lambda a, t=_PD: a.ctypes.data_as(t)  # noqa: E731
     step = t_total if progress is None else max(1, -(-t_total // 20))
@@ -77,9 +84,9 @@ def profile(layers, past: np.ndarray, future: np.ndarray, *, num_tokens: int, ma
         sl = slice(low, top)
         parts = [np.ascontiguousarray(a[sl]) for a in (lam, index, diag, sink, weights)]
         outs = [np.full(top - low, np.nan) for _ in range(3)]
-        rc = _library().posbias_bias_profile(n, heads, top - low, past.shape[0], ptr(parts[0]), ptr(parts[1], _PI),
-                                             ptr(parts[2]), ptr(parts[3]), ptr(parts[4]), ptr(past), ptr(future),
-                                             reach, k, int(threads), ptr(v), *(ptr(o) for o in outs))
+        rc = entry(n, heads, top - low, past.shape[0], ptr(parts[0]), ptr(parts[1], _PI), ptr(parts[2]),
+                   ptr(parts[3]), ptr(parts[4]), ptr(past), ptr(future), reach, k, int(threads), ptr(v),
+                   *(ptr(o) for o in outs))
         if rc != 0:
             raise NativeError(int(rc), -1, -1)
         mins[sl], lasts[sl], deficits[sl] = outs

@@ -192,14 +192,18 @@ def test_one_uniform_layer_by_hand():
         np.testing.assert_allclose(engine.profile(stack, n).probabilities, expected, rtol=1e-15, atol=0)
 
 
-def test_rising_bias_beyond_the_linear_range_is_refused_and_auto_falls_back_to_dense():
+def test_rising_bias_beyond_the_linear_range_is_refused_and_auto_takes_extended_range_or_dense():
+    """The linear mode refuses it; auto runs the native log-space mode (tests/test_bias_extended.py
+    checks its values), or the dense engine without the native kernel."""
     stack = BiasStack.build([1.0], Bias(Table(tuple(10.0 * g for g in range(80)))))
     for engine in ENGINES:
         with pytest.raises(Unsupported, match="nats below its head's largest"):
             engine.profile(stack, 80)
     result = engines.profile(stack, 80)
-    assert result.engine == "dense"
+    expected = ("bias", "native-extended") if native_available() else ("dense", "dense")
+    assert (result.engine, result.path) == expected
     assert abs(result.probabilities.sum() - 1) < 1e-12
+    np.testing.assert_allclose(result.probabilities, Dense().profile(stack, 80).probabilities, rtol=0, atol=1e-12)
 
 
 # ----------------------------------------------------------------------------- families

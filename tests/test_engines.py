@@ -224,3 +224,16 @@ def test_fft_bucket_merge_is_the_cheapest_partition(exponents, counts, layers):
 def test_fft_engine_refuses_bidirectional_masks():
     with pytest.raises(nx.Unsupported, match="causal and sliding-window masks only"):
         nx.profile(nx.AlibiStack.build([0.5], [0.5], mask=nx.Full()), 8, engine="fft")
+
+
+def test_unresolved_is_a_boolean_mask():
+    """``~profile.unresolved()`` must select the resolved entries (an integer 0/1 mask would turn into
+    -1/-2 under ~, and index the wrong entries): the mask is bool, for profiles with and without losses."""
+    from posbias.numerics.engine import Profile
+
+    lost = Profile(np.array([1.0, 0.0]), np.array([0.0, -np.inf]), np.ones(1), np.ones(1), "e", "p")
+    full = Profile(np.array([0.5, 0.5]), np.log([0.5, 0.5]), np.ones(1), np.ones(1), "e", "p")
+    for profile, want in [(lost, [False, True]), (full, [False, False])]:
+        mask = profile.unresolved()
+        assert mask.dtype == np.bool_ and mask.tolist() == want
+        assert profile.probabilities[~mask].tolist() == [x for x, w in zip(profile.probabilities, want) if not w]
