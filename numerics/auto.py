@@ -25,11 +25,11 @@ threshold of the choice:
    non-positive slope, no sink: ``BiasStack.as_alibi``) takes the ALiBi routes above; any other
    goes to the bias engine (native C kernel on the CPU, else XLA; O(T H N^2)), then dense.
    Where the linear mode refuses the stack (a row deficit beyond 600 nats) or leaves entries
-   below the float64 range, the bias engine's log-space mode (``BiasEngine(extended=True)``,
-   native kernel only, 12 to 14 times slower: ``bias_extended_seconds``) computes it: in place of
+   below the float64 range, the bias engine's log-space mode (``BiasEngine(extended=True)``:
+   the C kernel's, 12 to 14 times slower, or XLA's without it: ``bias_extended_seconds``) computes it: in place of
    a refused stack when estimated at most ``bias_extended_max_seconds``, as a re-run for lost
-   entries when estimated at most ``bias_retry_seconds``; otherwise (and without the native
-   kernel) the refusal or the notes say so, with the estimate.
+   entries when estimated at most ``bias_retry_seconds``; otherwise the refusal or the notes say
+   so, with the estimate.
    Large N: causal / sliding-window bias stacks go first to the bias FFT engine
    (numerics/bias_fft.py, O(T (U + 1) N log N), absolute resolution) when the exact engine is
    estimated at ``bias_fft_from_seconds`` or more (``bias_seconds``: T H N (L + 1) multiply-adds
@@ -97,6 +97,7 @@ class Auto(Engine):
     bias_fft_from_seconds: float = 2.0      # the exact bias engine is used below this estimate
     bias_retry_seconds: float = 60.0        # re-run an FFT profile with unresolved entries exactly when this fast
     bias_extended_factor: float = 14.0      # the bias engine's log-space mode against its linear rate (12-14x measured)
+    bias_xla_extended_factor: float = 40.0  # its XLA log-space mode (no C kernel) against the same rate (28-36x measured)
     bias_extended_max_seconds: float = 600.0  # the log-space mode where the linear mode refuses, when this fast
 
     def bias_seconds(self, stack: BiasStack, num_tokens: int) -> float:
@@ -107,8 +108,13 @@ class Auto(Engine):
 
     def bias_extended_seconds(self, stack: BiasStack, num_tokens: int) -> float:
         """Estimated time of the bias engine's log-space (extended) mode: ``bias_extended_factor`` times
-        ``bias_seconds`` (measured 12 to 14 times at T = 4, H = 8, N = 512 and 2048, one thread)."""
-        return self.bias_extended_factor * self.bias_seconds(stack, num_tokens)
+        ``bias_seconds`` in the C kernel (measured 12 to 14 times at T = 4, H = 8, N = 512 and 2048, one
+        thread), ``bias_xla_extended_factor`` times in XLA (measured 28 to 36 times at N = 512, 1024)."""
+        from posbias.numerics.bias_engine import BiasEngine
+
+        native = BiasEngine(extended=True).uses_native(np.float64)
+        factor = self.bias_extended_factor if native else self.bias_xla_extended_factor
+        return factor * self.bias_seconds(stack, num_tokens)
 
     def bias_fft_seconds(self, stack: BiasStack, num_tokens: int) -> float:
         """Estimated time of the bias FFT engine: per layer one transform per distinct bias plus the inverse,
@@ -262,8 +268,8 @@ class Auto(Engine):
         if isinstance(stack, BiasStack):
             from posbias.numerics.bias_engine import BiasEngine
 
-            ext = BiasEngine(extended=True)
-            fits = native_ok and ext.uses_native(dtype) and ext.supports(stack, num_tokens) is None
+            ext = BiasEngine(extended=True, native=native_ok)  # the C kernel's, else XLA's log-space mode
+            fits = np.dtype(dtype) == np.float64 and ext.supports(stack, num_tokens) is None
             return ext if fits and self.bias_extended_seconds(stack, num_tokens) <= self.bias_retry_seconds else None
         ext = Structured(extended=True)
         if native_ok and ext.uses_native(dtype) and ext.supports(stack, num_tokens) is None:
@@ -347,7 +353,7 @@ class Auto(Engine):
             ran = route == engine  # the extended route itself left them: a second run would too
             if route is None or ran:
                 why = ("it ran" if ran else
-                       f"the bias engine's log-space mode is native only and is re-run when estimated at most "
+                       f"the bias engine's log-space mode is float64 only and is re-run when estimated at most "
                        f"{self.bias_retry_seconds:g} s; here {self.bias_extended_seconds(stack, num_tokens):.3g} s"
                        if isinstance(stack, BiasStack) else
                        f"T*H*N > {self.log_retry_max_work:.0e} or sliding window without the native kernel")

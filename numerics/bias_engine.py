@@ -19,7 +19,7 @@ the rest) are refused with one line naming the layer; otherwise ``Profile.resolu
 states the absolute error bound T (e^D + N) N 2^-1022 relative to max p (about 1e-300 for
 ordinary biases). Float64 only.
 
-``extended=True`` (native kernel only; path ``native-extended``): the same recursion in log
+``extended=True`` (path ``native-extended``, or ``xla-extended`` below): the same recursion in log
 space, log v <- logaddexp(log(1 - lambda) + log v, log lambda + log(vA)), each log (vA)_j a
 log-sum-exp over i of log u_i + l(i - j) and each log Z_i a running log-sum-exp of the row's
 logits (numerics/native/bias_layer.c). No deficit limit and no underflow: the Profile
@@ -28,8 +28,10 @@ O(T eps (N + |log p|)) (the relative error of p: every layer rounds log values o
 |log p|; 1.5e-11 measured at T = 300, log p = -923), and its ``resolution`` is 0. It costs
 O(T H N^2) exponentials (four-lane polynomial exp in the kernel), 12 to 14 times the linear
 mode (measured: T = 4, H = 8, N = 512 and 2048, one thread), so ``auto`` runs the linear mode
-first and this only for stacks that it refuses or leaves unresolved. The XLA path has no
-extended mode: without the native kernel ``supports`` refuses it.
+first and this only for stacks that it refuses or leaves unresolved. Without the native kernel
+(a GPU, no C compiler) the same log-space recursion runs in XLA (numerics/_bias_log_scan.py,
+path ``xla-extended``), each head's (N, N) log-kernel formed in turn: O(N^2) memory per head
+(checked against the memory budget), the same accuracy.
 
 Examples
 --------
@@ -59,7 +61,7 @@ TINY = float(np.finfo(np.float64).tiny)
 class BiasEngine(Engine):
     """native: use the C kernel where it runs (CPU, float64); threads: native path, worker
     threads (default: all cores, at most one per head); chunk: XLA path, block length C;
-    extended: the C kernel's log-space mode (extended range; requires the native kernel)."""
+    extended: the log-space mode (extended range): the C kernel's, or XLA's without it."""
 
     name = "bias"
     native: bool = True
@@ -74,8 +76,6 @@ class BiasEngine(Engine):
             return "a sliding window cannot be combined with a bidirectional prefix"
         if self.chunk is not None and not (isinstance(self.chunk, int) and self.chunk >= 1):
             return f"chunk must be a positive integer, got {self.chunk!r}"
-        if self.extended and not self.uses_native(np.float64):
-            return "extended range needs the native CPU kernel (float64 on the CPU), which is not available here"
         return None
 
     def uses_native(self, dtype) -> bool:
@@ -93,6 +93,8 @@ class BiasEngine(Engine):
         if self.uses_native(np.float64):
             threads = self.threads or os.cpu_count() or 2
             return 8 * num_tokens * (10 * threads + 4) + tables + params
+        if self.extended:  # XLA log space: a head's (N, N) logits, log-kernel and the two sums' temporaries
+            return 8 * 4 * num_tokens * num_tokens + tables + params
         c = min(128, 1 << max(0, (num_tokens - 1).bit_length())) if self.chunk is None else self.chunk
         return 8 * num_heads * (12 * (num_tokens + 2 * c) + 3 * c * c) + tables + params
 
@@ -109,12 +111,19 @@ class BiasEngine(Engine):
         past, future = stack.tables(num_tokens)
         tau = stack.temperature
         layers = (stack.lambdas, stack.bias_index, stack.diagonal / tau, stack.sink / tau, stack.head_weights)
-        if self.extended:
+        if self.extended and self.uses_native(dtype):
             from posbias.numerics import native_bias
 
             logv, mins, lasts, _ = native_bias.profile(layers, past, future, num_tokens=num_tokens, mask=stack.mask,
                                                        threads=self.threads, progress=progress, extended=True)
             return log_profile(logv, mins, lasts, engine=self.name, path="native-extended")
+        if self.extended:
+            reason = budget.check(f"the XLA log-space kernels of one head at N = {num_tokens}",
+                                  8 * 4 * num_tokens * num_tokens)
+            if reason is not None:
+                raise Unsupported(f"{self.name} engine: {reason}")
+            logv, mins, lasts = self._xla_log(layers, past, future, num_tokens, stack.mask, progress)
+            return log_profile(logv, mins, lasts, engine=self.name, path="xla-extended")
         if self.uses_native(dtype):
             from posbias.numerics import native_bias
 
@@ -132,6 +141,35 @@ class BiasEngine(Engine):
                               "outside float64's range in linear arithmetic; the dense engine computes it)")
         resolution = stack.num_layers * (math.exp(float(deficits[worst])) + num_tokens) * num_tokens * TINY
         return linear_profile(v, mins, lasts, engine=self.name, path=path, resolution=resolution)
+
+    def _xla_log(self, layers, past, future, num_tokens, mask, progress):
+        """The log-space recursion in XLA (numerics/_bias_log_scan.py), in ~20 chunks of layers with progress."""
+        import jax.numpy as jnp
+
+        from posbias.numerics import _bias_log_scan as scan
+
+        n = int(num_tokens)
+        window = mask.past_window
+        reach = n - 1 if window is None else min(n - 1, int(window) - 1)
+        k = mask.bidirectional_length(n)
+        logv = np.full(n, -np.inf)
+        logv[-1] = 0.0
+        logv = jnp.asarray(logv, jnp.float64)
+        tables = jnp.asarray(past, jnp.float64), jnp.asarray(future, jnp.float64)
+        t_total = layers[0].shape[0]
+        step = t_total if progress is None else max(1, -(-t_total // 20))
+        mins, lasts = [], []
+        top = t_total
+        while top > 0:
+            low = max(0, top - step)
+            part = tuple(jnp.asarray(a[low:top]) for a in layers)
+            logv, (mn, last) = scan.run(logv, part, *tables, n, reach, k if k > 1 else 0)
+            mins.insert(0, np.asarray(mn))
+            lasts.insert(0, np.asarray(last))
+            top = low
+            if progress is not None:
+                progress(t_total - low, t_total)
+        return np.asarray(logv, np.float64), np.concatenate(mins), np.concatenate(lasts)
 
     def _xla(self, layers, past, future, num_tokens, mask, dtype, progress):
         import jax.numpy as jnp
