@@ -77,7 +77,7 @@ class BiasStack:
 
     @staticmethod
     def build(lambdas, biases, diagonal=0.0, sink=0.0, head_weights=None, temperature=1.0,
-              mask=None) -> "BiasStack":
+              mask=None) -> BiasStack:
         """Validate and broadcast to (T, H).
 
         ``biases``: one ``Bias`` (every head of every layer), a sequence of H (per head, the same

@@ -96,8 +96,8 @@ from functools import lru_cache
 import numpy as np
 
 from posbias.errors import UserError
-from posbias.numerics.engine import Engine, Profile
 from posbias.numerics.bias_stack import BiasStack
+from posbias.numerics.engine import Engine, Profile
 from posbias.numerics.periodic import PeriodicStack, detect, layer_range
 from posbias.numerics.stack import AlibiStack
 

@@ -30,9 +30,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -358,10 +358,10 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
+    from posbias.bias_fit import BiasFitError
     from posbias.files import check_out, write_run
     from posbias.output import position_csv
     from posbias.run import progress_bar
-    from posbias.bias_fit import BiasFitError
     from posbias.validate_panels import bias_prediction, extra_predictions, kernels_npz, mark_flat, sink_diagnostics
     from posbias.validate_panels import figure as variants_figure
 

@@ -307,8 +307,8 @@ def test_validate_panel_i_on_hf_fixtures_equals_dense_rollout(family):
 
 
 def test_validate_panel_i_on_the_trained_model_route(tmp_path):
-    from posbias.lm.config import ModelConfig, TrainConfig
     from posbias.lm import checkpoint as ckpt
+    from posbias.lm.config import ModelConfig, TrainConfig
     from posbias.lm.data import heldout_sequences, load_corpus
     from posbias.lm.measure import measure
     from posbias.lm.train import train

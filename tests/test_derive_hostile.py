@@ -14,7 +14,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -99,7 +99,7 @@ def _run(argv: list[str]) -> tuple[int | None, str, str]:
     return out.returncode, out.stdout, out.stderr
 
 
-@lru_cache(maxsize=None)
+@cache
 def _results() -> dict[tuple[str, ...], tuple[int | None, str, str]]:
     """Every case, run concurrently (each in its own interpreter, each with the hang detector)."""
     keys = [tuple(argv) for argv, _, _ in CASES]

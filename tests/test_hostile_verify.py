@@ -21,12 +21,12 @@ import contextlib
 import io
 import json
 import os
-import tempfile
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -34,8 +34,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import posbias.verify as pv
-from tests.test_hostile_cli import assert_refused, listing, run_cli, snapshot
 from tests.peak import peak_rss
+from tests.test_hostile_cli import assert_refused, listing, run_cli, snapshot
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = REPO / "examples" / "small.yaml"

@@ -16,11 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import pytest
-
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
 
 from posbias.lm import cli as lm_cli
 from posbias.lm.config import PRESETS, ModelConfig

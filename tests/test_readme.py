@@ -20,7 +20,7 @@ MIN_DOCS_EXECUTED_BLOCKS = 52
 
 PY = Path(sys.executable).name
 
-PASSING = f"""\
+PASSING = """\
 # Synthetic
 
 ```console
@@ -46,8 +46,8 @@ $ cat out/v.txt; echo "┏━━━━━┓ 1.0e-60"
 
 <!-- readme-test: reflow -->
 ```console
-$ printf '{{\\n  "a": 1,\\n  "b": 2.5\\n}}\\n'
-{{"a": 1, "b": 2.5}}
+$ printf '{\\n  "a": 1,\\n  "b": 2.5\\n}\\n'
+{"a": 1, "b": 2.5}
 ```
 
 <!-- readme-test: skip-output -->
@@ -67,11 +67,11 @@ scripts/demo   # a list of commands, not a session
 
 ```python
 import json
-print(json.dumps({{"x": 1.0}}))
+print(json.dumps({"x": 1.0}))
 ```
 <!-- readme-test: output -->
 ```text
-{{"x": 1.0000000001}}
+{"x": 1.0000000001}
 ```
 
 ```yaml

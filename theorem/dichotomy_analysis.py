@@ -58,7 +58,7 @@ import sympy as sp
 
 from posbias.theorem import expr_guard
 from posbias.theorem.errors import DeriveError
-from posbias.theorem.schedule_expr import T, Family, Schedule, family_of, parameters_of, recognise
+from posbias.theorem.schedule_expr import Family, Schedule, T, family_of, parameters_of, recognise
 
 MAX_OPS = 30  # SymPy's general tests (is_convergent, summation, is_decreasing) only on λ_t this small
 CHECKED_TERMS = 200  # every t < CHECKED_TERMS is a sample point (checked exactly near 0 and 1)

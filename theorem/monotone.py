@@ -34,10 +34,10 @@ True
 
 from __future__ import annotations
 
-import sympy as sp
-
 from dataclasses import dataclass
 from fractions import Fraction
+
+import sympy as sp
 
 from posbias.theorem.alibi_row import exact_kernel, generic
 from posbias.theorem.certificate import Check, certificate, check

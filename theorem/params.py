@@ -48,10 +48,11 @@ import math
 import numbers
 import types
 import typing
+from collections.abc import Callable, Sequence
 from dataclasses import MISSING, dataclass
 from fractions import Fraction
-from functools import lru_cache
-from typing import Any, Callable, ClassVar, Sequence
+from functools import cache
+from typing import Any, ClassVar
 
 from posbias.theorem.errors import DeriveError
 
@@ -118,7 +119,7 @@ class _Field:
         return names.get(self.kind, self.name.upper())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _fields(params_type: type) -> tuple[_Field, ...]:
     hints = typing.get_type_hints(params_type)
     out = []

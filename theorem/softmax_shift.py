@@ -16,9 +16,9 @@ True
 
 from __future__ import annotations
 
-import sympy as sp
-
 from dataclasses import dataclass
+
+import sympy as sp
 
 from posbias.theorem.certificate import Check, certificate, check
 from posbias.theorem.derivation import Derivation, Result

@@ -33,11 +33,12 @@ True
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from math import prod
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

@@ -25,8 +25,8 @@ import json
 import numpy as np
 
 from posbias.lm.outputs import bias_fit_json, rollout_yaml
-from posbias.validate_panels import sink_diagnostics
 from posbias.output import position_csv
+from posbias.validate_panels import sink_diagnostics
 
 FILES = ("config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json", "bias_fit.json")
 

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from posbias.errors import UserError
-from posbias.lm.measure import DENOMINATOR_FLOOR, Measurement, MeasureError, accumulate
+from posbias.lm.measure import DENOMINATOR_FLOOR, MeasureError, Measurement, accumulate
 
 IMPLEMENTATION = "posbias_eager"
 
@@ -438,8 +438,8 @@ def validate_subject(args, subject_type):
             f"width {config.hidden_size}, vocab {config.vocab_size}, "
             f"context {'ALiBi, no limit' if context is None else f'{context} positions'} (causal decoder); "
             f"data: {label}; S = {args.samples} sequences per length; {args.precision} measurement.")
-    notes = ((f"Rotary or learned positions: no ALiBi term (slopes 0), so (a) and (b) are pure causal-mask "
-              f"rollouts; the position signal reaches (e)-(h) through the measured kernels.",) if not alibi else ())
+    notes = (("Rotary or learned positions: no ALiBi term (slopes 0), so (a) and (b) are pure causal-mask "
+              "rollouts; the position signal reaches (e)-(h) through the measured kernels.",) if not alibi else ())
     notes += (f"Measured through transformers (eager attention, hooks on each block's input and on "
               f"{LAYOUTS[config.model_type].addend}); its eager softmax runs in float32 whatever the dtype.",)
     state = {}

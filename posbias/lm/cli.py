@@ -136,13 +136,12 @@ def _train(args) -> int:
 
 
 def _measure(args) -> int:
+    from posbias.hf.checkpoint import refuse_other, route
     from posbias.lm import checkpoint as ckpt
     from posbias.lm import outputs
     from posbias.lm.data import heldout_sequences, load_corpus
     from posbias.lm.measure import MeasureError, measure
     from posbias.run import progress_bar
-
-    from posbias.hf.checkpoint import refuse_other, route
 
     kind = route(args.checkpoint)
     if kind == "other":

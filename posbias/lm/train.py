@@ -89,7 +89,14 @@ def _progress(enabled: bool, total: int, done: int):
         yield lambda step, loss: None
         return
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     with Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]} bpb"),
                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), transient=True,

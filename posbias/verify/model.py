@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from posbias.verify.claims import c1_check, hypotheses, predicate, steeper
 from posbias.verify import cost
+from posbias.verify.claims import c1_check, hypotheses, predicate, steeper
 from posbias.verify.counterexample import model_counterexample_files
 from posbias.verify.kernels import alibi_kernels, dominated, engine_profile, last_row, with_layer
 from posbias.verify.lazy import composite, ps, st
