@@ -147,7 +147,8 @@ def _bias_rows(biases, num_layers: int) -> list[list[Bias]]:
         try:
             items = list(biases)
         except TypeError:
-            raise StackError(f"biases: expected a Bias, H of them or T rows of H, got {type(biases).__name__}") from None
+            raise StackError("biases: expected a Bias, H of them or T rows of H, "
+                             f"got {type(biases).__name__}") from None
         if not items:
             raise StackError("biases: expected at least one head, got none")
         if any(isinstance(b, Bias) for b in items):

@@ -261,8 +261,9 @@ def _checked(lam, m, w, num_tokens, past_window, bidirectional_length) -> tuple[
     return n, window, k
 
 
-def profile(lambdas, slopes, diagonal, weights, *, num_tokens: int, past_window: int | None,
-            bidirectional_length: int, extended: bool = False, threads: int | None = None,
+def profile(lambdas, slopes, diagonal, weights, *,  # noqa: C901 (checks, state, layer range; issue 20 §4)
+            num_tokens: int, past_window: int | None, bidirectional_length: int, extended: bool = False,
+            threads: int | None = None,
             layers: tuple[int, int] | range | None = None, state: NativeState | None = None,
             block_size: int = DEFAULT_BLOCK, refine: bool = True, adaptive: bool = False,
             progress: Callable[[int, int], None] | None = None) -> NativeProfile:

@@ -231,4 +231,5 @@ def per_layer_head(name: str, x: np.ndarray, num_layers: int, num_heads: int) ->
     try:
         return np.array(np.broadcast_to(x, (num_layers, num_heads)))
     except ValueError:
-        raise StackError(f"{name}: shape {x.shape} does not broadcast to (T, H) = ({num_layers}, {num_heads})") from None
+        raise StackError(f"{name}: shape {x.shape} does not broadcast to "
+                         f"(T, H) = ({num_layers}, {num_heads})") from None

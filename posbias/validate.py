@@ -324,7 +324,8 @@ def add_parser(subparsers) -> None:
         "validate", help="the paper's experiment on a measured model: predictions (a)-(c), (e) vs influence (d)",
         description="Measure a model at each length and compare the rollout predictions with the measured "
                     "influence: the model trained here (trained first if --checkpoint is not given and its run "
-                    "folder has no finished checkpoint) or a Hugging Face checkpoint folder (bert, bloom, falcon, gpt2, mpt). "
+                    "folder has no finished checkpoint) or a Hugging Face checkpoint folder (bert, bloom, falcon, "
+                    "gpt2, mpt). "
                     "Writes profiles/<N>/{a,b,c,d,e}.csv, report.json, report.md and validate.png to --out.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", type=Path,
@@ -415,7 +416,8 @@ def run(args) -> int:
     texts["report.md"] = report_markdown(report, source=subject.source, model_line=subject.model_line,
                                          notes=notes, lambdas=lambdas, sinks=sinks)
     written = write_run(out, texts,
-                        {"validate.png": variants_figure(panels_by_n, sinks_by_n, f"posbias validate: {subject.source}")},
+                        {"validate.png": variants_figure(panels_by_n, sinks_by_n,
+                                                         f"posbias validate: {subject.source}")},
                         binaries)
     if args.json:
         sys.stdout.write(text)

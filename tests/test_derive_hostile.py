@@ -147,7 +147,8 @@ def test_each_derivation_documents_its_limits_and_the_time_budget(capsys):
     for name in derivations():
         assert derive_command([name, "--help"]) == 0
         text = capsys.readouterr().out
-        assert "limits: " in text and "--time-budget SECONDS" in text and f"default {DEFAULT_TIME_BUDGET_TEXT} s" in text
+        assert "limits: " in text and "--time-budget SECONDS" in text
+        assert f"default {DEFAULT_TIME_BUDGET_TEXT} s" in text
         assert derivations()[name].describe()["limits"]
     assert derive_command(["--help"]) == 0
     assert f"default {DEFAULT_TIME_BUDGET:g} s" in capsys.readouterr().out

@@ -140,7 +140,7 @@ def test_readme_examples(tmp_path):
     summary = report.summary()
     skipped = report.of("skipped")
     if skipped:  # allowed only for blocks that cannot run here, but never silently
-        warnings.warn("README blocks skipped: " + ", ".join(r.block.label for r in skipped))
+        warnings.warn("README blocks skipped: " + ", ".join(r.block.label for r in skipped), stacklevel=2)
     print(summary)
     assert report.ok, summary
     assert report.executed >= MIN_EXECUTED_BLOCKS, summary

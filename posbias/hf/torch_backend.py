@@ -158,7 +158,8 @@ def load(path, precision: str = "float64") -> Loaded:
     dtype = torch.float64 if precision == "float64" else torch.float32
     implementation = "eager" if layout.qkv == "bloom" else IMPLEMENTATION
     try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation=implementation,
+        model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype,
+                                                                  attn_implementation=implementation,
                                                                   local_files_only=True, **kwargs)
     except (OSError, ValueError) as exc:
         raise BackendError(f"{path}: transformers cannot load it ({str(exc).splitlines()[0]})") from None
@@ -431,7 +432,8 @@ def validate_subject(args, subject_type):
         slopes, alibi = jax_slopes(spec), spec.positions == "alibi"
     except UserError:
         slopes, alibi = np.zeros(int(config.num_attention_heads)), False
-    context = None if alibi else getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    context = None if alibi else (getattr(config, "max_position_embeddings", None)
+                                  or getattr(config, "n_positions", None))
     text, label = data.read_text(args.data)
     layers, heads = int(config.num_hidden_layers), int(config.num_attention_heads)
     line = (f"Checkpoint through transformers: model_type {config.model_type}, T = {layers}, H = {heads}, "

@@ -45,7 +45,8 @@ def add_parser(subparsers) -> tuple:
         description="Train a JAX decoder (pre-LayerNorm, ALiBi heads, GELU MLP, bytes) on pydoc_data.topics with "
                     "AdamW; checkpoints are atomic and a second run with the same --out resumes.",
         epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    tr.add_argument("--out", type=argtypes.path, required=True, help="run folder (checkpoint.npz, config.json, train.json)")
+    tr.add_argument("--out", type=argtypes.path, required=True,
+                    help="run folder (checkpoint.npz, config.json, train.json)")
     tr.add_argument("--preset", choices=sorted(PRESETS), default="default",
                     help="default (the measured model) or ci (tiny, under a minute)")
     m = tr.add_argument_group("model (override the preset)")

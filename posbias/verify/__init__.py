@@ -73,16 +73,16 @@ from posbias.verify.report import print_report
 from posbias.verify.runner import run_property, select, verify
 from posbias.verify.searches import STEEP_R_MAX, c6_old_profile
 from posbias.verify.types import (
-                                  EXIT_FAILED,
-                                  EXIT_OK,
-                                  EXIT_USAGE,
-                                  EXPECTS,
-                                  FORMAT,
-                                  PROFILES,
-                                  Property,
-                                  Report,
-                                  Result,
-                                  VerifyError,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    EXPECTS,
+    FORMAT,
+    PROFILES,
+    Property,
+    Report,
+    Result,
+    VerifyError,
 )
 
 __all__ = [
