@@ -119,8 +119,8 @@ def main() -> None:
     print(f"load average {load:.2f} -> {result['load_average_1min_after']:.2f} on {result['cpus']} CPUs")
     print(f"train ({tr['preset']}): compile {tr['compile_s']:.1f} s, {tr['step_s_median'] * 1e3:.0f} ms/step, "
           f"{tr['tokens_per_s']:.0f} tokens/s, projected run {tr['projected_run_s'] / 60:.1f} min")
-    print(f"influence (N = {inf['tokens']}, {inf['precision']}, batch {inf['batch']}): compile {inf['compile_s']:.1f} s, "
-          f"{inf['sequences_per_s']:.2f} sequences/s")
+    print(f"influence (N = {inf['tokens']}, {inf['precision']}, batch {inf['batch']}): "
+          f"compile {inf['compile_s']:.1f} s, {inf['sequences_per_s']:.2f} sequences/s")
 
 
 if __name__ == "__main__":

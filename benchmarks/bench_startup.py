@@ -14,14 +14,13 @@ the dense NumPy baseline (issue 7, item 6). Run on demand, never as a test:
    sets POSBIAS_JAX_CACHE=0. While posbias.config still parses with ruamel, two more variants
    (posbias and the baseline) preview the switch to posbias.yaml_io by patching
    posbias.config.read_yaml in the process.
-2. Breakdown: the CLI's phases in process (timers wrapped around config.load, read_yaml,
-   Model.run, output.profile_figure, files.write_run, after timing the heavy imports); imports (fresh process per module, and ``-X importtime``
-   cumulative times, also aggregated per top-level package for the real CLI run); YAML
-   parse of CONFIG (ruamel pure Python, stock PyYAML CSafeLoader, posbias.yaml_io);
-   config load (parse + validation); per engine (--engine, default auto and log), the first call (tracing + XLA compile) and
-   steady-state call in a fresh process, without cache, with a warm cache under JAX's
-   default settings and with the settings posbias.jax_cache uses; a cProfile of the
-   whole CLI run (top functions by cumulative time).
+2. Breakdown: the CLI's phases in process (timers wrapped around config.load, read_yaml, Model.run,
+   output.profile_figure, files.write_run, after timing the heavy imports); imports (fresh process per module, and
+   ``-X importtime`` cumulative times, also aggregated per top-level package for the real CLI run); YAML parse of
+   CONFIG (ruamel pure Python, stock PyYAML CSafeLoader, posbias.yaml_io); config load (parse + validation); per
+   engine (--engine, default auto and log), the first call (tracing + XLA compile) and steady-state call in a fresh
+   process, without cache, with a warm cache under JAX's default settings and with the settings posbias.jax_cache
+   uses; a cProfile of the whole CLI run (top functions by cumulative time).
 
 Timings are of this machine and of whatever else runs on it: read medians, rerun.
 """
@@ -59,7 +58,8 @@ def once():
         return loaded.run(engine)
     from posbias.run import run_stack
     return run_stack(loaded.stack, loaded.num_tokens, engine=engine)
-a = time.perf_counter(); once(); b = time.perf_counter(); once(); c = time.perf_counter(); once(); d = time.perf_counter()
+a = time.perf_counter(); once(); b = time.perf_counter(); once()
+c = time.perf_counter(); once(); d = time.perf_counter()
 print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "first_s": b - a, "second_s": c - b, "third_s": d - c,
                   "cache_dir": jax.config.jax_compilation_cache_dir}))
 """
@@ -176,7 +176,8 @@ def whole_process(config: Path, repeats: int, threads: int, tmp: Path) -> dict:
                                f"'--out', {str(out)!r}]))"], env_with(threads, POSBIAS_JAX_CACHE="0"))
         variants["dense NumPy baseline, config.read_yaml -> yaml_io"] = (
             [PY, "-c", patch + f"sys.argv = ['dense_baseline.py', {str(config)!r}]; "
-                               "runpy.run_path('benchmarks/dense_baseline.py', run_name='__main__')"], env_with(threads))
+                               "runpy.run_path('benchmarks/dense_baseline.py', run_name='__main__')"],
+            env_with(threads))
     times: dict[str, list[float]] = {name: [] for name in variants}
     errors: dict[str, str] = {}
     for name, (cmd, env) in variants.items():  # warm-up: file cache, and fills the JAX cache
@@ -292,7 +293,8 @@ def yaml_parse(config: Path, repeats: int) -> dict:
         import yaml
 
         if yaml.__with_libyaml__:
-            rows["PyYAML CSafeLoader (stock, YAML 1.1 typing)"] = timed(lambda: yaml.load(text, Loader=yaml.CSafeLoader))
+            rows["PyYAML CSafeLoader (stock, YAML 1.1 typing)"] = timed(
+                lambda: yaml.load(text, Loader=yaml.CSafeLoader))
     except ImportError:
         pass
     rows["posbias.yaml_io.loads (libyaml + checks)"] = timed(lambda: yaml_io.loads(text, str(config)))
@@ -348,7 +350,8 @@ def cli_phases(config: Path, threads: int, tmp: Path, repeats: int, cache: str |
         rows.append(json.loads(proc.stdout.strip().splitlines()[-1])["phases"])
     order = ["imports (numpy, jax, pydantic, matplotlib, posbias)", "config load: parse + validate + build stack",
              "  of which YAML parse (config.read_yaml)", "engine run (Model.run)", "figure (output.profile_figure)",
-             "write files + PNG (files.write_run)", "rest of main (summary, printing, lazy imports)", "total in process"]
+             "write files + PNG (files.write_run)", "rest of main (summary, printing, lazy imports)",
+             "total in process"]
     keys = [k for k in order if k in rows[0]] + [k for k in rows[0] if k not in order]
     return {key: statistics.median(r.get(key, 0.0) for r in rows) for key in keys}
 
@@ -364,7 +367,7 @@ def cprofile_cli(config: Path, threads: int, tmp: Path, top: int = 25) -> str:
 # ------------------------------------------------------------------------- report
 
 
-def main() -> int:
+def main() -> int:  # noqa: C901 (one block per benchmark section; split them into functions; issue 20 §4)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     ap.add_argument("--repeats", type=int, default=5)
@@ -372,7 +375,8 @@ def main() -> int:
                     help="OMP/OpenBLAS/MKL threads for every command (default: all cores)")
     ap.add_argument("--engine", default="auto,log",
                     help="comma-separated engines for the first-call/steady-state breakdown (log: a JAX engine)")
-    ap.add_argument("--skip", default="", help="comma-separated sections to skip: whole,phases,yaml,imports,engine,profile")
+    ap.add_argument("--skip", default="",
+                    help="comma-separated sections to skip: whole,phases,yaml,imports,engine,profile")
     ap.add_argument("--out", type=Path, help="also write the results as JSON")
     args = ap.parse_args()
     if not args.config.is_file():
@@ -387,7 +391,8 @@ def main() -> int:
         tmp = Path(tmpdir)
         if "whole" not in skip:
             whole = results["whole_process"] = whole_process(args.config, args.repeats, args.threads, tmp)
-            print("## Whole process (wall, interleaved repeats)\n\n| command | median s | min s | max s |\n|---|---|---|---|")
+            print("## Whole process (wall, interleaved repeats)\n\n"
+                  "| command | median s | min s | max s |\n|---|---|---|---|")
             for name, row in whole.items():
                 if isinstance(row, dict) and "median_s" in row:
                     print(f"| {name} | {row['median_s']:.3f} | {row['min_s']:.3f} | {row['max_s']:.3f} |")

@@ -173,7 +173,8 @@ def main() -> int:
         print("| measurement | seconds |\n|---|---|")
         print(f"| `posbias sweep examples/sweep-ushape.yaml` (10,000 points), whole process | "
               f"{u['median']:.2f} (min {u['min']:.2f}, max {u['max']:.2f}) |")
-        print(f"| loop of single-profile calls + summaries, in process, 10,000 points | {results['loop_baseline_s']:.2f} |")
+        print("| loop of single-profile calls + summaries, in process, 10,000 points | "
+              f"{results['loop_baseline_s']:.2f} |")
         print("\n| fake CPU devices (XLA path) | 512-point grid, s | points / s |\n|---|---|---|")
         for row in results["xla_devices"]:
             print(f"| {row['devices']} | {row['seconds']:.2f} | {row['points_per_s']:.0f} |")

@@ -7,10 +7,11 @@ for the duration of the call). Names are imported on first use, so
 
 Public names:
 
-* stacks: ``AlibiStack``, ``BiasStack`` (any relative bias, ``Bias``; C7), ``KernelStack``, ``PeriodicStack`` (a block of layers repeated, any depth), masks ``Causal``, ``SlidingWindow``, ``Prefix``,
+* stacks: ``AlibiStack``, ``BiasStack`` (any relative bias, ``Bias``; C7), ``KernelStack``,
+  ``PeriodicStack`` (a block of layers repeated, any depth), masks ``Causal``, ``SlidingWindow``, ``Prefix``,
   ``Full``, schedules ``Constant``, ``PowerDecay``, ``Geometric``, ``Custom``, ``alibi_slopes``;
-* engines: ``profile`` (the entry point), ``profiles`` (a batch of one shape), ``ENGINES``, ``Engine``, ``Profile``, ``Auto``,
-  ``Structured``, ``FFT``, ``Dense``, ``Measured``, ``Power``, ``BiasEngine``, ``Unsupported``;
+* engines: ``profile`` (the entry point), ``profiles`` (a batch of one shape), ``ENGINES``, ``Engine``,
+  ``Profile``, ``Auto``, ``Structured``, ``FFT``, ``Dense``, ``Measured``, ``Power``, ``BiasEngine``, ``Unsupported``;
 * summaries: ``summarize``, ``Summary``, ``u_shape``;
 * dense routes and identities: ``alibi_kernels``, ``rollout_matrix``, ``dense_rollout``,
   ``profile_from_kernels``, ``kernel_diagonals``, ``diagonal_product``, ``validate_kernels``.

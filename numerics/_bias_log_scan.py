@@ -67,5 +67,5 @@ def run(logv, layers, past_tables, future_tables, num_tokens: int, reach: int, b
     key = (num_tokens, reach, bidirectional)
     fn = _JITTED.get(key)
     if fn is None:
-        fn = _JITTED[key] = jax.jit(lambda v, l, p, f: log_layers_scan(v, l, p, f, *key))
+        fn = _JITTED[key] = jax.jit(lambda v, layers, p, f: log_layers_scan(v, layers, p, f, *key))
     return fn(logv, layers, past_tables, future_tables)

@@ -160,5 +160,5 @@ def run(v, layers, past_tables, future_tables, geo: Geometry):
     """jit(layers_scan) for this geometry (compiled once per shape)."""
     fn = _JITTED.get(geo)
     if fn is None:
-        fn = _JITTED[geo] = jax.jit(lambda v, l, p, f: layers_scan(v, l, p, f, geo))
+        fn = _JITTED[geo] = jax.jit(lambda v, layers, p, f: layers_scan(v, layers, p, f, geo))
     return fn(v, layers, past_tables, future_tables)

@@ -73,10 +73,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from posbias.numerics.bias_stack import BiasStack
 from posbias.numerics.engine import Engine, Profile, Unsupported
 from posbias.numerics.native import HEAD_GROUP, NativeError
 from posbias.numerics.periodic import EXPAND_MAX_LAYERS, PeriodicStack
-from posbias.numerics.bias_stack import BiasStack
 from posbias.numerics.stack import AlibiStack, KernelStack
 from posbias.numerics.structured import Structured
 from posbias.numerics.summary import exact_zeros
@@ -87,7 +87,8 @@ class Auto(Engine):
     name = "auto"
     fft_from_tokens: int = 16384
     log_retry_max_work: int = 200_000_000
-    scan_seconds_per_unit: float = 1e-9     # native scan per layer x head x token (2 shared cores: T = 10^4, H = 32, N = 4096 in ~2 s)
+    # native scan per layer x head x token (2 shared cores: T = 10^4, H = 32, N = 4096 in ~2 s)
+    scan_seconds_per_unit: float = 1e-9
     power_seconds_per_flop: float = 4e-11   # BLAS multiply-add in an N x N product
     periodic_retry_seconds: float = 60.0    # re-run an unresolved power profile on the scan when this fast
     extended_scan_factor: float = 20.0      # extended-range scan (single-token blocks) against the plain rate
@@ -97,7 +98,7 @@ class Auto(Engine):
     bias_fft_from_seconds: float = 2.0      # the exact bias engine is used below this estimate
     bias_retry_seconds: float = 60.0        # re-run an FFT profile with unresolved entries exactly when this fast
     bias_extended_factor: float = 14.0      # the bias engine's log-space mode against its linear rate (12-14x measured)
-    bias_xla_extended_factor: float = 40.0  # its XLA log-space mode (no C kernel) against the same rate (28-36x measured)
+    bias_xla_extended_factor: float = 40.0  # its XLA log-space mode (no C kernel), same rate: 28-36x measured
     bias_extended_max_seconds: float = 600.0  # the log-space mode where the linear mode refuses, when this fast
 
     def bias_seconds(self, stack: BiasStack, num_tokens: int) -> float:

@@ -77,7 +77,7 @@ class BiasStack:
 
     @staticmethod
     def build(lambdas, biases, diagonal=0.0, sink=0.0, head_weights=None, temperature=1.0,
-              mask=None) -> "BiasStack":
+              mask=None) -> BiasStack:
         """Validate and broadcast to (T, H).
 
         ``biases``: one ``Bias`` (every head of every layer), a sequence of H (per head, the same
@@ -147,7 +147,8 @@ def _bias_rows(biases, num_layers: int) -> list[list[Bias]]:
         try:
             items = list(biases)
         except TypeError:
-            raise StackError(f"biases: expected a Bias, H of them or T rows of H, got {type(biases).__name__}") from None
+            raise StackError("biases: expected a Bias, H of them or T rows of H, "
+                             f"got {type(biases).__name__}") from None
         if not items:
             raise StackError("biases: expected at least one head, got none")
         if any(isinstance(b, Bias) for b in items):

@@ -22,11 +22,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posbias.numerics.engine import Engine, Profile, float64, linear_profile
 from posbias.numerics.bias_stack import BiasStack
+from posbias.numerics.engine import Engine, Profile, float64, linear_profile
 from posbias.numerics.kernels import bias_layer_kernel, layer_kernel
-from posbias.numerics.stack import AlibiStack
-from posbias.numerics.stack import register_pytrees
+from posbias.numerics.stack import AlibiStack, register_pytrees
 
 register_pytrees()
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 import abc
 import contextlib
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 

@@ -41,8 +41,7 @@ from posbias.numerics import _recurrence as rec
 from posbias.numerics.engine import Engine, Profile, linear_profile
 from posbias.numerics.masks import Mask
 from posbias.numerics.semiring import LINEAR
-from posbias.numerics.stack import AlibiStack
-from posbias.numerics.stack import register_pytrees
+from posbias.numerics.stack import AlibiStack, register_pytrees
 
 register_pytrees()
 

@@ -21,11 +21,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posbias.numerics.engine import float64
 from posbias.numerics.bias_stack import BiasStack
+from posbias.numerics.engine import float64
 from posbias.numerics.masks import allowed
-from posbias.numerics.stack import AlibiStack
-from posbias.numerics.stack import register_pytrees
+from posbias.numerics.stack import AlibiStack, register_pytrees
 
 register_pytrees()
 

@@ -14,8 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from posbias.numerics.engine import Engine, Profile, float64, linear_profile
-from posbias.numerics.stack import KernelStack
-from posbias.numerics.stack import register_pytrees
+from posbias.numerics.stack import KernelStack, register_pytrees
 
 register_pytrees()
 

@@ -24,9 +24,9 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -159,7 +159,7 @@ class NativeState:
             exps[-1] = 1
         return cls(mant, exps, block, extended, num_tokens - 1, num_layers)
 
-    def refined(self, block_size: int) -> "NativeState":
+    def refined(self, block_size: int) -> NativeState:
         """The same v with blocks of ``block_size`` tokens (a divisor of the current size)."""
         if not self.extended or self.block_size % block_size:
             raise ValueError(f"cannot refine blocks of {self.block_size} into blocks of {block_size}")
@@ -176,7 +176,7 @@ class NativeState:
         exps = np.where(empty | (old == _EMPTY), _EMPTY, old + shift).astype(np.int64)
         return NativeState(mant, exps, block_size, True, self.support_start, self.next_layer)
 
-    def to_extended(self, block_size: int = DEFAULT_BLOCK) -> "NativeState":
+    def to_extended(self, block_size: int = DEFAULT_BLOCK) -> NativeState:
         """The same v (a linear state) in block floating point with blocks of ``block_size`` tokens:
         exact (mantissas and exponents by frexp, no rounding)."""
         if self.extended:
@@ -261,8 +261,9 @@ def _checked(lam, m, w, num_tokens, past_window, bidirectional_length) -> tuple[
     return n, window, k
 
 
-def profile(lambdas, slopes, diagonal, weights, *, num_tokens: int, past_window: int | None,
-            bidirectional_length: int, extended: bool = False, threads: int | None = None,
+def profile(lambdas, slopes, diagonal, weights, *,  # noqa: C901 (checks, state, layer range; issue 20 §4)
+            num_tokens: int, past_window: int | None, bidirectional_length: int, extended: bool = False,
+            threads: int | None = None,
             layers: tuple[int, int] | range | None = None, state: NativeState | None = None,
             block_size: int = DEFAULT_BLOCK, refine: bool = True, adaptive: bool = False,
             progress: Callable[[int, int], None] | None = None) -> NativeProfile:

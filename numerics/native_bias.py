@@ -14,11 +14,11 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
-from posbias.numerics.native import NativeError, compile_source, SOURCE
+from posbias.numerics.native import SOURCE, NativeError, compile_source
 
 BIAS_SOURCE = SOURCE.with_name("bias_layer.c")
 _I64 = ctypes.c_int64

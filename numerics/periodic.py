@@ -68,7 +68,7 @@ class PeriodicStack:
     top: AlibiStack | BiasStack | None = None
 
     @staticmethod
-    def build(block: AlibiStack | BiasStack, num_layers: int) -> "PeriodicStack":
+    def build(block: AlibiStack | BiasStack, num_layers: int) -> PeriodicStack:
         """The stack of ``num_layers`` = T layers whose layer t is block layer t mod p."""
         if type(block) not in PER_LAYER:
             raise StackError(f"block: expected an AlibiStack or a BiasStack, got {type(block).__name__}")
@@ -108,7 +108,7 @@ class PeriodicStack:
         """True when the layers carry relative biases (``BiasStack``, C7)."""
         return isinstance(self.block, BiasStack)
 
-    def as_alibi(self, num_tokens: int) -> "PeriodicStack | None":
+    def as_alibi(self, num_tokens: int) -> PeriodicStack | None:
         """A relative-bias periodic stack whose every layer is ALiBi at this N (``BiasStack.as_alibi``)
         as the ALiBi periodic stack; None otherwise (or for an ALiBi stack, which is one already)."""
         if not self.is_bias:

@@ -96,8 +96,8 @@ from functools import lru_cache
 import numpy as np
 
 from posbias.errors import UserError
-from posbias.numerics.engine import Engine, Profile
 from posbias.numerics.bias_stack import BiasStack
+from posbias.numerics.engine import Engine, Profile
 from posbias.numerics.periodic import PeriodicStack, detect, layer_range
 from posbias.numerics.stack import AlibiStack
 
@@ -311,7 +311,8 @@ def _panel_product(x_rows: np.ndarray, w: np.ndarray, skip: int, causal: bool) -
     return out
 
 
-def multiply(x: Scaled, y: Scaled, log_y: np.ndarray, *, causal: bool, pool: ThreadPoolExecutor | None = None) -> Scaled:
+def multiply(x: Scaled, y: Scaled, log_y: np.ndarray, *, causal: bool,
+             pool: ThreadPoolExecutor | None = None) -> Scaled:
     """x · y in x's blocks, with its loss bound; ``log_y`` = log of y's entries (``log_entries``).
     With a ``pool``, its threads take one row block at a time (or, with one block, one W panel at a
     time): every block and panel is computed exactly as serially, so the result is the same; NumPy and

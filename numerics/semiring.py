@@ -9,8 +9,8 @@ supports it (sliding-window masks need it).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import jax.numpy as jnp
 

@@ -64,7 +64,7 @@ class AlibiStack:
         return int(np.shape(self.slopes)[1])
 
     @staticmethod
-    def build(lambdas, slopes, diagonal=0.0, head_weights=None, temperature=1.0, mask=None) -> "AlibiStack":
+    def build(lambdas, slopes, diagonal=0.0, head_weights=None, temperature=1.0, mask=None) -> AlibiStack:
         """Validate, broadcast inputs to (T, H) and normalise head weights.
 
         ``slopes``, ``diagonal`` and ``head_weights`` may be scalars, (H,) vectors
@@ -174,7 +174,7 @@ class KernelStack:
         return self.declared_causal
 
     @staticmethod
-    def build(kernels, lambdas, *, causal: bool = False, tol: float | None = None) -> "KernelStack":
+    def build(kernels, lambdas, *, causal: bool = False, tol: float | None = None) -> KernelStack:
         """Validate: shape (T, N, N), finite, non-negative, rows summing to 1 within ``tol``
         (default: 1e-9 for float64 input, 1e-5 for float32), causal if declared; lambdas (T,) in [0, 1].
         Raises ``KernelError`` naming the layer and row."""
@@ -231,4 +231,5 @@ def per_layer_head(name: str, x: np.ndarray, num_layers: int, num_heads: int) ->
     try:
         return np.array(np.broadcast_to(x, (num_layers, num_heads)))
     except ValueError:
-        raise StackError(f"{name}: shape {x.shape} does not broadcast to (T, H) = ({num_layers}, {num_heads})") from None
+        raise StackError(f"{name}: shape {x.shape} does not broadcast to "
+                         f"(T, H) = ({num_layers}, {num_heads})") from None

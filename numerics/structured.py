@@ -193,7 +193,8 @@ class Structured(Engine):
         import jax.numpy as jnp
 
         from posbias.numerics import _recurrence as rec
-        from posbias.numerics.semiring import LOG, RINGS as SEMIRINGS
+        from posbias.numerics.semiring import LOG
+        from posbias.numerics.semiring import RINGS as SEMIRINGS
 
         ring = SEMIRINGS[self.ring]
         if self.chunked():
@@ -262,7 +263,8 @@ class Structured(Engine):
         from posbias.numerics import _recurrence as rec
         from posbias.numerics import budget
         from posbias.numerics.engine import implausible
-        from posbias.numerics.semiring import LOG, RINGS as SEMIRINGS
+        from posbias.numerics.semiring import LOG
+        from posbias.numerics.semiring import RINGS as SEMIRINGS
 
         first = stacks[0]
         for stack in stacks:

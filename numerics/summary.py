@@ -91,7 +91,7 @@ class Summary:
     matrix: MatrixSummary | None = None
     provenance: tuple[tuple[str, Any], ...] = field(default=())
 
-    def with_provenance(self, **items) -> "Summary":
+    def with_provenance(self, **items) -> Summary:
         """A copy recording where the model came from (e.g. slopes="hf", overrides=[...])."""
         return dataclasses.replace(self, provenance=self.provenance + tuple(items.items()))
 

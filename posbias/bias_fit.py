@@ -323,7 +323,7 @@ def _projected_loss(family: str, g, gram, rhs, total):
     return loss
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _refiner(family: str):
     """jit(vmap over heads): (u0 (H, 1), g, gram, rhs (H, Q), total (H,)) -> (u (H, 1), loss (H,)) after
     ``LBFGS_STEPS`` steps of optax's L-BFGS on ``_projected_loss``."""

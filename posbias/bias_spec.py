@@ -94,7 +94,8 @@ def _numbers(args: str, where: str, text: str, count: int | None = None) -> list
     try:
         values = [float(a) for a in args.split(",")]
     except ValueError:
-        raise UserError(f"{where} {text!r}: {args!r} is not a comma-separated list of numbers; expected {SPECS}") from None
+        raise UserError(f"{where} {text!r}: {args!r} is not a comma-separated list of numbers; "
+                        f"expected {SPECS}") from None
     if count is not None and len(values) != count:
         raise UserError(f"{where} {text!r}: expected {count} numbers, got {len(values)}")
     return values

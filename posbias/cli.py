@@ -77,7 +77,8 @@ def _parser() -> _Parser:
                         description="The profile p = e_{N-1}^T R^(T-1)...R^(0) of a model (which input positions "
                                     "feed the last token), its summary and figure.",
                         epilog=ROLLOUT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ro.add_argument("config", nargs="?", type=Path, help="rollout YAML (the reference schema); omit to build from flags")
+    ro.add_argument("config", nargs="?", type=Path,
+                    help="rollout YAML (the reference schema); omit to build from flags")
     ro.add_argument("--out", type=argtypes.path,
                     help="output folder (default: the config's save_dir, else ./posbias-out)")
     model = ro.add_argument_group("model (without CONFIG these build it; with CONFIG they override its fields)")
@@ -111,7 +112,8 @@ def _parser() -> _Parser:
                          "bias-fft (large N, causal or window masks; auto picks it by a cost model)")
     ro.add_argument("--full", action="store_true", help="also form the full P by dense products (N <= 8192)")
     ro.add_argument("--diagonal", action="store_true",
-                    help="also write P_ii = prod_t (1 - lambda_t (1 - A_ii)) in O(T N) (causal and sliding-window masks)")
+                    help="also write P_ii = prod_t (1 - lambda_t (1 - A_ii)) in O(T N) (causal and sliding-window "
+                         "masks)")
     ro.add_argument("--kernels", type=Path, help="measured kernels (T, N, N) as .npy or .npz ('kernels', 'lambdas')")
     ro.add_argument("--causal", action="store_true", help="declare --kernels causal (checked)")
     ro.add_argument("--json", action="store_true", help="print the summary JSON instead of text")
@@ -119,7 +121,8 @@ def _parser() -> _Parser:
     de = sub.add_parser("demo", help="the main job on a built-in 32-layer ALiBi model",
                         description="Three variants of a 32-layer, 32-head ALiBi model at N = 256: attention-only, "
                                     "residual-aware, residual + content. Writes a figure and summaries.")
-    de.add_argument("--out", type=argtypes.path, default=Path("posbias-demo"), help="output folder (default ./posbias-demo)")
+    de.add_argument("--out", type=argtypes.path, default=Path("posbias-demo"),
+                    help="output folder (default ./posbias-demo)")
 
     # derive/proofs parse their own arguments (theorem/cli.py); listed here for --help.
     sub.add_parser("derive", help="symbolic derivations (posbias derive --list; posbias derive NAME --help)",
@@ -267,7 +270,8 @@ def _rollout(args) -> int:
         summary = result.summary.with_provenance(
             content_broadcast=args.content_broadcast, slopes=args.slopes or ("file" if args.config else "paper"))
         out_dir = args.out or Path(model.save_dir or "posbias-out")
-        title, warnings, schedule = str(args.config) if args.config else "model from flags", model.warnings, model.schedule
+        title = str(args.config) if args.config else "model from flags"
+        warnings, schedule = model.warnings, model.schedule
         stack_lambdas = getattr(model.stack, "lambdas", None)  # None: a compact stack labels itself
     for w in warnings:
         print(f"posbias: warning: {w}", file=sys.stderr)
@@ -295,7 +299,8 @@ def _rollout(args) -> int:
     shown = result.profile if result.log_profile is None else result.log_profile
     figure = output.profile_figure([(label, shown)], title=output.config_label(title),
                                    subtitle=(output.lambda_label(stack_lambdas, _short(schedule))
-                                             if stack_lambdas is not None else model.stack.lambda_label(_short(schedule))),
+                                             if stack_lambdas is not None
+                                             else model.stack.lambda_label(_short(schedule))),
                                    log_values=result.log_profile is not None)
     written = write_run(out_dir, files, {"profile.png": figure})
     if args.json:

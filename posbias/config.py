@@ -26,10 +26,10 @@ import numpy as np
 import pydantic
 
 from posbias.errors import UserError
-from posbias.yaml_io import read_yaml
 from posbias.model import Model, ModelError, check_size, content_of, lambdas_of, parse_mask, parse_schedule, slopes_of
 from posbias.numerics import masks, schedules
 from posbias.numerics.stack import AlibiStack, StackError
+from posbias.yaml_io import read_yaml
 
 
 class ConfigError(UserError):
@@ -187,7 +187,7 @@ def _per_layer_head(path, key, rows, num_layers, num_heads, *, first_head_only=F
     return out
 
 
-def slopes_or_bias(att: "AttentionConfig") -> "AttentionConfig":
+def slopes_or_bias(att: AttentionConfig) -> AttentionConfig:
     """attention_config gives ALiBi slopes or (posbias's extension) a relative bias, exactly one of them;
     sink needs bias."""
     if (att.alibi_slopes is None) == (att.bias is None):
@@ -198,7 +198,7 @@ def slopes_or_bias(att: "AttentionConfig") -> "AttentionConfig":
     return att
 
 
-def bias_stack_from_config(path, att: "AttentionConfig", lambdas, diagonal, weights, mask, num_layers: int, h: int,
+def bias_stack_from_config(path, att: AttentionConfig, lambdas, diagonal, weights, mask, num_layers: int, h: int,
                            bias: str | None = None, sink=None):
     """The ``BiasStack`` of an attention_config with ``bias`` (one spec for every head, a list of H, or one
     string of H specs separated by /) and optional ``sink`` (broadcast like the slopes). ``bias`` and

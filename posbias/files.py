@@ -49,7 +49,8 @@ MEASURE_FILES = ("rollout.yaml", "kernels.npz", "attention.npz", "influence.csv"
                  "measure.json", "lambda.png", "bias_fit.json")
 HF_MEASURE_FILES = ("config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json", "bias_fit.json")
 VALIDATE_FILES = ("report.json", "report.md", "validate.png", "profiles/*/*.csv", "kernels/*.npz")
-FILE_SETS = (ROLLOUT_FILES, DEMO_FILES, COMPARE_FILES, FIT_FILES, BIAS_FIT_FILES, MEASURE_FILES, HF_MEASURE_FILES, VALIDATE_FILES)
+FILE_SETS = (ROLLOUT_FILES, DEMO_FILES, COMPARE_FILES, FIT_FILES, BIAS_FIT_FILES, MEASURE_FILES, HF_MEASURE_FILES,
+             VALIDATE_FILES)
 """The files one run of a command may write (``*``: any name within one folder, e.g. validate's
 profiles/<N>/<panel>.csv). A run that writes a file of a set removes the rest of that set left by an
 earlier run (e.g. diagonal.csv of an earlier --diagonal run, or profiles/12/ of an earlier

@@ -21,8 +21,8 @@ call has no effect on that process). It
 * caches every compilation, however quick: JAX's default
   ``jax_persistent_cache_min_compile_time_secs`` of 1 s would skip the CPU
   compilations posbias does (a few hundred ms each), so it is set to 0 unless
-  ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` says otherwise; ``jax_persistent_cache_min_entry_size_bytes`` stays at 0
-  (no size floor).
+  ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` says otherwise;
+  ``jax_persistent_cache_min_entry_size_bytes`` stays at 0 (no size floor).
 
 JAX does not cap the directory's size unless ``jax_compilation_cache_max_size``
 is set (that needs the ``filelock`` package); entries are small (tens to

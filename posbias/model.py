@@ -39,7 +39,6 @@ import numpy as np
 
 from posbias.errors import UserError
 
-
 COMPACT_FROM_LAYERS = 100_000  # constant schedules from this depth build a compact PeriodicStack
 
 

@@ -204,7 +204,7 @@ def distributions(draw, n: int, *, exact: bool = False):
     return np.array(out, dtype=object) if exact else as_float(np.array(out, dtype=object))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ints(n: int, high: int = WEIGHT_MAX):
     """n integers in 0..high (one strategy object per size: building strategies is the cost)."""
     return st.lists(st.integers(0, high), min_size=n, max_size=n)
@@ -214,7 +214,7 @@ def _vertex(i: int, j: int) -> list[int]:
     return [int(g == j) for g in range(i + 1)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _causal_row(i: int):
     """Integer weights for row i (j <= i): any weights 0..WEIGHT_MAX, or a vertex e_j
     (j = i - k, so it shrinks toward e_i)."""

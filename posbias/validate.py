@@ -30,9 +30,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -324,7 +324,8 @@ def add_parser(subparsers) -> None:
         "validate", help="the paper's experiment on a measured model: predictions (a)-(c), (e) vs influence (d)",
         description="Measure a model at each length and compare the rollout predictions with the measured "
                     "influence: the model trained here (trained first if --checkpoint is not given and its run "
-                    "folder has no finished checkpoint) or a Hugging Face checkpoint folder (bert, bloom, falcon, gpt2, mpt). "
+                    "folder has no finished checkpoint) or a Hugging Face checkpoint folder (bert, bloom, falcon, "
+                    "gpt2, mpt). "
                     "Writes profiles/<N>/{a,b,c,d,e}.csv, report.json, report.md and validate.png to --out.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", type=Path,
@@ -358,10 +359,10 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
+    from posbias.bias_fit import BiasFitError
     from posbias.files import check_out, write_run
     from posbias.output import position_csv
     from posbias.run import progress_bar
-    from posbias.bias_fit import BiasFitError
     from posbias.validate_panels import bias_prediction, extra_predictions, kernels_npz, mark_flat, sink_diagnostics
     from posbias.validate_panels import figure as variants_figure
 
@@ -415,7 +416,8 @@ def run(args) -> int:
     texts["report.md"] = report_markdown(report, source=subject.source, model_line=subject.model_line,
                                          notes=notes, lambdas=lambdas, sinks=sinks)
     written = write_run(out, texts,
-                        {"validate.png": variants_figure(panels_by_n, sinks_by_n, f"posbias validate: {subject.source}")},
+                        {"validate.png": variants_figure(panels_by_n, sinks_by_n,
+                                                         f"posbias validate: {subject.source}")},
                         binaries)
     if args.json:
         sys.stdout.write(text)

@@ -257,7 +257,8 @@ class _NeedsReference(Exception):
     """The fast path cannot promise ruamel's result for this document."""
 
 
-def check_graph(root, name: str, *, fast: bool) -> None:
+def check_graph(root, name: str, *,  # noqa: C901 (depth, alias, size checks; split per check; issue 20 §4)
+                fast: bool) -> None:
     """Refuse documents nested deeper than MAX_DEPTH, with recursive aliases, or whose
     aliases expand past MAX_ALIAS_EXPANSION nodes. Works on composed nodes (PyYAML's or
     ruamel's), iteratively, in time linear in the number of distinct nodes.
@@ -466,7 +467,8 @@ def read_yaml(path: str | Path) -> dict:
         with open(path, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
             if size > MAX_BYTES:
-                raise YamlError(f"{path}: {size} bytes, larger than the {MAX_BYTES // 2**20} MB limit for a config file")
+                raise YamlError(f"{path}: {size} bytes, larger than the {MAX_BYTES // 2**20} MB limit "
+                                "for a config file")
             raw = handle.read(MAX_BYTES + 1)  # also bounds pipes and devices, whose size is 0
     except FileNotFoundError:
         raise YamlError(f"{path}: no such file") from None

@@ -246,7 +246,7 @@ def make_fixture(family: str, folder) -> Path:
     model.eval()
     gen = torch.Generator().manual_seed(SEED + 1)
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for _name, p in model.named_parameters():
             if p.ndim == 1:  # LayerNorm gains and biases, linear biases
                 p.add_(0.1 * torch.randn(p.shape, generator=gen))
     model.save_pretrained(folder, safe_serialization=True)

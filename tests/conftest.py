@@ -12,10 +12,9 @@ examples for verification runs.
 import os
 from pathlib import Path
 
+import jax
 import pytest
 from hypothesis import HealthCheck, settings
-
-import jax
 
 jax.config.update("jax_enable_x64", True)
 

@@ -1,6 +1,7 @@
 """The public Python API (import posbias): models from numbers and from configs, the auto
 engine with its fallbacks, typed summaries, and no change to the caller's JAX state."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -80,7 +81,7 @@ def test_heads_override_with_per_head_file_slopes_is_refused(shared_data):
 def test_summary_is_typed_and_serialises():
     s = posbias.build_model(layers=3, heads=2, tokens=16, schedule="constant:0.5").summary()
     assert isinstance(s, posbias.Summary)
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         s.argmin = 3  # frozen
     data = json.loads(s.to_json())
     assert data["argmin"] == s.argmin and data["engine"] == s.engine and data["source"] == "flags"
@@ -98,7 +99,8 @@ def test_diagonal_identity_against_the_matrix():
     (dict(layers=2, heads=2, tokens=8, slopes="gpt"), "slopes: expected one of paper, hf"),
     (dict(layers=2, heads=2, tokens=8, slopes=[0.5, -1.0]), "slopes: layer 0 head 1 is -1"),
     (dict(layers=2, heads=2, tokens=8, content_diagonal=[1.0, 2.0, 3.0]), "content_diagonal: 3 values"),
-    (dict(layers=2, heads=3, tokens=8, slopes=[0.5, 0.25]), "2 explicit values .* for heads = 3: expected one slope per head"),
+    (dict(layers=2, heads=3, tokens=8, slopes=[0.5, 0.25]),
+     "2 explicit values .* for heads = 3: expected one slope per head"),
 ])
 def test_bad_model_parameters_get_one_line(kwargs, message):
     with pytest.raises(ModelError, match=message):

@@ -72,7 +72,8 @@ def bias_stacks(draw):
     rng = np.random.default_rng(draw(st.integers(0, 2**31)))
     return BiasStack.build(rng.uniform(0, 1, t), heads, diagonal=rng.normal(0, 1.5, (t, h)),
                            sink=rng.normal(0, 1.5, (t, h)) * draw(st.booleans()),
-                           head_weights=rng.uniform(0.05, 1, (t, h)), temperature=draw(st.sampled_from([0.7, 1.0, 2.0])),
+                           head_weights=rng.uniform(0.05, 1, (t, h)),
+                           temperature=draw(st.sampled_from([0.7, 1.0, 2.0])),
                            mask=mask)
 
 

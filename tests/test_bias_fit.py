@@ -153,7 +153,8 @@ def test_rising_kerple_bias_is_refitted_at_r1_zero(family):
     design[:, 0], design[:, 1] = rows == cols, cols == 0
     design[np.arange(rows.size), 2 + rows] = 1.0
     coef = np.linalg.lstsq(design, logits[rows, cols], rcond=None)[0]
-    assert fit.diagonal[0, 0] == pytest.approx(coef[0], abs=1e-10) and fit.sink[0, 0] == pytest.approx(coef[1], abs=1e-10)
+    assert fit.diagonal[0, 0] == pytest.approx(coef[0], abs=1e-10)
+    assert fit.sink[0, 0] == pytest.approx(coef[1], abs=1e-10)
 
 
 @pytest.mark.parametrize("kwargs,message", [
@@ -307,15 +308,16 @@ def test_validate_panel_i_on_hf_fixtures_equals_dense_rollout(family):
 
 
 def test_validate_panel_i_on_the_trained_model_route(tmp_path):
-    from posbias.lm.config import ModelConfig, TrainConfig
     from posbias.lm import checkpoint as ckpt
+    from posbias.lm.config import ModelConfig, TrainConfig
     from posbias.lm.data import heldout_sequences, load_corpus
     from posbias.lm.measure import measure
     from posbias.lm.train import train
     from posbias.validate_panels import bias_prediction
 
     model = ModelConfig(layers=2, heads=2, width=8, context=16, mlp_ratio=2)
-    train(model, TrainConfig(steps=4, batch=2, lr=1e-2, warmup=1, eval_every=4), tmp_path / "run", log=lambda line: None)
+    train(model, TrainConfig(steps=4, batch=2, lr=1e-2, warmup=1, eval_every=4), tmp_path / "run",
+          log=lambda line: None)
     loaded = ckpt.load(tmp_path / "run")
     m = measure(loaded.params, model, heldout_sequences(load_corpus().validation, 12, 3), influence=False)
     p = bias_prediction(m)

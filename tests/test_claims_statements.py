@@ -13,8 +13,16 @@ import pytest
 from posbias.theorem import statements
 from posbias.theorem.claims import CLAIMS
 from posbias.theorem.cli import proofs_command
-from posbias.theorem.statements import (FINGERPRINTS, INSTANCES, exact_truth, fingerprint_check, instance_check,
-                                        normalise, statement_check, theory_sections)
+from posbias.theorem.statements import (
+    FINGERPRINTS,
+    INSTANCES,
+    exact_truth,
+    fingerprint_check,
+    instance_check,
+    normalise,
+    statement_check,
+    theory_sections,
+)
 
 THEORY = Path(__file__).resolve().parents[2] / "shared" / "THEORY.md"
 

@@ -64,7 +64,8 @@ def test_rollout_json_and_full(tmp_path, capsys):
 def test_diagonal_identity_route_matches_full_matrix(tmp_path, capsys):
     """--diagonal (O(T N), C5(a)) against the diagonal of the dense P from --full."""
     out = tmp_path / "out"
-    cfg = _write(tmp_path, GOOD.replace("mask_type: causal, window_size: null", "mask_type: sliding_window, window_size: 5"))
+    cfg = _write(tmp_path,
+                 GOOD.replace("mask_type: causal, window_size: null", "mask_type: sliding_window, window_size: 5"))
     assert main(["rollout", str(cfg), "--out", str(out), "--full", "--diagonal", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     diag = np.loadtxt(out / "diagonal.csv", delimiter=",", skiprows=1)[:, 1]
@@ -129,11 +130,14 @@ def _bad_config_cases():
                          "attention_config.alibi_slopes: outer list has length 2, expected 1 or num_layers = 3"),
         "nan": (edit("diagonal_scores: [[1.0]]", "diagonal_scores: [[.nan]]"),
                 "content_config.diagonal_scores[0][0]: input should be a finite number"),
-        "inf": (edit("lambda_0: 0.8", "lambda_0: .inf"), "lambda_schedule_config.lambda_0: input should be a finite number"),
+        "inf": (edit("lambda_0: 0.8", "lambda_0: .inf"),
+                "lambda_schedule_config.lambda_0: input should be a finite number"),
         "non-numeric": (edit("[[0.5, 0.125]]", "[[0.5, fast]]"),
-                        "attention_config.alibi_slopes[0][1]: input should be a valid number, unable to parse string as a number, got 'fast'"),
+                        "attention_config.alibi_slopes[0][1]: input should be a valid number, unable to parse string "
+                        "as a number, got 'fast'"),
         "fractional size": (edit("num_layers: 3", "num_layers: 2.5"), "num_layers: input should be a valid integer"),
-        "non-positive size": (edit("sequence_length: 16", "sequence_length: 0"), "sequence_length: input should be greater than 0"),
+        "non-positive size": (edit("sequence_length: 16", "sequence_length: 0"),
+                              "sequence_length: input should be greater than 0"),
         "negative slope": (edit("[[0.5, 0.125]]", "[[0.5, -0.1]]"),
                            "attention_config.alibi_slopes[0][1]: input should be greater than or equal to 0"),
         "custom length": (edit("{schedule_type: power_decay, lambda_0: 0.8, beta: 1.0}",

@@ -74,7 +74,8 @@ def test_version(tmp_path):
 @pytest.mark.parametrize("args", [["--help"], ["rollout", "--help"], ["demo", "--help"], ["derive", "--help"],
                                   ["proofs", "--help"], ["derive", "drift", "--help"], ["derive", "--list"],
                                   ["verify", "--help"], ["sweep", "--help"], ["plot", "--help"], ["compare", "--help"],
-                                  ["fit", "--help"], ["train", "--help"], ["measure", "--help"], ["validate", "--help"]])
+                                  ["fit", "--help"], ["train", "--help"], ["measure", "--help"],
+                                  ["validate", "--help"]])
 def test_help_everywhere(tmp_path, args):
     out = _run(args, tmp_path)
     assert out.stdout.strip() and not out.stderr

@@ -20,7 +20,7 @@ def test_density_moments_are_the_cesaro_moments():
     t, lam = 6, 0.3
     with mpmath.workdps(30):
         for k in (0, 1, 3, 10):
-            integral = mpmath.quad(lambda x: x**k * continuum.density(float(x), t, lam), [0, 0.5, 1])
+            integral = mpmath.quad(lambda x, k=k: x**k * continuum.density(float(x), t, lam), [0, 0.5, 1])
             want = float(cesaro.moment_fraction(k, [Fraction(3, 10)] * t))
             assert float(integral) + (1 - lam) ** t == pytest.approx(want, rel=1e-12)
 
@@ -30,7 +30,7 @@ def test_exact_profile_is_the_binomial_mixture_of_the_limit_law():
     p = cesaro.exact_profile([Fraction(3, 10)] * t, n).floats()
     with mpmath.workdps(30):
         for j in (0, 1, 7, 20, 38, 39):
-            mix = mpmath.quad(lambda x: math.comb(n - 1, j) * x**j * (1 - x) ** (n - 1 - j)
+            mix = mpmath.quad(lambda x, j=j: math.comb(n - 1, j) * x**j * (1 - x) ** (n - 1 - j)
                               * continuum.density(float(x), t, lam), [0, 0.25, 0.5, 0.75, 1])
             atom = (1 - lam) ** t if j == n - 1 else 0.0
             assert float(mix) + atom == pytest.approx(p[j], rel=1e-9)

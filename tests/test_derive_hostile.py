@@ -14,7 +14,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -99,7 +99,7 @@ def _run(argv: list[str]) -> tuple[int | None, str, str]:
     return out.returncode, out.stdout, out.stderr
 
 
-@lru_cache(maxsize=None)
+@cache
 def _results() -> dict[tuple[str, ...], tuple[int | None, str, str]]:
     """Every case, run concurrently (each in its own interpreter, each with the hang detector)."""
     keys = [tuple(argv) for argv, _, _ in CASES]
@@ -147,7 +147,8 @@ def test_each_derivation_documents_its_limits_and_the_time_budget(capsys):
     for name in derivations():
         assert derive_command([name, "--help"]) == 0
         text = capsys.readouterr().out
-        assert "limits: " in text and "--time-budget SECONDS" in text and f"default {DEFAULT_TIME_BUDGET_TEXT} s" in text
+        assert "limits: " in text and "--time-budget SECONDS" in text
+        assert f"default {DEFAULT_TIME_BUDGET_TEXT} s" in text
         assert derivations()[name].describe()["limits"]
     assert derive_command(["--help"]) == 0
     assert f"default {DEFAULT_TIME_BUDGET:g} s" in capsys.readouterr().out

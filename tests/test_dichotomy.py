@@ -109,7 +109,8 @@ def test_undecidable_expression_is_reported_undecided():
 def test_large_expressions_are_undecided_by_a_work_limit_not_a_timer():
     from posbias.theorem.dichotomy_analysis import MAX_OPS
 
-    big = "sin(t)**2*cos(t)**2*sin(2*t)**2*cos(3*t)**2*sin(5*t)**2*cos(7*t)**2*sin(11*t)**2/(t+1)**2/(t+2)**2/(t+3)**2/9"
+    big = ("sin(t)**2*cos(t)**2*sin(2*t)**2*cos(3*t)**2*sin(5*t)**2*cos(7*t)**2*sin(11*t)**2"
+           "/(t+1)**2/(t+2)**2/(t+3)**2/9")
     d = run(big)
     assert d["verdict"] == "undecided" and f"only up to {MAX_OPS}" in d["reason"]
 

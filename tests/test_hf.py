@@ -2,8 +2,8 @@
 
 The fixtures in tests/fixtures/hf/ were written by scripts/make_hf_fixtures.py with torch and
 transformers (versions in each versions.json): tiny random BERT, BLOOM, Falcon (three
-layouts), GPT-2 and MPT checkpoints and what transformers computed on fixed token ids. These tests read them without torch; one
-test regenerates them on the spot where torch and transformers are installed.
+layouts), GPT-2 and MPT checkpoints and what transformers computed on fixed token ids. These tests
+read them without torch; one test regenerates them on the spot where torch and transformers are installed.
 """
 
 from __future__ import annotations
@@ -380,7 +380,8 @@ def test_falcon_position_term_is_the_bfloat16_alibi_once():
 
 
 def test_falcon_fixture_records_transformers_double_alibi():
-    """transformers' FalconModel adds the term twice; alibi_scale x 2 reproduces it, and the fixture tells them apart."""
+    """transformers' FalconModel adds the term twice; alibi_scale x 2 reproduces it, and the fixture tells
+    them apart."""
     import dataclasses
 
     import jax
@@ -391,7 +392,7 @@ def test_falcon_fixture_records_transformers_double_alibi():
         p = weights.params(ck)
         ids = expected["input_ids"].astype(np.int32)
         doubled = dataclasses.replace(ck.spec, alibi_scale=2 * ck.spec.alibi_scale)
-        logits, cap = jax.jit(lambda p, ids: forward.forward(p, ids, doubled, capture=True))(p, ids)
+        logits, cap = jax.jit(lambda p, ids, spec=doubled: forward.forward(p, ids, spec, capture=True))(p, ids)
         np.testing.assert_allclose(np.asarray(logits), expected["transformers_logits"], rtol=TOL, atol=TOL)
         np.testing.assert_allclose(np.asarray(cap["probs"]), expected["transformers_attentions"], rtol=TOL, atol=TOL)
         assert np.abs(expected["transformers_logits"] - expected["logits"]).max() > 1e-2

@@ -160,9 +160,10 @@ def test_biases_are_read_and_required(tmp_path):
     expected = np.load(FIXTURES / "qwen2" / "expected.npz")
     ids = expected["input_ids"].astype(np.int32)
     zeroed = {**p, "blocks": {**p["blocks"], "bk": np.zeros_like(p["blocks"]["bk"])}}
-    assert np.abs(np.asarray(jax.jit(lambda q: forward.forward(q, ids, ck.spec))(zeroed)) - expected["logits"]).max() > 1e-3
-    from safetensors.numpy import save_file
+    changed = np.asarray(jax.jit(lambda q: forward.forward(q, ids, ck.spec))(zeroed))
+    assert np.abs(changed - expected["logits"]).max() > 1e-3
     from safetensors import safe_open
+    from safetensors.numpy import save_file
 
     with safe_open(str(FIXTURES / "qwen2" / "model.safetensors"), framework="numpy") as f:
         tensors = {k: f.get_tensor(k) for k in f.keys() if k != "model.layers.1.self_attn.v_proj.bias"}

@@ -16,11 +16,10 @@ import shutil
 import tracemalloc
 from pathlib import Path
 
-import numpy as np
-import pytest
-
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
 
 from posbias.hf import checkpoint, weights
 from posbias.hf.forward import forward, softmax_scales
@@ -158,7 +157,7 @@ def test_bfloat16_weights_kept_narrow_compute_as_cast_up_front(tmp_path):
 
 # ---------------------------------------------------------------- the memory model against XLA
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _xla_bytes(family: str, kind: str, batch: int, n: int) -> tuple[int, int]:
     """(temp + output, argument) bytes XLA reports for a float32 function compiled for (B, N) ids:
     ``capture``, ``gradient`` (rematerialised) or ``plain`` (the gradient without rematerialisation)."""

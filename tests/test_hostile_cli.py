@@ -27,9 +27,9 @@ import time
 import warnings
 import zipfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -53,7 +53,7 @@ def causal_uniform(n: int, t: int = 2, dtype=np.float64) -> np.ndarray:
 
 def npy_header(shape, descr: str = "<f8") -> bytes:
     """A version 1.0 .npy header declaring ``shape`` (written by hand: it may lie)."""
-    text = "{'descr': '%s', 'fortran_order': False, 'shape': %r, }" % (descr, tuple(shape))
+    text = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {tuple(shape)!r}, }}"
     pad = (64 - (10 + len(text) + 1) % 64) % 64
     text = text + " " * pad + "\n"
     return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text.encode("latin1")
@@ -306,7 +306,8 @@ REFUSED = [
     Refused("num_heads 1e9", "config",
             config(edit("num_heads: 2, alibi_slopes: [[0.5, 0.125]]", "num_heads: 1e9, alibi_slopes: [[0.5]]")),
             "c.yaml: a stack of T = 3 layers and H = 1000000000 heads needs about"),
-    Refused("--layers 10^30", "config", good("--layers", "1" + "0" * 30), "c.yaml: --layers: 1" + "0" * 30 + " is too large, expected at most 2^53"),
+    Refused("--layers 10^30", "config", good("--layers", "1" + "0" * 30),
+            "c.yaml: --layers: 1" + "0" * 30 + " is too large, expected at most 2^53"),
     Refused("num_layers 2.5", "config", config(edit("num_layers: 3", "num_layers: 2.5")),
             "c.yaml: num_layers: input should be a valid integer"),
     Refused("sequence_length 0", "config", config(edit("sequence_length: 16", "sequence_length: 0")),
@@ -329,7 +330,8 @@ REFUSED = [
             "c.yaml: lambda_schedule_config.lambdas_custom[0]: expected a number, got the boolean true"),
     # ---- configs: keys, values, lengths
     Refused("unknown key", "config", config(GOOD + "bogus: 1\n"), "c.yaml: bogus: unknown key"),
-    Refused("unknown nested key", "config", config(edit("softmax_temperature: 1.0", "softmax_temperature: 1.0, tau: 2")),
+    Refused("unknown nested key", "config",
+            config(edit("softmax_temperature: 1.0", "softmax_temperature: 1.0, tau: 2")),
             "c.yaml: attention_config.tau: unknown key"),
     Refused("NaN slope", "config", config(edit("[[0.5, 0.125]]", "[[.nan, 0.125]]")),
             "c.yaml: attention_config.alibi_slopes[0][0]: input should be a finite number"),
@@ -381,7 +383,8 @@ REFUSED = [
             "window_size: required for mask_type sliding_window"),
     Refused("mask type", "config", config(edit("mask_type: causal", "mask_type: diagonal")),
             "c.yaml: mask_config.mask_type: input should be 'causal', 'full', 'sliding_window' or 'prefix'"),
-    Refused("save_dir list", "config", config(GOOD + "save_dir: [1]\n"), "c.yaml: save_dir: input should be a valid string"),
+    Refused("save_dir list", "config", config(GOOD + "save_dir: [1]\n"),
+            "c.yaml: save_dir: input should be a valid string"),
     Refused("missing key", "config", config(GOOD.replace("num_layers: 3\n", "")),
             "c.yaml: num_layers: required key is missing"),
     # ---- configs: not a config
@@ -394,9 +397,11 @@ REFUSED = [
     Refused("python tag", "config", config(GOOD + "x: !!python/object/apply:os.system ['true']\n"),
             "could not determine a constructor for the tag"),
     Refused("not a mapping", "config", config("- 1\n- 2\n"), "c.yaml: expected a mapping of configuration keys"),
-    Refused("empty file", "config", config(""), "c.yaml: expected a mapping of configuration keys at the top level, got an empty file"),
+    Refused("empty file", "config", config(""),
+            "c.yaml: expected a mapping of configuration keys at the top level, got an empty file"),
     Refused("missing file", "config", lambda tmp: ["absent.yaml"], "absent.yaml: no such file"),
-    Refused("folder as config", "config", lambda tmp: (tmp.joinpath("d").mkdir(), ["d"])[1], "d: cannot read: is a directory"),
+    Refused("folder as config", "config", lambda tmp: (tmp.joinpath("d").mkdir(), ["d"])[1],
+            "d: cannot read: is a directory"),
     # ---- engines and options
     Refused("fft with a full mask", "engine", good("--engine", "fft", "--mask", "full"),
             "--engine fft: handles causal and sliding-window masks only (mask full reads later tokens)"),
@@ -419,7 +424,8 @@ REFUSED = [
     Refused("--schedule constant:nan", "engine", good("--schedule", "constant:nan"), "parameters must be finite"),
     Refused("--schedule custom length", "engine", good("--schedule", "custom:0.1,0.2"),
             "custom schedule has 2 values, expected num_layers = 3"),
-    Refused("--content-diagonal inf", "engine", good("--content-diagonal", "inf"), "diagonal: entry (0, 0) is not finite"),
+    Refused("--content-diagonal inf", "engine", good("--content-diagonal", "inf"),
+            "diagonal: entry (0, 0) is not finite"),
     Refused("--tokens 0", "engine", good("--tokens", "0"), "argument --tokens: expected a positive integer, got '0'"),
     Refused("--engine unknown", "engine", good("--engine", "magic"), "argument --engine: invalid choice: 'magic'"),
     Refused("--causal without --kernels", "engine", good("--causal"), "--causal applies to --kernels only"),
@@ -434,7 +440,8 @@ REFUSED = [
     Refused("object array", "kernels",
             kernels_npz(kernels=lambda: np.array([causal_uniform(4)[0], None], dtype=object), lambdas=[0.5, 0.5]),
             "k.npz: kernels: expected floating-point values, got dtype object"),
-    Refused("object dtype in the header", "kernels", kernels_bytes(npy_header((2, 3, 3), "|O") + b"\0" * 64, name="k.npy"),
+    Refused("object dtype in the header", "kernels",
+            kernels_bytes(npy_header((2, 3, 3), "|O") + b"\0" * 64, name="k.npy"),
             "k.npy: kernels: expected floating-point values, got dtype object"),
     Refused("string lambdas", "kernels", kernels_npz(kernels=causal_uniform(4), lambdas=np.array(["a", "b"])),
             "k.npz: lambdas: expected floating-point values, got dtype <U1"),
@@ -483,8 +490,10 @@ REFUSED = [
     Refused("N = 0", "kernels", kernels_npy(np.zeros((2, 0, 0))), "got (2, 0, 0)"),
     Refused("negative entry", "kernels", kernels_npy(modified(_move(0, 3, 0, 1, 0.5))),
             "k.npy: layer 0 row 3: entry 0 = -0.25 is negative"),
-    Refused("NaN entry", "kernels", kernels_npy(modified(_set((1, 2, 1), np.nan))), "k.npy: layer 1 row 2: entry 1 is not finite"),
-    Refused("inf entry", "kernels", kernels_npy(modified(_set((0, 0, 0), np.inf))), "k.npy: layer 0 row 0: entry 0 is not finite"),
+    Refused("NaN entry", "kernels", kernels_npy(modified(_set((1, 2, 1), np.nan))),
+            "k.npy: layer 1 row 2: entry 1 is not finite"),
+    Refused("inf entry", "kernels", kernels_npy(modified(_set((0, 0, 0), np.inf))),
+            "k.npy: layer 0 row 0: entry 0 is not finite"),
     Refused("row sums to 1.01", "kernels", kernels_npy(modified(_row_scale(1.01))),
             "k.npy: layer 1 row 3: sums to 1.01, expected 1 within 1e-09"),
     Refused("float32 row sums to 1.01", "kernels", kernels_npy(modified(_row_scale(1.01), dtype=np.float32)),
@@ -624,7 +633,8 @@ CORRECT = [
     Correct("prefix_length 0 (= causal)", "config",
             config(edit("mask_type: causal, window_size: null", "mask_type: prefix, prefix_length: 0")),
             lambda tmp: good_profile()),
-    Correct("diagonal 1e308 (identity)", "config", config(edit("diagonal_scores: [[1.0]]", "diagonal_scores: [[1e308]]")),
+    Correct("diagonal 1e308 (identity)", "config",
+            config(edit("diagonal_scores: [[1.0]]", "diagonal_scores: [[1e308]]")),
             lambda tmp: np.eye(16)[-1]),
     Correct("diagonal -1e308 (self excluded)", "config",
             config(edit("diagonal_scores: [[1.0]]", "diagonal_scores: [[-1e308]]")),
@@ -657,7 +667,8 @@ CORRECT = [
             lambda tmp: numpy_rollout(causal_uniform(5), [0.5, 0.5])),
     Correct("--schedule constant:2 with kernels is clipped", "kernels",
             kernels_npz("--schedule", "constant:2", kernels=causal_uniform(5)),
-            lambda tmp: numpy_rollout(causal_uniform(5), [1.0, 1.0]), warning="lambda clipped to [0, 1] in layer(s) 0, 1"),
+            lambda tmp: numpy_rollout(causal_uniform(5), [1.0, 1.0]),
+            warning="lambda clipped to [0, 1] in layer(s) 0, 1"),
     Correct("integer lambdas in the file", "kernels", kernels_npz(kernels=causal_uniform(5), lambdas=np.array([0, 1])),
             lambda tmp: numpy_rollout(causal_uniform(5), [0.0, 1.0])),
     Correct("Fortran-order kernels", "kernels", kernels_npy(np.asfortranarray(causal_uniform(5)), "--causal"),

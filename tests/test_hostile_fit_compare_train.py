@@ -22,9 +22,9 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -33,8 +33,8 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from posbias.files import set_stamp
-from tests.test_hostile_cli import alibi_kernel, assert_refused, listing, numpy_rollout, png_stamp, run_cli
 from tests.peak import peak_rss
+from tests.test_hostile_cli import alibi_kernel, assert_refused, listing, numpy_rollout, png_stamp, run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = REPO / "examples" / "small.yaml"

@@ -26,9 +26,9 @@ import shutil
 import subprocess
 import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -582,7 +582,8 @@ def _env() -> dict:
 
 def peak_run(tmp: Path, *argv: str) -> tuple[int, int, str]:
     """(exit code, peak resident bytes, stderr) of ``posbias ARGV`` in a fresh process."""
-    code, err, rss = peak_rss([sys.executable, "-c", "import sys; from posbias.cli import main; sys.exit(main(sys.argv[1:]))",
+    code, err, rss = peak_rss([sys.executable, "-c",
+                               "import sys; from posbias.cli import main; sys.exit(main(sys.argv[1:]))",
                                 *argv], cwd=tmp, env=_env())
     return code, rss, err
 

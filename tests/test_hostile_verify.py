@@ -21,12 +21,12 @@ import contextlib
 import io
 import json
 import os
-import tempfile
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -34,8 +34,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import posbias.verify as pv
-from tests.test_hostile_cli import assert_refused, listing, run_cli, snapshot
 from tests.peak import peak_rss
+from tests.test_hostile_cli import assert_refused, listing, run_cli, snapshot
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = REPO / "examples" / "small.yaml"
@@ -121,7 +121,8 @@ REFUSED = [
             env={"POSBIAS_TIME_LIMIT": "1"}),
     Refused("time limit text", "estimate", flags("C1"), "POSBIAS_TIME_LIMIT: expected a positive number of seconds",
             env={"POSBIAS_TIME_LIMIT": "soon"}),
-    Refused("time limit nan", "estimate", flags("C1"), "POSBIAS_TIME_LIMIT: expected", env={"POSBIAS_TIME_LIMIT": "nan"}),
+    Refused("time limit nan", "estimate", flags("C1"), "POSBIAS_TIME_LIMIT: expected",
+            env={"POSBIAS_TIME_LIMIT": "nan"}),
     Refused("time limit -5", "estimate", flags("C1"), "POSBIAS_TIME_LIMIT: expected", env={"POSBIAS_TIME_LIMIT": "-5"}),
     Refused("--tokens 10^9 (XLA's array limit)", "estimate", lambda tmp: ["--stack", str(SMALL), "--tokens",
                                                                            "1000000000"],
@@ -167,8 +168,10 @@ REFUSED = [
             "k.npz: layer 0 row 0: sums to 1.01"),
     Refused("kernels declared causal but not", "model", kernel_file(np.full((2, 3, 3), 1 / 3), [0.5, 0.5], "--causal"),
             "declared causal"),
-    Refused("lambda 1.5 in the file", "model", kernel_file(causal_uniform(3), [0.5, 1.5]), "expected a value in [0, 1]"),
-    Refused("kernel file is text", "model", lambda tmp: ((tmp / "k.npz").write_text("hello"), ["--kernels", "k.npz"])[1],
+    Refused("lambda 1.5 in the file", "model", kernel_file(causal_uniform(3), [0.5, 1.5]),
+            "expected a value in [0, 1]"),
+    Refused("kernel file is text", "model",
+            lambda tmp: ((tmp / "k.npz").write_text("hello"), ["--kernels", "k.npz"])[1],
             "k.npz: not a .npy/.npz array file"),
 ]
 
@@ -277,7 +280,8 @@ CORRECT = [
              "cesaro": "not causal (mask full)"}),
     Correct("N = 2000, H = 4: kernels not formed, the real size stated", lambda tmp: ["--stack", str(SMALL), "--tokens",
                                                                                      "2000"],
-            {"C2(c)": "held", "C5(a)": "held"}, {"C1": "dense kernels need T H N^2 = 6.4e+07 entries, above the 4e+07"}),
+            {"C2(c)": "held", "C5(a)": "held"},
+            {"C1": "dense kernels need T H N^2 = 6.4e+07 entries, above the 4e+07"}),
     Correct("kernels (2, 3000, 3000): C1 runs, dense P skipped with T N^3",
             kernel_file(lambda: causal_uniform(3000), [0.5, 0.25]), {"C1": "held", "C2(b)": "held", "C5(a)": "held"},
             {"C3(c)": "measured kernels: no slopes", "cesaro": "measured kernels"},
@@ -298,7 +302,7 @@ def test_correct(case: Correct, in_tmp, capsys, monkeypatch):
 
     formed = []
     real = orders.rollout
-    monkeypatch.setattr(orders, "rollout", lambda k, l: (formed.append(np.shape(k)), real(k, l))[1])
+    monkeypatch.setattr(orders, "rollout", lambda k, lambdas: (formed.append(np.shape(k)), real(k, lambdas))[1])
     code, out, err = run_verify([*case.setup(in_tmp), "--json", "--examples", "5"], capsys)
     assert code == 0 and err == "", err
     report = json.loads(out)

@@ -16,11 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import pytest
-
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
 
 from posbias.lm import cli as lm_cli
 from posbias.lm.config import PRESETS, ModelConfig
@@ -105,7 +104,8 @@ def test_influence_gradients_match_central_differences():
     tokens = np.array([[5, 77, 200, 31, 9]])
     m = measure(params, SMALL, tokens, memory=10**9)
     with jax.enable_x64(True):
-        p = jax.tree_util.tree_map(jnp.asarray, __import__("posbias.lm.model", fromlist=["unflatten"]).unflatten(params))
+        p = jax.tree_util.tree_map(jnp.asarray,
+                                   __import__("posbias.lm.model", fromlist=["unflatten"]).unflatten(params))
         top = int(np.argmax(np.asarray(jax.nn.softmax(forward(p, tokens[0], SMALL)[-1]))))
         f = jax.jit(lambda e: jax.nn.softmax(forward(p, tokens[0], SMALL, embedded=e)[-1])[top])
         e0 = np.asarray(params["embed"])[tokens[0]]

@@ -160,7 +160,7 @@ def test_vectorised_summaries_against_values_computed_here():
                                   np.full((4, 2), 0.5)) for _ in range(5)]
     profiles = [nx.profile(s, 30) for s in stacks]
     columns = summarize_columns(profiles, stacks)
-    for i, (pr, s) in enumerate(zip(profiles, stacks)):
+    for i, (_pr, s) in enumerate(zip(profiles, stacks)):
         p = _dense(np.asarray(s.lambdas), np.asarray(s.slopes), np.zeros((4, 2)), np.full((4, 2), 0.5), 30)
         assert abs(columns["p_first"][i] - p[0]) <= 1e-12 and abs(columns["p_last"][i] - p[-1]) <= 1e-12
         assert columns["argmin"][i] == int(np.argmin(p))

@@ -20,7 +20,7 @@ MIN_DOCS_EXECUTED_BLOCKS = 52
 
 PY = Path(sys.executable).name
 
-PASSING = f"""\
+PASSING = """\
 # Synthetic
 
 ```console
@@ -46,8 +46,8 @@ $ cat out/v.txt; echo "┏━━━━━┓ 1.0e-60"
 
 <!-- readme-test: reflow -->
 ```console
-$ printf '{{\\n  "a": 1,\\n  "b": 2.5\\n}}\\n'
-{{"a": 1, "b": 2.5}}
+$ printf '{\\n  "a": 1,\\n  "b": 2.5\\n}\\n'
+{"a": 1, "b": 2.5}
 ```
 
 <!-- readme-test: skip-output -->
@@ -67,11 +67,11 @@ scripts/demo   # a list of commands, not a session
 
 ```python
 import json
-print(json.dumps({{"x": 1.0}}))
+print(json.dumps({"x": 1.0}))
 ```
 <!-- readme-test: output -->
 ```text
-{{"x": 1.0000000001}}
+{"x": 1.0000000001}
 ```
 
 ```yaml
@@ -140,7 +140,7 @@ def test_readme_examples(tmp_path):
     summary = report.summary()
     skipped = report.of("skipped")
     if skipped:  # allowed only for blocks that cannot run here, but never silently
-        warnings.warn("README blocks skipped: " + ", ".join(r.block.label for r in skipped))
+        warnings.warn("README blocks skipped: " + ", ".join(r.block.label for r in skipped), stacklevel=2)
     print(summary)
     assert report.ok, summary
     assert report.executed >= MIN_EXECUTED_BLOCKS, summary

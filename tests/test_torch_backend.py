@@ -133,7 +133,8 @@ def test_value_norms_recomputed_in_numpy_from_the_fixture_weights():
     weighted = probs * norms[:, None, :]
     kernel = (weighted / weighted.sum(-1, keepdims=True)).mean(0)
     ck = checkpoint.load(folder)
-    for m in (jax_measure(weights.params(ck, None), ck.spec, seqs), torch_backend.measure(torch_backend.load(folder), seqs)):
+    for m in (jax_measure(weights.params(ck, None), ck.spec, seqs),
+              torch_backend.measure(torch_backend.load(folder), seqs)):
         np.testing.assert_allclose(m.value_norms[0], norms, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(m.kernels_value[0], kernel, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(m.kernels_per_head[0], probs, rtol=1e-10, atol=1e-12)

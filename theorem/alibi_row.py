@@ -89,7 +89,8 @@ def closed_forms_agree() -> Check:
     ok = dz == 0 and df == 0 and de == 0
     return check(
         ok,
-        "Z_i (geometric sum), F_i(k) (d = 0) and E_i derived from their defining sums equal the closed forms, general i, k, r != 1",
+        "Z_i (geometric sum), F_i(k) (d = 0) and E_i derived from their defining sums equal the closed forms, general "
+        "i, k, r != 1",
         f"differences: Z {dz}, F {df}, E {de}",
     )
 

@@ -113,7 +113,8 @@ def _witness_text(q: rb.Query) -> list[str]:
     if not w:
         return []
     point = ", ".join(f"{k} = {v}" for k, v in w["point"].items()) or "(no parameters)"
-    lines = [f"  witness: {point}; N = {w['N']}" + (f", n = {w['n']}" if "n" in w else f", row i = {w['i']}, k = {w['k']}")]
+    lines = [f"  witness: {point}; N = {w['N']}"
+             + (f", n = {w['n']}" if "n" in w else f", row i = {w['i']}, k = {w['k']}")]
     if "w" in w:
         lines.append("  weights w(0..N-1) = " + ", ".join(show(x) for x in w["w"]))
         lines.append(f"  W(n)^2 - W(n-1) W(n+1) = {show(w['gap'])} < 0")
@@ -208,10 +209,12 @@ LIMITS = (f"--up-to <= {rb.MAX_UP_TO} tokens; at most 81 grid points and 4 param
 
 ROW_DERIVATION = Derivation(
     name="row", summary="W(n) and the row CDF F_i(k) = 1 - W(i-k-1)/W(i) of any relative bias b(g) (C7(a))",
-    claims=("C7(a)",), params=RowParams, compute=row_compute, parse=parser_for(RowParams), limits=LIMITS, examples=ROW_EXAMPLES)
+    claims=("C7(a)",), params=RowParams, compute=row_compute, parse=parser_for(RowParams), limits=LIMITS,
+    examples=ROW_EXAMPLES)
 
 ORDER_DERIVATION = Derivation(
     name="order", summary="likelihood-ratio order of two biases: do rows under --bias sit later? (C7(c))",
-    claims=("C7(c)",), params=OrderParams, compute=order_compute, parse=parser_for(OrderParams), limits=LIMITS, examples=ORDER_EXAMPLES)
+    claims=("C7(c)",), params=OrderParams, compute=order_compute, parse=parser_for(OrderParams), limits=LIMITS,
+    examples=ORDER_EXAMPLES)
 
 DERIVATION = ROW_DERIVATION  # the registry reads one DERIVATION per module; ORDER is in bias_order

@@ -61,7 +61,8 @@ def row_cdf() -> Check:
     # W(i) - W(i-k-1) = sum_{g=i-k}^{i} w(g): the split identity on k < i (finite instances below)
     ws = sp.symbols(f"w0:{MAX_N}")
     W = _cum(ws)
-    finite = all(sp.expand(sum(ws[r - c] for c in range(kk + 1)) - (W[r] - (W[r - kk - 1] if r - kk - 1 >= 0 else 0))) == 0
+    finite = all(sp.expand(sum(ws[r - c] for c in range(kk + 1))
+                           - (W[r] - (W[r - kk - 1] if r - kk - 1 >= 0 else 0))) == 0
                  for r in range(MAX_N) for kk in range(r))
     ok = general and finite and isinstance(split, sp.Expr)
     return check(ok, "C7(a): sum_{j<=k} w(i-j) = sum_{g=i-k}^{i} w(g) = W(i) - W(i-k-1), so F_i(k) = 1 - W(i-k-1)/W(i)",
@@ -138,7 +139,8 @@ def bumped_table() -> Check:
     W = _cum(ws)
     gap = W[2] ** 2 - W[1] * W[3]
     return check(gap < 0 and not _monotone_exact(ws) and not _log_concave(ws),
-                 "the bumped table w = (1, 0.1, 0.1, 5) is not log-concave (n = 2) and its 4-token kernel is not monotone",
+                 "the bumped table w = (1, 0.1, 0.1, 5) is not log-concave (n = 2) and its 4-token kernel is not "
+                 "monotone",
                  f"W(2)^2 - W(1)W(3) = {gap}")
 
 

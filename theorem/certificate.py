@@ -22,20 +22,21 @@ Examples
 ...     return check(1 + 1 == 2, "1 + 1 = 2")
 >>> one_plus_one()
 Check(name='demo:one-plus-one', holds=True, description='1 + 1 = 2', detail='')
->>> @certificate("demo:one-plus-one")
+>>> @certificate("demo:one-plus-one")  # doctest: +NORMALIZE_WHITESPACE
 ... def impostor() -> Check:
 ...     return check(False, "declared twice")
 Traceback (most recent call last):
 ...
-ValueError: certificate 'demo:one-plus-one' is declared twice: by posbias.theorem.certificate.one_plus_one and by posbias.theorem.certificate.impostor
+ValueError: certificate 'demo:one-plus-one' is declared twice: by posbias.theorem.certificate.one_plus_one
+and by posbias.theorem.certificate.impostor
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable
 
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]*:[a-z0-9][a-z0-9-]*$")
 

@@ -27,8 +27,8 @@ True
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -205,7 +205,8 @@ _CLAIMS = [
     ),
     Claim(
         "C2(a)", "residual step sits between identity and attention",
-        "mu A ≼ mu R_lambda ≼ mu, and mu R_lambda is ≼-decreasing in lambda (F_{mu R_lambda} = (1-lambda) F_mu + lambda F_{mu A}).",
+        "mu A ≼ mu R_lambda ≼ mu, and mu R_lambda is ≼-decreasing in lambda (F_{mu R_lambda} = (1-lambda) F_mu + "
+        "lambda F_{mu A}).",
         r"\mu A \preceq \mu R_\lambda \preceq \mu,\quad F_{\mu R_\lambda} = (1-\lambda) F_\mu + \lambda F_{\mu A}",
         ("A causal row-stochastic", "lambda in [0, 1]"),
         _c2a, "(A, mu, lam, lam_hi=None, tol)", "proofs/C2.md",
@@ -214,7 +215,8 @@ _CLAIMS = [
         "C2(b)", "residual -> recency",
         "If every A^(t) is causal and stochastically monotone, p is ≼-non-increasing in each lambda_t; "
         "without monotonicity this can fail.",
-        r"\lambda_t \le \lambda_t' \Rightarrow p(\lambda') \preceq p(\lambda):\ p \text{ is } \preceq\text{-non-increasing in each } \lambda_t",
+        r"\lambda_t \le \lambda_t' \Rightarrow p(\lambda') \preceq p(\lambda):\ p \text{ is } "
+        r"\preceq\text{-non-increasing in each } \lambda_t",
         ("every A^(t) causal row-stochastic", "every A^(t) stochastically monotone"),
         _c2b, "(kernels, lambdas, layer, new_lambda, tol)", "proofs/C2.md",
     ),
@@ -244,7 +246,8 @@ _CLAIMS = [
         "C3(c)", "steeper slopes give later profiles",
         "Under C2(b)'s monotonicity, steeper slopes at any layer give a ≼-later p (m_t <= m_t' at one layer, "
         "the rest fixed).",
-        r"m_t \le m_t' \Rightarrow p(m) \preceq p(m'):\ \text{steeper slopes at any layer give a } \preceq\text{-later } p",
+        r"m_t \le m_t' \Rightarrow p(m) \preceq p(m'):\ \text{steeper slopes at any layer give a } "
+        r"\preceq\text{-later } p",
         ("every layer an ALiBi + content kernel (monotone by C3(a))", "causal mask"),
         _c3c, "(p_flat, p_steep, tol)", "proofs/C3.md",
     ),
@@ -259,29 +262,32 @@ _CLAIMS = [
         "C4(b)", "content diagonal modulates",
         "Row i of A^(m,d) is alpha_i(d) e_i + (1 - alpha_i(d)) (ALiBi on the strict past), alpha_i increasing in d; "
         "raising d moves every row later and, under monotonicity, p is ≼-non-decreasing in d.",
-        r"A^{(m,d)}(i,\cdot) = \alpha_i(d) e_i + (1-\alpha_i(d)) B(i,\cdot),\ \alpha_i(d) = \frac{e^d}{e^d + \sum_{g=1}^{i} r^g},\ "
+        r"A^{(m,d)}(i,\cdot) = \alpha_i(d) e_i + (1-\alpha_i(d)) B(i,\cdot),\ \alpha_i(d) = \frac{e^d}{e^d + "
+        r"\sum_{g=1}^{i} r^g},\ "
         r"\alpha_i \text{ increasing in } d",
         ("causal mask", "m >= 0", "d <= d'"),
         _c4b, "(K_low_d, K_high_d, p_low=None, p_high=None, tol)", "proofs/C4.md",
     ),
     Claim(
         "C5(a)", "no collapse under summable attention",
-        "P[i, i] = prod_t (1 - lambda_t (1 - A^(t)[i, i])) >= prod_t (1 - lambda_t delta_t); if sum lambda_t delta_t < oo "
-        "(every lambda_t delta_t < 1) then inf_T min_i P[i, i] > 0: no collapse.",
+        "P[i, i] = prod_t (1 - lambda_t (1 - A^(t)[i, i])) >= prod_t (1 - lambda_t delta_t); if sum lambda_t delta_t "
+        "< oo (every lambda_t delta_t < 1) then inf_T min_i P[i, i] > 0: no collapse.",
         r"P[i, i] = \prod_t \bigl(1-\lambda_t(1-A^{(t)}[i, i])\bigr) \ge \prod_t (1-\lambda_t\delta_t)",
         ("every A^(t) lower-triangular (causal)", "lambda_t delta_t < 1"),
         _c5a, "(P, kernels, lambdas, tol)", "proofs/C5.md",
     ),
     Claim(
         "C5(b)", "collapse onto token 0",
-        "If A^(t)[i, 0] >= eps_t for all i and sum lambda_t eps_t = oo, then P[i, 0] >= 1 - prod_t (1 - lambda_t eps_t) -> 1.",
+        "If A^(t)[i, 0] >= eps_t for all i and sum lambda_t eps_t = oo, then P[i, 0] >= 1 - prod_t (1 - lambda_t "
+        "eps_t) -> 1.",
         r"P[i, 0] \ge 1 - \prod_t (1 - \lambda_t \varepsilon_t) \to 1",
         ("every A^(t) causal row-stochastic", "A^(t)[i, 0] >= eps_t for all i"),
         _c5b, "(P, kernels, lambdas, tol)", "proofs/C5.md",
     ),
     Claim(
         "C5(c)", "dichotomy under uniform bounds",
-        "If every allowed entry is >= eps > 0, then collapse iff sum_t lambda_t = oo (collapse: P[i, 0] -> 1 for all i).",
+        "If every allowed entry is >= eps > 0, then collapse iff sum_t lambda_t = oo (collapse: P[i, 0] -> 1 "
+        "for all i).",
         r"\text{collapse} \iff \sum_t \lambda_t = \infty",
         ("every A^(t) causal row-stochastic", "every allowed entry >= eps > 0"),
         _c5c, "(P, kernels, lambdas, tol)", "proofs/C5.md",

@@ -223,7 +223,8 @@ def _statement_checks(claims, problems: list[str]) -> list:
     return checks
 
 
-def proofs_command(argv: list[str], registry=None) -> int:
+def proofs_command(argv: list[str],  # noqa: C901 (parsing, --list, --check; split per action; issue 20 §4)
+                   registry=None) -> int:
     """``posbias proofs --check|--list [--dir DIR]``; ``registry`` (a ``claims.Registry``) is for tests."""
     from posbias.theorem.claims import CLAIMS, certificate_registry, run_certificate
 

@@ -29,9 +29,9 @@ True
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable
 
 import sympy as sp
 
@@ -155,8 +155,11 @@ def total_mass(max_layers: int = 5) -> Check:
                 f"∫_0^1 f + (1-λ)^T = 1 for T = 1..{max_layers}, symbolic λ")
 
 
+THREE_TENTHS = sp.Rational(3, 10)  # binomial_mixture's default lambda, built once (an immutable SymPy number)
+
+
 @certificate("continuum:binomial-mixture")
-def binomial_mixture(n: int = 6, num_layers: int = 3, lam=sp.Rational(3, 10)) -> Check:
+def binomial_mixture(n: int = 6, num_layers: int = 3, lam=THREE_TENTHS) -> Check:
     """p(j) = ∫ C(N-1,j) x^j (1-x)^(N-1-j) dν exactly, against the exact Cesàro profile."""
     f = density_expr(num_layers, lam)
     got = [sp.integrate(sp.binomial(n - 1, j) * X**j * (1 - X) ** (n - 1 - j) * f, (X, 0, 1)) for j in range(n)]

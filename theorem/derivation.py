@@ -19,9 +19,10 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from posbias.theorem.errors import DeriveError
 from posbias.theorem.params import Params, describe, help_text, parse_params, usage

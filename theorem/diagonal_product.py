@@ -16,9 +16,9 @@ True
 
 from __future__ import annotations
 
-import sympy as sp
-
 from dataclasses import dataclass
+
+import sympy as sp
 
 from posbias.theorem.certificate import Check, certificate, check
 from posbias.theorem.derivation import Derivation, Result
@@ -73,7 +73,8 @@ def diagonal_identity(max_layers: int = 5, max_tokens: int = 5) -> Check:
             ok = ok and all(p[a, b] == 0 for a in range(n) for b in range(a + 1, n))
     return check(
         ok,
-        f"C5(a)/C2(c): lower-triangular products: P_ii = prod_t (1 - lambda_t (1 - A^(t)_ii)), symbolic, T, N <= {max_layers}, {max_tokens}",
+        "C5(a)/C2(c): lower-triangular products: P_ii = prod_t (1 - lambda_t (1 - A^(t)_ii)), symbolic, T, N <= "
+        f"{max_layers}, {max_tokens}",
     )
 
 
@@ -91,7 +92,8 @@ def telescoping_bound(max_layers: int = 5) -> Check:
     factor_gap = sp.expand((1 - lm * (1 - a_ii)) - (1 - lm * delta) - lm * (delta - (1 - a_ii))) == 0
     return check(
         ok and factor_gap,
-        f"C5(a): prod_t x_t - prod_t y_t telescopes into non-negative terms (T <= {max_layers}); x_t - y_t = lambda_t (delta_t - (1 - A_ii)) >= 0",
+        f"C5(a): prod_t x_t - prod_t y_t telescopes into non-negative terms (T <= {max_layers}); x_t - y_t = lambda_t "
+        "(delta_t - (1 - A_ii)) >= 0",
     )
 
 
@@ -122,7 +124,8 @@ def compute(params: DiagonalProductParams = DiagonalProductParams()) -> Result:
         + ("telescoping identity verified" if bound.holds else "FAILED"),
     ]
     latex = (
-        r"P_{ii} = \prod_{t=0}^{T-1}\bigl(1 - \lambda_t (1 - A^{(t)}_{ii})\bigr) \ge \prod_{t=0}^{T-1} (1 - \lambda_t \delta_t),"
+        r"P_{ii} = \prod_{t=0}^{T-1}\bigl(1 - \lambda_t (1 - A^{(t)}_{ii})\bigr) \ge \prod_{t=0}^{T-1} (1 - \lambda_t "
+        r"\delta_t),"
         r"\quad P_{N-1,N-1} = " + sp.latex(last, symbol_names=latex_names(lams, kernels))
     )
     data = {
@@ -138,9 +141,11 @@ def compute(params: DiagonalProductParams = DiagonalProductParams()) -> Result:
 
 DERIVATION = Derivation(
     name=NAME,
-    summary="P_ii = prod_t (1 - lambda_t (1 - A^(t)_ii)) >= prod_t (1 - lambda_t delta_t) for causal stacks (C2(c), C5(a))",
+    summary="P_ii = prod_t (1 - lambda_t (1 - A^(t)_ii)) >= prod_t (1 - lambda_t delta_t) for causal stacks (C2(c), "
+            "C5(a))",
     claims=("C2(c)", "C5(a)"),
     params=DiagonalProductParams,
     compute=compute,
-    limits="--layers <= 5 and --tokens <= 5 (a fully symbolic product of T N x N causal matrices); under 1 s at the maximum",
+    limits="--layers <= 5 and --tokens <= 5 (a fully symbolic product of T N x N causal matrices); under 1 s at the "
+           "maximum",
 )

@@ -4,8 +4,9 @@ The derivation reads a schedule (theorem.schedule_expr, through theorem.expr_gua
 bounded parser) and δ (a number in [0, 1), a δ_t schedule, or by default a symbol
 0 < δ < 1), analyses it (theorem.dichotomy_analysis: the series tests, SymPy's
 ``is_convergent`` within deterministic size limits, the bounds on the last-token atom
-Π_t (1 - λ_t δ_t) of C2(c) and C5(a)) and shows the result (theorem.dichotomy_format). The certificates behind the analysis live in
-theorem.dichotomy_certificates; the JAX view of a schedule in theorem.lambdify_jax.
+Π_t (1 - λ_t δ_t) of C2(c) and C5(a)) and shows the result (theorem.dichotomy_format). The
+certificates behind the analysis live in theorem.dichotomy_certificates; the JAX view of a
+schedule in theorem.lambdify_jax.
 
 Examples
 --------

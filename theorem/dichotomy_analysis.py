@@ -58,7 +58,7 @@ import sympy as sp
 
 from posbias.theorem import expr_guard
 from posbias.theorem.errors import DeriveError
-from posbias.theorem.schedule_expr import T, Family, Schedule, family_of, parameters_of, recognise
+from posbias.theorem.schedule_expr import Family, Schedule, T, family_of, parameters_of, recognise
 
 MAX_OPS = 30  # SymPy's general tests (is_convergent, summation, is_decreasing) only on λ_t this small
 CHECKED_TERMS = 200  # every t < CHECKED_TERMS is a sample point (checked exactly near 0 and 1)
@@ -68,7 +68,8 @@ NUMERIC_TERMS = 2000  # the numerical atom multiplies this many factors, then br
 NUMERIC_DPS = 30
 DELTA = sp.Symbol("delta", positive=True)  # the default δ: 0 < δ < 1 (C5(c)'s uniform bounds)
 LIMITS = (f"expressions: at most {expr_guard.MAX_TEXT} characters and {expr_guard.MAX_NODES} syntax nodes, "
-          f"literals of at most {expr_guard.MAX_DIGITS} digits with decimal exponents within ±{expr_guard.MAX_EXPONENT}, "
+          f"literals of at most {expr_guard.MAX_DIGITS} digits with decimal exponents within "
+          f"±{expr_guard.MAX_EXPONENT}, "
           f"numeric powers <= {expr_guard.MAX_POWER}, numeric factorial/gamma arguments <= {expr_guard.MAX_FACTORIAL}, "
           f"no nested factorial/gamma, constants within 10^±{expr_guard.MAX_CONSTANT_LOG10}; SymPy's general "
           f"convergence test only for λ_t with at most {MAX_OPS} operations (else 'undecided'); λ_t ∈ [0, 1] proved "
@@ -407,7 +408,8 @@ def numeric_atom(expr: sp.Expr, c: sp.Expr, total: sp.Expr | None,
         return float((hi + lo) / 2), float((hi - lo) / 2)
 
 
-def analyse(schedule: Schedule, delta=None) -> Analysis:
+def analyse(schedule: Schedule,  # noqa: C901 (split the atom bound from the verdict; issue 20 §4)
+            delta=None) -> Analysis:
     """Decide convergence and the verdict; bound the last-token atom Π_t (1 - λ_t δ_t) (C2(c), C5(a)).
 
     ``delta``: None (symbolic 0 < δ < 1), a number 0 <= δ < 1, a δ_t expression string or a ``Delta``.

@@ -25,6 +25,7 @@ import sympy as sp
 
 from posbias.theorem.dichotomy_analysis import NUMERIC_TERMS, Analysis, Verdict
 
+
 def status(a: Analysis) -> str:
     """What is known of the analysed series: "converges", "diverges", "undecided" or "conditional"."""
     if a.converges is True:

@@ -109,7 +109,8 @@ def absorption_step(max_tokens: int = 6) -> Check:
         ok = ok and sp.expand(1 - out0 - rhs) == 0
     return check(
         ok,
-        f"C5(b): one causal residual step keeps at most (1 - lambda eps) of the mass off token 0 (symbolic, N <= {max_tokens})",
+        "C5(b): one causal residual step keeps at most (1 - lambda eps) of the mass off token 0 (symbolic, N <= "
+        f"{max_tokens})",
         "1 - (vR)(0) = (1 - lambda eps)(1 - v(0)) - lambda sum_{i>=1} v(i)(A[i,0] - eps)",
     )
 
@@ -141,7 +142,8 @@ def expected_drift_identity() -> Check:
         slope_ok = slope_ok and all(c >= 0 for c in num.coeffs())
     return check(
         ident and deriv and slope_ok,
-        "ALiBi + content row: Delta_i = -lambda sum g r^g / (e^d + sum r^g) <= 0; |Delta_i| decreasing in d (general i) and in m (i <= 12)",
+        "ALiBi + content row: Delta_i = -lambda sum g r^g / (e^d + sum r^g) <= 0; |Delta_i| decreasing in d (general "
+        "i) and in m (i <= 12)",
     )
 
 
@@ -222,7 +224,8 @@ def compute(params: DriftParams = DriftParams()) -> Result:
 
 DERIVATION = Derivation(
     name=NAME,
-    summary="one-step CDF identities behind C1 and C2(a); sign of the expected-position drift of an ALiBi + content row",
+    summary="one-step CDF identities behind C1 and C2(a); sign of the expected-position drift of an ALiBi + "
+            "content row",
     claims=("C1", "C2(a)", "C4(b)"),
     params=DriftParams,
     compute=compute,

@@ -26,13 +26,15 @@ Fraction(3, 10)
 >>> exact_number("1e999999999", "demo")
 Traceback (most recent call last):
 ...
-posbias.theorem.errors.DeriveError: demo: '1e999999999' has a decimal exponent beyond ±60; expected a number like 0.3, 3/10 or 1e-3
+posbias.theorem.errors.DeriveError: demo: '1e999999999' has a decimal exponent beyond ±60;
+expected a number like 0.3, 3/10 or 1e-3
 >>> parse("0.5/(t+1)^1.5", "demo")
 1/(2*(t + 1)**(3/2))
 >>> parse("t.__class__", "demo")
 Traceback (most recent call last):
 ...
-posbias.theorem.errors.DeriveError: demo: 't.__class__' uses attribute access, which is not allowed; expected an expression in t such as 0.5/(t+1)**1.5
+posbias.theorem.errors.DeriveError: demo: 't.__class__' uses attribute access, which is not allowed;
+expected an expression in t such as 0.5/(t+1)**1.5
 >>> float(approx(parse("1/factorial(t)", "demo"), 3))
 0.16666666666666666
 """

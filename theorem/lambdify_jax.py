@@ -17,12 +17,12 @@ Examples
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import sympy as sp
 
 from posbias.theorem.errors import DeriveError
-from posbias.theorem.schedule_expr import T, Schedule, parameters_of
+from posbias.theorem.schedule_expr import Schedule, T, parameters_of
 
 
 def jax_schedule(schedule: Schedule, **values) -> Callable:

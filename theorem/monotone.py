@@ -34,10 +34,10 @@ True
 
 from __future__ import annotations
 
-import sympy as sp
-
 from dataclasses import dataclass
 from fractions import Fraction
+
+import sympy as sp
 
 from posbias.theorem.alibi_row import exact_kernel, generic
 from posbias.theorem.certificate import Check, certificate, check
@@ -103,7 +103,8 @@ def slope_order(max_row: int = 12) -> Check:
                 bad.append((row, kk))
     return check(
         not bad,
-        f"F_i(k) is non-decreasing in r = e^(-m) (steeper slope => later row), exact for i <= {max_row}, all k < i, all d",
+        f"F_i(k) is non-decreasing in r = e^(-m) (steeper slope => later row), exact for i <= {max_row}, all k < i, "
+        "all d",
         f"failures: {bad}" if bad else "numerator of dF/dr has non-negative coefficients in every case",
     )
 
@@ -122,7 +123,8 @@ def diag_order() -> Check:
     ok = dF and dalpha and decomposition
     return check(
         ok,
-        "raising d moves every row later, alpha_i(d) increases in d, A(i,.) = alpha_i e_i + (1-alpha_i) past (symbolic, general i)",
+        "raising d moves every row later, alpha_i(d) increases in d, A(i,.) = alpha_i e_i + (1-alpha_i) past "
+        "(symbolic, general i)",
         "dF_i(k)/dD = -F_i(k)/Z_i; d alpha_i/dd = e^d G_i/(e^d+G_i)^2",
     )
 
@@ -145,12 +147,14 @@ def preserves_dominance(max_tokens: int = 8) -> Check:
     a = sp.Matrix(n, n, lambda p, q: sp.Symbol(f"a{p}{q}") if q <= p else 0)
     rmat = (1 - lam) * sp.eye(n) + lam * a
     mix = all(
-        sp.expand(sum(rmat[p, q] for q in range(kk + 1)) - ((1 - lam) * (1 if p <= kk else 0) + lam * sum(a[p, q] for q in range(kk + 1)))) == 0
+        sp.expand(sum(rmat[p, q] for q in range(kk + 1)) - ((1 - lam) * (1 if p <= kk else 0)
+                                                            + lam * sum(a[p, q] for q in range(kk + 1)))) == 0
         for p in range(n) for kk in range(n)
     )
     return check(
         ok and mix,
-        f"Abel summation identity (N <= {max_tokens}) and residual row-CDF mixture: monotone kernels and their residual mixtures preserve ≼",
+        f"Abel summation identity (N <= {max_tokens}) and residual row-CDF mixture: monotone kernels and their "
+        "residual mixtures preserve ≼",
         "F_{muK}(k) - F_{nuK}(k) = sum_{i<N-1} (F_mu(i) - F_nu(i)) (g_i - g_{i+1}), g_i = F_{K(i,.)}(k)",
     )
 
@@ -252,7 +256,8 @@ def compute(params: MonotoneParams = MonotoneParams()) -> Result:
     checks = [row_ratio(), slope_order_general(), slope_order(params.max_row), diag_order(), alibi_grid(6)]
     lines = [
         "ALiBi + content kernel (r = e^{-m}, D = e^d, Z_i = D + G_i, G_i = sum_{g=1}^i r^g):",
-        "  C3(a) for k < i:  F_{i+1}(k)/F_i(k) = r Z_i / Z_{i+1},  1 - ratio = (D(1-r) + r) / Z_{i+1} >= 0   [symbolic, general i]",
+        "  C3(a) for k < i:  F_{i+1}(k)/F_i(k) = r Z_i / Z_{i+1},  1 - ratio = (D(1-r) + r) / Z_{i+1} >= 0   "
+        "[symbolic, general i]",
         "  C3(b): dF_i(k)/dr = (P'Q - PQ')/Q^2 with non-negative-coefficient numerator"
         f"   [symbolic, general i (monotone:slope-order-general); exact coefficients for i <= {params.max_row}]",
         "  C4(b): dF_i(k)/dD = -F_i(k)/Z_i <= 0,  d alpha_i/dd = e^d G_i / Z_i^2 >= 0   [symbolic, general i]",
@@ -289,7 +294,8 @@ DERIVATION = Derivation(
     claims=("C3(a)", "C3(b)", "C4(b)", "C7(b)"),
     params=MonotoneParams,
     compute=compute,
-    limits="--max-row <= 16 (exact coefficient-sign checks of dF_i(k)/dr for every row up to it); about 3 s at the maximum; "
+    limits="--max-row <= 16 (exact coefficient-sign checks of dF_i(k)/dr for every row up to it); about 3 s at the "
+           "maximum; "
            "--bias mode: --up-to <= 256, at most 81 grid points and 4 parameters",
     examples=_bias_examples(),
     parse=lambda argv: _bias_parser()(argv),
@@ -365,7 +371,8 @@ def head_mixture() -> Check:
     nonneg = bool(sp.Sum(w(h) * gap(h), (h, 1, H)).is_nonnegative)
     # exact cross-check
     weights = (sp.Rational(1, 2), sp.Rational(1, 3), sp.Rational(1, 6))
-    flat = [exact_kernel(6, rv, dv) for rv, dv in ((1, 1), (sp.Rational(1, 2), sp.Rational(1, 5)), (sp.Rational(1, 5), 5))]
+    flat = [exact_kernel(6, rv, dv)
+            for rv, dv in ((1, 1), (sp.Rational(1, 2), sp.Rational(1, 5)), (sp.Rational(1, 5), 5))]
     steep = [exact_kernel(6, rv, dv) for rv, dv in ((sp.Rational(1, 2), 1), (sp.Rational(1, 5), sp.Rational(1, 5)),
                                                      (sp.Rational(1, 10), 5))]
     mixed = sum((wt * a for wt, a in zip(weights, flat)), sp.zeros(6, 6))
@@ -374,11 +381,13 @@ def head_mixture() -> Check:
     exact_ok = (exact_monotone(mixed) and exact_monotone(mixed_steep)
                 and all(exact_dominated(p, q) for p, q in zip(rows(mixed), rows(mixed_steep))))
     lams = [sp.Rational(1, 2), sp.Rational(1, 3)]
-    exact_ok = exact_ok and exact_dominated(exact_profile([mixed, mixed], lams), exact_profile([mixed_steep, mixed], lams))
+    exact_ok = exact_ok and exact_dominated(exact_profile([mixed, mixed], lams),
+                                            exact_profile([mixed_steep, mixed], lams))
     ok = exchange and linear and nonneg and exact_ok
     return check(
         ok,
         "a convex combination of stochastically monotone kernels is monotone, and of row-ordered kernels row-ordered "
         "(symbolic number of heads H): C3(a), C3(c), C4(b) hold for multi-head layers",
-        f"CDF exchange: {exchange}; per-head linearity: {linear}; sum_h w_h g_h >= 0: {nonneg}; exact 3-head check: {exact_ok}",
+        f"CDF exchange: {exchange}; per-head linearity: {linear}; sum_h w_h g_h >= 0: {nonneg}; exact 3-head check: "
+        f"{exact_ok}",
     )

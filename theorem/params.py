@@ -46,12 +46,14 @@ import argparse
 import dataclasses
 import math
 import numbers
+import operator
 import types
 import typing
+from collections.abc import Callable, Sequence
 from dataclasses import MISSING, dataclass
 from fractions import Fraction
-from functools import lru_cache
-from typing import Any, Callable, ClassVar, Sequence
+from functools import cache, reduce
+from typing import Any, ClassVar
 
 from posbias.theorem.errors import DeriveError
 
@@ -118,7 +120,7 @@ class _Field:
         return names.get(self.kind, self.name.upper())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _fields(params_type: type) -> tuple[_Field, ...]:
     hints = typing.get_type_hints(params_type)
     out = []
@@ -128,7 +130,7 @@ def _fields(params_type: type) -> tuple[_Field, ...]:
         if typing.get_origin(hint) in (typing.Union, types.UnionType):
             args = [a for a in typing.get_args(hint) if a is not type(None)]
             optional = len(args) < len(typing.get_args(hint))
-            hint = args[0] if len(args) == 1 else typing.Union[tuple(args)]
+            hint = args[0] if len(args) == 1 else reduce(operator.or_, args)
         out.append(_Field(f.name, hint, optional, f.default, dict(f.metadata)))
     return tuple(out)
 
@@ -158,7 +160,8 @@ class Params:
                 object.__setattr__(self, f.name, checked)
 
 
-def _check(name: str, f: _Field, value: Any) -> Any:
+def _check(name: str, f: _Field,  # noqa: C901 (one branch per parameter kind; split per kind; issue 20 §4)
+           value: Any) -> Any:
     """The value of field ``f`` after type checks and exact conversion, or a DeriveError."""
     where = f"{name}: {f.flag}"
     if value is None:
@@ -350,6 +353,7 @@ def help_text(params_type: type[Params], summary: str, claims: Sequence[str], li
     lines.append("  --format text|latex|json")
     lines.append("      output format (default text)")
     lines.append("  --time-budget SECONDS")
-    lines.append(f"      last-resort wall-clock guard (default {DEFAULT_TIME_BUDGET_TEXT} s): past it the query is refused "
+    lines.append(f"      last-resort wall-clock guard (default {DEFAULT_TIME_BUDGET_TEXT} s): past it the query is "
+                 "refused "
                  "(exit 2, 'undecided: time budget exceeded'); it never changes an answer")
     return "\n".join(lines)

@@ -18,7 +18,7 @@ True
 from __future__ import annotations
 
 import importlib
-from functools import lru_cache
+from functools import cache
 
 from posbias.theorem.derivation import Derivation
 
@@ -36,7 +36,7 @@ DERIVATION_MODULES = (
 )
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load() -> tuple[dict[str, Derivation], dict[str, str]]:
     found: dict[str, Derivation] = {}
     missing: dict[str, str] = {}

@@ -42,10 +42,19 @@ from fractions import Fraction
 from typing import Any
 
 import sympy as sp
-from mpmath import iv
 
-from posbias.theorem.bias_expr import (G, IV_DPS, Bias, NotCertified, describe_ranges, grid_points, ivdps, sign,
-                                       substitute_ranges, weights_iv)
+from posbias.theorem.bias_expr import (
+    IV_DPS,
+    Bias,
+    G,
+    NotCertified,
+    describe_ranges,
+    grid_points,
+    ivdps,
+    sign,
+    substitute_ranges,
+    weights_iv,
+)
 
 X = sp.Symbol("x", real=True)  # continuous distance for derivatives
 Y = sp.Symbol("y", nonnegative=True)

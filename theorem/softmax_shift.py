@@ -16,9 +16,9 @@ True
 
 from __future__ import annotations
 
-import sympy as sp
-
 from dataclasses import dataclass
+
+import sympy as sp
 
 from posbias.theorem.certificate import Check, certificate, check
 from posbias.theorem.derivation import Derivation, Result
@@ -28,14 +28,14 @@ NAME = "softmax-shift"
 
 b = sp.Symbol("b", real=True)
 N = sp.Symbol("N", integer=True, positive=True)
-j, l = sp.symbols("j l", integer=True, nonnegative=True)
+j, ell = sp.symbols("j l", integer=True, nonnegative=True)  # ell: the summation index l
 x = sp.IndexedBase("x", real=True)
 M = sp.IndexedBase("M", nonnegative=True)
 
 
 def masked_softmax(shift) -> sp.Expr:
     """Entry j of the masked row softmax of x + shift, for symbolic N."""
-    return M[j] * sp.exp(x[j] + shift) / sp.Sum(M[l] * sp.exp(x[l] + shift), (l, 0, N - 1))
+    return M[j] * sp.exp(x[j] + shift) / sp.Sum(M[ell] * sp.exp(x[ell] + shift), (ell, 0, N - 1))
 
 
 def factored(expr: sp.Expr) -> sp.Expr:
@@ -86,7 +86,7 @@ class SoftmaxShiftParams(Params):
 def compute(params: SoftmaxShiftParams = SoftmaxShiftParams()) -> Result:
     """C4(a): factor e^b out of numerator and denominator of the masked row softmax of x + b."""
     num = M[j] * sp.exp(x[j] + b)
-    den = sp.Sum(M[l] * sp.exp(x[l] + b), (l, 0, N - 1))
+    den = sp.Sum(M[ell] * sp.exp(x[ell] + b), (ell, 0, N - 1))
     den_f = factored(den)
     verified = background_cancels()
     diff = difference()

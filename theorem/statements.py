@@ -33,11 +33,12 @@ True
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from math import prod
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -271,7 +272,8 @@ FLAT3 = _vec([1, 1, 1])
 INSTANCES: dict[str, tuple[Instance, ...]] = {
     "C1": (
         Instance((UNIFORM2, _vec([0, 1])), True, "mu K = [1/2, 1/2]: F = [1/2, 1] >= F_mu = [0, 1]"),
-        Instance((UNIFORM3, _vec([THIRD] * 3)), True, "mu K = [11/18, 5/18, 1/9]: F = [11/18, 8/9, 1] >= [1/3, 2/3, 1]"),
+        Instance((UNIFORM3, _vec([THIRD] * 3)), True,
+                 "mu K = [11/18, 5/18, 1/9]: F = [11/18, 8/9, 1] >= [1/3, 2/3, 1]"),
         Instance((ANTICAUSAL2, _vec([1, 0])), False, "not causal: mu K = [0, 1], F = [0, 1] < F_mu = [1, 1]"),
     ),
     "C2(a)": (
@@ -297,7 +299,8 @@ INSTANCES: dict[str, tuple[Instance, ...]] = {
         Instance((NOT_MONOTONE3,), False, "row 2 = e_0 sits earlier than row 1 = e_1"),
     ),
     "C3(b)": (
-        Instance((UNIFORM3, ALIBI_HALF3), True, "r = 1 -> 1/2: row 1 F(0) 1/2 >= 1/3; row 2 F = [1/3, 2/3] >= [1/7, 3/7]"),
+        Instance((UNIFORM3, ALIBI_HALF3), True,
+                 "r = 1 -> 1/2: row 1 F(0) 1/2 >= 1/3; row 2 F = [1/3, 2/3] >= [1/7, 3/7]"),
         Instance((ALIBI_HALF3, UNIFORM3), False, "reversed: the flatter kernel's rows are earlier, not later"),
     ),
     "C3(c)": (
@@ -315,7 +318,8 @@ INSTANCES: dict[str, tuple[Instance, ...]] = {
     ),
     "C4(b)": (
         Instance((UNIFORM2, CONTENT2, UNIFORM2[1], CONTENT2[1]), True,
-                 "e^d 1 -> 3: row 1 [1/2, 1/2] -> [1/4, 3/4], self-weight 1/2 -> 3/4; T = 1, lambda = 1 profiles likewise"),
+                 "e^d 1 -> 3: row 1 [1/2, 1/2] -> [1/4, 3/4], self-weight 1/2 -> 3/4; T = 1, lambda = 1 profiles "
+                 "likewise"),
         Instance((CONTENT2, UNIFORM2), False, "reversed: lowering d moves row 1 earlier"),
     ),
     "C5(a)": (
@@ -325,7 +329,8 @@ INSTANCES: dict[str, tuple[Instance, ...]] = {
                  "P[1, 1] = 1/2 != 9/16"),
     ),
     "C5(b)": (
-        Instance((P_UNIFORM2, [UNIFORM2, UNIFORM2], _vec([HALF, HALF])), True, "P[i, 0] in {1, 7/16} >= 1 - (3/4)^2 = 7/16"),
+        Instance((P_UNIFORM2, [UNIFORM2, UNIFORM2], _vec([HALF, HALF])), True,
+                 "P[i, 0] in {1, 7/16} >= 1 - (3/4)^2 = 7/16"),
         Instance((_mat([[1, 0], [QUARTER, F(3, 4)]]), [UNIFORM2, UNIFORM2], _vec([HALF, HALF])), False,
                  "P[1, 0] = 1/4 < 7/16"),
     ),
@@ -347,12 +352,15 @@ INSTANCES: dict[str, tuple[Instance, ...]] = {
         Instance((_vec([F(1, 10), F(3, 10), F(2, 5), F(1, 5)]),), False, "a hump, not a U: the minimum is p(0)"),
     ),
     "C7(a)": (
-        Instance((ALIBI_HALF3, GEOMETRIC3), True, "w = (1, 1/2, 1/4): row 2 = [1/7, 2/7, 4/7], F_2(0) = 1 - W(1)/W(2) = 1/7"),
-        Instance((bias_kernel_exact(BUMPED4), BUMPED4), True, "row 3 = [5, 1/10, 1/10, 1]/(31/5): F_3(0) = 1 - W(2)/W(3) = 25/31"),
+        Instance((ALIBI_HALF3, GEOMETRIC3), True,
+                 "w = (1, 1/2, 1/4): row 2 = [1/7, 2/7, 4/7], F_2(0) = 1 - W(1)/W(2) = 1/7"),
+        Instance((bias_kernel_exact(BUMPED4), BUMPED4), True,
+                 "row 3 = [5, 1/10, 1/10, 1]/(31/5): F_3(0) = 1 - W(2)/W(3) = 25/31"),
         Instance((UNIFORM3, GEOMETRIC3), False, "uniform rows are not w(i-j)/W(i) for w = 2^-g: F_2(0) = 1/3 != 1/7"),
     ),
     "C7(b)": (
-        Instance((bias_kernel_exact(BUMPED4), BUMPED4), True, "both fail: W(2)^2 = 36/25 < W(1)W(3) = 341/50, row 3 earlier"),
+        Instance((bias_kernel_exact(BUMPED4), BUMPED4), True,
+                 "both fail: W(2)^2 = 36/25 < W(1)W(3) = 341/50, row 3 earlier"),
         Instance((ALIBI_HALF3, GEOMETRIC3), True, "both hold: W = (1, 3/2, 7/4), 9/4 >= 7/4; ALiBi is monotone"),
         Instance((UNIFORM3, BUMPED4), False, "a monotone kernel paired with a non-log-concave W"),
     ),
@@ -366,7 +374,8 @@ INSTANCES: dict[str, tuple[Instance, ...]] = {
                  "N = 3, lambda = 1/2: mu = (1, 3/4, 2/3), p = [1 - 3/2 + 2/3, 2 (3/4 - 2/3), 2/3]"),
         Instance((_vec([F(23, 72), F(17, 72), F(32, 72)]), _vec([HALF, HALF])), True,
                  "N = 3, lambda = (1/2, 1/2): mu = (1, 9/16, 4/9)"),
-        Instance((_vec([F(1, 6), F(1, 6), F(2, 3)]), _vec([HALF, HALF])), False, "the depth-1 profile is not the depth-2 one"),
+        Instance((_vec([F(1, 6), F(1, 6), F(2, 3)]), _vec([HALF, HALF])), False,
+                 "the depth-1 profile is not the depth-2 one"),
     ),
 }
 

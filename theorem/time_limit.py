@@ -29,8 +29,8 @@ import math
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 class TimeLimitExceeded(BaseException):

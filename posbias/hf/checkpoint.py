@@ -208,7 +208,8 @@ def _check_layers(folder: Path, family: Family, spec: Spec, files: dict, prefix:
     """Refuse files holding layers beyond config.json's count: measuring their first T layers would
     be a truncated model (a missing layer is refused when its tensor is read)."""
     pattern = re.compile(re.escape(prefix + family.layer).replace(re.escape("{i}"), r"(\d+)"))
-    beyond = [(int(m.group(1)), name) for name in files if (m := pattern.match(name)) and int(m.group(1)) >= spec.layers]
+    beyond = [(int(m.group(1)), name) for name in files if (m := pattern.match(name))
+              and int(m.group(1)) >= spec.layers]
     if beyond:
         top = max(i for i, _ in beyond)
         name = min(n for i, n in beyond if i == top)

@@ -193,8 +193,8 @@ def softmax_scales(spec: Spec) -> np.ndarray:
     return base / (t + 1.0) if spec.inverse_layer_scale else np.full(spec.layers, base)
 
 
-def forward(params: dict, ids, spec: Spec, *, capture: bool = False, embedded=None, remat: bool = False,
-            last_only: bool = False):
+def forward(params: dict, ids, spec: Spec,  # noqa: C901 (embedding, blocks, capture; split the capture; issue 20 §4)
+            *, capture: bool = False, embedded=None, remat: bool = False, last_only: bool = False):
     """Logits (N, V) of one sequence of N token ids; with ``capture`` also the dict of the module
     docstring. ``embedded`` (N, D) replaces the token-embedding lookup e_j (for gradients with
     respect to the input embeddings; GPT-2's position embeddings are still added). ``remat``

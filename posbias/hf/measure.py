@@ -41,7 +41,7 @@ import numpy as np
 
 from posbias.hf.families import Spec
 from posbias.hf.memory import batch_size, estimate
-from posbias.lm.measure import Measurement, MeasureError, accumulate, batch_capture, lambda_ratios, value_weighted
+from posbias.lm.measure import MeasureError, Measurement, accumulate, batch_capture, lambda_ratios, value_weighted
 
 
 def capture_fn(spec: Spec, dtype=np.float32):

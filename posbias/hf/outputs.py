@@ -25,8 +25,8 @@ import json
 import numpy as np
 
 from posbias.lm.outputs import bias_fit_json, rollout_yaml
-from posbias.validate_panels import sink_diagnostics
 from posbias.output import position_csv
+from posbias.validate_panels import sink_diagnostics
 
 FILES = ("config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json", "bias_fit.json")
 
@@ -39,7 +39,8 @@ def render(m, *, source: str, content_scale: str, meta: dict, causal: bool = Tru
     buf = io.BytesIO()
     variants = {} if m.kernels_value is None else {"kernels_value": m.kernels_value, "value_norms": m.value_norms}
     np.savez(buf, kernels=m.kernels, lambdas=m.lambdas, per_head=m.kernels_per_head,
-             content_logits=m.content_mean, slopes=m.slopes, scales=m.scales, causal=np.asarray(m.causal), logits_note=np.asarray(m.logits_note), **variants)
+             content_logits=m.content_mean, slopes=m.slopes, scales=m.scales, causal=np.asarray(m.causal),
+             logits_note=np.asarray(m.logits_note), **variants)
     lam = ["layer,mean,std"] + [f"{i},{float(m.lambdas[i])!r},{float(m.lambda_std[i])!r}" for i in range(t)]
     fit = m.content
     report = {**meta, "source": source, "num_tokens": m.num_tokens, "samples": m.samples,

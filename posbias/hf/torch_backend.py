@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from posbias.errors import UserError
-from posbias.lm.measure import DENOMINATOR_FLOOR, Measurement, MeasureError, accumulate
+from posbias.lm.measure import DENOMINATOR_FLOOR, MeasureError, Measurement, accumulate
 
 IMPLEMENTATION = "posbias_eager"
 
@@ -158,7 +158,8 @@ def load(path, precision: str = "float64") -> Loaded:
     dtype = torch.float64 if precision == "float64" else torch.float32
     implementation = "eager" if layout.qkv == "bloom" else IMPLEMENTATION
     try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation=implementation,
+        model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype,
+                                                                  attn_implementation=implementation,
                                                                   local_files_only=True, **kwargs)
     except (OSError, ValueError) as exc:
         raise BackendError(f"{path}: transformers cannot load it ({str(exc).splitlines()[0]})") from None
@@ -431,15 +432,16 @@ def validate_subject(args, subject_type):
         slopes, alibi = jax_slopes(spec), spec.positions == "alibi"
     except UserError:
         slopes, alibi = np.zeros(int(config.num_attention_heads)), False
-    context = None if alibi else getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    context = None if alibi else (getattr(config, "max_position_embeddings", None)
+                                  or getattr(config, "n_positions", None))
     text, label = data.read_text(args.data)
     layers, heads = int(config.num_hidden_layers), int(config.num_attention_heads)
     line = (f"Checkpoint through transformers: model_type {config.model_type}, T = {layers}, H = {heads}, "
             f"width {config.hidden_size}, vocab {config.vocab_size}, "
             f"context {'ALiBi, no limit' if context is None else f'{context} positions'} (causal decoder); "
             f"data: {label}; S = {args.samples} sequences per length; {args.precision} measurement.")
-    notes = ((f"Rotary or learned positions: no ALiBi term (slopes 0), so (a) and (b) are pure causal-mask "
-              f"rollouts; the position signal reaches (e)-(h) through the measured kernels.",) if not alibi else ())
+    notes = (("Rotary or learned positions: no ALiBi term (slopes 0), so (a) and (b) are pure causal-mask "
+              "rollouts; the position signal reaches (e)-(h) through the measured kernels.",) if not alibi else ())
     notes += (f"Measured through transformers (eager attention, hooks on each block's input and on "
               f"{LAYOUTS[config.model_type].addend}); its eager softmax runs in float32 whatever the dtype.",)
     state = {}

@@ -103,7 +103,8 @@ def load(path: Path) -> Checkpoint:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
         raise CheckpointError(f"{path}: unreadable or corrupt checkpoint ({reason})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: unknown checkpoint format {meta.get('format') if isinstance(meta, dict) else meta!r}, "
+        raise CheckpointError(f"{path}: unknown checkpoint format "
+                              f"{meta.get('format') if isinstance(meta, dict) else meta!r}, "
                               f"expected {FORMAT}")
     try:
         model = ModelConfig.from_dict(meta["model"])

@@ -45,7 +45,8 @@ def add_parser(subparsers) -> tuple:
         description="Train a JAX decoder (pre-LayerNorm, ALiBi heads, GELU MLP, bytes) on pydoc_data.topics with "
                     "AdamW; checkpoints are atomic and a second run with the same --out resumes.",
         epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    tr.add_argument("--out", type=argtypes.path, required=True, help="run folder (checkpoint.npz, config.json, train.json)")
+    tr.add_argument("--out", type=argtypes.path, required=True,
+                    help="run folder (checkpoint.npz, config.json, train.json)")
     tr.add_argument("--preset", choices=sorted(PRESETS), default="default",
                     help="default (the measured model) or ci (tiny, under a minute)")
     m = tr.add_argument_group("model (override the preset)")
@@ -136,13 +137,12 @@ def _train(args) -> int:
 
 
 def _measure(args) -> int:
+    from posbias.hf.checkpoint import refuse_other, route
     from posbias.lm import checkpoint as ckpt
     from posbias.lm import outputs
     from posbias.lm.data import heldout_sequences, load_corpus
     from posbias.lm.measure import MeasureError, measure
     from posbias.run import progress_bar
-
-    from posbias.hf.checkpoint import refuse_other, route
 
     kind = route(args.checkpoint)
     if kind == "other":

@@ -56,7 +56,7 @@ class ModelConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ModelConfig":
+    def from_dict(cls, data: dict) -> ModelConfig:
         return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
 
 
@@ -102,7 +102,7 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "TrainConfig":
+    def from_dict(cls, data: dict) -> TrainConfig:
         return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
 
 

@@ -3,8 +3,8 @@
 * ``rollout.yaml``: the measured model in the reference schema (../shared/data/README.md)
   that ``posbias rollout`` reads unmodified: the model's slopes, uniform head weights,
   temperature 1, content b and d per layer and head (times the softmax's per-layer scale s_t,
-  1/sqrt(d_head) unless the model sets another, by default: the logits the softmax sees; ``raw`` gives the paper's q.k scale), lambda_t as a custom
-  schedule;
+  1/sqrt(d_head) unless the model sets another, by default: the logits the softmax sees; ``raw``
+  gives the paper's q.k scale), lambda_t as a custom schedule;
 * ``kernels.npz``: ``kernels`` (T, N, N), the head-averaged measured A^(t), and ``lambdas``
   (T,): the ``posbias rollout --kernels`` format;
 * ``attention.npz``: ``per_head`` (T, H, N, N), ``content_logits`` (T, H, N, N) mean raw

@@ -89,7 +89,14 @@ def _progress(enabled: bool, total: int, done: int):
         yield lambda step, loss: None
         return
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     with Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]} bpb"),
                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), transient=True,
@@ -185,7 +192,8 @@ def train(model: ModelConfig, cfg: TrainConfig, out: Path, *, checkpoint_every: 
             raise
 
 
-def _run(model, cfg, out, corpus, wanted, saved, every, progress, emit, json, written):
+def _run(model, cfg, out, corpus, wanted, saved,  # noqa: C901 (split the resume step; issue 20 §4)
+         every, progress, emit, json, written):
     import jax
     import jax.numpy as jnp
     import optax
@@ -199,9 +207,11 @@ def _run(model, cfg, out, corpus, wanted, saved, every, progress, emit, json, wr
     if saved is not None:
         params = unflatten({k: jnp.asarray(v, jnp.float32) for k, v in saved.params.items()})
         leaves, treedef = jax.tree_util.tree_flatten(state)
-        if len(leaves) != len(saved.opt_leaves) or any(np.shape(a) != np.shape(b) for a, b in zip(leaves, saved.opt_leaves)):
+        if len(leaves) != len(saved.opt_leaves) or any(np.shape(a) != np.shape(b)
+                                                       for a, b in zip(leaves, saved.opt_leaves)):
             raise TrainError(f"{out / ckpt.CHECKPOINT}: optimiser state does not match the recipe")
-        state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(v, a.dtype) for a, v in zip(leaves, saved.opt_leaves)])
+        state = jax.tree_util.tree_unflatten(treedef,
+                                             [jnp.asarray(v, a.dtype) for a, v in zip(leaves, saved.opt_leaves)])
         start, history = saved.step, list(saved.meta.get("history", []))
         wall_before = float(saved.meta.get("wall_s", 0.0))
 

@@ -233,9 +233,8 @@ class Grid:
     def _point(self, i: int, st, total_layers: int):
         """The AlibiStack ``st`` (all layers, or the distinct layers of a periodic stack of
         ``total_layers``) with point ``i``'s axis values."""
-        from posbias.numerics.stack import AlibiStack
-
         from posbias.numerics.bias_stack import BiasStack
+        from posbias.numerics.stack import AlibiStack
 
         c = self.columns
         t, h = st.num_layers, st.num_heads

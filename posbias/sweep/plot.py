@@ -49,7 +49,8 @@ def add_parser(subparsers):
     pp.add_argument("--x", metavar="AXIS", help="axis on the x axis")
     pp.add_argument("--y", metavar="AXIS", help="heat map: axis on the y axis")
     pp.add_argument("--series", metavar="AXIS", help="curves: one curve per value of this axis")
-    pp.add_argument("--metric", metavar="NAME", help="column to show (default u_shape for heat maps, p_first for curves)")
+    pp.add_argument("--metric", metavar="NAME",
+                    help="column to show (default u_shape for heat maps, p_first for curves)")
     pp.add_argument("--reduce", choices=("mean", "first"), default="mean",
                     help="what to do with the other axes: average over them, or take their first value")
     pp.add_argument("--at", action="append", default=[], metavar="AXIS=VALUE",

@@ -374,7 +374,8 @@ def compute_batch(grid, spec: Spec, layout, batch, label: str, devices, folder: 
         with scope:
             profs = profiles(stacks, n, engine=spec.engine, devices=devices if devices and len(devices) > 1 else None)
     except Unsupported as exc:
-        raise UserError(f"batch {batch.index} (points {int(batch.points[0])}..{int(batch.points[-1])}): {exc}") from None
+        raise UserError(f"batch {batch.index} (points {int(batch.points[0])}..{int(batch.points[-1])}): "
+                        f"{exc}") from None
     columns, ps, engines = _summaries(spec, stacks, profs, n, layout.profiles)
     table = tb.batch_table(layout, grid, batch.points, columns, ps)
     meta = {"digest": digest, "batch": batch.index, "process": process, "device": label,

@@ -235,7 +235,8 @@ def _raw_values(where: str, value) -> list:
     return value
 
 
-def _axis_values(name: str, where: str, raw: list, rounded: bool = False) -> tuple:
+def _axis_values(name: str, where: str,  # noqa: C901 (one branch per refused value; issue 20 §4)
+                 raw: list, rounded: bool = False) -> tuple:
     """Values of one axis, each checked against the axis's range."""
     if not raw:
         raise _fail(where, "empty axis, expected at least one value")
@@ -347,7 +348,8 @@ def _dims(axes: list[Axis], zips: list[tuple[str, ...]]) -> tuple[tuple[str, ...
     return tuple(dims)
 
 
-def _parse_base(where: str, base, spec_dir: Path) -> dict:
+def _parse_base(where: str, base,  # noqa: C901 (one branch per refused key; issue 20 §4)
+                spec_dir: Path) -> dict:
     if isinstance(base, str):
         base = {"config": base}
     if not isinstance(base, dict):
@@ -443,7 +445,8 @@ def _placeholder_names(base_raw, axes_raw) -> set[str]:
     return {n for t in texts for n in placeholders(t)}
 
 
-def _check_bias(where: str, base: dict, axes: list[Axis], engine: str) -> None:
+def _check_bias(where: str,  # noqa: C901 (one branch per bias-sweep rule; split per rule; issue 20 §4)
+                base: dict, axes: list[Axis], engine: str) -> None:
     """A bias sweep's rules (module docstring): no slopes, every placeholder has an axis (an axis that
     fills none is refused as unknown by ``_parse_axes``), every generated spec parses (with one bias
     or one per head)."""

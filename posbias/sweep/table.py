@@ -112,7 +112,7 @@ class Layout:
     schema: object
 
     @staticmethod
-    def build(grid, probe, profiles: bool) -> "Layout":
+    def build(grid, probe, profiles: bool) -> Layout:
         import pyarrow as pa
 
         axes = tuple(grid.columns)

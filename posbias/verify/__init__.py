@@ -72,8 +72,18 @@ from posbias.verify.registry import claim, properties, register, register_claim,
 from posbias.verify.report import print_report
 from posbias.verify.runner import run_property, select, verify
 from posbias.verify.searches import STEEP_R_MAX, c6_old_profile
-from posbias.verify.types import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, EXPECTS, FORMAT, PROFILES, Property, Report,
-                                  Result, VerifyError)
+from posbias.verify.types import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    EXPECTS,
+    FORMAT,
+    PROFILES,
+    Property,
+    Report,
+    Result,
+    VerifyError,
+)
 
 __all__ = [
     # running claims, registering one's own, reading the results

@@ -5,7 +5,7 @@ the same machinery and output."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from posbias.verify.claims import claim_properties
 from posbias.verify.claims import hypotheses as claim_hypotheses
@@ -61,7 +61,6 @@ def builtin_properties() -> list[Property]:
     """Every claim's property, the necessity searches, then a placeholder (its predicate,
     untested here) for each claim of the registry that has no property yet."""
     from posbias.theorem.claims import CLAIMS
-
     from posbias.verify.c7 import c7_properties
 
     builtin = claim_properties() + necessity_searches() + c7_properties()

@@ -31,8 +31,20 @@ from fractions import Fraction
 
 import numpy as np
 
-from posbias.verify.claims import (alibi_artifact, c1_check, c1_explain, c2b_case, c2b_check, c2b_explain,
-                                   c4a_check, dense_sizes, explain_dominance, kernel_and_mu, logits_case, predicate)
+from posbias.verify.claims import (
+    alibi_artifact,
+    c1_check,
+    c1_explain,
+    c2b_case,
+    c2b_check,
+    c2b_explain,
+    c4a_check,
+    dense_sizes,
+    explain_dominance,
+    kernel_and_mu,
+    logits_case,
+    predicate,
+)
 from posbias.verify.display import show
 from posbias.verify.kernels import engine_profile, exact_alibi, last_row
 from posbias.verify.lazy import composite, ps, st

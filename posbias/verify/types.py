@@ -4,8 +4,9 @@ and ``apply_example``, the one rule for passing a drawn example to a check."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from posbias.errors import UserError
 from posbias.verify.codec import encode
