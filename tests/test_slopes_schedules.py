@@ -58,6 +58,6 @@ def test_numerics_does_not_import_sympy():
     import subprocess
     import sys
 
-    code = "import sys, numerics; assert 'sympy' not in sys.modules, 'sympy imported'; print('ok')"
+    code = "import sys, posbias.numerics; assert 'sympy' not in sys.modules, 'sympy imported'; print('ok')"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
