@@ -15,11 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from posbias.bias_spec import parse_bias
 from posbias.cli import main
 from posbias.numerics import engines
 from posbias.numerics.auto import Auto
-from posbias.numerics.bias import Alibi, Bias, KerpleLog, KerplePower, T5Buckets, Table
+from posbias.numerics.bias import Alibi, Bias, KerpleLog, KerplePower, Table
 from posbias.numerics.bias_engine import BiasEngine
 from posbias.numerics.bias_fft import MAX_BOUND, BiasFFT
 from posbias.numerics.bias_stack import BiasStack
@@ -27,6 +26,7 @@ from posbias.numerics.engine import Unsupported
 from posbias.numerics.masks import Causal, Full, Prefix, SlidingWindow
 from posbias.numerics.native_bias import available as native_available
 from posbias.numerics.stack import AlibiStack
+from tests.test_bias import sides  # the one strategy of bias sides (C7), shared
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 EXACT = [BiasEngine(native=False)] + ([BiasEngine()] if native_available() else [])
@@ -68,28 +68,6 @@ def assert_within_bound(got, reference: np.ndarray, num_layers: int):
     assert np.all(err <= bound + slack), (err.max(), bound)
     assert np.array_equal(got.unresolved(), (p <= bound) | (p < 1e-280))
     assert abs(p.sum() - 1) < 1e-12
-
-
-small = st.floats(-3.0, 3.0, allow_nan=False)
-
-
-@st.composite
-def sides(draw):
-    kind = draw(st.sampled_from(["alibi", "kerple-log", "kerple-power", "t5", "table", "window", "expr"]))
-    if kind == "alibi":
-        return Alibi(draw(st.floats(0.0, 2.0)))
-    if kind == "kerple-log":
-        return KerpleLog(draw(st.floats(-1.0, 2.0)), draw(st.floats(0.0, 3.0)))
-    if kind == "kerple-power":
-        return KerplePower(draw(st.floats(-0.2, 2.0)), draw(st.floats(0.0, 2.0)))
-    if kind == "t5":
-        nb = draw(st.integers(4, 16))
-        md = draw(st.integers(nb // 2 + 1, 40))
-        return T5Buckets(nb, md, tuple(draw(st.lists(small, min_size=nb, max_size=nb))), False)
-    if kind in ("table", "window"):
-        return Table(tuple(draw(st.lists(small, min_size=1, max_size=8))), window=kind == "window")
-    a = draw(st.floats(0.1, 2.0))
-    return parse_bias(f"expr:-a*sqrt(g) + cos(g)/2;a={a!r}").past
 
 
 @st.composite
