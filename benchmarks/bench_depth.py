@@ -14,7 +14,7 @@ Whole ``posbias rollout`` processes (wall time and the child's peak RSS from get
    cost, so process start-up and JIT are not multiplied).
 
 3. in the same run, the BLAS limit (issue 21): a plain NumPy product of two N x N float64 matrices
-   on the engine's thread count (numerics/power.py's ``blas_threads``: POSBIAS_BLAS_THREADS or the
+   on the engine's thread count (numerics/blas_threads.py's ``blas_threads``: POSBIAS_BLAS_THREADS or the
    cores this process may use), median of three, gives this machine's GEMM rate now; the power
    engine's multiply-adds are N^3 / 6 per squaring (triangular), so its BLAS limit is
    squarings N^3 / 3 / rate and the reported ratio is whole-process wall / that limit (start-up, JAX
@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     model = ["--heads", str(a.heads), "--tokens", str(a.tokens), "--schedule", a.schedule]
     from posbias.files import atomic_write
-    from posbias.numerics.power import blas_threads
+    from posbias.numerics.blas_threads import blas_threads
 
     rows = []
     threads = blas_threads()
