@@ -145,7 +145,7 @@ class Power(Engine):
         with blas_limit(1), ThreadPoolExecutor(threads) as executor:
             pool = None if threads == 1 else executor
             while bits:
-                log_m = log_entries(m)
+                log_m = log_entries(m, causal=causal)
                 if bits & 1:
                     logv, errv = vector_times(logv, errv, m, log_m, causal=causal)
                     done += 1

@@ -102,12 +102,18 @@ def scaled(matrix: np.ndarray, abs_err: float, *, causal: bool, rows: int) -> Sc
     return Scaled(mant, scale, err, rows)
 
 
-def log_entries(m: Scaled) -> np.ndarray:
-    """log M (N x N, -inf at zeros)."""
-    with np.errstate(divide="ignore"):
-        out = np.log(m.mant)
-    for blk, a in enumerate(starts(out.shape[0], m.rows)):
-        out[a:a + m.rows] += m.scale[blk]
+def log_entries(m: Scaled, *, causal: bool = False) -> np.ndarray:
+    """log M (N x N, -inf at zeros). With ``causal`` (M lower triangular, as every causal power is) the
+    logarithms are taken only where a row block may be non-zero (columns up to its last row), the
+    rest is -inf as it would be."""
+    n = m.mant.shape[0]
+    out = np.full((n, n), -np.inf) if causal else np.empty((n, n))
+    for blk, a in enumerate(starts(n, m.rows)):
+        c = min(a + m.rows, n)
+        lim = c if causal else n
+        with np.errstate(divide="ignore"):
+            np.log(m.mant[a:c, :lim], out=out[a:c, :lim])
+        out[a:c, :lim] += m.scale[blk, :lim]
     return out
 
 

@@ -39,6 +39,7 @@ True
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -109,21 +110,31 @@ def multiply(x: Scaled, y: Scaled, log_y: np.ndarray, *, causal: bool,
     nb = len(starts(n, rows))
     out = Scaled(np.zeros((n, n)), np.full((nb, n), -np.inf), np.full((nb, n), -np.inf), rows)
     lost_x = np.full((nb, n), -np.inf)  # sum_l |dX_il| Y_lj
+    buffers = threading.local()  # one W panel per thread, for this product
     if pool is not None and nb > 1:  # the largest blocks (the last, under a causal mask) first, for balance
-        list(pool.map(lambda blk: _row_block(x, log_y, blk, causal, out, lost_x), range(nb)[::-1]))
+        list(pool.map(lambda blk: _row_block(x, log_y, blk, causal, out, lost_x, buffers), range(nb)[::-1]))
     else:
         for blk in range(nb):
-            _row_block(x, log_y, blk, causal, out, lost_x, pool)
+            _row_block(x, log_y, blk, causal, out, lost_x, buffers, pool)
     lost_y = _mass_times_err(np.logaddexp(x.scale, x.err), y.err, y.rows, causal)  # (X + |dX|) |dY|
     err = np.logaddexp(np.logaddexp(lost_x, lost_y), out.err)
     err[~support(n, rows, causal)] = -np.inf
     return Scaled(out.mant, out.scale, err, rows)
 
 
+def _panel_buffers(buffers: threading.local, n: int, height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """This thread's W panel and cut mask (height x width views of n x ``PANEL`` arrays, made once per
+    thread and product): forming W in place saves the page faults of a fresh array per panel."""
+    if not hasattr(buffers, "w"):
+        buffers.w, buffers.cut = np.empty((n, PANEL)), np.empty((n, PANEL), dtype=bool)
+    return buffers.w[:height, :width], buffers.cut[:height, :width]
+
+
 def _row_block(x: Scaled, log_y: np.ndarray, blk: int, causal: bool, out: Scaled, lost_x: np.ndarray,
-               pool: ThreadPoolExecutor | None = None) -> None:
+               buffers: threading.local, pool: ThreadPoolExecutor | None = None) -> None:
     """Row block ``blk`` of x · y into ``out`` (mantissas, scales, and in ``out.err`` what the products
-    dropped below 2^-1022) and sum_l |dX_il| Y_lj into ``lost_x``; its W panels on ``pool`` if given."""
+    dropped below 2^-1022) and sum_l |dX_il| Y_lj into ``lost_x``; its W panels on ``pool`` if given,
+    formed in this thread's ``buffers``."""
     n, rows = log_y.shape[0], x.rows
     a = blk * rows
     c = min(a + rows, n)
@@ -144,11 +155,13 @@ def _row_block(x: Scaled, log_y: np.ndarray, blk: int, causal: bool, out: Scaled
         j1 = min(j0 + PANEL, lim)
         l0 = j0 if causal else 0  # Y[l, j] = 0 for l < j when causal
         r0 = max(a, j0) if causal else a  # Z[i, j] = 0 for i < j when causal
-        w = log_y[l0:lim, j0:j1] + s[l0:lim, None]
+        w, cut = _panel_buffers(buffers, n, lim - l0, j1 - j0)
+        np.add(log_y[l0:lim, j0:j1], s[l0:lim, None], out=w)
         g = np.max(w, axis=0)
         w -= np.where(np.isfinite(g), g, 0.0)
-        w[w < keep_from[l0:lim, None]] = -np.inf
-        np.exp(w, out=w)
+        np.less(w, keep_from[l0:lim, None], out=cut)
+        np.exp(w, out=w)  # then the cut entries are set to 0 = exp(-inf), as if cut before
+        np.copyto(w, 0.0, where=cut)
         prod[r0 - a:, j0:j1] = _panel_product(x.mant[r0:c, l0:lim], w, r0 - l0, causal)
         shift[j0:j1] = g
 
