@@ -30,12 +30,12 @@ mask): with b = 32 at N = 4096 about 4e8 per squaring, which is most of its time
 product is O(N^2). Memory: three N x N float64 arrays (the mantissas, log M, the product)
 and a W panel of N x ``PANEL`` while squaring, whatever T is; building B takes more (the
 kernels come from JAX). N = 4096, H = 32 on 2 cores: T = 10^6 in about 33 s and 0.8 GB,
-T = 10^9 in about 90 s. Measured again (issue 21, benchmarks/bench_depth.py, the 2 cores shared,
-load average 10 to 13): T = 10^6 at N = 4096 took 154 s whole process, 7.3 times the BLAS limit
-(squarings N^3 / 3 flops each at the GEMM rate measured in the same run); per W panel (K = 4096,
-256 columns, b = 32) forming W (the add, the maximum, the cut, the exponential) costs about four
-times its product, so reaching the BLAS limit needs fewer elementwise operations per entry of W,
-not faster products.
+T = 10^9 in about 90 s. Measured again (issue 21, benchmarks/bench_depth.py, the 2 cores shared
+with other work, load average 9 to 12): T = 10^6 at N = 4096 took 214 s whole process, T = 10^9 304 s,
+both 10.1 times the BLAS limit (squarings N^3 / 3 flops each at the GEMM rate measured beside them,
+about 21 GFLOP/s); per W panel (K = 4096, 256 columns, b = 32) forming W (the add, the maximum, the
+cut, the exponential) costs several times its product, so reaching the BLAS limit needs fewer
+elementwise operations per entry of W (or larger blocks), not faster products.
 
 Threads. The engine sets the BLAS libraries' thread count itself (numerics/blas_threads.py) for
 the duration of ``compute``: ``Power(threads=k)``, else the environment variable

@@ -28,6 +28,7 @@ True
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -50,10 +51,12 @@ class Scaled:
 
 
 def starts(n: int, rows: int) -> np.ndarray:
+    """The first row of each block of ``rows`` consecutive rows of an n-row matrix."""
     return np.arange(0, n, rows)
 
 
-def block_reduce(a: np.ndarray, rows: int, ufunc: np.ufunc, where=None, **initial) -> np.ndarray:
+def block_reduce(a: np.ndarray, rows: int, ufunc: np.ufunc, where: np.ndarray | None = None,
+                 **initial: Any) -> np.ndarray:
     """(nb, ...) ``ufunc`` over each block of ``rows`` consecutive rows of ``a`` (the last may be short),
     over the entries where ``where`` holds (a boolean array like a; all when None)."""
     full = a.shape[0] // rows * rows

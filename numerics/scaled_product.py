@@ -192,7 +192,8 @@ def _row_block(x: Scaled, log_y: np.ndarray, blk: int, causal: bool, out: Scaled
         lost_x[blk, :lim] = _weighted_logsumexp(x.err[blk, :lim], log_y[:lim, :lim])
 
 
-def vector_times(logv: np.ndarray, errv: np.ndarray, m: Scaled, log_m: np.ndarray, *, causal: bool):
+def vector_times(logv: np.ndarray, errv: np.ndarray, m: Scaled, log_m: np.ndarray, *,
+                 causal: bool) -> tuple[np.ndarray, np.ndarray]:
     """(log(v M), loss bound) for a row vector v = exp(logv) with per-entry loss bounds exp(errv)."""
     n = logv.shape[0]
     logw = _weighted_logsumexp(logv, log_m)
