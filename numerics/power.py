@@ -35,9 +35,9 @@ with other work, load average 9 to 12): T = 10^6 at N = 4096 took 214 s whole pr
 both 10.1 times the BLAS limit (squarings N^3 / 3 flops each at the GEMM rate measured beside them,
 about 21 GFLOP/s). In process at T = 10^6 (load average 8 to 9): 108 s, the squarings 83 s of it
 against their BLAS limit of 12 s (GEMM 35 GFLOP/s then), building B 7 s, the logs, block heights,
-re-blocking and vector products 16 s. Per W panel (K = 4096, 256 columns, b = 32) forming W (the add, the maximum, the
-cut, the exponential) costs several times its product, so reaching the BLAS limit needs fewer
-elementwise operations per entry of W (or larger blocks), not faster products.
+re-blocking and vector products 16 s. Per W panel (K = 4096, 256 columns, b = 32) forming W
+(the add, the maximum, the cut, the exponential) costs several times its product, so reaching the
+BLAS limit needs fewer elementwise operations per entry of W (or larger blocks), not faster products.
 
 Threads. The engine sets the BLAS libraries' thread count itself (numerics/blas_threads.py) for
 the duration of ``compute``: ``Power(threads=k)``, else the environment variable
