@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import posbias.numerics as nx
-from posbias.numerics import power
+from posbias.numerics import power, scaled, scaled_product
 from posbias.numerics.auto import Auto
 from posbias.numerics.masks import Full
 from posbias.numerics.periodic import PeriodicStack
@@ -22,13 +22,14 @@ from tests.exact_rollout import exact_kernel, log_power_row, periodic_profile
 
 def _one_scale_per_column(monkeypatch):
     """Blocks as tall as the matrix: one log scale per column, the scaling before blocks of rows."""
-    monkeypatch.setattr(power, "SPAN_BUDGET", math.inf)
+    monkeypatch.setattr(scaled, "SPAN_BUDGET", math.inf)
 
 
 def _blocks_of(monkeypatch, rows):
     """Blocks of ``rows`` rows at every squaring, whatever the entries span."""
-    monkeypatch.setattr(power, "MIN_ROWS", rows)
-    monkeypatch.setattr(power, "SPAN_BUDGET", -1.0)
+    monkeypatch.setattr(scaled, "MIN_ROWS", rows)  # block_rows' smallest height
+    monkeypatch.setattr(power, "MIN_ROWS", rows)  # the block's first height
+    monkeypatch.setattr(scaled, "SPAN_BUDGET", -1.0)
 
 
 def test_blocks_of_rows_resolve_what_one_scale_per_column_cannot(monkeypatch):
@@ -107,17 +108,17 @@ def test_reblocking_keeps_every_entry_and_charges_what_it_flushes():
     kept = np.isfinite(log_m)
     with np.errstate(invalid="ignore"):
         mant = np.where(kept, np.exp(log_m - np.repeat(scale, 8, axis=0)), 0.0)
-    m = power.Scaled(mant, scale, np.full((5, n), -np.inf), 8)
-    fine = power.reblock(m, 2, causal=True)
-    np.testing.assert_allclose(power.log_entries(fine)[kept], log_m[kept], rtol=1e-14, atol=1e-12)
+    m = scaled.Scaled(mant, scale, np.full((5, n), -np.inf), 8)
+    fine = scaled.reblock(m, 2, causal=True)
+    np.testing.assert_allclose(scaled.log_entries(fine)[kept], log_m[kept], rtol=1e-14, atol=1e-12)
     assert np.all(fine.mant.reshape(20, 2, n).max(axis=1)[np.isfinite(fine.scale)] == 1.0)
-    coarse = power.reblock(fine, 32, causal=True)  # a block of 32 rows spans 800 nats: its lowest rows flush
+    coarse = scaled.reblock(fine, 32, causal=True)  # a block of 32 rows spans 800 nats: its lowest rows flush
     flushed = kept & (coarse.mant == 0)
     assert flushed.any() and not flushed[32:].any()
     for i, j in zip(*np.nonzero(flushed)):  # every flushed entry lies under its block-column's loss bound
         assert log_m[i, j] <= coarse.err[i // 32, j]
     held = kept & (coarse.mant > 0)
-    np.testing.assert_allclose(power.log_entries(coarse)[held], log_m[held], rtol=1e-14, atol=1e-12)
+    np.testing.assert_allclose(scaled.log_entries(coarse)[held], log_m[held], rtol=1e-14, atol=1e-12)
     assert np.all(np.isneginf(coarse.err[1]))  # rows 32..39 span 205 nats: nothing flushed there
 
 
@@ -167,8 +168,8 @@ def _scaled_lower(rng, n, rows, lost=()):
     for i, j in lost:
         stored[i, j] = 0.0
         err[i // rows, j] = max(err[i // rows, j], math.log(true[i, j]))
-    m = power.scaled(stored, 1e-300, causal=True, rows=rows)
-    return power.Scaled(m.mant, m.scale, np.maximum(m.err, err), rows), true
+    m = scaled.scaled(stored, 1e-300, causal=True, rows=rows)
+    return scaled.Scaled(m.mant, m.scale, np.maximum(m.err, err), rows), true
 
 
 @pytest.mark.parametrize("lose", ["x", "y", "both"])
@@ -178,8 +179,8 @@ def test_product_bound_covers_what_either_factor_lost(lose):
     lost = [(10, 3), (17, 16), (23, 0), (9, 9)]
     x, x_true = _scaled_lower(rng, n, rows, lost if lose != "y" else ())
     y, y_true = _scaled_lower(rng, n, rows, lost if lose != "x" else ())
-    z = power.multiply(x, y, power.log_entries(y), causal=True)
-    value = np.exp(power.log_entries(z))
+    z = scaled_product.multiply(x, y, scaled.log_entries(y), causal=True)
+    value = np.exp(scaled.log_entries(z))
     exact = x_true @ y_true
     bound = np.exp(np.repeat(z.err, rows, axis=0))
     gap = np.abs(exact - value) - 1e-14 * exact
@@ -196,7 +197,7 @@ def test_vector_bound_covers_what_the_vector_and_the_matrix_lost():
     v[[4, 19]] = 0.0
     with np.errstate(divide="ignore"):
         logv, errv = np.log(v), np.where(v == 0.0, np.log(v_true), -np.inf)
-    logw, lost = power.vector_times(logv, errv, m, power.log_entries(m), causal=True)
+    logw, lost = scaled_product.vector_times(logv, errv, m, scaled.log_entries(m), causal=True)
     exact = v_true @ m_true
     gap = np.abs(exact - np.exp(logw)) - 1e-14 * exact
     assert np.all(gap <= np.exp(lost)) and gap.max() > 1e-3

@@ -1,5 +1,5 @@
-"""The power engine's thread control (numerics/power.py, Threads): BLAS runs on the threads the
-engine sets (one while squaring), whatever the environment asked; the thread count comes from the
+"""The power engine's thread control (numerics/blas_threads.py; numerics/power.py, Threads): BLAS runs
+on the threads the engine sets (one while squaring), whatever the environment asked; the thread count comes from the
 engine option, else POSBIAS_BLAS_THREADS, else the cores the process may use; and the profile does not
 depend on it (each row block and panel is computed as serially: compared bit for bit)."""
 
@@ -11,9 +11,10 @@ from threadpoolctl import threadpool_info
 
 import posbias.numerics as nx
 from posbias.errors import UserError
-from posbias.numerics import power
+from posbias.numerics import blas_threads as threads_module
+from posbias.numerics.blas_threads import blas_threads
 from posbias.numerics.periodic import PeriodicStack
-from posbias.numerics.power import Power, blas_threads
+from posbias.numerics.power import Power
 
 
 def _stack(t=10**6):
@@ -25,14 +26,14 @@ def _blas_threads_now():
 
 
 def test_thread_count_from_option_environment_and_affinity(monkeypatch):
-    monkeypatch.delenv(power.THREADS_ENV, raising=False)
+    monkeypatch.delenv(threads_module.THREADS_ENV, raising=False)
     assert blas_threads() == len(os.sched_getaffinity(0))
-    monkeypatch.setenv(power.THREADS_ENV, "3")
+    monkeypatch.setenv(threads_module.THREADS_ENV, "3")
     assert blas_threads() == 3
     assert blas_threads(1) == 1  # the engine option wins
     for bad in ("0", "-2", "two", ""):
-        monkeypatch.setenv(power.THREADS_ENV, bad)
-        with pytest.raises(UserError, match=power.THREADS_ENV):
+        monkeypatch.setenv(threads_module.THREADS_ENV, bad)
+        with pytest.raises(UserError, match=threads_module.THREADS_ENV):
             blas_threads()
     with pytest.raises(UserError, match="threads"):
         blas_threads(0)
