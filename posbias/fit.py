@@ -344,7 +344,7 @@ def run(args) -> int:
     from posbias.compare import read_profile
     from posbias.files import write_run
     from posbias.output import position_csv
-    from posbias.run import progress_bar
+    from posbias.progress import progress_bar
 
     if is_measurement(args.measured):
         from posbias import bias_fit_run

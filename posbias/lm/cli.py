@@ -142,7 +142,7 @@ def _measure(args) -> int:
     from posbias.lm import outputs
     from posbias.lm.data import heldout_sequences, load_corpus
     from posbias.lm.measure import MeasureError, measure
-    from posbias.run import progress_bar
+    from posbias.progress import progress_bar
 
     kind = route(args.checkpoint)
     if kind == "other":
