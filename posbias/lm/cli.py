@@ -15,7 +15,7 @@ from pathlib import Path
 from posbias import argtypes
 from posbias.argtypes import at_least, size
 from posbias.errors import UserError
-from posbias.lm.config import PRESETS, SEED_MAX, SLOPE_CONVENTIONS
+from posbias.lm.config import PRESETS, SEED_MAX, SLOPE_CONVENTIONS, ModelConfig, TrainConfig, checked
 
 EXIT_USAGE = 2
 TRAINED_BATCH_MEMORY = 2**30
@@ -112,19 +112,18 @@ def run(args) -> int:
 
 
 def _train(args) -> int:
-    import dataclasses
-
     from posbias.lm.train import train
 
     preset = PRESETS[args.preset]
-    model = dataclasses.replace(preset.model, **{k: getattr(args, k) for k in
-                                                 ("layers", "heads", "width", "context", "slopes")
-                                                 if getattr(args, k) is not None})
-    cfg = dataclasses.replace(preset.train, **{k: getattr(args, k) for k in
-                                               ("steps", "batch", "lr", "warmup", "seed", "eval_every")
-                                               if getattr(args, k) is not None})
-    if args.warmup is None and cfg.warmup >= cfg.steps:
-        cfg = dataclasses.replace(cfg, warmup=cfg.steps // 10)
+
+    def given(names):
+        return {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+
+    model = checked(ModelConfig, **preset.model.to_dict() | given(("layers", "heads", "width", "context", "slopes")))
+    fields = preset.train.to_dict() | given(("steps", "batch", "lr", "warmup", "seed", "eval_every"))
+    if args.warmup is None and fields["warmup"] >= fields["steps"]:
+        fields["warmup"] = fields["steps"] // 10
+    cfg = checked(TrainConfig, **fields)
     result = train(model, cfg, args.out, checkpoint_every=args.checkpoint_every, progress=not args.quiet,
                    log=(lambda line: None) if args.quiet else None)
     resumed = f" (resumed at step {result.resumed_from})" if result.resumed_from else ""

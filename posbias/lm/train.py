@@ -142,9 +142,6 @@ def train(model: ModelConfig, cfg: TrainConfig, out: Path, *, checkpoint_every: 
     from posbias import files
     from posbias.numerics import budget
 
-    problem = model.problem() or cfg.problem()
-    if problem:
-        raise UserError(problem)
     every = checkpoint_every or cfg.eval_every
     if every < 1:
         raise UserError(f"--checkpoint-every: expected a positive integer, got {every}")
