@@ -15,7 +15,7 @@ from pathlib import Path
 from posbias import argtypes
 from posbias.argtypes import at_least, size
 from posbias.errors import UserError
-from posbias.lm.config import PRESETS, SEED_MAX, SLOPE_CONVENTIONS, ModelConfig, TrainConfig, checked
+from posbias.lm.limits import PRESET_NAMES, SEED_MAX, SLOPE_CONVENTIONS
 
 EXIT_USAGE = 2
 TRAINED_BATCH_MEMORY = 2**30
@@ -47,7 +47,7 @@ def add_parser(subparsers) -> tuple:
         epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     tr.add_argument("--out", type=argtypes.path, required=True,
                     help="run folder (checkpoint.npz, config.json, train.json)")
-    tr.add_argument("--preset", choices=sorted(PRESETS), default="default",
+    tr.add_argument("--preset", choices=PRESET_NAMES, default="default",
                     help="default (the measured model) or ci (tiny, under a minute)")
     m = tr.add_argument_group("model (override the preset)")
     m.add_argument("--layers", type=_positive, metavar="T")
@@ -112,6 +112,7 @@ def run(args) -> int:
 
 
 def _train(args) -> int:
+    from posbias.lm.config import PRESETS, ModelConfig, TrainConfig, checked
     from posbias.lm.train import train
 
     preset = PRESETS[args.preset]

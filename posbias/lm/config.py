@@ -11,6 +11,9 @@ presets: ``default`` (the model measured in docs/lm.md) and ``ci`` (trains in we
 
 >>> PRESETS["ci"].model.head_dim
 8
+>>> from posbias.lm.limits import PRESET_NAMES
+>>> tuple(sorted(PRESETS)) == PRESET_NAMES
+True
 >>> TrainConfig.from_dict(PRESETS["ci"].train.to_dict()) == PRESETS["ci"].train
 True
 >>> checked(ModelConfig, layers=2, heads=4, width=30)
@@ -28,12 +31,8 @@ from typing import Annotated
 import pydantic
 
 from posbias.errors import UserError
+from posbias.lm.limits import SEED_MAX, SLOPE_CONVENTIONS
 from posbias.schema import STRICT, first_error
-
-VOCAB = 256  # bytes
-SLOPE_CONVENTIONS = ("paper", "hf")
-SEED_MAX = 2**32 - 1
-"""Seeds are 32-bit: jax.random.PRNGKey takes one unsigned 32-bit word of entropy in its default mode."""
 
 
 def _positive_int(value):
