@@ -2,7 +2,7 @@
 
 Bad input anywhere in the product layer raises ``UserError``. A subclass exists only where
 something tells it apart: a caller that catches it and not its siblings (``ModelError`` in
-posbias/config.py and posbias/sweep/grid.py, ``BiasFitError``, ``YamlError``, ``CompareError`` and
+posbias/config.py and posbias/sweep/grid.py, ``BiasFitError``, ``YamlError``, ``ProfileError`` and
 the language-model ``CheckpointError``, which their own readers re-raise past a broader
 ``except ValueError``) or a test that pins the type of a refusal (``ConfigError``, ``FitError``,
 ``SpecError``, ``MeasureError``, ``UnsupportedModel``, the Hugging Face ``CheckpointError``).

@@ -21,7 +21,7 @@ every token (bidirectional ALiBi is -m |i - j|, posbias.numerics.masks). The pro
 last row of the rollout, p = e_{N-1}^T R^(T-1) ... R^(0).
 
 Each of (a), (b), (c), (e) is scored against (d) by W1 on positions / (N - 1), Spearman's
-rho and total variation (posbias.compare). Nothing here tunes a prediction to (d): (a)-(c)
+rho and total variation (posbias.distances). Nothing here tunes a prediction to (d): (a)-(c)
 use architecture and measured lambda / content only, as in the paper.
 """
 
@@ -85,7 +85,7 @@ def predictions(measurement, slopes: np.ndarray, *, causal: bool = True) -> dict
 
 def score(measured: np.ndarray, profiles: dict[str, np.ndarray]) -> dict[str, dict]:
     """W1 / (N - 1), Spearman and total variation of each prediction against ``measured``."""
-    from posbias.compare import spearman, total_variation, w1
+    from posbias.distances import spearman, total_variation, w1
 
     return {k: {"w1": w1(measured, p), "spearman": spearman(measured, p), "tv": total_variation(measured, p)}
             for k, p in profiles.items()}
