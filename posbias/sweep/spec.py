@@ -432,14 +432,17 @@ def _base_mapping(value) -> dict:
     return value
 
 
-def _given(kind, check):
-    """A key that may be left out (None then) but, when given, is refused unless ``check`` passes
-    (an explicit null included)."""
-    return Annotated[kind | None, pydantic.BeforeValidator(check)]
-
-
 def _number_value(value) -> float:
     return _checked(_number, value)
+
+
+# A key that may be left out (None then) but, when given, is refused unless its check passes
+# (an explicit null included): the check runs before pydantic's own type check.
+_Before = pydantic.BeforeValidator
+ConfigPath = Annotated[str | None, _Before(_config_path)]
+OptionalSize = Annotated[int | None, _Before(_size)]
+OptionalSpecString = Annotated[str | None, _Before(_spec_string)]
+OptionalNumber = Annotated[float | None, _Before(_number_value)]
 
 
 class BaseFlags(pydantic.BaseModel):
@@ -447,17 +450,17 @@ class BaseFlags(pydantic.BaseModel):
     ``posbias rollout`` takes them; only the keys given are set."""
 
     model_config = STRICT
-    config: _given(str, _config_path) = None
-    layers: _given(int, _size) = None
-    heads: _given(int, _size) = None
-    tokens: _given(int, _size) = None
-    schedule: _given(str, _spec_string) = None
-    slopes: _given(str | tuple[float, ...], _base_slopes) = None
-    content_diagonal: _given(float, _number_value) = None
-    mask: _given(str, _spec_string) = None
-    temperature: _given(float, _temperature) = None
-    bias: _given(str, _bias) = None
-    sink: _given(float, _number_value) = None
+    config: ConfigPath = None
+    layers: OptionalSize = None
+    heads: OptionalSize = None
+    tokens: OptionalSize = None
+    schedule: OptionalSpecString = None
+    slopes: Annotated[str | tuple[float, ...] | None, _Before(_base_slopes)] = None
+    content_diagonal: OptionalNumber = None
+    mask: OptionalSpecString = None
+    temperature: Annotated[float | None, _Before(_temperature)] = None
+    bias: Annotated[str | None, _Before(_bias)] = None
+    sink: OptionalNumber = None
 
 
 class SpecFile(pydantic.BaseModel):
@@ -465,13 +468,13 @@ class SpecFile(pydantic.BaseModel):
     axes, so their values are checked per axis after this (``_parse_axes``, ``_parse_zip``)."""
 
     model_config = STRICT
-    name: _given(str, _name) = None
-    base: Annotated[BaseFlags, pydantic.BeforeValidator(_base_mapping)]
+    name: Annotated[str | None, _Before(_name)] = None
+    base: Annotated[BaseFlags, _Before(_base_mapping)]
     axes: Any
     zip: Any = None
-    engine: Annotated[str, pydantic.BeforeValidator(_engine)] = "auto"
-    profiles: Annotated[bool, pydantic.BeforeValidator(_flag)] = False
-    diagonal: Annotated[bool, pydantic.BeforeValidator(_flag)] = False
+    engine: Annotated[str, _Before(_engine)] = "auto"
+    profiles: Annotated[bool, _Before(_flag)] = False
+    diagonal: Annotated[bool, _Before(_flag)] = False
 
     @pydantic.model_validator(mode="before")
     @classmethod
