@@ -245,16 +245,17 @@ def _rollout(args) -> int:
 
     from posbias import output
     from posbias.files import write_run
-    from posbias.run import InputError, load_kernels, run_stack
+    from posbias.kernel_file import load_kernels
+    from posbias.rollout import run_stack
 
     if args.kernels is not None:
         if args.config is not None:
-            raise InputError("give either CONFIG or --kernels, not both")
+            raise UserError("give either CONFIG or --kernels, not both")
         model_flags = [f for f in ("layers", "heads", "tokens", "slopes", "content_diagonal", "mask", "bias", "sink")
                        if getattr(args, f) is not None] + (["periodic"] if args.periodic else [])
         if model_flags:
-            raise InputError(f"--{model_flags[0].replace('_', '-')} describes an ALiBi model; "
-                             "it does not apply to --kernels (only --schedule does)")
+            raise UserError(f"--{model_flags[0].replace('_', '-')} describes an ALiBi model; "
+                            "it does not apply to --kernels (only --schedule does)")
         stack, warnings = load_kernels(args.kernels, args.schedule, args.causal)
         result = run_stack(stack, engine=args.engine, precision=args.precision, full_matrix=args.full,
                            diagonal=args.diagonal, show_progress=not args.json)
@@ -263,7 +264,7 @@ def _rollout(args) -> int:
         stack_lambdas = stack.lambdas
     else:
         if args.causal:
-            raise InputError("--causal applies to --kernels only")
+            raise UserError("--causal applies to --kernels only")
         model = _model_from_args(args)
         result = model.run(args.engine, precision=args.precision, full_matrix=args.full, diagonal=args.diagonal,
                            show_progress=not args.json)

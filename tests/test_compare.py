@@ -8,9 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from posbias import compare as pc
+from posbias import distances as pc
 from posbias.cli import main
 from posbias.output import position_csv
+from posbias.profile_file import read_profile
 
 
 def _profile(draw_list):
@@ -97,4 +98,4 @@ def test_first_value_column_of_wider_files(tmp_path):
     """influence.csv of posbias measure: token_position,influence,grad_norm_mean,grad_norm_sem."""
     f = tmp_path / "influence.csv"
     f.write_text("token_position,influence,grad_norm_mean,grad_norm_sem\n0,0.25,3.0,0.1\n1,0.75,9.0,0.2\n")
-    assert pc.read_profile(f).tolist() == [0.25, 0.75]
+    assert read_profile(f).tolist() == [0.25, 0.75]

@@ -142,7 +142,7 @@ def test_log_engine_keeps_values_below_float64_range():
 
 
 def test_float32_is_close_and_reported():
-    from posbias.run import run_stack
+    from posbias.rollout import run_stack
 
     stack = nx.AlibiStack.build(np.full(12, 0.4), nx.alibi_slopes(8), 1.0)
     p64 = run_stack(stack, 200).profile

@@ -181,7 +181,7 @@ def why_invalid(c) -> str | None:
     return None
 
 
-# What an explicitly chosen engine may refuse, and why. "computes reliably" is posbias/run.py's
+# What an explicitly chosen engine may refuse, and why. "computes reliably" is posbias/rollout.py's
 # guard against an engine returning a non-probability on extreme input (an engine bug, refused
 # cleanly rather than printed; auto falls back to dense instead, so it never refuses).
 UNRELIABLE = "beyond what the engine computes reliably"
@@ -273,7 +273,7 @@ def test_generated_kernel_files(c):
         return
     assert err_sum <= tol and not negative, f"rows off by {err_sum:.3g} (tolerance {tol:.3g}) accepted"
     kernels = k.astype(np.float64)
-    if k.dtype != np.float64:  # stored below float64: renormalised rows (posbias/run.py)
+    if k.dtype != np.float64:  # stored below float64: renormalised rows (posbias/kernel_file.py)
         kernels = np.clip(kernels, 0.0, None)
         kernels = kernels / kernels.sum(axis=2, keepdims=True)
     if c["schedule"] is None:

@@ -205,7 +205,7 @@ def test_ci_training_beats_the_unigram_baseline(ci_run, capsys):
 def test_measure_writes_files_rollout_reads(ci_run, tmp_path, capsys):
     from posbias.cli import main as posbias_main
     from posbias.config import load as load_config
-    from posbias.run import load_kernels
+    from posbias.kernel_file import load_kernels
 
     out = tmp_path / "m"
     assert lm_cli.main(["measure", str(ci_run), "--tokens", "48", "--samples", "6", "--out", str(out), "--quiet"]) == 0

@@ -1,4 +1,4 @@
-"""posbias.strategies: every strategy draws what it promises (to 1e-12), reaches its edge
+"""posbias.verify.strategies: every strategy draws what it promises (to 1e-12), reaches its edge
 cases and the deep sizes, and shrinks toward small readable cases."""
 
 from fractions import Fraction
@@ -8,11 +8,11 @@ import pytest
 from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 
-from posbias import strategies as ps
 from posbias.numerics import Structured
 from posbias.numerics.masks import Causal, Full, Prefix, SlidingWindow
 from posbias.numerics.stack import AlibiStack
 from posbias.theorem import orders
+from posbias.verify import strategies as ps
 
 TOL = 1e-12
 CI = settings(ps.settings_for("ci"), max_examples=40)

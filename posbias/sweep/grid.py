@@ -37,10 +37,6 @@ BIAS_SECONDS_PER_UNIT = 3e-10
 N = 2048 on the shared 2-core machine; doubled for its load)."""
 
 
-class PlanError(UserError):
-    """A sweep that cannot run as planned (memory, engine); one line with the estimate."""
-
-
 @dataclass(frozen=True)
 class Group:
     """Points of one shape: key (T, H, N, mask spec), their indices, batch size and bytes per point;
@@ -205,7 +201,7 @@ class Grid:
         if self.spec.engine in ALIBI_ENGINES and _is_bias(out):
             alibi = out.as_alibi(key[2])
             if alibi is None:
-                raise PlanError(f"{self.spec.path}: engine {self.spec.engine}: point {i}: {self.bias_reason(i, key)}")
+                raise UserError(f"{self.spec.path}: engine {self.spec.engine}: point {i}: {self.bias_reason(i, key)}")
             return alibi
         return out
 
@@ -404,7 +400,7 @@ def validate(grid: Grid, keys: list[tuple]) -> None:
             for i in (first[k], last[k]):
                 reason = engine.supports(grid.stack(i, k), k[2])
                 if reason:
-                    raise PlanError(f"{spec.path}: engine {spec.engine}: point {i} (T = {k[0]}, H = {k[1]}, "
+                    raise UserError(f"{spec.path}: engine {spec.engine}: point {i} (T = {k[0]}, H = {k[1]}, "
                                     f"N = {k[2]}, mask {k[3]}): {reason}")
 
 
@@ -435,7 +431,7 @@ def _validate_bias(grid: Grid, key: tuple, st, members: list[int]) -> None:
             what = (c["bias_spec"][i] if "bias_spec" in c else None, grid.sink(i, key))
             if what not in seen:
                 seen.add(what)
-                grid.stack(i, key)  # refuses (PlanError, one line) a point that is not ALiBi at its N
+                grid.stack(i, key)  # refuses (UserError, one line) a point that is not ALiBi at its N
 
 
 def plan(grid: Grid, keys: list[tuple], *, budget_bytes: int, cap: int = DEFAULT_BATCH_CAP,
@@ -444,7 +440,7 @@ def plan(grid: Grid, keys: list[tuple], *, budget_bytes: int, cap: int = DEFAULT
 
     ``sizes`` (shape key -> batch size, from a manifest) fixes the batch sizes of a resumed
     sweep; otherwise each group gets min(cap, (budget - diagonal) // bytes per point), the
-    diagonal's working set (``diagonal_bytes``, with ``diagonal: true``) held once per batch. Refuses (PlanError)
+    diagonal's working set (``diagonal_bytes``, with ``diagonal: true``) held once per batch. Refuses (UserError)
     a shape whose single point does not fit the budget, with the estimate."""
     from posbias.numerics.budget import describe
 
@@ -458,7 +454,7 @@ def plan(grid: Grid, keys: list[tuple], *, budget_bytes: int, cap: int = DEFAULT
         fixed = diagonal_bytes(k) if grid.spec.diagonal else 0
         if per + fixed > budget_bytes:
             what = f" (with its diagonal, {describe(fixed)})" if fixed else ""
-            raise PlanError(f"one point of shape T = {k[0]}, H = {k[1]}, N = {k[2]} ({k[3]}) needs about "
+            raise UserError(f"one point of shape T = {k[0]}, H = {k[1]}, N = {k[2]} ({k[3]}) needs about "
                             f"{describe(per + fixed)}{what}, more than the memory budget of {describe(budget_bytes)} "
                             "(--memory-budget)")
         size = sizes[k] if sizes is not None and k in sizes else max(1, min(cap, (budget_bytes - fixed) // per))

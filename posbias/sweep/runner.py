@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from posbias.errors import UserError
-from posbias.files import OutputError, locked, prepare, remove_created
+from posbias.files import locked, prepare, remove_created
 from posbias.sweep import grid as grid_mod
 from posbias.sweep import manifest as mf
 from posbias.sweep import table as tb
@@ -127,7 +127,7 @@ def _summaries(spec: Spec, stacks, profs, n: int, keep_profiles: bool):
     columns = summarize_columns(profs, stacks)
     columns.pop("matrix", None)
     if spec.diagonal:  # min_i P_ii (C5(a)), from log P_ii (compact stacks too)
-        from posbias.run import log_diagonal
+        from posbias.diagonal import log_diagonal
 
         for i, stack in enumerate(stacks):
             if stack.causal(n):
@@ -178,7 +178,7 @@ def _wait_for_manifest(out: Path) -> dict:
         if found is not None:
             return found
         time.sleep(0.2)
-    raise mf.ManifestError(f"{out}: process 0 wrote no {mf.MAIN} within {WAIT_FOR_MANIFEST_S:.0f} s")
+    raise UserError(f"{out}: process 0 wrote no {mf.MAIN} within {WAIT_FOR_MANIFEST_S:.0f} s")
 
 
 def _check_memory(spec: Spec, given: int | None) -> int:
@@ -189,24 +189,24 @@ def _check_memory(spec: Spec, given: int | None) -> int:
 
     limit = budget.memory_limit()
     if given is not None and given > limit:
-        raise grid_mod.PlanError(f"--memory-budget {budget.describe(given)}: more than the posbias memory limit of "
-                                 f"{budget.describe(limit)} (80% of RAM, or POSBIAS_MEMORY_LIMIT)")
+        raise UserError(f"--memory-budget {budget.describe(given)}: more than the posbias memory limit of "
+                        f"{budget.describe(limit)} (80% of RAM, or POSBIAS_MEMORY_LIMIT)")
     need = grid_mod.bookkeeping_bytes(spec)
     if need > limit:
-        raise grid_mod.PlanError(f"{spec.path}: the grid of {spec.num_points:,} points needs about "
-                                 f"{budget.describe(need)} for its bookkeeping alone, more than the memory limit of "
-                                 f"{budget.describe(limit)}; split the sweep into smaller grids")
+        raise UserError(f"{spec.path}: the grid of {spec.num_points:,} points needs about "
+                        f"{budget.describe(need)} for its bookkeeping alone, more than the memory limit of "
+                        f"{budget.describe(limit)}; split the sweep into smaller grids")
     return given if given is not None else limit
 
 
 def _check_existing(out: Path, existing: dict | None, digest: str, opts: Options) -> None:
     if existing is not None and existing["digest"] != digest:
         what = "resume it" if opts.resume else "write into it"
-        raise mf.ManifestError(f"{out}: holds a sweep of another spec (digest {existing['digest'][:12]}, "
-                               f"this spec {digest[:12]}); cannot {what}; choose another --out")
+        raise UserError(f"{out}: holds a sweep of another spec (digest {existing['digest'][:12]}, "
+                        f"this spec {digest[:12]}); cannot {what}; choose another --out")
     if existing is not None and not opts.resume and opts.process_id == 0:
-        raise mf.ManifestError(f"{out}: holds this sweep already ({mf.MAIN}); use --resume to continue it, "
-                               "or choose another --out")
+        raise UserError(f"{out}: holds this sweep already ({mf.MAIN}); use --resume to continue it, "
+                        "or choose another --out")
 
 
 def _recorded_plan(out: Path, existing: dict, opts: Options):
@@ -215,12 +215,12 @@ def _recorded_plan(out: Path, existing: dict, opts: Options):
     for flag, mine, theirs in (("--memory-budget", opts.memory_budget, recorded["memory_budget"]),
                                ("--batch-size", opts.batch_cap, recorded["batch_cap"])):
         if mine is not None and mine != theirs:
-            raise mf.ManifestError(f"{out}: was planned with {flag} {theirs}; resume without {flag} or with "
-                                   "the same value (batches must not change)")
+            raise UserError(f"{out}: was planned with {flag} {theirs}; resume without {flag} or with "
+                            "the same value (batches must not change)")
     try:
         sizes = {tuple(g["key"]): int(g["batch_size"]) for g in recorded["groups"]}
     except (KeyError, TypeError, ValueError):
-        raise mf.ManifestError(f"{out / mf.MAIN}: not a sweep manifest (plan.groups malformed)") from None
+        raise UserError(f"{out / mf.MAIN}: not a sweep manifest (plan.groups malformed)") from None
     return recorded["memory_budget"], recorded["batch_cap"], sizes
 
 
@@ -299,7 +299,7 @@ def run_sweep(spec: Spec, opts: Options) -> Outcome:
             remove_created(created)
         if isinstance(exc, OSError):
             kept = "" if fresh else "; finished batches are kept (--resume after fixing it)"
-            raise OutputError(f"--out {out}: cannot write ({exc.strerror or exc}){kept}") from None
+            raise UserError(f"--out {out}: cannot write ({exc.strerror or exc}){kept}") from None
         raise
     return outcome
 
@@ -326,7 +326,7 @@ def _compute(spec, opts, grid, layout, groups, batches, main, digest, label, dev
         written.append(part_path)
     computed = []
     t_compute = time.perf_counter()
-    from posbias.run import progress_bar
+    from posbias.progress import progress_bar
 
     total_points = sum(len(b.points) for b in mine)
     done_points = total_points - sum(len(b.points) for b in pending)

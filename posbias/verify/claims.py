@@ -1,6 +1,6 @@
 """The built-in properties expected to **hold**: one per claim of
 ``posbias.theorem.claims.CLAIMS``, each a hypothesis strategy drawing the claim's
-hypotheses (posbias.strategies) and a check calling the claim's registered predicate
+hypotheses (posbias.verify.strategies) and a check calling the claim's registered predicate
 (THEORY.md C1-C6 and the Cesàro closed form):
 
 =======  =================================================================================
