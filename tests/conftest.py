@@ -2,7 +2,7 @@
 
 posbias scopes float64 to its own calls; the tests switch it on globally for the
 arrays they build themselves (an explicit test-suite setting, not a side effect of
-importing posbias; tests/test_api.py checks a caller's float32 stays float32).
+importing posbias; tests/product/test_api.py checks a caller's float32 stays float32).
 
 Hypothesis profiles (select with HYPOTHESIS_PROFILE): ``ci`` (default) is
 deterministic (derandomize, no database, no deadline); ``deep`` runs many more

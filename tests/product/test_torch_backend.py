@@ -22,7 +22,7 @@ from posbias.cli import main  # noqa: E402
 from posbias.hf import checkpoint, data, torch_backend, weights  # noqa: E402
 from posbias.hf.measure import measure as jax_measure  # noqa: E402
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 TOL = 1e-5
 FAMILIES = [f for f in ("gpt2", "bloom", "llama", "mistral", "qwen2") if (FIXTURES / f).is_dir()]
 

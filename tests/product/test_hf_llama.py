@@ -22,7 +22,7 @@ from posbias.errors import UserError
 from posbias.hf import checkpoint, forward, weights
 from posbias.hf.families import Rope, UnsupportedModel, rope_of, spec_of
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 LLAMAS = ("llama", "llama-linear", "llama-dynamic", "llama-llama3", "mistral", "qwen2")
 TOL = 1e-5
 
@@ -244,7 +244,7 @@ def test_qwen2_windows_from_max_window_layers():
 
 
 def _fixture_script():
-    path = Path(__file__).resolve().parent.parent / "scripts" / "make_hf_fixtures.py"
+    path = Path(__file__).resolve().parents[2] / "scripts" / "make_hf_fixtures.py"
     spec = importlib.util.spec_from_file_location("make_hf_fixtures", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

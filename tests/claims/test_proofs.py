@@ -12,7 +12,7 @@ from posbias.theorem.certificate import Check
 from posbias.theorem.claims import CLAIMS, Registry, certificate_registry
 from posbias.theorem.cli import PROOFS_DIR, cited_certificates, proofs_command
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_every_claim_has_its_proof_file_in_the_default_folder(capsys):

@@ -21,7 +21,7 @@ from posbias.sweep import read_table
 from posbias.sweep.cli import main as sweep_main
 from posbias.sweep.plot import main as plot_main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 TINY = """\
 name: tiny

@@ -25,7 +25,7 @@ from posbias.numerics.engine import Unsupported
 from posbias.numerics.masks import Causal, Prefix, SlidingWindow
 from posbias.numerics.native_bias import available as native_available
 from tests.exact_rollout import log_matmul
-from tests.test_bias import SETTINGS, bias_stacks
+from tests.numerics.test_bias import SETTINGS, bias_stacks
 
 needs_native = pytest.mark.skipif(not native_available(), reason="extended range runs in the native C kernel")
 EXTENDED = [BiasEngine(extended=True), BiasEngine(extended=True, threads=1), BiasEngine(extended=True, native=False)]

@@ -26,7 +26,7 @@ from posbias.lm.config import PRESETS, ModelConfig
 from posbias.lm.measure import content_fit, measure
 from posbias.lm.model import flatten, init_params, slopes_of
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def random_params(config: ModelConfig, seed: int = 0, scale: float = 0.5) -> dict:

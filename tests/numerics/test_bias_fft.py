@@ -26,7 +26,7 @@ from posbias.numerics.engine import Unsupported
 from posbias.numerics.masks import Causal, Full, Prefix, SlidingWindow
 from posbias.numerics.native_bias import available as native_available
 from posbias.numerics.stack import AlibiStack
-from tests.test_bias import sides  # the one strategy of bias sides (C7), shared
+from tests.numerics.test_bias import sides  # the one strategy of bias sides (C7), shared
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 EXACT = [BiasEngine(native=False)] + ([BiasEngine()] if native_available() else [])

@@ -20,7 +20,7 @@ from posbias.yaml_io import YamlError, loads, read_yaml
 
 yaml = pytest.importorskip("yaml")
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 FILES = sorted(DATA.rglob("*.yaml")) if DATA.is_dir() else []
 FAST_AVAILABLE = bool(getattr(yaml, "__with_libyaml__", False))
 needs_libyaml = pytest.mark.skipif(not FAST_AVAILABLE, reason="PyYAML was built without libyaml")

@@ -1,7 +1,7 @@
 """Hostile input to ``posbias measure`` and ``posbias validate`` on Hugging Face checkpoints, and
 to ``demo --out`` (issue 17: items 3, 7, 14, 28, 29, 30 and the output sets).
 
-Every row of the tables ends in one of two ways, as in tests/test_hostile_cli.py:
+Every row of the tables ends in one of two ways, as in tests/hostile/test_hostile_cli.py:
 
 * refused: exit code 2, exactly one line on stderr (what, where, what was expected), no
   traceback, no Python warning, and nothing written: the output folder is absent afterwards
@@ -39,11 +39,11 @@ from posbias.cli import main
 from posbias.files import STAMP_KEY, set_stamp
 from tests.peak import peak_rss
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 CONSOLE = Path(sys.executable).with_name("posbias")
 HF_SET = {"config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json", "bias_fit.json"}
 VALIDATE_TOP = {"report.json", "report.md", "validate.png", "profiles", "kernels"}
-TOL = 1e-5   # float32 fixture tensors against a float64 measurement (as tests/test_hf.py)
+TOL = 1e-5   # float32 fixture tensors against a float64 measurement (as tests/product/test_hf.py)
 
 
 # ---------------------------------------------------------------- helpers
@@ -183,7 +183,7 @@ def member_is_a_folder(inner, name: str):
     return setup
 
 
-SMALL_YAML = (Path(__file__).resolve().parents[1] / "examples" / "small.yaml").read_text()
+SMALL_YAML = (Path(__file__).resolve().parents[2] / "examples" / "small.yaml").read_text()
 SLOPES_SWEEP = """\
 name: two slopes for eight heads
 base: {heads: 8, tokens: 8, slopes: [0.5, 0.25], schedule: "constant:0.5", mask: causal}

@@ -24,7 +24,7 @@ from posbias.theorem.statements import (
     theory_sections,
 )
 
-THEORY = Path(__file__).resolve().parents[2] / "shared" / "THEORY.md"
+THEORY = Path(__file__).resolve().parents[3] / "shared" / "THEORY.md"
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HANG_DETECTOR_S = 300
 RUNNER = "import sys; from posbias.theorem.cli import derive_command; sys.exit(derive_command(sys.argv[1:]))"
 

@@ -14,7 +14,7 @@ from posbias.fit import FitError, FitSpec, fit, model_profile
 from posbias.numerics import differentiable
 from posbias.output import position_csv
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _params(stack):

@@ -22,7 +22,7 @@ from posbias.hf import bos, checkpoint, data
 from posbias.lm.measure import MeasureError
 from posbias.validate_panels import kernel_profile, uniform_kernels
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 LENGTHS = (12, 16)
 
 

@@ -36,7 +36,7 @@ import pytest
 
 from posbias.cli import main
 from posbias.files import STAMP_KEY, set_stamp
-from tests.test_cli import GOOD  # the same small valid config as the CLI tests
+from tests.product.test_cli import GOOD  # the same small valid config as the CLI tests
 
 CONSOLE = Path(sys.executable).with_name("posbias")
 

@@ -22,7 +22,7 @@ from posbias.errors import UserError
 from posbias.hf import checkpoint, forward, weights
 from posbias.hf.families import UnsupportedModel
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 FAMILIES = ("bert", "bloom", "falcon", "falcon-mq", "falcon-grouped", "gpt2", "mpt")
 TOL = 1e-5
 
@@ -187,7 +187,7 @@ def test_gpt2_refuses_more_tokens_than_positions():
 
 
 def _fixture_script():
-    path = Path(__file__).resolve().parent.parent / "scripts" / "make_hf_fixtures.py"
+    path = Path(__file__).resolve().parents[2] / "scripts" / "make_hf_fixtures.py"
     spec = importlib.util.spec_from_file_location("make_hf_fixtures", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

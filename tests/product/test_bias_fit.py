@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from posbias.bias_fit import BiasFitError, fit_bias, fit_measurement, pre_softmax_logits
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 RNG = np.random.default_rng(19)
 
 
@@ -441,7 +441,7 @@ def test_sliding_window_measurement_is_refused_where_the_window_binds():
 def test_transformers_backend_bloom_is_refused_in_one_line(tmp_path, capsys):
     """BLOOM through the transformers backend records q.k without its ALiBi term (slopes 0): measure still
     writes its set, bias_fit.json says why there is no fit, and posbias fit on the folder exits 2 in one line."""
-    pytest.importorskip("torch")   # the optional backend, as tests/test_torch_backend.py
+    pytest.importorskip("torch")   # the optional backend, as tests/product/test_torch_backend.py
     pytest.importorskip("transformers")
     from posbias.cli import main
 

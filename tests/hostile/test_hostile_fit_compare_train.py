@@ -1,6 +1,6 @@
 """Hostile input to ``posbias fit``, ``compare`` and ``train`` (issue 17, items 4, 5, 13, 15, 18, 19, 27).
 
-Every row of the tables ends in one of two ways, as in tests/test_hostile_cli.py:
+Every row of the tables ends in one of two ways, as in tests/hostile/test_hostile_cli.py:
 
 * refused: exit code 2, exactly one line on stderr naming the flag or file and what was
   expected, no traceback, and nothing written anywhere under the working folder (the
@@ -33,10 +33,10 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from posbias.files import set_stamp
+from tests.hostile.test_hostile_cli import alibi_kernel, assert_refused, listing, numpy_rollout, png_stamp, run_cli
 from tests.peak import peak_rss
-from tests.test_hostile_cli import alibi_kernel, assert_refused, listing, numpy_rollout, png_stamp, run_cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SMALL = REPO / "examples" / "small.yaml"
 BLOOM = REPO.parent / "shared" / "data" / "official-configs" / "no_content" / "bloom.yaml"
 CONSOLE = Path(sys.executable).with_name("posbias")

@@ -36,8 +36,8 @@ from hypothesis import strategies as st
 import posbias
 from posbias.cli import main
 from posbias.sweep import read_table
+from tests.hostile.test_hostile_cli import CONSOLE, alibi_kernel, assert_refused, numpy_rollout, snapshot
 from tests.peak import peak_rss
-from tests.test_hostile_cli import CONSOLE, alibi_kernel, assert_refused, numpy_rollout, snapshot
 
 BASE = "base: {layers: 2, heads: 2, tokens: 8, schedule: 'constant:0.5'}\n"
 SMALL = BASE + "axes: {lambda: [0.2, 0.5, 0.9], slope_scale: [0.5, 2.0]}\nprofiles: true\n"

@@ -24,7 +24,7 @@ from posbias.hf.forward import slopes as hf_slopes
 from posbias.numerics.kernels import KernelError
 from posbias.validate import predictions
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 LENGTHS = (16, 32)
 FAMILIES = ("bloom", "mpt", "gpt2", "falcon", "bert")
 

@@ -23,7 +23,7 @@ from posbias.sweep.cli import main as sweep_main
 from posbias.sweep.spec import SpecError, parse
 from tests.exact_rollout import log_power_row
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BASE = {"layers": 4, "heads": 2, "tokens": 24, "schedule": "constant:0.5"}
 
 

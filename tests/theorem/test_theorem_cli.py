@@ -20,7 +20,7 @@ from posbias.theorem.dichotomy_analysis import Verdict, analyse
 from posbias.theorem.queries import derivations
 from posbias.theorem.schedule_expr import ExpressionSchedule, family_of, parse_schedule
 
-THEOREM = Path(__file__).resolve().parents[1] / "theorem"
+THEOREM = Path(__file__).resolve().parents[2] / "theorem"
 
 
 def test_derive_help_lists_every_derivation(capsys):

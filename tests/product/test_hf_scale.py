@@ -27,7 +27,7 @@ from posbias.hf.measure import capture_fn, device_params, influence_fn, measure
 from posbias.hf.memory import estimate, params_bytes
 from posbias.lm.measure import content_fit
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 FAMILIES = ("bloom", "gpt2", "mpt")
 
 
@@ -293,5 +293,5 @@ def test_readme_memory_table_is_the_memory_model():
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         assert memory.main(["bloom-7b1", "mpt-7b", "falcon-rw-7b"]) == 0
-    readme = (Path(__file__).resolve().parent.parent / "docs" / "huggingface.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "huggingface.md").read_text()
     assert buf.getvalue().strip() in readme

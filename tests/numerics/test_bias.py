@@ -194,7 +194,7 @@ def test_one_uniform_layer_by_hand():
 
 
 def test_rising_bias_beyond_the_linear_range_is_refused_and_auto_takes_extended_range_or_dense():
-    """The linear mode refuses it; auto runs the native log-space mode (tests/test_bias_extended.py
+    """The linear mode refuses it; auto runs the native log-space mode (tests/numerics/test_bias_extended.py
     checks its values), or the dense engine without the native kernel."""
     stack = BiasStack.build([1.0], Bias(Table(tuple(10.0 * g for g in range(80)))))
     for engine in ENGINES:

@@ -1,6 +1,6 @@
 """Hostile input to ``posbias verify`` (issue 17: items 10, 11, 17, 18, 26, 31).
 
-Every row of the tables ends in one of two ways, as in tests/test_hostile_cli.py:
+Every row of the tables ends in one of two ways, as in tests/hostile/test_hostile_cli.py:
 
 * refused: exit code 2, exactly one line on stderr, no traceback, nothing written (the
   working folder is unchanged, the output folder absent or unchanged byte for byte) and,
@@ -34,10 +34,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import posbias.verify as pv
+from tests.hostile.test_hostile_cli import assert_refused, listing, run_cli, snapshot
 from tests.peak import peak_rss
-from tests.test_hostile_cli import assert_refused, listing, run_cli, snapshot
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SMALL = REPO / "examples" / "small.yaml"
 
 
