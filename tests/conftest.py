@@ -10,11 +10,13 @@ examples for verification runs.
 """
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import jax
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, configuration, settings
 
 jax.config.update("jax_enable_x64", True)
 
@@ -26,6 +28,15 @@ settings.register_profile(
     "deep", deadline=None, max_examples=2000, suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+# hypothesis writes its home folder (./.hypothesis: caches, even with no database) into the working
+# folder; the tests write only under temporary folders, so it goes to one for the session.
+HYPOTHESIS_HOME = Path(tempfile.mkdtemp(prefix="posbias-tests-hypothesis-"))
+configuration.set_hypothesis_home_dir(HYPOTHESIS_HOME)
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(HYPOTHESIS_HOME, ignore_errors=True)
+
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
