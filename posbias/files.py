@@ -117,7 +117,7 @@ def _remove_retired(out_dir: Path, names: list[str], old_set=()) -> None:
 
 STAMP_KEY = "posbias-set"
 """PNG text key holding ``set_stamp`` of the text files written with the figure: which run a
-figure belongs to can be checked from the files alone (tests/test_hostile_cli.py does)."""
+figure belongs to can be checked from the files alone (tests/hostile/test_hostile_cli.py does)."""
 
 
 def set_stamp(texts: dict[str, str | bytes]) -> str:

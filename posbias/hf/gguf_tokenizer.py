@@ -6,7 +6,7 @@ user-defined, ...), the special token ids and the ``add_bos_token`` / ``add_eos_
 metadata. This builds the tokenizer transformers 5 builds from the same metadata
 (``AutoTokenizer.from_pretrained(folder, gguf_file=...)``; its
 integrations/gguf/gguf_tokenizer_mapping.py), so that both give the same ids on any text
-(tests/test_gguf.py, tests/test_smollm2.py):
+(tests/product/test_gguf.py, tests/product/test_smollm2.py):
 
 * ``tokenizer.ggml.model`` ``gpt2`` (byte-level BPE, the only kind read here): a BPE model with
   the file's vocabulary and merges (each merge "a b" split at its one space), no unknown token,

@@ -10,8 +10,8 @@ model file it names). An earlier set is recognised by content (JSON files of for
 ``posbias-counterexample/1`` and the files they name), never by a name pattern, so the
 user's own files in the folder are left alone. ``check_member`` is the reader's side.
 
-Files are written only where the caller names a folder (``verify(out=...)``; the command's
-``--out``, default ./posbias-verify); nothing else is written (hypothesis's caches go to a
+Files are written only where the caller names a folder (``verify(out=...)``, default None:
+no file; the command's ``--out``, default ./posbias-verify); nothing else is written (hypothesis's caches go to a
 private temporary folder, ``posbias.verify.runner.private_hypothesis_home``).
 """
 

@@ -157,8 +157,9 @@ def verify(names=None, *, profile: str = "ci", examples: int | None = None, seed
     """Run the selected properties (all by default). seed: None with ``ci`` is derandomized; with
     ``dev`` / ``deep`` a seed is drawn and reported, so every run can be repeated. The run's time
     is estimated first and refused beyond the limit (``posbias.verify.cost``). out: a folder for
-    the counterexample files (None: none written), checked before the searches and written as
-    one set after them (``posbias.verify.output``)."""
+    the counterexample files, checked before the searches and written as one set after them
+    (``posbias.verify.output``); None, the default, writes no file anywhere (the command's
+    ``--out`` defaults to ./posbias-verify, the library to nothing)."""
     from posbias.verify.output import preflight, write_set
 
     seed = resolve_seed(profile, seed)

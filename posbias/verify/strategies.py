@@ -1,7 +1,7 @@
 """Hypothesis strategies for the objects of the theory (THEORY.md, Notation), valid by construction.
 
 Every strategy here draws an object that satisfies what its name promises (checked by
-tests/test_strategies.py to 1e-12), and shrinks toward small readable cases: few tokens,
+tests/product/test_strategies.py to 1e-12), and shrinks toward small readable cases: few tokens,
 few layers, one head, slope 0, content 0, lambda in {0, 1/2, 1}, integer-weight rows.
 
 =========================  ==================================================================
