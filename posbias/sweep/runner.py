@@ -12,7 +12,7 @@ Order of work (nothing is computed before 1-4 have passed):
 5. compute this process's unfinished batches (batch index % P == process index): each batch is
    one ``posbias.numerics.batch.profiles`` call, summarised (``summarize``) and written as one
    Parquet file (atomic rename). With several local JAX devices the batch axis is sharded over
-   a Mesh of them (``jax.sharding.NamedSharding``; ``Structured.compute_batch``): every point
+   a Mesh of them (``jax.sharding.NamedSharding``; ``Structured.batched``): every point
    is an independent scan, so its numbers do not depend on the number of devices. The native
    CPU kernel uses no JAX device: its batches run one stack per worker thread;
 6. complete the manifest (merged with every process's part).
