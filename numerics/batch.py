@@ -97,7 +97,10 @@ class AlibiBatch(Sequence):
 
     def scaled(self) -> tuple[np.ndarray, np.ndarray]:
         """(slopes / tau, diagonal / tau) of every stack, (B, T, H): elementwise, so each row is
-        that stack's ``AlibiStack.scaled()`` to the bit."""
+        that stack's ``AlibiStack.scaled()`` to the bit (where every tau is 1 the arrays themselves:
+        x / 1 = x exactly in IEEE arithmetic)."""
+        if np.all(self.temperature == 1.0):
+            return self.slopes, self.diagonal
         tau = self.temperature[:, None, None]
         return self.slopes / tau, self.diagonal / tau
 

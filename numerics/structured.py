@@ -104,9 +104,8 @@ def clip_inexact(slopes: np.ndarray, diagonal: np.ndarray) -> np.ndarray:
 
 def native_refuses_rows(slopes: np.ndarray, diagonal: np.ndarray) -> np.ndarray:
     """(B,) bool: ``native_refuses(stack) is not None`` for (B, T, H) scaled slopes and diagonals."""
-    rows = slopes.shape[0]
-    steep = slopes.reshape(rows, -1).max(axis=1, initial=0.0) > LINEAR_MAX_SLOPE
-    return steep | clip_inexact(slopes, diagonal).reshape(rows, -1).any(axis=1)
+    steep = slopes.max(axis=(1, 2), initial=0.0) > LINEAR_MAX_SLOPE
+    return steep | clip_inexact(slopes, diagonal).any(axis=(1, 2))
 
 
 @dataclass(frozen=True)
@@ -154,15 +153,16 @@ class Structured(Engine):
         batch = AlibiBatch.of(stacks)
         if batch is None:
             return super().supported(stacks, num_tokens)
-        if self.options_refuse(batch.mask) is not None:
-            return np.zeros(len(batch), dtype=bool)
-        slopes, diagonal = batch.scaled()
-        ok = np.ones(len(batch), dtype=bool)
+        return self._supported_scaled(batch.mask, *batch.scaled())
+
+    def _supported_scaled(self, mask, slopes: np.ndarray, diagonal: np.ndarray) -> np.ndarray:
+        """``supported`` from the batch's mask and its (B, T, H) scaled slopes and diagonals."""
+        if self.options_refuse(mask) is not None:
+            return np.zeros(slopes.shape[0], dtype=bool)
+        refused = native_refuses_rows(slopes, diagonal) if self.extended else np.zeros(slopes.shape[0], dtype=bool)
         if self.ring == "linear":
-            ok &= ~(slopes.reshape(len(batch), -1).max(axis=1, initial=0.0) > LINEAR_MAX_SLOPE)
-        if self.extended:
-            ok &= ~native_refuses_rows(slopes, diagonal)
-        return ok
+            refused |= slopes.max(axis=(1, 2), initial=0.0) > LINEAR_MAX_SLOPE
+        return ~refused
 
     def options_refuse(self, mask) -> str | None:
         """Why this engine's options (or the mask, shared by a batch) rule out every stack, or None."""
@@ -304,9 +304,9 @@ class Structured(Engine):
         if batch is None or (self.extended and not on_native):  # extended: native only (``compute`` refuses)
             return out
         self.check(batch[0], num_tokens, count=len(batch), capability=False)
-        ok = self.supported(batch, num_tokens)
         slopes, diagonal = batch.scaled()
-        if on_native:  # what ``compute`` runs natively; a stack native_refuses takes the XLA path in ``profile``
+        ok = self._supported_scaled(batch.mask, slopes, diagonal)
+        if on_native and not self.extended:  # a stack native_refuses takes the XLA path in ``profile``
             ok &= ~native_refuses_rows(slopes, diagonal)
         rows = np.flatnonzero(ok)
         if rows.size == 0:

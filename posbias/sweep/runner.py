@@ -120,11 +120,11 @@ def local_devices(engine: str, limit: int | None):
 
 
 def _summaries(spec: Spec, stacks, profs, n: int, keep_profiles: bool):
-    """The batch's summary columns (``numerics.summary.summarize_columns``: key -> list over the
-    points), its renormalised profiles when kept, and how many points each engine/path computed."""
-    from posbias.numerics.summary import summarize_columns
+    """The batch's summary columns (``numerics.summary.summary_arrays``: key -> list or array over
+    the points), its renormalised profiles when kept, and how many points each engine/path computed."""
+    from posbias.numerics.summary import summary_arrays
 
-    columns = summarize_columns(profs, stacks)
+    columns = summary_arrays(profs, stacks)
     columns.pop("matrix", None)
     if spec.diagonal:  # min_i P_ii (C5(a)), from log P_ii (compact stacks too)
         from posbias.run import log_diagonal
@@ -364,7 +364,7 @@ def compute_batch(grid, spec: Spec, layout, batch, label: str, devices, folder: 
 
     t0 = time.perf_counter()
     n = batch.key[2]
-    stacks = [grid.stack(int(i), batch.key) for i in batch.points]
+    stacks = grid.stacks(batch.points, batch.key)
     scope = contextlib.nullcontext()
     if devices:
         import jax
