@@ -171,8 +171,8 @@ def main() -> int:
     args = ap.parse_args()
     results = {"machine": f"{os.cpu_count()} CPU cores", "date": time.strftime("%Y-%m-%d"),
                "load_before": os.getloadavg()}
-    if args.only_limit and args.out.exists():  # keep the other sections' last figures
-        results = {**json.loads(args.out.read_text()), **results}
+    if args.only_limit and args.out.exists():  # keep the other sections' last figures, with their date and load
+        results = {**json.loads(args.out.read_text()), "machine": results["machine"]}
     with tempfile.TemporaryDirectory() as tmp:
         if not args.only_limit:
             times = []
@@ -187,14 +187,20 @@ def main() -> int:
                 env = {"POSBIAS_NATIVE": "0", "XLA_FLAGS": f"--xla_force_host_platform_device_count={d}"}
                 wall = _wall([POSBIAS, "sweep", str(spec), "--out", f"{tmp}/d{d}", "--devices", str(d), "--quiet"], env)
                 results["xla_devices"].append({"devices": d, "seconds": wall, "points_per_s": 512 / wall})
-        results["kernel_limit"] = [
-            dict(name="ushape", **kernel_limit("ushape", (REPO / "examples" / "sweep-ushape.yaml").read_text(),
-                                              10_000, 256, (100, 100), tmp, args.repeats)),
-            dict(name="n64-100k", **kernel_limit("n64", LARGE_GRID, 100_000, 64, (400, 250), tmp, args.repeats)),
-        ]
-    results["load_after"] = os.getloadavg()
+        rows = []
+        for name, text, points, tokens, counts in (
+                ("ushape", (REPO / "examples" / "sweep-ushape.yaml").read_text(), 10_000, 256, (100, 100)),
+                ("n64-100k", LARGE_GRID, 100_000, 64, (400, 250))):
+            before = os.getloadavg()[0]  # 1-minute load average around this row (others share the cores)
+            row = kernel_limit(name.split("-")[0], text, points, tokens, counts, tmp, args.repeats)
+            rows.append({"name": name, **row, "date": time.strftime("%Y-%m-%dT%H:%M"), "load_before": before,
+                         "load_after": os.getloadavg()[0]})
+        results["kernel_limit"] = rows
+    if not args.only_limit:
+        results["load_after"] = os.getloadavg()
     args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"load average before / after: {results['load_before'][0]:.2f} / {results['load_after'][0]:.2f}")
+    if not args.only_limit:
+        print(f"load average before / after: {results['load_before'][0]:.2f} / {results['load_after'][0]:.2f}")
     if not args.only_limit:
         u = results["ushape_process_s"]
         print("| measurement | seconds |\n|---|---|")
@@ -206,13 +212,13 @@ def main() -> int:
         for row in results["xla_devices"]:
             print(f"| {row['devices']} | {row['seconds']:.2f} | {row['points_per_s']:.0f} |")
     print("\n| sweep | points | kernel ms/point | start-up s | whole process s | limit s | ratio (goal <= 1.5) "
-          "| batch throughput / kernel (goal >= 70%) | CPU s: whole / limit | CPU ratio |\n"
-          "|---|---|---|---|---|---|---|---|---|---|")
+          "| batch throughput / kernel (goal >= 70%) | CPU s: whole / limit | CPU ratio | load before, after |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results["kernel_limit"]:
         print(f"| {r['name']} | {r['points']:,} | {r['kernel_ms_per_point']:.3f} | {r['startup_s']:.2f} | "
               f"{r['whole_process_s']:.2f} | {r['limit_s']:.2f} | {r['ratio']:.2f} | "
               f"{100 * r['batch_throughput_of_kernel']:.0f}% | {r['whole_process_cpu_s']:.2f} / "
-              f"{r['cpu_limit_s']:.2f} | {r['cpu_ratio']:.2f} |")
+              f"{r['cpu_limit_s']:.2f} | {r['cpu_ratio']:.2f} | {r['load_before']:.2f}, {r['load_after']:.2f} |")
     return 0
 
 
