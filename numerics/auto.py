@@ -69,6 +69,7 @@ layer: an upper estimate (T = 10^6, N = 4096, H = 32: 2620 s, no retry; the plai
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -204,7 +205,7 @@ class Auto(Engine):
                                    last_self_weight=stack.compress(result.last_self_weight),
                                    notes=tuple(notes) + result.notes)
 
-    def batched(self, stacks, num_tokens: int, *, dtype=np.float64, workers: int | None = None,
+    def batched(self, stacks: Sequence, num_tokens: int, *, dtype=np.float64, workers: int | None = None,
                 devices=None) -> list[Profile | None]:
         """A batch of ALiBi stacks goes to the batch route of the engine ``compute`` would try first
         (``alibi_order``); a stack it computes with every entry resolved is done (with the note

@@ -71,13 +71,13 @@ class AlibiBatch(Sequence):
     def __len__(self) -> int:
         return int(self.lambdas.shape[0])
 
-    def __getitem__(self, b):
+    def __getitem__(self, b: int | slice) -> AlibiStack | AlibiBatch:
         if isinstance(b, slice):
             return self.take(np.arange(len(self))[b])
         return AlibiStack(self.lambdas[b], self.slopes[b], self.diagonal[b], self.head_weights[b],
                           float(self.temperature[b]), self.mask)
 
-    def take(self, rows) -> AlibiBatch:
+    def take(self, rows: Sequence[int] | np.ndarray) -> AlibiBatch:
         """The batch of these rows (in this order)."""
         rows = np.asarray(rows, dtype=np.int64)
         return AlibiBatch(self.lambdas[rows], self.slopes[rows], self.diagonal[rows], self.head_weights[rows],

@@ -40,13 +40,19 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from posbias.numerics import native
 from posbias.numerics.engine import Engine, Profile, Unsupported, linear_profile, log_profile
+from posbias.numerics.masks import Mask
 from posbias.numerics.stack import AlibiStack
+
+if TYPE_CHECKING:
+    from posbias.numerics.batch import AlibiBatch
 
 RINGS = ("linear", "log")  # the number systems of numerics/semiring.py
 XLA_SCANS = ("chunked", "blocked")  # formulations of the XLA path in linear arithmetic
@@ -146,7 +152,7 @@ class Structured(Engine):
             return native_refuses(stack)
         return None
 
-    def supported(self, stacks, num_tokens: int) -> np.ndarray:
+    def supported(self, stacks: Sequence, num_tokens: int) -> np.ndarray:
         """``supports`` of every stack, vectorised over an ``AlibiBatch`` (the same tests)."""
         from posbias.numerics.batch import AlibiBatch
 
@@ -155,7 +161,7 @@ class Structured(Engine):
             return super().supported(stacks, num_tokens)
         return self._supported_scaled(batch.mask, *batch.scaled())
 
-    def _supported_scaled(self, mask, slopes: np.ndarray, diagonal: np.ndarray) -> np.ndarray:
+    def _supported_scaled(self, mask: Mask, slopes: np.ndarray, diagonal: np.ndarray) -> np.ndarray:
         """``supported`` from the batch's mask and its (B, T, H) scaled slopes and diagonals."""
         if self.options_refuse(mask) is not None:
             return np.zeros(slopes.shape[0], dtype=bool)
@@ -164,7 +170,7 @@ class Structured(Engine):
             refused |= slopes.max(axis=(1, 2), initial=0.0) > LINEAR_MAX_SLOPE
         return ~refused
 
-    def options_refuse(self, mask) -> str | None:
+    def options_refuse(self, mask: Mask) -> str | None:
         """Why this engine's options (or the mask, shared by a batch) rule out every stack, or None."""
         if self.ring not in RINGS:
             return f"unknown number system {self.ring!r}; expected one of {sorted(RINGS)}"
@@ -288,7 +294,7 @@ class Structured(Engine):
         return linear_profile(v, mins, lasts, engine=self.name, path="xla", resolution=resolution)
 
 
-    def batched(self, stacks, num_tokens: int, *, dtype=np.float64, workers: int | None = None,
+    def batched(self, stacks: Sequence, num_tokens: int, *, dtype=np.float64, workers: int | None = None,
                 devices=None) -> list[Profile | None]:
         """The batch routes (``Engine.batched``) for an ``AlibiBatch`` (or plain ALiBi stacks of one
         shape): the C kernel where ``compute`` would take it, else the XLA path, one call for the
@@ -322,7 +328,8 @@ class Structured(Engine):
             out[int(i)] = result
         return out
 
-    def _native_rows(self, batch, scaled, num_tokens: int, workers: int | None) -> list[Profile | None]:
+    def _native_rows(self, batch: AlibiBatch, scaled: tuple[np.ndarray, np.ndarray], num_tokens: int,
+                     workers: int | None) -> list[Profile | None]:
         """The C kernel's batch entry in this engine's mode (linear, or guarded linear when
         extended); each row what ``linear_profile`` makes of it (clip and log once on (B, N):
         elementwise, the same values as row by row), None where the guard stopped it, it has an
@@ -341,7 +348,8 @@ class Structured(Engine):
         return [Profile(prob[k], logp[k], mins[k], lasts[k], self.name, "native") if keep[k] else None
                 for k in range(len(batch))]
 
-    def _xla_rows(self, batch, scaled, num_tokens: int, dtype, devices=None) -> list[Profile | None]:
+    def _xla_rows(self, batch: AlibiBatch, scaled: tuple[np.ndarray, np.ndarray], num_tokens: int, dtype,
+                  devices=None) -> list[Profile | None]:
         """The XLA path for the whole batch in one jit-compiled call: the per-stack layer scan
         vmapped over the batch. With ``devices`` (more than one), the batch axis is sharded over
         a Mesh of them (NamedSharding); each stack's numbers do not depend on the sharding (the
