@@ -69,6 +69,7 @@ layer: an upper estimate (T = 10^6, N = 4096, H = 32: 2620 s, no retry; the plai
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -204,6 +205,30 @@ class Auto(Engine):
                                    last_self_weight=stack.compress(result.last_self_weight),
                                    notes=tuple(notes) + result.notes)
 
+    def batched(self, stacks: Sequence, num_tokens: int, *, dtype=np.float64, workers: int | None = None,
+                devices=None) -> list[Profile | None]:
+        """A batch of ALiBi stacks goes to the batch route of the engine ``compute`` would try first
+        (``alibi_order``); a stack it computes with every entry resolved is done (with the note
+        ``compute`` records), every other one is left to ``profile`` (this engine's fallbacks).
+        Other stacks (relative-bias, periodic, measured) have no batch route here."""
+        from posbias.numerics.batch import AlibiBatch
+        from posbias.numerics.engine import unresolved_rows
+
+        batch = AlibiBatch.of(stacks)
+        if batch is None:
+            return [None] * len(stacks)
+        first = next(self.alibi_order(num_tokens, dtype))
+        out = first.batched(batch, num_tokens, dtype=dtype, workers=workers, devices=devices)
+        done = [i for i, r in enumerate(out) if r is not None]
+        if not done:
+            return out
+        lost = unresolved_rows(np.stack([out[i].probabilities for i in done]),
+                               np.stack([out[i].log_probabilities for i in done]),
+                               np.array([out[i].resolution for i in done])).any(axis=1)
+        for i, dropped in zip(done, lost):
+            out[i] = None if dropped else dataclasses.replace(out[i], notes=(self.route_note(out[i]),))
+        return out
+
     def supports(self, stack, num_tokens: int) -> str | None:
         if isinstance(stack, KernelStack):
             from posbias.numerics.measured import Measured
@@ -241,26 +266,26 @@ class Auto(Engine):
             yield from (e for e in order if e.supports(stack, num_tokens) is None)
             return
 
-        def fft():
-            from posbias.numerics.fft import FFT
-
-            return FFT()
-
-        def dense():
-            from posbias.numerics.dense import Dense
-
-            return Dense()
-
-        order = []
-        if Structured().uses_native(dtype):
-            order.append(lambda: Structured(extended=True))
-        elif num_tokens >= self.fft_from_tokens:
-            order.append(fft)
-        order += [lambda: Structured(native=False), lambda: Structured(ring="log"), dense]
-        for make in order:
-            engine = make()
+        for engine in self.alibi_order(num_tokens, dtype):
             if engine.supports(stack, num_tokens) is None:
                 yield engine
+
+    def alibi_order(self, num_tokens: int, dtype):
+        """The engines tried, in order, for an ALiBi stack (before each says whether it supports it):
+        the native extended-range engine on the CPU, else the FFT engine at N >= ``fft_from_tokens``;
+        then the structured XLA path, the log ring, dense. A generator: an engine's module (JAX for
+        the FFT and dense ones) is imported only when it is reached, so the native route never imports JAX."""
+        if Structured().uses_native(dtype):
+            yield Structured(extended=True)
+        elif num_tokens >= self.fft_from_tokens:
+            from posbias.numerics.fft import FFT
+
+            yield FFT()
+        yield Structured(native=False)
+        yield Structured(ring="log")
+        from posbias.numerics.dense import Dense
+
+        yield Dense()
 
     def extended_route(self, stack, num_tokens: int, dtype, *, native_ok: bool = True) -> Engine | None:
         """An exact engine that keeps entries below 1e-308 (or None if none fits)."""

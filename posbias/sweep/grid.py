@@ -205,6 +205,43 @@ class Grid:
             return alibi
         return out
 
+    def stacks(self, points: np.ndarray, key: tuple):
+        """The stacks of ``points`` (one shape ``key``): an ``AlibiBatch`` built from the axis
+        columns at once where every point is a plain AlibiStack (no per-point objects; row b is
+        ``stack(points[b], key)`` to the bit: the same elementwise products, the same cached
+        power-decay rows), else the list of ``stack`` per point."""
+        from posbias.numerics.batch import AlibiBatch
+        from posbias.numerics.stack import AlibiStack
+
+        st = self.template(key).stack
+        if type(st) is not AlibiStack or self.spec.bias_sweep:
+            return [self.stack(int(i), key) for i in points]
+        c = self.columns
+        b, (t, h) = len(points), st.slopes.shape
+        if "lambda" in c:
+            lambdas = np.repeat(c["lambda"][points].astype(np.float64)[:, None], t, axis=1)
+        elif "lambda0" in c or "beta" in c:
+            lam0, beta = self.power_decay_base() or (None, None)
+            lam0s = c["lambda0"][points].astype(np.float64) if "lambda0" in c else np.full(b, lam0, np.float64)
+            betas = c["beta"][points].astype(np.float64) if "beta" in c else np.full(b, beta, np.float64)
+            pairs, inverse = np.unique(np.stack([lam0s, betas], axis=1), axis=0, return_inverse=True)
+            rows = np.stack([_power_decay(float(a), float(e), t) for a, e in pairs])
+            lambdas = rows[inverse.reshape(-1)]
+        else:
+            lambdas = np.broadcast_to(st.lambdas, (b, t))
+        if "content_diagonal" in c:
+            diagonal = np.broadcast_to(c["content_diagonal"][points].astype(np.float64)[:, None, None], (b, t, h))
+        else:
+            diagonal = np.broadcast_to(st.diagonal, (b, t, h))
+        if "slopes" in c:
+            slopes = np.broadcast_to(np.array(c["slopes"][points].tolist(), np.float64)[:, None, :], (b, t, h))
+        else:
+            slopes = np.broadcast_to(st.slopes, (b, t, h))
+        if "slope_scale" in c:
+            slopes = slopes * c["slope_scale"][points].astype(np.float64)[:, None, None]
+        return AlibiBatch(lambdas, slopes, diagonal, np.broadcast_to(st.head_weights, (b, t, h)),
+                          np.full(b, st.temperature, np.float64), st.mask)
+
     def bias_reason(self, i: int, key: tuple) -> str:
         """Why point ``i`` is not ALiBi at its N (for the ALiBi-only engines' refusal)."""
         spec = self.columns["bias_spec"][i] if "bias_spec" in self.columns else "the base config's bias"

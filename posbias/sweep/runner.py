@@ -10,11 +10,15 @@ Order of work (nothing is computed before 1-4 have passed):
    ``--resume`` needs the same spec digest and reuses the recorded batch sizes; the manifest
    is written under the same lock, so of two sweeps started at once one wins, one is refused);
 5. compute this process's unfinished batches (batch index % P == process index): each batch is
-   one ``posbias.numerics.batch.profiles`` call, summarised (``summarize``) and written as one
-   Parquet file (atomic rename). With several local JAX devices the batch axis is sharded over
-   a Mesh of them (``jax.sharding.NamedSharding``; ``Structured.compute_batch``): every point
-   is an independent scan, so its numbers do not depend on the number of devices. The native
-   CPU kernel uses no JAX device: its batches run one stack per worker thread;
+   one ``posbias.numerics.batch.profiles`` call on its stacks (an ``AlibiBatch`` built from the
+   grid's columns where the points allow), summarised over the batch (``summary_arrays``) and
+   written as one Parquet file (atomic rename). On the native route the next batch's profiles
+   are computed in a worker thread while a batch is summarised and written, when both fit the
+   memory budget (the C kernel releases the GIL); batches are still written in order. With
+   several local JAX devices the batch axis is sharded over a Mesh of them
+   (``jax.sharding.NamedSharding``; ``Structured.batched``): every point is an independent
+   scan, so its numbers do not depend on the number of devices. The native CPU kernel uses no
+   JAX device: its batches run one stack per worker thread;
 6. complete the manifest (merged with every process's part).
 
 A fresh sweep that is refused or cannot write (a full disk) after its claim removes what it
@@ -28,6 +32,7 @@ import dataclasses
 import hashlib
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,11 +125,11 @@ def local_devices(engine: str, limit: int | None):
 
 
 def _summaries(spec: Spec, stacks, profs, n: int, keep_profiles: bool):
-    """The batch's summary columns (``numerics.summary.summarize_columns``: key -> list over the
-    points), its renormalised profiles when kept, and how many points each engine/path computed."""
-    from posbias.numerics.summary import summarize_columns
+    """The batch's summary columns (``numerics.summary.summary_arrays``: key -> list or array over
+    the points), its renormalised profiles when kept, and how many points each engine/path computed."""
+    from posbias.numerics.summary import summary_arrays
 
-    columns = summarize_columns(profs, stacks)
+    columns = summary_arrays(profs, stacks)
     columns.pop("matrix", None)
     if spec.diagonal:  # min_i P_ii (C5(a)), from log P_ii (compact stacks too)
         from posbias.diagonal import log_diagonal
@@ -330,12 +335,26 @@ def _compute(spec, opts, grid, layout, groups, batches, main, digest, label, dev
 
     total_points = sum(len(b.points) for b in mine)
     done_points = total_points - sum(len(b.points) for b in pending)
-    with progress_bar(opts.progress and bool(pending), "sweep", unit="points") as update:
+    per_point = {g.key: g.bytes_per_point for g in groups}
+    budget_bytes = main["plan"]["memory_budget"]
+
+    def overlaps(k: int) -> bool:  # batch k + 1 may run while batch k is summarised and written
+        if devices or k + 1 >= len(pending):
+            return False
+        a, b = pending[k], pending[k + 1]
+        return len(a.points) * per_point[a.key] + len(b.points) * per_point[b.key] <= budget_bytes
+
+    with progress_bar(opts.progress and bool(pending), "sweep", unit="points") as update, \
+            ThreadPoolExecutor(max_workers=1) as ahead:
         if update:
             update(done_points, total_points)
-        for batch in pending:
+        following = None
+        for k, batch in enumerate(pending):
+            t0 = time.perf_counter()
             written.append(folder / tb.part_name(batch.index))
-            record = compute_batch(grid, spec, layout, batch, label, devices, folder, digest, opts.process_id)
+            current = following.result() if following is not None else batch_profiles(grid, spec, batch, devices)
+            following = ahead.submit(batch_profiles, grid, spec, pending[k + 1], devices) if overlaps(k) else None
+            record = write_batch(grid, spec, layout, batch, current, label, folder, digest, opts.process_id, t0)
             part["batches"][str(batch.index)] = record
             mf.write_json(part_path, part)
             computed.append(batch.index)
@@ -355,16 +374,16 @@ def _compute(spec, opts, grid, layout, groups, batches, main, digest, label, dev
                    t_end - t_start, merged["complete"], notes)
 
 
-def compute_batch(grid, spec: Spec, layout, batch, label: str, devices, folder: Path, digest: str,
-                  process: int) -> dict:
-    """One batch: stacks, ``profiles`` (sharded over ``devices`` when several), summaries, one
-    Parquet file. Returns its record."""
+def batch_profiles(grid, spec: Spec, batch, devices):
+    """One batch's stacks (``Grid.stacks``: an ``AlibiBatch`` where the points allow) and their
+    ``profiles`` (sharded over ``devices`` when several). The C kernel releases the GIL, so this
+    runs in a worker thread for batch k + 1 while batch k is summarised and written (when both fit
+    the memory budget; not on JAX devices)."""
     from posbias.numerics.batch import profiles
     from posbias.numerics.engine import Unsupported
 
-    t0 = time.perf_counter()
     n = batch.key[2]
-    stacks = [grid.stack(int(i), batch.key) for i in batch.points]
+    stacks = grid.stacks(batch.points, batch.key)
     scope = contextlib.nullcontext()
     if devices:
         import jax
@@ -376,7 +395,14 @@ def compute_batch(grid, spec: Spec, layout, batch, label: str, devices, folder: 
     except Unsupported as exc:
         raise UserError(f"batch {batch.index} (points {int(batch.points[0])}..{int(batch.points[-1])}): "
                         f"{exc}") from None
-    columns, ps, engines = _summaries(spec, stacks, profs, n, layout.profiles)
+    return stacks, profs
+
+
+def write_batch(grid, spec: Spec, layout, batch, computed, label: str, folder: Path, digest: str, process: int,
+                t0: float) -> dict:
+    """One batch's summaries and Parquet file from ``batch_profiles``' (stacks, profiles); its record."""
+    stacks, profs = computed
+    columns, ps, engines = _summaries(spec, stacks, profs, batch.key[2], layout.profiles)
     table = tb.batch_table(layout, grid, batch.points, columns, ps)
     meta = {"digest": digest, "batch": batch.index, "process": process, "device": label,
             "points": [int(batch.points[0]), int(batch.points[-1])]}
