@@ -27,7 +27,7 @@ from posbias.numerics.summary import summarize, summary_arrays
 from posbias.sweep import grid as grid_mod
 from posbias.sweep import spec as spec_mod
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MASKS = [nx.Causal(), nx.Full(), nx.SlidingWindow(5), nx.Prefix(3)]
 
 
