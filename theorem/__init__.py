@@ -2,7 +2,7 @@
 
 Never imports JAX at import time; expressions reach JAX through
 ``sympy.lambdify(..., modules="jax")`` inside the functions that need it
-(theorem.lambdify_jax, cesaro.jax_profile, continuum.jax_density). It shares the
+(theorem.lambdify_jax, hausdorff.jax_profile, continuum.jax_density). It shares the
 pure-NumPy modules posbias.numerics.schedules (the one schedule type) and
 posbias.numerics.shape (the one u_shape) with the engines.
 

@@ -43,7 +43,7 @@ CERTIFICATE_MODULES = (
     "posbias.theorem.drift",
     "posbias.theorem.diagonal_product",
     "posbias.theorem.shape",
-    "posbias.theorem.cesaro",
+    "posbias.theorem.cesaro_certificates",
     "posbias.theorem.dichotomy_certificates",
     "posbias.theorem.continuum",
     "posbias.theorem.c7_certificates",
@@ -188,7 +188,7 @@ def _cesaro(p, lambdas, tol=1e-9) -> bool:
     """p equals the Hausdorff closed form evaluated exactly (rational lambdas recommended)."""
     from fractions import Fraction
 
-    from posbias.theorem.cesaro import exact_profile
+    from posbias.theorem.cesaro_exact import exact_profile
 
     exact = exact_profile([Fraction(x) for x in lambdas], len(p)).floats()
     return bool(np.allclose(np.asarray(p), exact, atol=tol, rtol=0))
