@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from posbias.proofs_cli import proofs_command
 from posbias.theorem import statements
 from posbias.theorem.claims import CLAIMS
-from posbias.theorem.cli import proofs_command
 from posbias.theorem.statements import (
     FINGERPRINTS,
     INSTANCES,
