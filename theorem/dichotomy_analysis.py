@@ -291,11 +291,6 @@ def _sup_if_nonincreasing(expr: sp.Expr, family: Family) -> sp.Expr | None:
     return None
 
 
-def sup_lambda(expr: sp.Expr, family: Family) -> sp.Expr | None:
-    """sup_t λ_t when it is provably λ_0 (a non-increasing schedule), else None."""
-    return _sup_if_nonincreasing(expr, family)
-
-
 def _exact_in_unit(expr: sp.Expr, t: int) -> bool:
     v = expr.subs(T, t)
     if not v.is_real:

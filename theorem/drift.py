@@ -147,14 +147,6 @@ def expected_drift_identity() -> Check:
     )
 
 
-def drift_value(row: int, m_val, d_val, lam_val) -> sp.Expr:
-    """Delta_row for concrete row (any m >= 0, including m = 0)."""
-    rr = sp.exp(-m_val)
-    num = sum(b * rr**b for b in range(1, row + 1))
-    den = sp.exp(d_val) + sum(rr**b for b in range(1, row + 1))
-    return -lam_val * num / den
-
-
 def drift_float(row: int, slope: float, diag: float, lam_val: float) -> float:
     """Delta_row in float64 from an mpmath evaluation (``VALUE_DPS`` digits), O(row) work."""
     with mpmath.workdps(VALUE_DPS):

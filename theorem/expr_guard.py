@@ -44,7 +44,6 @@ from __future__ import annotations
 import ast
 import functools
 import keyword
-import math
 import re
 from fractions import Fraction
 
@@ -353,16 +352,3 @@ def _approx(e: sp.Basic, t: int | None):  # noqa: C901 - one branch per node typ
                 raise Unevaluable("trigonometric function of a huge argument")
             return _check(fn(x))
     raise Unevaluable(f"no bounded evaluation for {type(e).__name__}")
-
-
-def approx_float(expr: sp.Basic, t: int | None = None) -> float | None:
-    """``float(approx(expr, t))``, or None when it cannot be evaluated within the caps."""
-    try:
-        return float(approx(expr, t))
-    except (TooLarge, Unevaluable, ZeroDivisionError, ValueError, OverflowError):
-        return None
-
-
-def log10_size(x: float) -> float:
-    """log10 |x| (``-inf`` for 0)."""
-    return -math.inf if x == 0 else math.log10(abs(x))
