@@ -42,7 +42,8 @@ import sympy as sp
 from posbias.theorem.alibi_row import exact_kernel, generic
 from posbias.theorem.certificate import Check, certificate, check
 from posbias.theorem.derivation import Derivation, Result
-from posbias.theorem.exact import exact_dominated, exact_monotone, exact_profile
+from posbias.theorem.exact import exact_monotone, exact_profile
+from posbias.theorem.orders import exact_dominated
 from posbias.theorem.params import Params, param
 
 NAME = "monotone"

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from posbias.theorem.certificate import Check
+from posbias.theorem.orders import exact_cdf, exact_dominated
 
 __all__ = ["FINGERPRINTS", "INSTANCES", "Fingerprint", "Instance", "exact_truth", "fingerprint_check",
            "instance_check", "normalise", "statement_check", "statement_checks", "theory_path", "theory_sections"]
@@ -222,21 +223,8 @@ def _rollout(kernels, lambdas):
     return p
 
 
-def _cdf(mu):
-    out, acc = [], F(0)
-    for v in mu:
-        acc += v
-        out.append(acc)
-    return out
-
-
-def _dom(mu, nu) -> bool:
-    """mu ≼ nu: F_mu >= F_nu everywhere."""
-    return all(a >= b for a, b in zip(_cdf(mu), _cdf(nu)))
-
-
 def _monotone(k) -> bool:
-    return all(_dom(k[i], k[i + 1]) for i in range(len(k) - 1))
+    return all(exact_dominated(k[i], k[i + 1]) for i in range(len(k) - 1))
 
 
 # Small exact kernels (rows of the ALiBi + content kernel A[i, j] = r^{i-j}/Z_i, A[i, i] = e^d/Z_i).
@@ -383,19 +371,19 @@ INSTANCES: dict[str, tuple[Instance, ...]] = {
 # Exact deciders, one per claim: Fractions only, written from the statements, sharing no code with
 # the predicates in theorem.claims.
 def _t_c1(k, mu, **_):
-    return _dom(_vecmat(mu, k), mu)
+    return exact_dominated(_vecmat(mu, k), mu)
 
 
 def _t_c2a(a, mu, lam, lam_hi=None, **_):
     mua, mur = _vecmat(mu, a), _vecmat(mu, _residual(a, lam))
-    ok = _dom(mua, mur) and _dom(mur, mu)
-    return ok and (lam_hi is None or _dom(_vecmat(mu, _residual(a, lam_hi)), mur))
+    ok = exact_dominated(mua, mur) and exact_dominated(mur, mu)
+    return ok and (lam_hi is None or exact_dominated(_vecmat(mu, _residual(a, lam_hi)), mur))
 
 
 def _t_c2b(kernels, lambdas, layer, new_lambda, **_):
     more = list(lambdas)
     more[layer] = new_lambda
-    return _dom(_rollout(kernels, more)[-1], _rollout(kernels, lambdas)[-1])
+    return exact_dominated(_rollout(kernels, more)[-1], _rollout(kernels, lambdas)[-1])
 
 
 def _t_c2c(p, kernels, lambdas, **_):
@@ -407,11 +395,11 @@ def _t_c3a(k, **_):
 
 
 def _t_rows(flat, steep, **_):
-    return all(_dom(a, b) for a, b in zip(flat, steep))
+    return all(exact_dominated(a, b) for a, b in zip(flat, steep))
 
 
 def _t_c3c(p_flat, p_steep, **_):
-    return _dom(p_flat, p_steep)
+    return exact_dominated(p_flat, p_steep)
 
 
 def _t_c4a(logits, background, mask=None, **_):
@@ -424,7 +412,7 @@ def _t_c4a(logits, background, mask=None, **_):
 
 def _t_c4b(low, high, p_low=None, p_high=None, **_):
     ok = _t_rows(low, high) and all(high[i][i] >= low[i][i] for i in range(len(low)))
-    return ok and (p_low is None or _dom(p_low, p_high))
+    return ok and (p_low is None or exact_dominated(p_low, p_high))
 
 
 def _diag_product(kernels, lambdas, i):
@@ -463,13 +451,13 @@ def _t_cesaro(p, lambdas, **_):
 
 
 def _t_c7a(k, ws, **_):
-    cum = _cdf(ws)
+    cum = exact_cdf(ws, F(0))
     want = lambda i, c: 1 - cum[i - c - 1] / cum[i] if c < i else F(1)  # noqa: E731
-    return all(_cdf(k[i])[c] == want(i, c) for i in range(len(k)) for c in range(len(k)))
+    return all(exact_cdf(k[i], F(0))[c] == want(i, c) for i in range(len(k)) for c in range(len(k)))
 
 
 def _t_c7b(k, ws, **_):
-    cum = _cdf(ws)
+    cum = exact_cdf(ws, F(0))
     concave = all(cum[n] ** 2 >= cum[n - 1] * cum[n + 1] for n in range(1, len(ws) - 1))
     return _monotone(k) == concave
 
