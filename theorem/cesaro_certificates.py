@@ -159,7 +159,7 @@ def collapse_iff_divergence(max_n: int = 8) -> Check:
     sandwich = bool(sp.factor(x - lam / 2).is_nonnegative and sp.factor(lam - x).is_nonnegative)
     # collapse moments (1, 0, 0, ...) give the point mass at token 0.
     point_mass = all(
-        list(hausdorff_matrix([1] + [0] * (n - 1))[n - 1, :]) == [1] + [0] * (n - 1)
+        [hausdorff_matrix([1] + [0] * (n - 1))[n - 1, q] for q in range(n)] == [1] + [0] * (n - 1)
         for n in range(1, max_n + 1)
     )
     return check(sandwich and point_mass,

@@ -164,7 +164,7 @@ def binomial_mixture(n: int = 6, num_layers: int = 3, lam=THREE_TENTHS) -> Check
     f = density_expr(num_layers, lam)
     got = [sp.integrate(sp.binomial(n - 1, j) * X**j * (1 - X) ** (n - 1 - j) * f, (X, 0, 1)) for j in range(n)]
     got[-1] += (1 - lam) ** num_layers
-    want = exact_profile([Fraction(int(lam.p), int(lam.q))] * num_layers, n).fractions()
+    want = exact_profile([Fraction(str(lam))] * num_layers, n).fractions()
     ok = [Fraction(int(g.p), int(g.q)) if g.is_Rational else None for g in got] == want
     return check(ok,
                 f"p(j) = ∫ C(N-1,j) x^j (1-x)^(N-1-j) dν exactly (N = {n}, T = {num_layers}, λ = {lam}; "

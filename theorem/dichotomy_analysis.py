@@ -59,6 +59,7 @@ import sympy as sp
 from posbias.theorem import expr_guard
 from posbias.theorem.errors import DeriveError
 from posbias.theorem.schedule_expr import Family, Schedule, T, family_of, parameters_of, recognise
+from posbias.theorem.sympy_types import as_expr, sum_of
 
 MAX_OPS = 30  # SymPy's general tests (is_convergent, summation, is_decreasing) only on λ_t this small
 CHECKED_TERMS = 200  # every t < CHECKED_TERMS is a sample point (checked exactly near 0 and 1)
@@ -126,7 +127,7 @@ def parse_delta(value) -> Delta:
     if isinstance(value, (int, float, Fraction, sp.Rational)):
         if isinstance(value, float):
             value = Fraction(repr(value))
-        frac = Fraction(int(sp.Rational(value).p), int(sp.Rational(value).q)) if isinstance(value, sp.Rational) \
+        frac = Fraction(int(value.p), int(value.q)) if isinstance(value, sp.Rational) \
             else Fraction(value)
         return _constant_delta(str(frac), sp.Rational(frac.numerator, frac.denominator))
     if not isinstance(value, str):
@@ -243,7 +244,7 @@ def general_test(expr: sp.Expr) -> tuple[bool | None, str, str]:
         return None, "", (f"λ_t has {ops} operations; SymPy's general convergence test is run only up to {MAX_OPS} "
                           "(a deterministic work limit)")
     try:
-        answer = sp.Sum(expr, (T, 0, sp.oo)).is_convergent()
+        answer = sum_of(expr, (T, 0, sp.oo)).is_convergent()
     except Exception as exc:  # SymPy raises NotImplementedError, TypeError, ... when it cannot decide
         msg = " ".join(str(exc).split()) or "no message"
         return None, "", f"SymPy's is_convergent failed ({type(exc).__name__}: {msg[:200]})"
@@ -261,7 +262,7 @@ def _closed_sum(expr: sp.Expr) -> sp.Expr | None:
         total = sp.summation(expr, (T, 0, sp.oo))
     except Exception:
         return None
-    return None if total.has(sp.Sum) or not total.is_finite else total
+    return None if total.has(sp.Sum) or not total.is_finite else as_expr(total)
 
 
 def _is_nonnegative(expr: sp.Expr) -> bool:
@@ -356,7 +357,7 @@ def _exp(arg: sp.Expr) -> sp.Expr:
         return sp.exp(arg, evaluate=False)
 
 
-def _num(expr: sp.Expr) -> mpmath.mpf | None:
+def _num(expr: sp.Expr) -> expr_guard.MpReal | None:
     """A closed-form number to NUMERIC_DPS digits, or None (never raises: zeta near its pole included)."""
     try:
         v = sp.N(expr, NUMERIC_DPS + 10)
@@ -420,13 +421,11 @@ def analyse(schedule: Schedule,  # noqa: C901 (split the atom bound from the ver
         series = "Σ_t λ_t δ_t"
         expr = sp.simplify(lam_expr * dl.expr) if _small(lam_expr * dl.expr) else lam_expr * dl.expr
         fam = recognise(expr)
-        step_sup = dl.sup  # λ_t δ_t <= sup δ_t < 1
         notes.append("with a δ_t schedule the verdict is about Σ_t λ_t δ_t, the series that decides the atom; "
                      "under C5(c)'s uniform bounds (inf δ_t > 0) it is the verdict of Σ_t λ_t")
     else:
         series = "Σ_t λ_t"
         expr, fam = lam_expr, family
-        step_sup = None
     converges, how, total = series_test(fam)
     reason = ""
     if fam.kind == "expression":
@@ -451,7 +450,7 @@ def analyse(schedule: Schedule,  # noqa: C901 (split the atom bound from the ver
              else "C5(a)/(b) on the atom: collapse iff Σ_t λ_t δ_t = ∞ (every λ_t δ_t <= sup δ_t < 1)")
     # the largest step x_t = λ_t δ_t: δ sup λ (sup λ <= 1 by the range check) or sup δ_t
     if dl.kind == "schedule":
-        x_sup, c_series = step_sup, sp.Integer(1)
+        x_sup, c_series = dl.sup, sp.Integer(1)  # λ_t δ_t <= sup δ_t < 1
     else:
         x_sup, c_series = d * (lam_sup if lam_sup is not None else sp.Integer(1)), d
     if converges is None:
@@ -485,8 +484,8 @@ def analyse(schedule: Schedule,  # noqa: C901 (split the atom bound from the ver
         if sup is None and fam.kind == "geometric":
             sup = fam.params["lambda_0"]  # under the condition q < 1 the schedule is non-increasing
         if total is not None:
-            pos_total = total.args[0][0] if isinstance(total, sp.Piecewise) else total
-            x = step_sup if dl.kind == "schedule" else d * (sup if sup is not None else sp.Integer(1))
+            pos_total = as_expr(total.args[0].args[0]) if isinstance(total, sp.Piecewise) else total
+            x = dl.sup if dl.kind == "schedule" else d * (sup if sup is not None else sp.Integer(1))
             bound = _exp(-c_series * pos_total / (1 - x))
             atom = f"→ 0 if {condition}; >= {bound} > 0 if {cond} (and {sp.simplify(x)} < 1)"
         else:

@@ -80,7 +80,7 @@ def residual_cdf_mixture(max_tokens: int = 8) -> Check:
         left = list(mu * ((1 - lam) * sp.eye(n) + lam * amat))
         mua = list(mu * amat)
         for kk in range(n):
-            rhs = (1 - lam) * exact_cdf(list(mu))[kk] + lam * exact_cdf(mua)[kk]
+            rhs = (1 - lam) * exact_cdf(mu[q] for q in range(n))[kk] + lam * exact_cdf(mua)[kk]
             ok = ok and sp.expand(exact_cdf(left)[kk] - rhs) == 0
     return check(
         ok,
@@ -199,7 +199,7 @@ def compute(params: DriftParams = DriftParams()) -> Result:
     ]
     lines += [f"  [{'PASS' if c.holds else 'FAIL'}] {c.name}: {c.description}" for c in (c1, c2, c3)]
     data = {"claims": ["C1", "C2(a)", "C4(b)"], "drift": str(shown), "checks": {c.name: c.holds for c in (c1, c2, c3)}}
-    if None not in (p.row, p.slope, p.diag, p.lam):
+    if p.row is not None and p.slope is not None and p.diag is not None and p.lam is not None:
         val = drift_float(p.row, p.slope, p.diag, p.lam)
         lines.append(f"    at m = {p.slope:g}, d = {p.diag:g}, lambda = {p.lam:g}:  Delta_i = {val:.6g}")
         data["value"] = val

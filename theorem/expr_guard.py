@@ -46,6 +46,7 @@ import functools
 import keyword
 import re
 from fractions import Fraction
+from typing import Any
 
 import mpmath
 import sympy as sp
@@ -53,6 +54,9 @@ import sympy as sp
 from posbias.theorem.errors import DeriveError
 
 T = sp.Symbol("t", integer=True, nonnegative=True)
+# An mpmath real (a value of mpmath.mpf): mpmath makes that class per context at run time, so pyright
+# cannot name it; Any is the honest type of approx()'s results.
+MpReal = Any
 
 MAX_TEXT = 200  # characters of one expression
 MAX_NODES = 80  # expression nodes (numbers, names, operations, calls) of one expression
@@ -238,7 +242,7 @@ class _Builder:
             return left + right
         return left - right
 
-    def constant(self, expr: sp.Expr) -> mpmath.mpf:
+    def constant(self, expr: sp.Expr) -> MpReal:
         """The value of a constant (unevaluated) expression, within 10^±MAX_CONSTANT_LOG10, else refuse."""
         try:
             v = approx(expr, None)
@@ -271,7 +275,7 @@ def _check(v):
     return v
 
 
-def approx(expr: sp.Basic, t: int | None, dps: int = DPS) -> mpmath.mpf:
+def approx(expr: sp.Basic, t: int | None, dps: int = DPS) -> MpReal:
     """``expr`` at ``T = t`` in mpmath with ``dps`` digits, every intermediate magnitude capped.
 
     Raises ``TooLarge`` when a value's natural log exceeds ``LOG_CAP`` in absolute value,

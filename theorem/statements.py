@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from math import prod
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -411,8 +411,10 @@ def _t_c4a(logits, background, mask=None, **_):
 
 
 def _t_c4b(low, high, p_low=None, p_high=None, **_):
+    if (p_low is None) != (p_high is None):
+        raise ValueError("C4(b): give both p_low and p_high, or neither")
     ok = _t_rows(low, high) and all(high[i][i] >= low[i][i] for i in range(len(low)))
-    return ok and (p_low is None or exact_dominated(p_low, p_high))
+    return ok and (p_low is None or p_high is None or exact_dominated(p_low, p_high))
 
 
 def _diag_product(kernels, lambdas, i):
@@ -507,7 +509,7 @@ def instance_check(claim) -> Check:
                  "; ".join(bad))
 
 
-def statement_check(label: str, claims=None, theory: str | None | bool = True) -> Check:
+def statement_check(label: str, claims=None, theory: str | None | Literal[True] = True) -> Check:
     """Fingerprint and instances of one claim, as one ``Check`` named ``statement:LABEL``. ``theory``:
     THEORY.md's text, None to skip it, True (default) to read ``theory_path()`` if it exists."""
     from posbias.theorem.claims import CLAIMS
@@ -521,7 +523,7 @@ def statement_check(label: str, claims=None, theory: str | None | bool = True) -
     return Check(f"statement:{label}", fp.holds and inst.holds, f"{fp.description}; {inst.description}", detail)
 
 
-def statement_checks(claims=None, theory: str | None | bool = True) -> list[Check]:
+def statement_checks(claims=None, theory: str | None | Literal[True] = True) -> list[Check]:
     """``statement_check`` for every claim (THEORY.md read once)."""
     from posbias.theorem.claims import CLAIMS
 
