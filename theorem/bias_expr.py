@@ -243,12 +243,17 @@ class NotCertified(ArithmeticError):
     """The interval evaluation cannot give a real enclosure here (unknown function, pole, complex)."""
 
 
+def _iv_ratio(num: int, den: int) -> Interval:
+    """num/den as an mpmath interval (the outward-rounded quotient of two exact integers)."""
+    # mpmath sets ivmpf's / at run time, unannotated: pyright cannot see it
+    return iv.mpf(num) / iv.mpf(den)  # pyright: ignore[reportOperatorIssue]
+
+
 def _iv(e: sp.Basic, env: dict) -> Interval:  # noqa: C901 - one branch per node type
     if e in env:
         return env[e]
     if isinstance(e, sp.Rational):
-        # mpmath sets ivmpf's / at run time, unannotated
-        return iv.mpf(int(e.p)) / iv.mpf(int(e.q))  # pyright: ignore[reportOperatorIssue]
+        return _iv_ratio(int(e.p), int(e.q))
     if e is sp.pi:
         return iv.pi
     if e is sp.E:
@@ -315,16 +320,13 @@ def weights_iv(bias: Bias, point: dict[str, Fraction], n: int, diag: Fraction = 
     expr = bias.expr
     assert expr is not None  # a Bias without a table is an expression
     with ivdps(IV_DPS):
-        # mpmath sets ivmpf's / at run time, unannotated
-        env = {p: iv.mpf(int(point[p.name].numerator)) / iv.mpf(int(point[p.name].denominator))  # pyright: ignore[reportOperatorIssue]
-               for p in bias.params}
+        env = {p: _iv_ratio(int(point[p.name].numerator), int(point[p.name].denominator)) for p in bias.params}
         out = []
         for g in range(n + 1):
             env[G] = iv.mpf(g)
             b = _iv(expr, env)
             if g == 0 and diag != 0:
-                # mpmath sets ivmpf's / at run time, unannotated
-                b = b + iv.mpf(int(diag.numerator)) / iv.mpf(int(diag.denominator))  # pyright: ignore[reportOperatorIssue]
+                b = b + _iv_ratio(int(diag.numerator), int(diag.denominator))
             if not (mpmath.isfinite(b.a) and mpmath.isfinite(b.b)):
                 raise NotCertified(f"b({g}) is not finite")
             out.append(iv.exp(b))
