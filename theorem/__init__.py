@@ -9,8 +9,9 @@ posbias.numerics.shape (the one u_shape) with the engines.
 Layout: ``derivation`` / ``params`` (the interface: typed parameters, ``compute``,
 the CLI parser built from them), ``queries`` (the registry of derivations),
 ``certificate`` / ``claims`` (certificates declared with ``@certificate`` and the
-claims they serve), ``statements`` (each claim's key formula against THEORY.md and its
-predicate on exact hand-derived instances), ``orders`` (the one CDF and dominance test,
+claims they serve), ``statements`` (each claim's key formula against THEORY.md, from
+``statement_fingerprints``, and its predicate on exact hand-derived instances, from
+``statement_instances``), ``orders`` (the one CDF and dominance test,
 float and exact), one module per derivation, ``expr_guard`` (the bounded literal / expression
 parser and the magnitude-capped evaluator every hostile input goes through), for the Cesàro
 closed form ``hausdorff``, ``cesaro_schedule``, ``cesaro_exact``, ``cesaro_certificates`` and
