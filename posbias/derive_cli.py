@@ -135,8 +135,10 @@ def derive_command(argv: list[str]) -> int:
         return 0
     try:
         params, fmt, budget = _split_options(params)
+        parse = der.parse
+        assert parse is not None  # Derivation.__post_init__ fills in the generic parser
         with time_limit(budget):
-            result = der.compute(der.parse(params))
+            result = der.compute(parse(params))
     except DeriveError as err:
         return _error(_one_line(err))
     except TimeLimitExceeded:
