@@ -13,7 +13,7 @@ claims they serve), ``statements`` (each claim's key formula against THEORY.md, 
 ``statement_fingerprints``, and its predicate on exact hand-derived instances, from
 ``statement_instances``), ``orders`` (the one CDF and dominance test,
 float and exact), one module per derivation, ``expr_guard`` (the bounded literal / expression
-parser and the magnitude-capped evaluator every hostile input goes through), for the Cesàro
+parser every hostile input goes through) and ``bounded_eval`` (the magnitude-capped evaluator), for the Cesàro
 closed form ``hausdorff``, ``cesaro_schedule``, ``cesaro_exact``, ``cesaro_certificates`` and
 ``cesaro``, for the dichotomy ``schedule_expr`` (parsing), ``dichotomy_analysis``,
 ``dichotomy_certificates``, ``dichotomy_format``, ``lambdify_jax``; ``sympy_types`` types

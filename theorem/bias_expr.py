@@ -42,8 +42,9 @@ import mpmath
 import sympy as sp
 from mpmath import iv
 
+from posbias.theorem.bounded_eval import T
 from posbias.theorem.errors import DeriveError
-from posbias.theorem.expr_guard import T, exact_number, parse
+from posbias.theorem.expr_guard import exact_number, parse
 from posbias.theorem.sympy_types import as_expr, as_symbol
 
 G = sp.Symbol("g", integer=True, nonnegative=True)  # the distance i - j

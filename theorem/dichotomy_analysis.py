@@ -56,7 +56,7 @@ from fractions import Fraction
 import mpmath
 import sympy as sp
 
-from posbias.theorem import expr_guard
+from posbias.theorem import bounded_eval, expr_guard
 from posbias.theorem.errors import DeriveError
 from posbias.theorem.schedule_expr import Family, Schedule, T, family_of, parameters_of, recognise
 from posbias.theorem.sympy_types import as_expr, sum_of
@@ -303,7 +303,7 @@ def check_range(schedule: Schedule, expr: sp.Expr, family: Family) -> tuple[bool
     """λ_t ∈ [0, 1]: (proved for every t?, notes). A value found outside [0, 1] is a DeriveError.
 
     Proved for the families and where SymPy's assumptions (λ_t >= 0) and is_decreasing (sup = λ_0 <= 1)
-    prove it; otherwise checked at SAMPLE_POINTS with expr_guard.approx (exactly near 0 and 1 for
+    prove it; otherwise checked at SAMPLE_POINTS with bounded_eval.approx (exactly near 0 and 1 for
     t < CHECKED_TERMS), and the note says that only a finite check was possible.
     """
     name = getattr(schedule, "spec", schedule)
@@ -320,11 +320,11 @@ def check_range(schedule: Schedule, expr: sp.Expr, family: Family) -> tuple[bool
     tiny = mpmath.mpf(10) ** -25
     for t in SAMPLE_POINTS:
         try:
-            v = expr_guard.approx(expr, t)
-        except expr_guard.TooLarge:
+            v = bounded_eval.approx(expr, t)
+        except bounded_eval.TooLarge:
             skipped += 1
             continue
-        except (expr_guard.Unevaluable, ZeroDivisionError, ValueError):
+        except (bounded_eval.Unevaluable, ZeroDivisionError, ValueError):
             raise DeriveError(f"schedule {name!r}: λ_{t} is not a real number (a pole or a complex value); "
                               "expected 0 <= λ_t <= 1") from None
         if tiny < v < 1 - tiny:
@@ -357,7 +357,7 @@ def _exp(arg: sp.Expr) -> sp.Expr:
         return sp.exp(arg, evaluate=False)
 
 
-def _num(expr: sp.Expr) -> expr_guard.MpReal | None:
+def _num(expr: sp.Expr) -> bounded_eval.MpReal | None:
     """A closed-form number to NUMERIC_DPS digits, or None (never raises: zeta near its pole included)."""
     try:
         v = sp.N(expr, NUMERIC_DPS + 10)
@@ -389,11 +389,11 @@ def numeric_atom(expr: sp.Expr, c: sp.Expr, total: sp.Expr | None,
         prod, partial = mpmath.mpf(1), mpmath.mpf(0)
         try:
             for t in range(NUMERIC_TERMS):
-                lam = expr_guard.approx(expr, t, NUMERIC_DPS)
+                lam = bounded_eval.approx(expr, t, NUMERIC_DPS)
                 prod *= 1 - cv * lam
                 partial += lam
-            lam_m = expr_guard.approx(expr, NUMERIC_TERMS, NUMERIC_DPS)
-        except (expr_guard.TooLarge, expr_guard.Unevaluable, ZeroDivisionError, ValueError):
+            lam_m = bounded_eval.approx(expr, NUMERIC_TERMS, NUMERIC_DPS)
+        except (bounded_eval.TooLarge, bounded_eval.Unevaluable, ZeroDivisionError, ValueError):
             return None
         tail = s - partial
         if tail < -mpmath.mpf(10) ** -(NUMERIC_DPS - 8) or cv * lam_m >= 1:

@@ -40,11 +40,11 @@ import sympy as sp
 
 from posbias.numerics import schedules
 from posbias.theorem import expr_guard
+from posbias.theorem.bounded_eval import T
 from posbias.theorem.errors import DeriveError
 from posbias.theorem.expr_guard import FUNCTIONS  # noqa: F401  (re-exported: the allowed names)
 from posbias.theorem.sympy_types import as_rational, as_symbol
 
-T = expr_guard.T
 KINDS = ("constant", "power_decay", "geometric")
 SPECS = ("constant:L | power_decay:L0,BETA | geometric:L0,Q (numbers or parameter names) | "
          "an expression in t, e.g. 0.5/(t+1)**1.5 or lambda_0/(t+1)**beta")
