@@ -124,7 +124,7 @@ def _parser() -> _Parser:
     de.add_argument("--out", type=argtypes.path, default=Path("posbias-demo"),
                     help="output folder (default ./posbias-demo)")
 
-    # derive/proofs parse their own arguments (theorem/cli.py); listed here for --help.
+    # derive/proofs parse their own arguments (posbias/derive_cli.py, posbias/proofs_cli.py); listed here for --help.
     sub.add_parser("derive", help="symbolic derivations (posbias derive --list; posbias derive NAME --help)",
                    add_help=False)
     sub.add_parser("proofs", help="check every certificate the proofs cite (posbias proofs --check)", add_help=False)
@@ -314,10 +314,13 @@ def _rollout(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("derive", "proofs"):
-        from posbias.theorem import cli as theorem_cli
+        if argv[0] == "derive":
+            from posbias.derive_cli import derive_command
 
-        command = theorem_cli.derive_command if argv[0] == "derive" else theorem_cli.proofs_command
-        return command(argv[1:])
+            return derive_command(argv[1:])
+        from posbias.proofs_cli import proofs_command
+
+        return proofs_command(argv[1:])
     try:
         args = _parser().parse_args(argv)
         from posbias.jax_cache import enable_compilation_cache

@@ -31,8 +31,9 @@ from fractions import Fraction
 
 import numpy as np
 
+from posbias.theorem.orders import cdf_gap
 from posbias.verify.display import frac, show
-from posbias.verify.kernels import alibi_kernels, alibi_layer_kernel, cdf_gap, engine_profile, last_row, with_layer
+from posbias.verify.kernels import alibi_kernels, alibi_layer_kernel, engine_profile, last_row, with_layer
 from posbias.verify.lazy import composite, ps, st
 from posbias.verify.types import Property
 

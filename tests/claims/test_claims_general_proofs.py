@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import sympy as sp
 
-from posbias.theorem import cesaro, monotone, shape
+from posbias.theorem import cesaro_certificates, hausdorff, monotone, shape
 from posbias.theorem.claims import CLAIMS
 
 
@@ -71,9 +71,9 @@ def test_head_mixture_closure():
 
 def test_hausdorff_factorisation_general_n():
     """cesaro: H(μ) = Δ diag(μ) Δ, Δ² = I symbolically; Δ is the signed binomial matrix."""
-    assert cesaro.hausdorff_factorisation().holds
-    delta = cesaro.signed_binomial(5)
+    assert cesaro_certificates.hausdorff_factorisation().holds
+    delta = hausdorff.signed_binomial(5)
     assert delta * delta == sp.eye(5)
     mu = sp.symbols("mu0:5")
-    assert (delta * sp.diag(*mu) * delta - cesaro.hausdorff_matrix(mu)).expand() == sp.zeros(5, 5)
-    assert cesaro.hausdorff_of_cesaro().holds and cesaro.residual_layer().holds
+    assert (delta * sp.diag(*mu) * delta - hausdorff.hausdorff_matrix(mu)).expand() == sp.zeros(5, 5)
+    assert cesaro_certificates.hausdorff_of_cesaro().holds and cesaro_certificates.residual_layer().holds

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from posbias.theorem import statements
+from posbias.proofs_cli import proofs_command
+from posbias.theorem import statement_instances as si
 from posbias.theorem.claims import CLAIMS
-from posbias.theorem.cli import proofs_command
 from posbias.theorem.statements import (
     FINGERPRINTS,
     INSTANCES,
@@ -73,17 +73,17 @@ def _rollout(kernels, lambdas):
 def test_hand_derived_data_equal_exact_rollouts():
     """The closed forms written into the instances are the exact matrix products."""
     half = Fraction(1, 2)
-    u2 = statements.UNIFORM2
-    assert _rollout([u2, u2], [half, half]) == statements.P_UNIFORM2
-    assert _rollout([u2] * 64, statements.CONSTANT) == statements.two_token(statements.CONSTANT)
-    assert _rollout([u2] * 64, statements.SUMMABLE) == statements.two_token(statements.SUMMABLE)
-    u3 = statements.UNIFORM3
+    u2 = si.UNIFORM2
+    assert _rollout([u2, u2], [half, half]) == si.P_UNIFORM2
+    assert _rollout([u2] * 64, si.CONSTANT) == si.two_token(si.CONSTANT)
+    assert _rollout([u2] * 64, si.SUMMABLE) == si.two_token(si.SUMMABLE)
+    u3 = si.UNIFORM3
     assert _rollout([u3, u3], [half, half])[-1] == [Fraction(23, 72), Fraction(17, 72), Fraction(32, 72)]
     assert _rollout([u3], [half])[-1] == [Fraction(1, 6), Fraction(1, 6), Fraction(2, 3)]
     from posbias.theorem.alibi_row import exact_kernel
 
     assert [[Fraction(int(x.p), int(x.q)) for x in exact_kernel(3, Fraction(1, 2), 1).row(i)] for i in range(3)] \
-        == statements.ALIBI_HALF3
+        == si.ALIBI_HALF3
 
 
 def test_normalise_identifies_the_three_spellings():

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from posbias.proofs_cli import PROOFS_DIR, cited_certificates, proofs_command
 from posbias.theorem.certificate import Check
 from posbias.theorem.claims import CLAIMS, Registry, certificate_registry
-from posbias.theorem.cli import PROOFS_DIR, cited_certificates, proofs_command
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -97,7 +97,8 @@ def test_bad_arguments(argv, capsys):
 def test_importing_theorem_does_not_import_jax():
     """theorem may import the pure-NumPy numerics modules (schedules, shape), never JAX."""
     code = (
-        "import sys, posbias.theorem, posbias.theorem.claims, posbias.theorem.queries, posbias.theorem.cli\n"
+        "import sys, posbias.theorem, posbias.theorem.claims, posbias.theorem.queries\n"
+        "import posbias.derive_cli, posbias.proofs_cli\n"
         "from posbias.theorem.queries import derivations\n"
         "from posbias.theorem.claims import certificate_registry\n"
         "derivations(); certificate_registry()\n"

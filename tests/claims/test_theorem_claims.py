@@ -276,7 +276,8 @@ def test_cesaro_predicate_against_engine(lams):
 def test_exact_grid_orders_are_not_vacuous():
     """The exact dominance used by monotone:alibi-grid rejects the reversed orders."""
     from posbias.theorem.alibi_row import exact_kernel
-    from posbias.theorem.exact import exact_dominated, exact_monotone
+    from posbias.theorem.exact import exact_monotone
+    from posbias.theorem.orders import exact_dominated
 
     flat, steep = exact_kernel(5, 1, 1), exact_kernel(5, sp.Rational(1, 5), 1)
     assert exact_dominated(list(flat.row(4)), list(steep.row(4)))

@@ -1,7 +1,7 @@
 """Hostile input to ``posbias derive`` (issue 8, symbolic half; issue 9 §4): every query answers or
 refuses with ONE line on stderr and exit status 2, never a traceback, never a hang.
 
-Each case runs ``posbias.theorem.cli.derive_command(argv)`` in its own interpreter. The 60 s
+Each case runs ``posbias.derive_cli.derive_command(argv)`` in its own interpreter. The 60 s
 subprocess timeout is only a hang detector: the limits that make these cases answer or refuse
 are deterministic work limits (literal sizes, exponent towers, cost estimates from the
 parameters, bounded series terms), so no assertion here depends on how fast the machine is.
@@ -21,7 +21,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 HANG_DETECTOR_S = 300
-RUNNER = "import sys; from posbias.theorem.cli import derive_command; sys.exit(derive_command(sys.argv[1:]))"
+RUNNER = "import sys; from posbias.derive_cli import derive_command; sys.exit(derive_command(sys.argv[1:]))"
 
 REFUSE, ANSWER = 2, 0
 # (argv, expected exit status, text expected on stderr (refusals) or stdout (answers))
@@ -139,7 +139,7 @@ def test_the_table_covers_every_class_of_the_audit():
 
 
 def test_each_derivation_documents_its_limits_and_the_time_budget(capsys):
-    from posbias.theorem.cli import DEFAULT_TIME_BUDGET, derive_command
+    from posbias.derive_cli import DEFAULT_TIME_BUDGET, derive_command
     from posbias.theorem.params import DEFAULT_TIME_BUDGET_TEXT
     from posbias.theorem.queries import derivations
 
@@ -156,7 +156,7 @@ def test_each_derivation_documents_its_limits_and_the_time_budget(capsys):
 
 def test_the_budget_guard_refuses_and_never_answers_in_process(capsys):
     """In-process: a budget under 0.05 s refuses before any work (deterministic), one line, status 2."""
-    from posbias.theorem.cli import derive_command
+    from posbias.derive_cli import derive_command
 
     assert derive_command(["dichotomy", "constant:0.3", "--time-budget", "0.04"]) == 2
     captured = capsys.readouterr()

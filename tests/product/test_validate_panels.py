@@ -1,7 +1,7 @@
 """posbias validate's kernel variants, baselines, sink diagnostics and --bos (posbias.validate_panels, posbias.hf.bos).
 
 Independent routes: the uniform baseline against THEORY.md's exact closed form (Hausdorff moments,
-exact rationals: posbias.theorem.cesaro.exact_profile) and, for the full mask, against the closed form
+exact rationals: posbias.theorem.cesaro_exact.exact_profile) and, for the full mask, against the closed form
 prod(1 - lambda) e_{N-1} + (1 - prod(1 - lambda)) / N; every written profile against dense NumPy
 rollouts of the kernels validate wrote (kernels/<N>.npz); W1 by scipy; the sink diagnostics from
 the written arrays.
@@ -28,7 +28,7 @@ LENGTHS = (12, 16)
 
 @pytest.mark.parametrize("seed", range(4))
 def test_uniform_causal_baseline_is_the_hausdorff_closed_form(seed):
-    from posbias.theorem.cesaro import exact_profile
+    from posbias.theorem.cesaro_exact import exact_profile
 
     rng = np.random.default_rng(seed)
     t, n = int(rng.integers(1, 6)), int(rng.integers(2, 20))
@@ -82,7 +82,7 @@ def test_written_panels_recomputed_from_the_written_kernels(run, capsys):
                  "h": _rollout(kv, ones), "flat": np.full(n, 1 / n)}
         for key, expected in dense.items():
             np.testing.assert_allclose(profiles[key], expected, rtol=0, atol=1e-12, err_msg=key)
-        from posbias.theorem.cesaro import exact_profile
+        from posbias.theorem.cesaro_exact import exact_profile
 
         uniform = [float(f) for f in exact_profile([Fraction(x) for x in lambdas], n).fractions()]
         np.testing.assert_allclose(profiles["uniform"], uniform, rtol=0, atol=1e-12)

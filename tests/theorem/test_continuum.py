@@ -1,7 +1,7 @@
 """theorem.continuum: the large-N limit of the Cesàro rollout under constant λ (THEORY.md closed form, C6).
 
 Independent routes: mpmath quadrature of the limit law (its moments and its binomial
-mixture) against theorem.cesaro's exact integer evaluator.
+mixture) against theorem.cesaro_exact's integer evaluator.
 """
 
 import math
@@ -10,7 +10,7 @@ from fractions import Fraction
 import mpmath
 import pytest
 
-from posbias.theorem import cesaro, continuum
+from posbias.theorem import cesaro_exact, continuum
 from posbias.theorem.claims import certificate_registry
 from posbias.theorem.continuum import ContinuumParams
 from posbias.theorem.derivation import DeriveError
@@ -21,13 +21,13 @@ def test_density_moments_are_the_cesaro_moments():
     with mpmath.workdps(30):
         for k in (0, 1, 3, 10):
             integral = mpmath.quad(lambda x, k=k: x**k * continuum.density(float(x), t, lam), [0, 0.5, 1])
-            want = float(cesaro.moment_fraction(k, [Fraction(3, 10)] * t))
+            want = float(cesaro_exact.moment_fraction(k, [Fraction(3, 10)] * t))
             assert float(integral) + (1 - lam) ** t == pytest.approx(want, rel=1e-12)
 
 
 def test_exact_profile_is_the_binomial_mixture_of_the_limit_law():
     n, t, lam = 40, 5, 0.3
-    p = cesaro.exact_profile([Fraction(3, 10)] * t, n).floats()
+    p = cesaro_exact.exact_profile([Fraction(3, 10)] * t, n).floats()
     with mpmath.workdps(30):
         for j in (0, 1, 7, 20, 38, 39):
             mix = mpmath.quad(lambda x, j=j: math.comb(n - 1, j) * x**j * (1 - x) ** (n - 1 - j)
@@ -86,7 +86,7 @@ def test_jax_density_matches_float_density_and_exact_profile():
 
     import numpy as np
 
-    from posbias.theorem.cesaro import exact_profile
+    from posbias.theorem.cesaro_exact import exact_profile
     from posbias.theorem.continuum import density, jax_density
 
     f = jax_density(6, 0.3)

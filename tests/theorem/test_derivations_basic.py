@@ -9,8 +9,8 @@ import pytest
 import sympy as sp
 
 import posbias.numerics as nx
+from posbias.derive_cli import derive_command
 from posbias.theorem import alibi_row, diagonal_product, drift, monotone, softmax_shift
-from posbias.theorem.cli import derive_command
 from posbias.theorem.queries import derivations
 
 MINE = {

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from posbias.derive_cli import derive_command
 from posbias.numerics import schedules
+from posbias.proofs_cli import proofs_command
 from posbias.theorem.alibi_row import AlibiRowParams
 from posbias.theorem.certificate import Check, certificate, check, registered
 from posbias.theorem.claims import CLAIMS, Registry, certificate_registry, run_certificate
-from posbias.theorem.cli import derive_command, proofs_command
 from posbias.theorem.derivation import DeriveError
 from posbias.theorem.dichotomy import DichotomyParams, compute
 from posbias.theorem.dichotomy_analysis import Verdict, analyse
