@@ -69,6 +69,7 @@ layer: an upper estimate (T = 10^6, N = 4096, H = 32: 2620 s, no retry; the plai
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -234,8 +235,8 @@ class Auto(Engine):
             from posbias.numerics.dense import Dense
 
             first = BiasEngine()  # linear first; its extended (log-space) mode where it refuses the deficit
-            order = [first, BiasEngine(extended=True)] + ([BiasEngine(native=False)] if first.uses_native(dtype)
-                                                          else []) + [Dense()]
+            order: list[Engine] = [first, BiasEngine(extended=True),
+                                   *([BiasEngine(native=False)] if first.uses_native(dtype) else []), Dense()]
             if self.bias_fft_first(stack, num_tokens):
                 order.insert(0, BiasFFT())
             yield from (e for e in order if e.supports(stack, num_tokens) is None)
@@ -251,13 +252,13 @@ class Auto(Engine):
 
             return Dense()
 
-        order = []
+        makers: list[Callable[[], Engine]] = []
         if Structured().uses_native(dtype):
-            order.append(lambda: Structured(extended=True))
+            makers.append(lambda: Structured(extended=True))
         elif num_tokens >= self.fft_from_tokens:
-            order.append(fft)
-        order += [lambda: Structured(native=False), lambda: Structured(ring="log"), dense]
-        for make in order:
+            makers.append(fft)
+        makers += [lambda: Structured(native=False), lambda: Structured(ring="log"), dense]
+        for make in makers:
             engine = make()
             if engine.supports(stack, num_tokens) is None:
                 yield engine

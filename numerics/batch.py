@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 
@@ -84,7 +85,7 @@ def profiles(stacks: Sequence[AlibiStack], num_tokens: int, *, engine: str | Eng
         if out[i] is None:
             out[i] = profile(stack, int(num_tokens), engine=chosen, dtype=dtype)
             tick()
-    return out
+    return cast(list[Profile], out)  # the loop above filled every slot left None
 
 
 def _native_batch(route, stacks, num_tokens: int, workers: int | None, note=None):

@@ -207,11 +207,11 @@ class BiasFFT(Engine):
         t_total = stack.num_layers
         mins, lasts = np.zeros(t_total), np.zeros(t_total)
         bound = 0.0
-        key, weights = None, None
+        key, weights = b"", None
         for done, t in enumerate(range(t_total - 1, -1, -1), start=1):
             params = (stack.bias_index[t], diagonal[t], sink[t], stack.head_weights[t])
             layer_key = b"".join(np.ascontiguousarray(x).tobytes() for x in params)
-            if layer_key != key:  # consecutive layers with the same heads share their weights
+            if weights is None or layer_key != key:  # consecutive layers with the same heads share their weights
                 key, weights = layer_key, layer_weights(ker, *params, reach)
             if not weights.deficit <= MAX_DEFICIT:
                 raise Unsupported(f"{self.name} engine: layer {t} has a row whose largest logit lies "
@@ -239,5 +239,5 @@ class BiasFFT(Engine):
             if progress is not None:
                 progress(done, t_total)
         top_p = float(np.max(v))
-        resolution = bound / top_p if top_p > 0 else math.inf
+        resolution = float(bound) / top_p if top_p > 0 else math.inf
         return linear_profile(v, mins, lasts, engine=self.name, path="fft", resolution=resolution)

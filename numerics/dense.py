@@ -51,7 +51,10 @@ class Dense(Engine):
         return 8 * 6 * num_tokens**2 + 8 * 8 * num_layers * num_heads
 
     def compute(self, stack: AlibiStack | BiasStack, num_tokens: int, *, dtype, progress=None) -> Profile:
-        p, diag = (bias_rollout if isinstance(stack, BiasStack) else rollout)(stack, num_tokens, dtype)
+        if isinstance(stack, BiasStack):
+            p, diag = bias_rollout(stack, num_tokens, dtype)
+        else:
+            p, diag = rollout(stack, num_tokens, dtype)
         p, diag = np.asarray(p, np.float64), np.asarray(diag, np.float64)
         return linear_profile(p[-1], diag.min(axis=1), diag[:, -1], engine=self.name, path="dense")
 

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 Progress = Callable[[int, int], None]  # (layers done, total layers)
 
@@ -173,7 +174,7 @@ def _x64(enabled: bool):
     return jax.enable_x64(True)
 
 
-def implausible(profile: Profile, dtype=np.float64) -> str | None:
+def implausible(profile: Profile, dtype: DTypeLike = np.float64) -> str | None:
     """Why ``profile`` cannot be a profile (non-finite or negative entries, log p > 0, mass
     far from 1), or None: a last guard that turns an engine failure on extreme input into
     a refusal (or, under ``auto``, a fallback) instead of a wrong answer."""

@@ -157,7 +157,7 @@ def _layer(v, lam, short, table, long, *, num_tokens, mask, length, buckets, lon
         shaped = [a.reshape(heads, group, 1) for a in long]
 
         def one_group(acc, params):
-            o, a = rec.apply_heads(LINEAR, vp, *params, num_tokens, mask, blk)
+            o, a = rec.apply_heads(LINEAR, vp, *params, num_tokens=num_tokens, mask=mask, block=blk)
             return (acc[0] + o, acc[1] + a), None
 
         (o, a), _ = jax.lax.scan(one_group, (jnp.zeros_like(vp), jnp.zeros_like(vp)), shaped)

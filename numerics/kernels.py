@@ -53,7 +53,7 @@ def alibi_kernels(stack: AlibiStack, num_tokens: int) -> jax.Array:
     """(T, N, N) head-averaged kernels of ``stack`` by masked softmax (T N^2 memory)."""
     slopes, diagonal = stack.scaled()
     return jax.lax.map(
-        lambda a: layer_kernel(*a, num_tokens, stack.mask),
+        lambda a: layer_kernel(*a, num_tokens=num_tokens, mask=stack.mask),
         (jnp.asarray(slopes), jnp.asarray(diagonal), jnp.asarray(stack.head_weights)),
     )
 
@@ -68,7 +68,7 @@ def bias_kernels(stack: BiasStack, num_tokens: int) -> jax.Array:
     index = np.asarray(stack.bias_index)
     layers = (jnp.asarray(past[index]), jnp.asarray(future[index]), jnp.asarray(stack.diagonal / tau),
               jnp.asarray(stack.sink / tau), jnp.asarray(stack.head_weights))
-    return jax.lax.map(lambda a: bias_layer_kernel(*a, num_tokens, stack.mask), layers)
+    return jax.lax.map(lambda a: bias_layer_kernel(*a, num_tokens=num_tokens, mask=stack.mask), layers)
 
 
 def layer_kernels(stack: AlibiStack | BiasStack, num_tokens: int) -> jax.Array:

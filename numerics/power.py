@@ -468,6 +468,7 @@ def block_product(stack: AlibiStack | BiasStack, num_tokens: int, causal: bool) 
             product *= 1.0 - lam
             product += moved
             del moved
+    assert product is not None  # a stack holds at least one layer (its build refuses none)
     return product, np.array(diagonals)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from posbias.numerics.masks import Causal, Full, Mask, is_lower_triangular
 
@@ -64,7 +65,8 @@ class AlibiStack:
         return int(np.shape(self.slopes)[1])
 
     @staticmethod
-    def build(lambdas, slopes, diagonal=0.0, head_weights=None, temperature=1.0, mask=None) -> AlibiStack:
+    def build(lambdas: ArrayLike, slopes: ArrayLike, diagonal: ArrayLike = 0.0, head_weights: ArrayLike | None = None,
+              temperature: float = 1.0, mask: Mask | None = None) -> AlibiStack:
         """Validate, broadcast inputs to (T, H) and normalise head weights.
 
         ``slopes``, ``diagonal`` and ``head_weights`` may be scalars, (H,) vectors

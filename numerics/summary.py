@@ -102,7 +102,7 @@ class Summary:
             if f.name == "provenance":
                 out.update({k: list(v) if isinstance(v, tuple) else v for k, v in value})
                 continue
-            if dataclasses.is_dataclass(value):
+            if dataclasses.is_dataclass(value) and not isinstance(value, type):  # an instance (never a class)
                 value = dataclasses.asdict(value)
             elif isinstance(value, tuple):
                 value = list(value)
@@ -225,7 +225,7 @@ def _graded(logp, n, argmin, log_p_min, log_first, log_last) -> dict:
     log_ratio, lost = log_middle_measures(logp)
     if log_ratio is not None and not np.isfinite(log_ratio):  # every middle entry lost to underflow
         log_ratio = lost = None
-    out = {"lost_in_middle": lost}
+    out: dict[str, float | bool | None] = {"lost_in_middle": lost}
     if log_ratio is not None:
         out["log_middle_mass_ratio"] = log_ratio
         out["middle_mass_ratio"] = float(np.exp(log_ratio))
