@@ -422,7 +422,8 @@ def toeplitz(m, chunk: int, lo, hi, *, shift: int = 0, forward: bool = False):
     off = jnp.arange(chunk)
     n = shift + ((off[None, :] - off[:, None]) if forward else (off[:, None] - off[None, :]))
     inside = (n >= lo) & (n <= hi)
-    return jnp.where(inside[None], jnp.exp(-m[:, None, None] * jnp.where(inside, n - 1, 0)[None]), 0.0)
+    powers = jnp.where(inside, n - 1, 0).astype(m.dtype)  # integers, exact in float
+    return jnp.where(inside[None], jnp.exp(-m[:, None, None] * powers[None]), 0.0)
 
 
 def _fused(u, blocks):
@@ -453,7 +454,7 @@ def past_tails(u, m, plan: Chunking):
     """sum_h sum_{i > j, i - j <= L} r_h^{i-j-1} u'_{h,i} for u' = r u (nc, G, C), slopes m (G,): (nc, C)."""
     c = plan.chunk
     window = plan.mask.past_window
-    off = jnp.arange(c)
+    off = jnp.arange(c, dtype=m.dtype)  # offsets in chunk, exact in float
     if plan.band and window is not None:  # L <= C (band: a window): this chunk and the next, no carries
         if window <= 1:
             return jnp.zeros(u.shape[::2], u.dtype)
@@ -479,7 +480,7 @@ def future_heads(u, m, plan: Chunking):
     """[j < K] sum_h sum_{i < j} r_h^{j-i-1} u'_{h,i} (u' = r u) over the first ceil(K / C) chunks: (kc, C)."""
     c, kc = plan.chunk, plan.forward_chunks
     uf = u[:kc]
-    off = jnp.arange(c)
+    off = jnp.arange(c, dtype=m.dtype)  # offsets in chunk, exact in float
     e = jnp.sum(uf * jnp.exp(-m[:, None] * (c - 1 - off)), axis=-1)  # chunk-end sums (kc, G)
     e_prev = _previous_chunk(chunk_carries(e, m, c, forward=True))
     out = _fused(uf, toeplitz(m, c, 1, c, forward=True)) + jnp.dot(

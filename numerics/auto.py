@@ -71,6 +71,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -81,6 +82,9 @@ from posbias.numerics.periodic import EXPAND_MAX_LAYERS, PeriodicStack
 from posbias.numerics.stack import AlibiStack, KernelStack
 from posbias.numerics.structured import Structured
 from posbias.numerics.summary import exact_zeros
+
+if TYPE_CHECKING:
+    from posbias.numerics.boundary import Stack
 
 
 @dataclass(frozen=True)
@@ -153,7 +157,7 @@ class Auto(Engine):
         tri = 1 / 3 if stack.causal(num_tokens) else 1.0
         return self.power_seconds_per_flop * n**3 * (build + tri * steps)
 
-    def profile(self, stack, num_tokens: int, *, dtype=np.float64, progress=None) -> Profile:
+    def profile(self, stack: Stack, num_tokens: int, *, dtype=np.float64, progress=None) -> Profile:
         """As ``Engine.profile``; a ``PeriodicStack`` takes the route of ``periodic_profile``."""
         if isinstance(stack, PeriodicStack):
             return self.periodic_profile(stack, int(num_tokens), dtype=dtype, progress=progress)
@@ -205,7 +209,7 @@ class Auto(Engine):
                                    last_self_weight=stack.compress(result.last_self_weight),
                                    notes=tuple(notes) + result.notes)
 
-    def supports(self, stack, num_tokens: int) -> str | None:
+    def supports(self, stack: Stack, num_tokens: int) -> str | None:
         if isinstance(stack, KernelStack):
             from posbias.numerics.measured import Measured
 
@@ -214,14 +218,14 @@ class Auto(Engine):
             return None
         return f"expected an AlibiStack, BiasStack or KernelStack, got {type(stack).__name__}"
 
-    def needs_jax(self, stack, dtype) -> bool:
+    def needs_jax(self, stack: Stack, dtype) -> bool:
         return False  # each engine it runs scopes its own JAX use
 
     def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:
         """What its first route needs (the engines it falls back to check their own)."""
         return Structured().memory_bytes(num_layers, num_heads, num_tokens)
 
-    def candidates(self, stack, num_tokens: int, dtype):
+    def candidates(self, stack: Stack, num_tokens: int, dtype):
         """The engines to try, in order, that say they support this stack (imported lazily, so
         the native CPU route never imports JAX)."""
         if isinstance(stack, KernelStack):
@@ -263,7 +267,7 @@ class Auto(Engine):
             if engine.supports(stack, num_tokens) is None:
                 yield engine
 
-    def extended_route(self, stack, num_tokens: int, dtype, *, native_ok: bool = True) -> Engine | None:
+    def extended_route(self, stack: Stack, num_tokens: int, dtype, *, native_ok: bool = True) -> Engine | None:
         """An exact engine that keeps entries below 1e-308 (or None if none fits)."""
         if isinstance(stack, KernelStack):
             return None
@@ -302,7 +306,7 @@ class Auto(Engine):
         """The note recording which engine and path produced ``result``."""
         return f"auto: {result.engine} ({result.path})"
 
-    def compute(self, stack, num_tokens: int, *, dtype, progress=None) -> Profile:
+    def compute(self, stack: Stack, num_tokens: int, *, dtype, progress=None) -> Profile:
         alibi = stack.as_alibi(num_tokens) if isinstance(stack, BiasStack) else None
         if alibi is not None:
             result = self.compute(alibi, num_tokens, dtype=dtype, progress=progress)
@@ -336,7 +340,7 @@ class Auto(Engine):
             result = Structured().profile(stack, num_tokens, dtype=dtype, progress=progress)
             notes.append(self.route_note(result))
             lost = int((result.unresolved() & ~structural).sum())
-        if lost and result.engine == "bias-fft":
+        if lost and result.engine == "bias-fft" and isinstance(stack, BiasStack):  # bias-fft: BiasStacks only
             exact = self.bias_seconds(stack, num_tokens)
             if exact > self.bias_retry_seconds:
                 notes.append(f"auto: {lost} entries below the FFT's resolution, not re-run (the exact bias engine "

@@ -29,12 +29,15 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from posbias.numerics.engine import Engine, Profile, Progress
 from posbias.numerics.stack import AlibiStack
+
+if TYPE_CHECKING:
+    from posbias.numerics.boundary import EngineName
 
 
 def shape_key(stack: AlibiStack) -> tuple:
@@ -42,7 +45,7 @@ def shape_key(stack: AlibiStack) -> tuple:
     return stack.num_layers, stack.num_heads, stack.mask
 
 
-def profiles(stacks: Sequence[AlibiStack], num_tokens: int, *, engine: str | Engine = "auto", dtype=np.float64,
+def profiles(stacks: Sequence[AlibiStack], num_tokens: int, *, engine: EngineName | Engine = "auto", dtype=np.float64,
              progress: Progress | None = None, workers: int | None = None, devices=None) -> list[Profile]:
     """Profiles of ``stacks`` (all of one shape, see ``shape_key``) over ``num_tokens`` tokens.
 

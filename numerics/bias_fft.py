@@ -64,11 +64,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from posbias.numerics.bias_stack import BiasStack
 from posbias.numerics.engine import Engine, Profile, Unsupported, linear_profile
+
+if TYPE_CHECKING:
+    from posbias.numerics.boundary import Stack
 
 MAX_DEFICIT = 600.0  # nats, as the exact bias engine (numerics/_bias_scan.py)
 MAX_BOUND = 1e-6  # the largest absolute error bound B (module docstring) a profile is returned with
@@ -166,14 +170,14 @@ class BiasFFT(Engine):
 
     name = "bias-fft"
 
-    def supports(self, stack, num_tokens: int) -> str | None:
+    def supports(self, stack: Stack, num_tokens: int) -> str | None:
         if not isinstance(stack, BiasStack):
             return f"expected a relative-bias stack (BiasStack), got {type(stack).__name__}"
         if stack.mask.reads_future:
             return f"handles causal and sliding-window masks only (mask {stack.mask.name} reads later tokens)"
         return None
 
-    def needs_jax(self, stack, dtype) -> bool:
+    def needs_jax(self, stack: Stack, dtype) -> bool:
         return False
 
     def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:

@@ -26,9 +26,15 @@ import contextlib
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import DTypeLike
+
+from posbias.numerics.arrays import PerLayer, Vector
+
+if TYPE_CHECKING:  # the stack types import nothing of the engines, but engines need not load them
+    from posbias.numerics.boundary import Stack
 
 Progress = Callable[[int, int], None]  # (layers done, total layers)
 
@@ -75,10 +81,10 @@ class Profile:
     notes:             what a wrapper engine decided (fallbacks), one line each
     """
 
-    probabilities: np.ndarray
-    log_probabilities: np.ndarray
-    min_self_weight: np.ndarray
-    last_self_weight: np.ndarray
+    probabilities: Vector
+    log_probabilities: Vector
+    min_self_weight: PerLayer
+    last_self_weight: PerLayer
     engine: str
     path: str
     resolution: float = 0.0
@@ -126,7 +132,7 @@ class Engine(abc.ABC):
 
     name: str = "engine"
 
-    def supports(self, stack, num_tokens: int) -> str | None:
+    def supports(self, stack: Stack, num_tokens: int) -> str | None:
         """None if this engine computes the profile exactly, else the reason it cannot."""
         return None
 
@@ -135,14 +141,15 @@ class Engine(abc.ABC):
         return 64 * num_tokens + 64 * num_layers * num_heads
 
     @abc.abstractmethod
-    def compute(self, stack, num_tokens: int, *, dtype, progress: Progress | None) -> Profile:
+    def compute(self, stack: Stack, num_tokens: int, *, dtype: np.dtype, progress: Progress | None) -> Profile:
         """The profile; called by ``profile`` after ``supports`` said yes, inside float64 scope."""
 
-    def needs_jax(self, stack, dtype) -> bool:
+    def needs_jax(self, stack: Stack, dtype: np.dtype) -> bool:
         """Whether ``compute`` runs JAX for this stack (then it runs under ``jax.enable_x64``)."""
         return True
 
-    def profile(self, stack, num_tokens: int, *, dtype=np.float64, progress: Progress | None = None) -> Profile:
+    def profile(self, stack: Stack, num_tokens: int, *, dtype: DTypeLike = np.float64,
+                progress: Progress | None = None) -> Profile:
         """Check ``supports`` (raise ``Unsupported``), then compute in float64 scope."""
         if int(num_tokens) < 1:
             raise Unsupported(f"{self.name} engine: num_tokens must be >= 1, got {num_tokens}")

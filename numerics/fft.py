@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +43,9 @@ from posbias.numerics.engine import Engine, Profile, linear_profile
 from posbias.numerics.masks import Mask
 from posbias.numerics.semiring import LINEAR
 from posbias.numerics.stack import AlibiStack, register_pytrees
+
+if TYPE_CHECKING:
+    from posbias.numerics.boundary import Stack
 
 register_pytrees()
 
@@ -59,7 +63,7 @@ class FFT(Engine):
 
     name = "fft"
 
-    def supports(self, stack, num_tokens: int) -> str | None:
+    def supports(self, stack: Stack, num_tokens: int) -> str | None:
         if not isinstance(stack, AlibiStack):
             return f"expected an ALiBi + content stack, got {type(stack).__name__}"
         if stack.mask.reads_future:

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from posbias.numerics.arrays import JaxKernels
 from posbias.numerics.bias_stack import BiasStack
 from posbias.numerics.engine import float64
 from posbias.numerics.masks import allowed
@@ -49,7 +50,7 @@ def layer_kernel(slopes_t, diagonal_t, weights_t, num_tokens: int, mask) -> jax.
 
 
 @float64
-def alibi_kernels(stack: AlibiStack, num_tokens: int) -> jax.Array:
+def alibi_kernels(stack: AlibiStack, num_tokens: int) -> JaxKernels:
     """(T, N, N) head-averaged kernels of ``stack`` by masked softmax (T N^2 memory)."""
     slopes, diagonal = stack.scaled()
     return jax.lax.map(
@@ -59,7 +60,7 @@ def alibi_kernels(stack: AlibiStack, num_tokens: int) -> jax.Array:
 
 
 @float64
-def bias_kernels(stack: BiasStack, num_tokens: int) -> jax.Array:
+def bias_kernels(stack: BiasStack, num_tokens: int) -> JaxKernels:
     """(T, N, N) head-averaged kernels of a relative-bias stack (C7) by masked softmax of its N x N
     logits (``bias_layer_kernel``; T N^2 memory). Bias values are checked at this N
     (``BiasStack.tables``: ``StackError`` for values that are not finite or overflow after tau)."""
@@ -71,7 +72,7 @@ def bias_kernels(stack: BiasStack, num_tokens: int) -> jax.Array:
     return jax.lax.map(lambda a: bias_layer_kernel(*a, num_tokens=num_tokens, mask=stack.mask), layers)
 
 
-def layer_kernels(stack: AlibiStack | BiasStack, num_tokens: int) -> jax.Array:
+def layer_kernels(stack: AlibiStack | BiasStack, num_tokens: int) -> JaxKernels:
     """(T, N, N) kernels A^(t) of an ALiBi + content stack (``alibi_kernels``) or a relative-bias stack
     (``bias_kernels``): the kernel-forming function for each stack type."""
     if isinstance(stack, BiasStack):

@@ -92,6 +92,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -100,6 +101,9 @@ from posbias.numerics.bias_stack import BiasStack
 from posbias.numerics.engine import Engine, Profile
 from posbias.numerics.periodic import PeriodicStack, detect, layer_range
 from posbias.numerics.stack import AlibiStack
+
+if TYPE_CHECKING:
+    from posbias.numerics.boundary import Stack
 
 MAX_TOKENS = 8192  # three 8192^2 float64 arrays while squaring: 1.5 GiB, more while B is built
 TINY = float(np.finfo(np.float64).tiny)  # 2^-1022: below it a float64 entry has no relative accuracy
@@ -481,7 +485,7 @@ class Power(Engine):
     max_tokens: int = MAX_TOKENS
     threads: int | None = None  # None: POSBIAS_BLAS_THREADS, else the cores this process may use
 
-    def supports(self, stack, num_tokens: int) -> str | None:
+    def supports(self, stack: Stack, num_tokens: int) -> str | None:
         if not isinstance(stack, (PeriodicStack, AlibiStack)):
             return f"expected a PeriodicStack or an ALiBi + content stack, got {type(stack).__name__}"
         if num_tokens > self.max_tokens:
@@ -489,7 +493,7 @@ class Power(Engine):
                     f"{self.max_tokens} tokens)")
         return None
 
-    def needs_jax(self, stack, dtype) -> bool:
+    def needs_jax(self, stack: Stack, dtype) -> bool:
         return True  # the block is built by the dense engine's kernels
 
     def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:
@@ -499,7 +503,7 @@ class Power(Engine):
         panels = 2 * PANEL * num_tokens * blas_threads(self.threads)
         return 8 * (5 * num_tokens**2 + panels) + 64 * num_tokens + 64 * num_heads
 
-    def compute(self, stack, num_tokens: int, *, dtype, progress=None) -> Profile:
+    def compute(self, stack: Stack, num_tokens: int, *, dtype, progress=None) -> Profile:
         threads = blas_threads(self.threads)
         with _blas_limit(threads):
             return self._compute(stack, num_tokens, threads, progress)

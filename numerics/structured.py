@@ -41,12 +41,16 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from posbias.numerics import native
 from posbias.numerics.engine import Engine, Profile, Unsupported, linear_profile, log_profile
 from posbias.numerics.stack import AlibiStack
+
+if TYPE_CHECKING:
+    from posbias.numerics.boundary import RingName, Stack, XlaScan
 
 RINGS = ("linear", "log")  # the number systems of numerics/semiring.py
 XLA_SCANS = ("chunked", "blocked")  # formulations of the XLA path in linear arithmetic
@@ -107,19 +111,19 @@ class Structured(Engine):
     or "blocked" (the earlier sequential formulation, for comparison);
     chunk: chunked XLA path, the chunk length C (None: the rule of ``_recurrence.chunk_size``)."""
 
-    ring: str = "linear"
+    ring: RingName = "linear"
     native: bool = True
     extended: bool = False
     group_budget: int = 1 << 27
     threads: int | None = None
-    xla_scan: str = "chunked"
+    xla_scan: XlaScan = "chunked"
     chunk: int | None = None
 
     @property
     def name(self) -> str:
         return "structured" if self.ring == "linear" else "log"
 
-    def supports(self, stack, num_tokens: int) -> str | None:
+    def supports(self, stack: Stack, num_tokens: int) -> str | None:
         if not isinstance(stack, AlibiStack):
             return f"expected an ALiBi + content stack, got {type(stack).__name__}"
         if self.ring not in RINGS:
@@ -166,7 +170,7 @@ class Structured(Engine):
         return (self.native and self.ring == "linear" and np.dtype(dtype) == np.float64
                 and cpu_backend() and native.available())
 
-    def needs_jax(self, stack, dtype) -> bool:
+    def needs_jax(self, stack: AlibiStack, dtype) -> bool:  # after supports: an AlibiStack
         return not (self.uses_native(dtype) and native_refuses(stack) is None)
 
     def compute(self, stack: AlibiStack, num_tokens: int, *, dtype, progress=None) -> Profile:

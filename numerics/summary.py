@@ -12,12 +12,15 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from posbias.numerics.engine import UNDERFLOW, Profile
 from posbias.numerics.shape import log_middle_measures, u_shape
+
+if TYPE_CHECKING:
+    from posbias.numerics.boundary import Precision
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ class Summary:
     mass_defect: float
     engine: str
     path: str
-    precision: str = "float64"
+    precision: Precision = "float64"
     unresolved: int = 0
     argmin_relative: float | None = None
     log_dip_depth: float | None = None
@@ -155,7 +158,7 @@ def exact_zeros(stack, num_tokens: int) -> np.ndarray:
     return zeros
 
 
-def summarize(profile: Profile, stack, *, precision: str = "float64") -> Summary:
+def summarize(profile: Profile, stack, *, precision: Precision = "float64") -> Summary:
     """The Summary of ``profile`` computed for ``stack`` (an AlibiStack or KernelStack).
 
     Entries that are exactly 0 by the mask's reach (``exact_zeros``: a sliding window deeper
@@ -237,7 +240,7 @@ def _graded(logp, n, argmin, log_p_min, log_first, log_last) -> dict:
         out["dip_depth"] = float(np.exp(depth)) if depth < 700 else None
     return out
 
-def summarize_columns(profiles, stacks, *, precision: str = "float64") -> dict[str, list]:
+def summarize_columns(profiles, stacks, *, precision: Precision = "float64") -> dict[str, list]:
     """``summarize(p, s).to_dict()`` for every (profile, stack) pair, as columns: key -> list over
     the batch (the same keys, in the same order, and the same values).
 
@@ -283,7 +286,7 @@ def _vectorisable(profiles, stacks) -> list[int]:
             or not exact_zeros(stacks[i], n).any()]
 
 
-def _vector_columns(profiles, stacks, precision: str, count: int, rows: list[int]) -> dict[str, list]:
+def _vector_columns(profiles, stacks, precision: Precision, count: int, rows: list[int]) -> dict[str, list]:
     """The columns of ``summarize_columns`` for the vectorisable rows (placed at ``rows``)."""
     from posbias.numerics.shape import LOST_IN_MIDDLE_THRESHOLD, thirds
 
