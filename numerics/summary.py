@@ -81,7 +81,7 @@ class Summary:
     mass_defect: float
     engine: str
     path: str
-    precision: Precision = "float64"
+    precision: str = "float64"  # Precision; a str here: posbias.sweep.table reads these hints at run time
     unresolved: int = 0
     argmin_relative: float | None = None
     log_dip_depth: float | None = None
