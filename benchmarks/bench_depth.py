@@ -1,24 +1,25 @@
 """Benchmark: one time-invariant profile at great depth (issue 10, section 3). Run on demand,
 never as a test:
 
-    .venv/bin/python benchmarks/bench_depth.py [--layers 1000000] [--tokens 4096] [--heads 32]
+    .venv/bin/python benchmarks/bench_depth.py [--layers 1000000 1000000000] [--tokens 4096] [--heads 32]
                                                [--schedule constant:0.5] [--scan-layers 1000]
 
 Whole ``posbias rollout`` processes (wall time and the child's peak RSS from getrusage):
 
-1. ``--layers T`` with a constant schedule: a compact stack, the power engine alone
+1. each ``--layers T`` with a constant schedule: a compact stack, the power engine alone
    (``--engine power``: squarings of the N x N block product, numerics/power.py), and with
    ``--with-auto`` the default choice (auto re-runs the exact scan when power loses entries);
 2. the plain per-layer scan (``--engine structured``, native C kernel) at ``--scan-layers`` and
    ten times that, extrapolated linearly to T (the difference of the two runs is the per-layer
    cost, so process start-up and JIT are not multiplied).
 
-3. in the same run, the BLAS limit (issue 21): a plain NumPy product of two N x N float64 matrices
-   on the engine's thread count (numerics/power.py's ``blas_threads``: POSBIAS_BLAS_THREADS or the
-   cores this process may use), median of three, gives this machine's GEMM rate now; the power
+3. beside each power run, the BLAS limit (issue 21): a plain NumPy product of two N x N float64 matrices
+   on the engine's thread count (numerics/blas_threads.py's ``blas_threads``: POSBIAS_BLAS_THREADS or the
+   cores this process may use), median of three just before and just after the engine's process
+   (their mean), gives this machine's GEMM rate now; the power
    engine's multiply-adds are N^3 / 6 per squaring (triangular), so its BLAS limit is
    squarings N^3 / 3 / rate and the reported ratio is whole-process wall / that limit (start-up, JAX
-   and building B included: the strict reading). The load average is recorded before and after.
+   and building B included: the strict reading). The load average is recorded before and after each.
 
 Results go to ``--out`` (benchmarks/results-depth.json), written atomically. Timings are of this
 machine and of whatever else runs on it (shared by several engineers): read them as orders of
@@ -71,9 +72,27 @@ def run(args: list[str], out: Path) -> tuple[float, float, dict]:
     return result["wall"], result["rss"], json.loads(result["out"])
 
 
+def depth(layers: int, model: list[str], threads: int, tmp: Path) -> dict:
+    """The power engine alone at ``layers``, beside the GEMM rate measured just before and just after
+    it (their mean: both sides under the same load), and the ratio to the BLAS limit."""
+    tokens = int(model[model.index("--tokens") + 1])
+    load_before = os.getloadavg()
+    rate = gemm_rate(tokens, threads)
+    wall, rss, s = run(["--layers", str(layers), *model, "--engine", "power"], tmp / f"power-{layers}")
+    rate = (rate + gemm_rate(tokens, threads)) / 2
+    squarings = layers.bit_length() - 1
+    flops = squarings * tokens**3 / 3  # N^3 / 6 multiply-adds per triangular squaring
+    limit = flops / rate
+    return {"layers": layers, "load_average_before": load_before, "load_average_after": os.getloadavg(),
+            "gemm_flops_per_s": rate, "squarings": squarings, "power_flops": flops, "blas_limit_s": limit,
+            "power_process_s": wall, "power_peak_rss_mb": rss, "ratio_power_to_blas_limit": wall / limit,
+            "power_unresolved": s["unresolved"], "summary": s}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--layers", type=int, default=1_000_000)
+    ap.add_argument("--layers", type=int, nargs="+", default=[1_000_000, 1_000_000_000],
+                    help="depths for the power engine (each beside its own GEMM rate); the first also for auto")
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--schedule", default="constant:0.5")
@@ -83,20 +102,17 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     model = ["--heads", str(a.heads), "--tokens", str(a.tokens), "--schedule", a.schedule]
     from posbias.files import atomic_write
-    from posbias.numerics.power import blas_threads
+    from posbias.numerics.blas_threads import blas_threads
 
     rows = []
     threads = blas_threads()
-    load_before = os.getloadavg()
-    rate = gemm_rate(a.tokens, threads)
     with tempfile.TemporaryDirectory() as tmp:
-        wall, rss, s = run(["--layers", str(a.layers), *model, "--engine", "power"], Path(tmp) / "power")
-        rows.append((f"power engine alone, T = {a.layers}", wall, rss, s))
-        rate = (rate + gemm_rate(a.tokens, threads)) / 2  # before and after the engine: the same load
-        load_after = os.getloadavg()
+        depths = [depth(t, model, threads, Path(tmp)) for t in a.layers]
+        rows += [(f"power engine alone, T = {d['layers']}", d["power_process_s"], d["power_peak_rss_mb"], d["summary"])
+                 for d in depths]
         if a.with_auto:
-            wall, rss, s_auto = run(["--layers", str(a.layers), *model], Path(tmp) / "auto")
-            rows.append((f"auto (power, exact-scan retry if lost), T = {a.layers}", wall, rss, s_auto))
+            wall, rss, s_auto = run(["--layers", str(a.layers[0]), *model], Path(tmp) / "auto")
+            rows.append((f"auto (power, exact-scan retry if lost), T = {a.layers[0]}", wall, rss, s_auto))
     if a.scan_layers:
         with tempfile.TemporaryDirectory() as tmp:
             w1, r1, s1 = run(["--layers", str(a.scan_layers), *model, "--engine", "structured"], Path(tmp) / "s1")
@@ -104,31 +120,32 @@ def main(argv=None) -> int:
             rows.append((f"plain scan, T = {a.scan_layers}", w1, r1, s1))
             rows.append((f"plain scan, T = {10 * a.scan_layers}", w2, r2, None))
             per_layer = (w2 - w1) / (9 * a.scan_layers)
-            rows.append((f"plain scan extrapolated to T = {a.layers}", w1 + per_layer * (a.layers - a.scan_layers),
-                         None, None))
+            for t in a.layers:
+                rows.append((f"plain scan extrapolated to T = {t}", w1 + per_layer * (t - a.scan_layers), None, None))
     print(f"H = {a.heads}, N = {a.tokens}, {a.schedule}, causal, paper slopes (BLOOM's for H = 32); "
           f"{os.cpu_count()} CPU cores, shared machine")
     print(f"{'route':<44} {'wall s':>10} {'peak RSS MiB':>13}  engine [path], unresolved")
     for name, wall, rss, s in rows:
         extra = f"  {s['engine']} [{s['path']}], {s['unresolved']}" if s else ""
         print(f"{name:<44} {wall:>10.1f} {('-' if rss is None else f'{rss:.0f}'):>13}{extra}")
-    power = rows[0][3]
-    squarings = a.layers.bit_length() - 1
-    flops = squarings * a.tokens**3 / 3  # N^3 / 6 multiply-adds per triangular squaring
-    limit = flops / rate
-    print(f"BLAS limit: {squarings} squarings, {flops:.3g} FLOP at {rate / 1e9:.1f} GFLOP/s (NumPy {a.tokens} x "
-          f"{a.tokens} product, {threads} BLAS thread{'s' if threads > 1 else ''}) = {limit:.1f} s; power engine "
-          f"whole process / BLAS limit = {rows[0][1] / limit:.2f}; load average (1 min) {load_before[0]:.1f} "
-          f"before, {load_after[0]:.1f} after, {os.cpu_count()} cores")
-    print("power notes:", *power["notes"], sep="\n  ")
-    print(f"p(0) = {power['p_first']}, log p(N-1) = {power['log_p_last']}, argmin = {power['argmin']}, "
-          f"sum lambda = {power['sum_lambda']}, last-token atom = {power['last_token_atom']}")
+    for d in depths:
+        power = d["summary"]
+        print(f"T = {d['layers']}: BLAS limit {d['squarings']} squarings, {d['power_flops']:.3g} FLOP at "
+              f"{d['gemm_flops_per_s'] / 1e9:.1f} GFLOP/s (NumPy {a.tokens} x {a.tokens} product, {threads} BLAS "
+              f"thread{'s' if threads > 1 else ''}) = {d['blas_limit_s']:.1f} s; power engine whole process "
+              f"{d['power_process_s']:.1f} s / BLAS limit = {d['ratio_power_to_blas_limit']:.2f}; load average "
+              f"(1 min) {d['load_average_before'][0]:.1f} before, {d['load_average_after'][0]:.1f} after, "
+              f"{os.cpu_count()} cores")
+        print("  power notes:", *power["notes"], sep="\n    ")
+        print(f"  p(0) = {power['p_first']}, log p(N-1) = {power['log_p_last']}, argmin = {power['argmin']}, "
+              f"sum lambda = {power['sum_lambda']}, last-token atom = {power['last_token_atom']}")
+    first = depths[0]
+    keys = ("load_average_before", "load_average_after", "layers", "gemm_flops_per_s", "power_flops", "blas_limit_s",
+            "power_process_s", "power_peak_rss_mb", "ratio_power_to_blas_limit", "power_unresolved")
     result = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": f"{os.cpu_count()} CPU cores",
-              "load_average_before": load_before, "load_average_after": load_after, "tokens": a.tokens,
-              "layers": a.layers, "heads": a.heads, "schedule": a.schedule, "blas_threads": threads,
-              "gemm_flops_per_s": rate, "power_flops": flops, "blas_limit_s": limit,
-              "power_process_s": rows[0][1], "power_peak_rss_mb": rows[0][2],
-              "ratio_power_to_blas_limit": rows[0][1] / limit, "power_unresolved": power["unresolved"],
+              "tokens": a.tokens, "heads": a.heads, "schedule": a.schedule, "blas_threads": threads,
+              **{k: first[k] for k in keys},
+              "depths": [{k: d[k] for k in keys} for d in depths],
               "routes": [{"route": name, "wall_s": wall, "peak_rss_mb": rss} for name, wall, rss, _ in rows]}
     atomic_write(a.out, lambda f: f.write(json.dumps(result, indent=2) + "\n"), binary=False)
     print(f"wrote {a.out}")

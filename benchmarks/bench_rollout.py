@@ -37,7 +37,7 @@ CHILD = """
 import json, resource, sys, time
 import numpy as np
 from posbias.config import load
-from posbias.run import run_stack
+from posbias.rollout import run_stack
 loaded = load(sys.argv[1], tokens=int(sys.argv[2]))
 engine = sys.argv[3]
 t0 = time.perf_counter(); first = run_stack(loaded.stack, loaded.num_tokens, engine=engine); t1 = time.perf_counter()
@@ -80,7 +80,7 @@ def main() -> int:
     sys.path.insert(0, str(REPO))
     from benchmarks.dense_baseline import dense_profile
     from posbias.config import load
-    from posbias.run import run_stack
+    from posbias.rollout import run_stack
 
     sizes = [int(s) for s in args.sizes.split(",")]
     results: dict = {"config": str(args.config), "machine": f"{os.cpu_count()} CPU cores",

@@ -56,7 +56,7 @@ engine = sys.argv[2]
 def once():
     if hasattr(loaded, "run"):
         return loaded.run(engine)
-    from posbias.run import run_stack
+    from posbias.rollout import run_stack
     return run_stack(loaded.stack, loaded.num_tokens, engine=engine)
 a = time.perf_counter(); once(); b = time.perf_counter(); once()
 c = time.perf_counter(); once(); d = time.perf_counter()
@@ -87,7 +87,7 @@ def wrap(module, attr, label):
     setattr(owner, name, timed)
 
 for module in ("numpy", "jax", "jax.numpy", "pydantic", "matplotlib.figure", "matplotlib.backends.backend_agg",
-               "posbias.cli", "posbias.config", "posbias.model", "posbias.run", "posbias.output", "posbias.files"):
+               "posbias.cli", "posbias.config", "posbias.model", "posbias.rollout", "posbias.output", "posbias.files"):
     try:
         importlib.import_module(module)
     except ImportError:

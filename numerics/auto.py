@@ -69,14 +69,15 @@ layer: an upper estimate (T = 10^6, N = 4096, H = 32: 2620 s, no retry; the plai
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from posbias.numerics.bias_stack import BiasStack
-from posbias.numerics.engine import Engine, Profile, Unsupported
+from posbias.numerics.engine import Engine, Profile, Progress, Unsupported
 from posbias.numerics.native import HEAD_GROUP, NativeError
 from posbias.numerics.periodic import EXPAND_MAX_LAYERS, PeriodicStack
 from posbias.numerics.stack import AlibiStack, KernelStack
@@ -157,7 +158,8 @@ class Auto(Engine):
         tri = 1 / 3 if stack.causal(num_tokens) else 1.0
         return self.power_seconds_per_flop * n**3 * (build + tri * steps)
 
-    def profile(self, stack: Stack, num_tokens: int, *, dtype=np.float64, progress=None) -> Profile:
+    def profile(self, stack: Stack, num_tokens: int, *, dtype: DTypeLike = np.float64,
+                progress: Progress | None = None) -> Profile:
         """As ``Engine.profile``; a ``PeriodicStack`` takes the route of ``periodic_profile``."""
         if isinstance(stack, PeriodicStack):
             return self.periodic_profile(stack, int(num_tokens), dtype=dtype, progress=progress)
@@ -209,7 +211,31 @@ class Auto(Engine):
                                    last_self_weight=stack.compress(result.last_self_weight),
                                    notes=tuple(notes) + result.notes)
 
-    def supports(self, stack: Stack, num_tokens: int) -> str | None:
+    def batched(self, stacks: Sequence, num_tokens: int, *, dtype: DTypeLike = np.float64, workers: int | None = None,
+                devices=None) -> list[Profile | None]:
+        """A batch of ALiBi stacks goes to the batch route of the engine ``compute`` would try first
+        (``alibi_order``); a stack it computes with every entry resolved is done (with the note
+        ``compute`` records), every other one is left to ``profile`` (this engine's fallbacks).
+        Other stacks (relative-bias, periodic, measured) have no batch route here."""
+        from posbias.numerics.batch import AlibiBatch
+        from posbias.numerics.engine import unresolved_rows
+
+        batch = AlibiBatch.of(stacks)
+        if batch is None:
+            return [None] * len(stacks)
+        first = next(self.alibi_order(num_tokens, dtype))
+        out = first.batched(batch, num_tokens, dtype=dtype, workers=workers, devices=devices)
+        done = [(i, r) for i, r in enumerate(out) if r is not None]
+        if not done:
+            return out
+        lost = np.asarray(unresolved_rows(np.stack([r.probabilities for _, r in done]),
+                                          np.stack([r.log_probabilities for _, r in done]),
+                                          np.array([r.resolution for _, r in done])).any(axis=1), dtype=bool)
+        for (i, result), dropped in zip(done, lost.tolist()):
+            out[i] = None if dropped else dataclasses.replace(result, notes=(self.route_note(result),))
+        return out
+
+    def supports(self, stack, num_tokens: int) -> str | None:
         if isinstance(stack, KernelStack):
             from posbias.numerics.measured import Measured
 
@@ -246,26 +272,26 @@ class Auto(Engine):
             yield from (e for e in order if e.supports(stack, num_tokens) is None)
             return
 
-        def fft():
-            from posbias.numerics.fft import FFT
-
-            return FFT()
-
-        def dense():
-            from posbias.numerics.dense import Dense
-
-            return Dense()
-
-        makers: list[Callable[[], Engine]] = []
-        if Structured().uses_native(dtype):
-            makers.append(lambda: Structured(extended=True))
-        elif num_tokens >= self.fft_from_tokens:
-            makers.append(fft)
-        makers += [lambda: Structured(native=False), lambda: Structured(ring="log"), dense]
-        for make in makers:
-            engine = make()
+        for engine in self.alibi_order(num_tokens, dtype):
             if engine.supports(stack, num_tokens) is None:
                 yield engine
+
+    def alibi_order(self, num_tokens: int, dtype):
+        """The engines tried, in order, for an ALiBi stack (before each says whether it supports it):
+        the native extended-range engine on the CPU, else the FFT engine at N >= ``fft_from_tokens``;
+        then the structured XLA path, the log ring, dense. A generator: an engine's module (JAX for
+        the FFT and dense ones) is imported only when it is reached, so the native route never imports JAX."""
+        if Structured().uses_native(dtype):
+            yield Structured(extended=True)
+        elif num_tokens >= self.fft_from_tokens:
+            from posbias.numerics.fft import FFT
+
+            yield FFT()
+        yield Structured(native=False)
+        yield Structured(ring="log")
+        from posbias.numerics.dense import Dense
+
+        yield Dense()
 
     def extended_route(self, stack: Stack, num_tokens: int, dtype, *, native_ok: bool = True) -> Engine | None:
         """An exact engine that keeps entries below 1e-308 (or None if none fits)."""

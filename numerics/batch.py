@@ -3,37 +3,39 @@
 ``profiles(stacks, num_tokens)`` returns, in order, the ``Profile`` that
 ``posbias.numerics.profile`` gives for each stack (the same engine choice, the same
 numbers): p = e_{N-1}^T R^(T-1) ... R^(0) per stack (THEORY.md, Notation). It is the
-engine of ``posbias sweep`` and of property-based runs.
+engine of ``posbias sweep`` and of property-based runs. It is a thin call to the engine's
+``Engine.profiles``: the engine's batch route (``Engine.batched``), then the single-profile
+call for every stack that route left (so ``auto``'s fallbacks apply unchanged):
 
-Routes:
+* the structured engine on the CPU with the native kernel (what ``auto`` picks there): the
+  whole batch in one C call (``numerics.native.profile_batch``: worker threads take the
+  stacks in turn, one thread per stack; no Python runs per stack), the capability checks
+  vectorised over the batch. ``auto``'s extended-range engine runs the kernel's guarded linear
+  mode there: a stack whose entries all stay >= 2^-900 is done (the single-profile result to
+  the bit, which starts the same way); a stack the guard stops is left to the single-profile
+  call (linear, then block floating point from where it was needed);
+* its XLA path (accelerators, or no C compiler; what ``auto`` picks there below its FFT
+  threshold): one jit(vmap) call for the batch, sharded over ``devices`` when more than one
+  is given; equal to single-profile results to ~1e-16;
+* every other engine has no batch route: one single-profile call per stack.
 
-* CPU with the native kernel (what ``auto`` picks there): the whole batch goes to the C
-  kernel in one call (``numerics.native.profile_batch``: worker threads take the stacks in
-  turn, one thread per stack, which beats splitting a small stack's heads; no Python runs
-  per stack), with the capability checks done once, vectorised over the batch. ``auto``'s
-  extended-range engine runs the kernel's guarded linear mode there: a stack whose entries
-  all stay >= 2^-900 is done (the single-profile result to the bit, which starts the same
-  way); a stack the guard stops is computed by the single-profile call (linear, then block
-  floating point from where it was needed).
-* The structured engine's XLA path (accelerators, or no C compiler; what ``auto`` picks
-  there below its FFT threshold): the whole batch in one jit-compiled call, the layer scan
-  vmapped over the stacks (``Structured.compute_batch``), the batch axis sharded over
-  ``devices`` when more than one is given. Equal to single-profile results to ~1e-16.
-* Other engines: the single-profile call per stack.
-  Every route gives a stack whose result has unresolved entries to the single-profile
-  call, so ``auto``'s fallbacks apply unchanged.
+``AlibiBatch`` holds B ALiBi stacks of one shape as (B, T) and (B, T, H) arrays; it is a
+sequence of ``AlibiStack`` (item b is stack b), so any engine takes it, and the batch
+routes read its arrays without per-stack objects (``posbias sweep`` builds it straight
+from the grid).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from posbias.numerics.engine import Engine, Profile, Progress
+from posbias.numerics.masks import Causal, Mask, is_lower_triangular
 from posbias.numerics.stack import AlibiStack
 
 if TYPE_CHECKING:
@@ -45,121 +47,90 @@ def shape_key(stack: AlibiStack) -> tuple:
     return stack.num_layers, stack.num_heads, stack.mask
 
 
-def profiles(stacks: Sequence[AlibiStack], num_tokens: int, *, engine: EngineName | Engine = "auto", dtype=np.float64,
+@dataclass(frozen=True)
+class AlibiBatch(Sequence):
+    """B ALiBi stacks of one shape: lambdas (B, T); slopes, diagonal, head_weights (B, T, H);
+    temperature (B,); one mask. Item b is the ``AlibiStack`` of row b (views of these arrays),
+    with the values an ``AlibiStack`` holds (already validated where they were built)."""
+
+    lambdas: np.ndarray
+    slopes: np.ndarray
+    diagonal: np.ndarray
+    head_weights: np.ndarray
+    temperature: np.ndarray
+    mask: Mask = field(default_factory=Causal)
+
+    @staticmethod
+    def of(stacks: Sequence) -> AlibiBatch | None:
+        """``stacks`` as an AlibiBatch (itself if it is one); None unless every item is a plain
+        ``AlibiStack`` of one shape (T, H, mask)."""
+        if isinstance(stacks, AlibiBatch):
+            return stacks
+        stacks = list(stacks)
+        if not stacks or not all(type(s) is AlibiStack for s in stacks) or len({shape_key(s) for s in stacks}) > 1:
+            return None
+        return AlibiBatch(np.stack([s.lambdas for s in stacks]), np.stack([s.slopes for s in stacks]),
+                          np.stack([s.diagonal for s in stacks]), np.stack([s.head_weights for s in stacks]),
+                          np.array([s.temperature for s in stacks], dtype=np.float64), stacks[0].mask)
+
+    def __len__(self) -> int:
+        return int(self.lambdas.shape[0])
+
+    def __getitem__(self, b: int | slice) -> AlibiStack | AlibiBatch:
+        if isinstance(b, slice):
+            return self.take(np.arange(len(self))[b])
+        return AlibiStack(self.lambdas[b], self.slopes[b], self.diagonal[b], self.head_weights[b],
+                          float(self.temperature[b]), self.mask)
+
+    def take(self, rows: Sequence[int] | np.ndarray) -> AlibiBatch:
+        """The batch of these rows (in this order)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        return AlibiBatch(self.lambdas[rows], self.slopes[rows], self.diagonal[rows], self.head_weights[rows],
+                          self.temperature[rows], self.mask)
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.lambdas.shape[1])
+
+    @property
+    def num_heads(self) -> int:
+        return int(self.slopes.shape[2])
+
+    @property
+    def mask_name(self) -> str:
+        return self.mask.name
+
+    def scaled(self) -> tuple[np.ndarray, np.ndarray]:
+        """(slopes / tau, diagonal / tau) of every stack, (B, T, H): elementwise, so each row is
+        that stack's ``AlibiStack.scaled()`` to the bit (where every tau is 1 the arrays themselves:
+        x / 1 = x exactly in IEEE arithmetic)."""
+        if np.all(self.temperature == 1.0):
+            return self.slopes, self.diagonal
+        tau = self.temperature[:, None, None]
+        return self.slopes / tau, self.diagonal / tau
+
+    def causal(self, num_tokens: int) -> bool:
+        """Whether every stack's kernels are lower triangular at this N (one mask for the batch)."""
+        return is_lower_triangular(self.mask, num_tokens)
+
+
+def profiles(stacks: Sequence[AlibiStack], num_tokens: int, *, engine: EngineName | Engine = "auto",
+             dtype: DTypeLike = np.float64,
              progress: Progress | None = None, workers: int | None = None, devices=None) -> list[Profile]:
-    """Profiles of ``stacks`` (all of one shape, see ``shape_key``) over ``num_tokens`` tokens.
+    """Profiles of ``stacks`` (all of one shape, see ``shape_key``; or an ``AlibiBatch``) over
+    ``num_tokens`` tokens.
 
     ``engine`` as in ``posbias.numerics.profile``; ``progress(done, total)`` counts stacks;
     ``workers``: threads for the native route (default: all cores); ``devices``: JAX devices
     the XLA route shards the batch over (default: JAX's default device).
     """
-    from posbias.numerics.engines import get, profile
+    from posbias.numerics.engines import get
 
-    stacks = list(stacks)
-    if not stacks:
+    if not isinstance(stacks, AlibiBatch):
+        stacks = list(stacks)
+        if len({shape_key(s) for s in stacks}) > 1:
+            raise ValueError("stacks: expected one shape (T, H, mask) per batch, got several")
+    if len(stacks) == 0:
         return []
-    if len({shape_key(s) for s in stacks}) > 1:
-        raise ValueError("stacks: expected one shape (T, H, mask) per batch, got several")
-    chosen = get(engine)
-    native = _native_route(chosen, stacks, int(num_tokens), dtype)
-    out: list[Profile | None] = [None] * len(stacks)
-    done = 0
-
-    def tick():
-        nonlocal done
-        done += 1
-        if progress is not None:
-            progress(done, len(stacks))
-
-    xla = None if native is not None else _xla_route(chosen, stacks, int(num_tokens), dtype)
-    if xla is not None:
-        route, note = xla
-        results = route.compute_batch(stacks, int(num_tokens), dtype=dtype, devices=devices)
-        for i, result in enumerate(results):
-            if not result.unresolved().any():
-                out[i] = dataclasses.replace(result, notes=(note(result),)) if note else result
-                tick()
-    if native is not None:
-        route, note = native
-        for i, result in _native_batch(route, stacks, int(num_tokens), workers, note):
-            out[i] = result
-            tick()
-    for i, stack in enumerate(stacks):
-        if out[i] is None:
-            out[i] = profile(stack, int(num_tokens), engine=chosen, dtype=dtype)
-            tick()
-    return cast(list[Profile], out)  # the loop above filled every slot left None
-
-
-def _native_batch(route, stacks, num_tokens: int, workers: int | None, note=None):
-    """(index, Profile) for the stacks the C kernel computes in one batch call, in the mode of
-    ``route`` (a native ``Structured``: linear, or guarded linear when it is the extended-range
-    engine), each what ``linear_profile`` makes of the kernel's row, with ``note(profile)`` as its
-    note when given. Stacks the kernel refuses (slopes m/tau > 700, a clipped diagonal that
-    matters: ``native_refuses``, vectorised), that the guard stops, or whose profile has an entry
-    ``Profile.unresolved`` would flag (in linear mode: an exact zero) are left out. The clipping
-    and logs run once on the (B, N) batch (elementwise, so the same values as row by row)."""
-    from posbias.numerics import native
-    from posbias.numerics.structured import LINEAR_MAX_SLOPE, NATIVE_CLIP_SAFE_SLOPE
-
-    if not all(type(s) is AlibiStack for s in stacks):
-        return []
-    tau = np.array([s.temperature for s in stacks], dtype=np.float64)[:, None, None]
-    slopes = np.stack([s.slopes for s in stacks]) / tau
-    diagonal = np.stack([s.diagonal for s in stacks]) / tau
-    fine = ~((slopes > LINEAR_MAX_SLOPE) | ((diagonal < -native.D_CLIP) & (slopes >= NATIVE_CLIP_SAFE_SLOPE)))
-    ok = np.flatnonzero(fine.reshape(len(stacks), -1).all(axis=1))
-    if ok.size == 0:
-        return []
-    mask = stacks[0].mask
-    res = native.profile_batch(
-        np.stack([stacks[i].lambdas for i in ok]), slopes[ok], diagonal[ok],
-        np.stack([stacks[i].head_weights for i in ok]), num_tokens=num_tokens, past_window=mask.past_window,
-        bidirectional_length=mask.bidirectional_length(num_tokens), guarded=route.extended,
-        threads=workers or os.cpu_count() or 1)
-    prob = np.maximum(res.probabilities, 0.0)
-    with np.errstate(divide="ignore"):
-        logp = np.log(prob)
-    keep = (res.codes == 0) & np.all(prob > 0, axis=1)  # a linear profile with a zero is unresolved there
-    out = []
-    notes: tuple[str, ...] | None = None
-    for k in np.flatnonzero(keep):
-        result = Profile(prob[k], logp[k], res.min_self_weight[k], res.last_self_weight[k], route.name, "native",
-                         notes=notes or ())
-        if note and notes is None:  # the note names the engine and path, the same for every row
-            notes = (note(result),)
-            result = dataclasses.replace(result, notes=notes)
-        out.append((int(ok[k]), result))
-    return out
-
-
-def _xla_route(engine: Engine, stacks, num_tokens: int, dtype):
-    """(the structured engine whose XLA path runs the whole batch in one call, the note ``auto``
-    would record) when this engine would take the structured XLA path first; None otherwise."""
-    from posbias.numerics.auto import Auto
-    from posbias.numerics.structured import Structured
-
-    if isinstance(engine, Auto):
-        first = next(engine.candidates(stacks[0], num_tokens, dtype), None)
-        if isinstance(first, Structured) and not first.uses_native(dtype) and not first.extended:
-            return first, Auto.route_note
-        return None
-    if isinstance(engine, Structured) and not engine.uses_native(dtype) and not engine.extended:
-        return engine, None
-    return None
-
-
-def _native_route(engine: Engine, stacks, num_tokens: int, dtype):
-    """(the C-kernel engine to run each stack on, the note ``auto`` would record) when this
-    engine would run the native kernel first; None otherwise."""
-    from posbias.numerics.auto import Auto
-    from posbias.numerics.structured import Structured
-
-    if isinstance(engine, Auto):
-        first = next(engine.candidates(stacks[0], num_tokens, dtype), None)
-        if isinstance(first, Structured) and first.uses_native(dtype):
-            return dataclasses.replace(first, threads=1), Auto.route_note
-        return None
-    if isinstance(engine, Structured) and engine.uses_native(dtype):
-        return dataclasses.replace(engine, threads=1), None
-    return None
+    return get(engine).profiles(stacks, int(num_tokens), dtype=dtype, progress=progress, workers=workers,
+                                devices=devices)

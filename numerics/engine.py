@@ -12,6 +12,12 @@ the last row of the rollout P: how much each input position feeds the last token
   (raising ``Unsupported`` with that line), runs the engine's ``compute`` with JAX's
   64-bit mode switched on for this call only (the caller's JAX state is left as it
   was), and returns a ``Profile`` recording which engine and which path ran.
+* ``profiles(stacks, num_tokens, ...)``: the profiles of a batch of stacks of one shape,
+  each what ``profile`` gives it. The base class has no batch route (``batched`` leaves
+  every stack to ``profile``, so it loops); an engine with one (the structured engine's
+  C kernel and XLA paths) overrides ``batched``, and ``Auto`` delegates a batch to the
+  engine it would run first. The checks of ``profile`` are written once
+  (``check``, ``implausible_rows``) and run by both routes.
 
 Engines are small frozen dataclasses (their fields are options such as the number
 system or whether the native CPU kernel may be used); ``posbias.numerics.engines``
@@ -24,7 +30,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -103,11 +109,19 @@ class Profile:
         """Boolean mask of entries whose value this profile does not determine to relative accuracy:
         below the float64 range (< 1e-280, when log p is not finite there) or below the
         engine's absolute resolution."""
-        p = self.probabilities
-        lost = ~np.isfinite(self.log_probabilities) | ((p < UNDERFLOW) & (not self.extended_range))
-        if self.resolution > 0:
-            lost |= p <= self.resolution * float(np.max(p))
-        return lost
+        return unresolved_rows(self.probabilities[None], self.log_probabilities[None],
+                               np.array([self.resolution]))[0]
+
+
+def unresolved_rows(probabilities: np.ndarray, log_probabilities: np.ndarray, resolution: np.ndarray) -> np.ndarray:
+    """``Profile.unresolved`` of B profiles at once: (B, N) p and log p, (B,) resolutions -> (B, N) bool."""
+    p, logp = probabilities, log_probabilities
+    finite = np.isfinite(logp)
+    lost = ~finite | ((p < UNDERFLOW) & ~finite.all(axis=1, keepdims=True))
+    coarse = resolution > 0
+    if coarse.any():
+        lost |= coarse[:, None] & (p <= resolution[:, None] * np.max(p, axis=1, keepdims=True))
+    return lost
 
 
 UNDERFLOW = 1e-280  # below this an ordinary float64 profile has lost relative accuracy
@@ -148,20 +162,32 @@ class Engine(abc.ABC):
         """Whether ``compute`` runs JAX for this stack (then it runs under ``jax.enable_x64``)."""
         return True
 
-    def profile(self, stack: Stack, num_tokens: int, *, dtype: DTypeLike = np.float64,
-                progress: Progress | None = None) -> Profile:
-        """Check ``supports`` (raise ``Unsupported``), then compute in float64 scope."""
+    def supported(self, stacks: Sequence, num_tokens: int) -> np.ndarray:
+        """(B,) bool: ``supports(stack, num_tokens) is None`` for each stack (engines with a batch
+        route answer it vectorised)."""
+        return np.array([self.supports(s, int(num_tokens)) is None for s in stacks], dtype=bool)
+
+    def check(self, stack, num_tokens: int, count: int = 1, *, capability: bool = True) -> None:
+        """Raise ``Unsupported`` (one line) unless this engine computes ``stack`` at ``num_tokens``:
+        N >= 1, ``supports`` (unless ``capability`` is False: a batch route asks ``supported``),
+        and the memory of ``count`` such profiles held at once."""
         if int(num_tokens) < 1:
             raise Unsupported(f"{self.name} engine: num_tokens must be >= 1, got {num_tokens}")
-        reason = self.supports(stack, int(num_tokens))
+        reason = self.supports(stack, int(num_tokens)) if capability else None
         if reason is None:
             from posbias.numerics import budget
 
             heads = getattr(stack, "num_heads", None) or 1
-            reason = budget.check(f"T = {stack.num_layers}, H = {heads}, N = {num_tokens}",
-                                  self.memory_bytes(stack.num_layers, heads, int(num_tokens)))
+            what = f"T = {stack.num_layers}, H = {heads}, N = {num_tokens}"
+            reason = budget.check(what if count == 1 else f"a batch of {count} stacks of {what}",
+                                  count * self.memory_bytes(stack.num_layers, heads, int(num_tokens)))
         if reason is not None:
             raise Unsupported(f"{self.name} engine: {reason}")
+
+    def profile(self, stack: Stack, num_tokens: int, *, dtype: DTypeLike = np.float64,
+                progress: Progress | None = None) -> Profile:
+        """``check`` (raise ``Unsupported``), then compute in float64 scope, then refuse an implausible result."""
+        self.check(stack, num_tokens)
         dtype = np.dtype(dtype)
         with _x64(self.needs_jax(stack, dtype)):
             with np.errstate(all="ignore"):  # an engine's floating-point notes are not the caller's business
@@ -170,6 +196,34 @@ class Engine(abc.ABC):
         if broken:
             raise Unsupported(f"{self.name} engine: {broken}; this input is beyond what it computes reliably")
         return result
+
+    def batched(self, stacks: Sequence, num_tokens: int, *, dtype: DTypeLike = np.float64, workers: int | None = None,
+                devices=None) -> list[Profile | None]:
+        """The profiles this engine's batch route computes for ``stacks`` (one shape (T, H, mask)),
+        in order, None for each stack it leaves to ``profile`` (every one here: no batch route).
+        An override returns for a stack exactly what ``profile`` would (or None), having run the
+        same checks: ``check`` for the batch, the capability per stack, ``implausible_rows``."""
+        return [None] * len(stacks)
+
+    def profiles(self, stacks: Sequence, num_tokens: int, *, dtype: DTypeLike = np.float64,
+                 progress: Progress | None = None, workers: int | None = None, devices=None) -> list[Profile]:
+        """The profile of every stack of ``stacks`` (one shape): ``batched``, then ``profile`` for
+        each stack it left. ``progress(done, total)`` counts stacks; ``workers``: threads of a
+        native batch route; ``devices``: JAX devices an XLA batch route shards the batch over."""
+        total = len(stacks)
+        out = self.batched(stacks, num_tokens, dtype=dtype, workers=workers, devices=devices)
+        batched = sum(r is not None for r in out)
+        if progress is not None:
+            for done in range(1, batched + 1):
+                progress(done, total)
+        done = batched
+        for i, result in enumerate(out):
+            if result is None:
+                out[i] = self.profile(stacks[i], num_tokens, dtype=dtype)
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+        return [r for r in out if r is not None]
 
 
 def _x64(enabled: bool):
@@ -181,12 +235,22 @@ def _x64(enabled: bool):
     return jax.enable_x64(True)
 
 
+def _broken_entries(p: np.ndarray, logp: np.ndarray) -> np.ndarray:
+    """Where p or log p cannot be a probability's: non-finite or negative p, NaN log p, log p > 0."""
+    return ~np.isfinite(p) | (p < 0) | np.isnan(logp) | (logp > 1e-6)
+
+
+def _mass_slack(dtype) -> float:
+    """How far the total mass may stray from 1 before a profile is refused."""
+    return 1e-6 if np.dtype(dtype) == np.float64 else 1e-2
+
+
 def implausible(profile: Profile, dtype: DTypeLike = np.float64) -> str | None:
     """Why ``profile`` cannot be a profile (non-finite or negative entries, log p > 0, mass
     far from 1), or None: a last guard that turns an engine failure on extreme input into
     a refusal (or, under ``auto``, a fallback) instead of a wrong answer."""
     p, logp = profile.probabilities, profile.log_probabilities
-    bad = np.flatnonzero(~np.isfinite(p) | (p < 0) | np.isnan(logp) | (logp > 1e-6))
+    bad = np.flatnonzero(_broken_entries(p, logp))
     if bad.size:
         j = int(bad[0])
         return f"it returned p({j}) = {float(p[j])!r} (log p = {float(logp[j])!r}), not a probability"
@@ -195,7 +259,20 @@ def implausible(profile: Profile, dtype: DTypeLike = np.float64) -> str | None:
         total = float(np.exp(top) * np.sum(np.exp(logp - top)))
     else:
         total = float(np.sum(p))
-    slack = 1e-6 if np.dtype(dtype) == np.float64 else 1e-2
-    if not abs(total - 1.0) <= slack:
+    if not abs(total - 1.0) <= _mass_slack(dtype):
         return f"its profile sums to {total!r}, expected 1"
     return None
+
+
+def implausible_rows(probabilities: np.ndarray, log_probabilities: np.ndarray,
+                     dtype: DTypeLike = np.float64) -> np.ndarray:
+    """(B,) bool: the rows of (B, N) profiles that ``implausible`` would refuse, by the same tests
+    (the mass from log p where a row's log p is finite everywhere, else from p)."""
+    p, logp = probabilities, log_probabilities
+    broken = _broken_entries(p, logp).any(axis=1)
+    finite = np.isfinite(logp).all(axis=1)
+    with np.errstate(all="ignore"):
+        top = np.max(logp, axis=1, keepdims=True)
+        from_logs = np.exp(top[:, 0]) * np.sum(np.exp(logp - top), axis=1)
+        total = np.where(finite, from_logs, np.sum(p, axis=1))
+    return broken | ~(np.abs(total - 1.0) <= _mass_slack(dtype))

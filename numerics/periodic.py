@@ -207,8 +207,3 @@ def detect(stack: AlibiStack) -> PeriodicStack:
     p = minimal_period(rows)
     return PeriodicStack.build(layer_range(stack, 0, p), stack.num_layers)
 
-
-def layers_of(stack: AlibiStack | PeriodicStack) -> tuple[AlibiStack | BiasStack, int, AlibiStack | BiasStack | None]:
-    """(block, repeats, top) of a PeriodicStack, or of an AlibiStack's detected period."""
-    compact = stack if isinstance(stack, PeriodicStack) else detect(stack)
-    return compact.block, compact.repeats, compact.top

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -47,9 +48,11 @@ import numpy as np
 
 from posbias.numerics import native
 from posbias.numerics.engine import Engine, Profile, Unsupported, linear_profile, log_profile
+from posbias.numerics.masks import Mask
 from posbias.numerics.stack import AlibiStack
 
 if TYPE_CHECKING:
+    from posbias.numerics.batch import AlibiBatch
     from posbias.numerics.boundary import RingName, Stack, XlaScan
 
 RINGS = ("linear", "log")  # the number systems of numerics/semiring.py
@@ -92,12 +95,24 @@ def native_refuses(stack: AlibiStack) -> str | None:
     slopes, diagonal = stack.scaled()
     if np.max(slopes, initial=0.0) > LINEAR_MAX_SLOPE:
         return f"the native kernel accepts slopes m/tau up to {LINEAR_MAX_SLOPE:g}"
-    bad = np.argwhere((diagonal < -native.D_CLIP) & (slopes >= NATIVE_CLIP_SAFE_SLOPE))
+    bad = np.argwhere(clip_inexact(slopes, diagonal))
     if bad.size:
         t, h = (int(i) for i in bad[0])
         return (f"layer {t} head {h}: content d/tau = {diagonal[t, h]:.4g} below -{native.D_CLIP:g} with slope "
                 f"m/tau = {slopes[t, h]:.4g}, where the native kernel's clip of d is not exact")
     return None
+
+
+def clip_inexact(slopes: np.ndarray, diagonal: np.ndarray) -> np.ndarray:
+    """Where (elementwise, any shape) the C kernel's clip of d/tau to -600 changes a head: d/tau
+    below -600 together with a slope m/tau >= 560 (``native_refuses``)."""
+    return (diagonal < -native.D_CLIP) & (slopes >= NATIVE_CLIP_SAFE_SLOPE)
+
+
+def native_refuses_rows(slopes: np.ndarray, diagonal: np.ndarray) -> np.ndarray:
+    """(B,) bool: ``native_refuses(stack) is not None`` for (B, T, H) scaled slopes and diagonals."""
+    steep = slopes.max(axis=(1, 2), initial=0.0) > LINEAR_MAX_SLOPE
+    return steep | clip_inexact(slopes, diagonal).any(axis=(1, 2))
 
 
 @dataclass(frozen=True)
@@ -126,17 +141,9 @@ class Structured(Engine):
     def supports(self, stack: Stack, num_tokens: int) -> str | None:
         if not isinstance(stack, AlibiStack):
             return f"expected an ALiBi + content stack, got {type(stack).__name__}"
-        if self.ring not in RINGS:
-            return f"unknown number system {self.ring!r}; expected one of {sorted(RINGS)}"
-        if self.xla_scan not in XLA_SCANS:
-            return f"unknown XLA formulation {self.xla_scan!r}; expected one of {list(XLA_SCANS)}"
-        if self.chunk is not None and not (isinstance(self.chunk, int) and self.chunk >= 1):
-            return f"chunk must be a positive integer, got {self.chunk!r}"
-        if self.ring == "log" and stack.mask.past_window is not None:
-            return ("sliding-window masks need subtraction, which log-space arithmetic cannot do "
-                    "(the structured engine's extended-range native mode handles them)")
-        if self.extended and not (self.native and native.available()):
-            return "extended range needs the native CPU kernel, which is not available here"
+        reason = self.options_refuse(stack.mask)
+        if reason is not None:
+            return reason
         if self.ring == "linear":
             slopes, _ = stack.scaled()
             if np.max(slopes, initial=0.0) > LINEAR_MAX_SLOPE:
@@ -144,6 +151,39 @@ class Structured(Engine):
                         "float64 range in linear arithmetic (the log engine handles any slope)")
         if self.extended:
             return native_refuses(stack)
+        return None
+
+    def supported(self, stacks: Sequence, num_tokens: int) -> np.ndarray:
+        """``supports`` of every stack, vectorised over an ``AlibiBatch`` (the same tests)."""
+        from posbias.numerics.batch import AlibiBatch
+
+        batch = AlibiBatch.of(stacks)
+        if batch is None:
+            return super().supported(stacks, num_tokens)
+        return self._supported_scaled(batch.mask, *batch.scaled())
+
+    def _supported_scaled(self, mask: Mask, slopes: np.ndarray, diagonal: np.ndarray) -> np.ndarray:
+        """``supported`` from the batch's mask and its (B, T, H) scaled slopes and diagonals."""
+        if self.options_refuse(mask) is not None:
+            return np.zeros(slopes.shape[0], dtype=bool)
+        refused = native_refuses_rows(slopes, diagonal) if self.extended else np.zeros(slopes.shape[0], dtype=bool)
+        if self.ring == "linear":
+            refused |= slopes.max(axis=(1, 2), initial=0.0) > LINEAR_MAX_SLOPE
+        return ~refused
+
+    def options_refuse(self, mask: Mask) -> str | None:
+        """Why this engine's options (or the mask, shared by a batch) rule out every stack, or None."""
+        if self.ring not in RINGS:
+            return f"unknown number system {self.ring!r}; expected one of {sorted(RINGS)}"
+        if self.xla_scan not in XLA_SCANS:
+            return f"unknown XLA formulation {self.xla_scan!r}; expected one of {list(XLA_SCANS)}"
+        if self.chunk is not None and not (isinstance(self.chunk, int) and self.chunk >= 1):
+            return f"chunk must be a positive integer, got {self.chunk!r}"
+        if self.ring == "log" and mask.past_window is not None:
+            return ("sliding-window masks need subtraction, which log-space arithmetic cannot do "
+                    "(the structured engine's extended-range native mode handles them)")
+        if self.extended and not (self.native and native.available()):
+            return "extended range needs the native CPU kernel, which is not available here"
         return None
 
     def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:
@@ -255,55 +295,96 @@ class Structured(Engine):
         return linear_profile(v, mins, lasts, engine=self.name, path="xla", resolution=resolution)
 
 
-    def compute_batch(self, stacks, num_tokens: int, *, dtype, devices=None) -> list[Profile]:
-        """Profiles of many stacks of one shape (T, H, mask) on the XLA path in one jit-compiled
-        call: the per-stack layer scan vmapped over the batch. With ``devices`` (more than one),
-        the batch axis is sharded over a Mesh of them (NamedSharding); each stack's numbers do
-        not depend on the sharding (the batch axis only indexes independent scans). Checks as
-        ``Engine.profile`` does, per stack (``supports``) and for the batch (memory)."""
+    def batched(self, stacks: Sequence, num_tokens: int, *, dtype=np.float64, workers: int | None = None,
+                devices=None) -> list[Profile | None]:
+        """The batch routes (``Engine.batched``) for an ``AlibiBatch`` (or plain ALiBi stacks of one
+        shape): the C kernel where ``compute`` would take it, else the XLA path, one call for the
+        batch. ``check`` for the batch's memory, ``supported`` per stack, ``implausible_rows`` on the
+        results; a stack refused there, one the kernel's guard stopped (extended), or (native) one
+        whose linear profile has an exact zero (``Profile.unresolved`` flags it) is left to ``profile``."""
+        from posbias.numerics.batch import AlibiBatch
+
+        dtype = np.dtype(dtype)
+        batch = AlibiBatch.of(stacks)
+        out: list[Profile | None] = [None] * len(stacks)
+        on_native = self.uses_native(dtype)
+        if batch is None or (self.extended and not on_native):  # extended: native only (``compute`` refuses)
+            return out
+        self.check(batch[0], num_tokens, count=len(batch), capability=False)
+        slopes, diagonal = batch.scaled()
+        ok = self._supported_scaled(batch.mask, slopes, diagonal)
+        if on_native and not self.extended:  # a stack native_refuses takes the XLA path in ``profile``
+            ok &= ~native_refuses_rows(slopes, diagonal)
+        rows = np.flatnonzero(ok)
+        if rows.size == 0:
+            return out
+        sub = batch.take(rows) if rows.size < len(batch) else batch
+        scaled = (slopes[rows], diagonal[rows]) if rows.size < len(batch) else (slopes, diagonal)
+        with np.errstate(all="ignore"):
+            if on_native:
+                results = self._native_rows(sub, scaled, num_tokens, workers)
+            else:
+                results = self._xla_rows(sub, scaled, num_tokens, dtype, devices)
+        for i, result in zip(rows, results):
+            out[int(i)] = result
+        return out
+
+    def _native_rows(self, batch: AlibiBatch, scaled: tuple[np.ndarray, np.ndarray], num_tokens: int,
+                     workers: int | None) -> list[Profile | None]:
+        """The C kernel's batch entry in this engine's mode (linear, or guarded linear when
+        extended); each row what ``linear_profile`` makes of it (clip and log once on (B, N):
+        elementwise, the same values as row by row), None where the guard stopped it, it has an
+        exact zero, or ``implausible_rows`` refuses it."""
+        from posbias.numerics.engine import implausible_rows
+
+        res = native.profile_batch(
+            batch.lambdas, *scaled, batch.head_weights, num_tokens=num_tokens, past_window=batch.mask.past_window,
+            bidirectional_length=batch.mask.bidirectional_length(num_tokens), guarded=self.extended,
+            threads=workers or os.cpu_count() or 1)
+        prob = np.maximum(res.probabilities, 0.0)
+        logp = np.log(prob)
+        keep = (res.codes == 0) & np.all(prob > 0, axis=1)
+        keep &= ~implausible_rows(prob, logp)
+        mins, lasts = res.min_self_weight, res.last_self_weight
+        return [Profile(prob[k], logp[k], mins[k], lasts[k], self.name, "native") if keep[k] else None
+                for k in range(len(batch))]
+
+    def _xla_rows(self, batch: AlibiBatch, scaled: tuple[np.ndarray, np.ndarray], num_tokens: int, dtype,
+                  devices=None) -> list[Profile | None]:
+        """The XLA path for the whole batch in one jit-compiled call: the per-stack layer scan
+        vmapped over the batch. With ``devices`` (more than one), the batch axis is sharded over
+        a Mesh of them (NamedSharding); each stack's numbers do not depend on the sharding (the
+        batch axis only indexes independent scans). None where ``implausible_rows`` refuses."""
         import jax
         import jax.numpy as jnp
 
         from posbias.numerics import _recurrence as rec
-        from posbias.numerics import budget
-        from posbias.numerics.engine import implausible
+        from posbias.numerics.engine import implausible_rows
         from posbias.numerics.semiring import LOG
         from posbias.numerics.semiring import RINGS as SEMIRINGS
 
-        first = stacks[0]
-        for stack in stacks:
-            reason = self.supports(stack, num_tokens)
-            if reason is not None:
-                raise Unsupported(f"{self.name} engine: {reason}")
-        count = len(stacks)
-        reason = budget.check(f"a batch of {count} stacks of T = {first.num_layers}, H = {first.num_heads}, "
-                              f"N = {num_tokens}",
-                              count * self.memory_bytes(first.num_layers, first.num_heads, num_tokens))
-        if reason is not None:
-            raise Unsupported(f"{self.name} engine: {reason}")
+        count = len(batch)
         ring = SEMIRINGS[self.ring]
-        scaled = [s.scaled() for s in stacks]
+        slopes, diagonal = scaled
         if self.chunked():
-            moderate = all(bool(np.all(np.abs(d) <= rec.D_CLIP)) for _, d in scaled)
-            geometry = rec.chunk_plan(num_tokens, first.num_heads, first.mask, self.group_budget, self.chunk,
+            moderate = bool(np.all(np.abs(diagonal) <= rec.D_CLIP))
+            geometry = rec.chunk_plan(num_tokens, batch.num_heads, batch.mask, self.group_budget, self.chunk,
                                       moderate)
         else:
-            geometry = rec.plan(num_tokens, first.num_heads, first.mask, min(self.group_budget, BLOCKED_BUDGET))
-        heads = -(-first.num_heads // geometry.group) * geometry.group
+            geometry = rec.plan(num_tokens, batch.num_heads, batch.mask, min(self.group_budget, BLOCKED_BUDGET))
+        heads = -(-batch.num_heads // geometry.group) * geometry.group
         devices = list(devices or [])
         padded_count = -(-count // max(1, len(devices))) * max(1, len(devices))
+        repeat = np.concatenate([np.arange(count), np.full(padded_count - count, count - 1)])  # pad: the last stack
 
-        def stacked(values):  # (B, T, H_pad), padding stacks repeat the last one
-            x = np.stack(values + values[-1:] * (padded_count - count))
-            return np.pad(x, ((0, 0), (0, 0), (0, heads - x.shape[2])))
+        def stacked(x):  # (B_pad, T, H_pad)
+            return np.pad(x[repeat], ((0, 0), (0, 0), (0, heads - x.shape[2])))
 
-        lambdas = np.stack([s.lambdas for s in stacks] + [stacks[-1].lambdas] * (padded_count - count))
-        arrays = (lambdas, stacked([m for m, _ in scaled]), stacked([d for _, d in scaled]),
-                  stacked([s.head_weights for s in stacks]))
+        arrays = (batch.lambdas[repeat], stacked(slopes), stacked(diagonal), stacked(batch.head_weights))
         v0 = np.zeros((padded_count, geometry.padded))
         v0[:, num_tokens - 1] = 1.0
         chunked = self.chunked()
-        with jax.enable_x64(True), np.errstate(all="ignore"):
+        with jax.enable_x64(True):
             inputs = [jnp.asarray(a, dtype) for a in (ring.from_linear(v0), *arrays)]
             if len(devices) > 1:
                 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -313,20 +394,17 @@ class Structured(Engine):
             v, (mins, lasts) = _batched(chunked, geometry, self.ring)(*inputs)
             v = np.asarray(v, np.float64)[:count, :num_tokens]
             mins, lasts = np.asarray(mins, np.float64)[:count], np.asarray(lasts, np.float64)[:count]
-        out = []
-        for k, stack in enumerate(stacks):
-            if ring is LOG:
-                result = log_profile(v[k], mins[k], lasts[k], engine=self.name, path="xla-log")
-            else:
-                subtracts = stack.mask.past_window is not None and not (chunked and geometry.band)
-                resolution = 16.0 * float(np.finfo(np.float64).eps) * (stack.num_layers + 1) if subtracts else 0.0
-                result = linear_profile(v[k], mins[k], lasts[k], engine=self.name, path="xla",
-                                        resolution=resolution)
-            broken = implausible(result, dtype)
-            if broken:
-                raise Unsupported(f"{self.name} engine: {broken}; this input is beyond what it computes reliably")
-            out.append(result)
-        return out
+        if ring is LOG:
+            prob, logp, path, resolution = np.exp(v), v, "xla-log", 0.0
+        else:
+            prob = np.maximum(v, 0.0)
+            logp = np.log(prob)
+            path = "xla"
+            subtracts = batch.mask.past_window is not None and not (chunked and geometry.band)
+            resolution = 16.0 * float(np.finfo(np.float64).eps) * (batch.num_layers + 1) if subtracts else 0.0
+        broken = implausible_rows(prob, logp, dtype)
+        return [None if broken[k] else Profile(prob[k], logp[k], mins[k], lasts[k], self.name, path, resolution)
+                for k in range(count)]
 
 
 @functools.cache

@@ -124,7 +124,7 @@ def _parser() -> _Parser:
     de.add_argument("--out", type=argtypes.path, default=Path("posbias-demo"),
                     help="output folder (default ./posbias-demo)")
 
-    # derive/proofs parse their own arguments (theorem/cli.py); listed here for --help.
+    # derive/proofs parse their own arguments (posbias/derive_cli.py, posbias/proofs_cli.py); listed here for --help.
     sub.add_parser("derive", help="symbolic derivations (posbias derive --list; posbias derive NAME --help)",
                    add_help=False)
     sub.add_parser("proofs", help="check every certificate the proofs cite (posbias proofs --check)", add_help=False)
@@ -245,16 +245,17 @@ def _rollout(args) -> int:
 
     from posbias import output
     from posbias.files import write_run
-    from posbias.run import InputError, load_kernels, run_stack
+    from posbias.kernel_file import load_kernels
+    from posbias.rollout import run_stack
 
     if args.kernels is not None:
         if args.config is not None:
-            raise InputError("give either CONFIG or --kernels, not both")
+            raise UserError("give either CONFIG or --kernels, not both")
         model_flags = [f for f in ("layers", "heads", "tokens", "slopes", "content_diagonal", "mask", "bias", "sink")
                        if getattr(args, f) is not None] + (["periodic"] if args.periodic else [])
         if model_flags:
-            raise InputError(f"--{model_flags[0].replace('_', '-')} describes an ALiBi model; "
-                             "it does not apply to --kernels (only --schedule does)")
+            raise UserError(f"--{model_flags[0].replace('_', '-')} describes an ALiBi model; "
+                            "it does not apply to --kernels (only --schedule does)")
         stack, warnings = load_kernels(args.kernels, args.schedule, args.causal)
         result = run_stack(stack, engine=args.engine, precision=args.precision, full_matrix=args.full,
                            diagonal=args.diagonal, show_progress=not args.json)
@@ -263,7 +264,7 @@ def _rollout(args) -> int:
         stack_lambdas = stack.lambdas
     else:
         if args.causal:
-            raise InputError("--causal applies to --kernels only")
+            raise UserError("--causal applies to --kernels only")
         model = _model_from_args(args)
         result = model.run(args.engine, precision=args.precision, full_matrix=args.full, diagonal=args.diagonal,
                            show_progress=not args.json)
@@ -313,10 +314,13 @@ def _rollout(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("derive", "proofs"):
-        from posbias.theorem import cli as theorem_cli
+        if argv[0] == "derive":
+            from posbias.derive_cli import derive_command
 
-        command = theorem_cli.derive_command if argv[0] == "derive" else theorem_cli.proofs_command
-        return command(argv[1:])
+            return derive_command(argv[1:])
+        from posbias.proofs_cli import proofs_command
+
+        return proofs_command(argv[1:])
     try:
         args = _parser().parse_args(argv)
         from posbias.jax_cache import enable_compilation_cache

@@ -29,6 +29,7 @@ from posbias.errors import UserError
 from posbias.model import Model, ModelError, check_size, content_of, lambdas_of, parse_mask, parse_schedule, slopes_of
 from posbias.numerics import masks, schedules
 from posbias.numerics.stack import AlibiStack, StackError
+from posbias.schema import NOT_BOOL, STRICT, first_error, shown
 from posbias.yaml_io import read_yaml
 
 
@@ -36,28 +37,17 @@ class ConfigError(UserError):
     """One line: the file, the key and what was expected."""
 
 
-_STRICT = pydantic.ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=False)
-
 MAX_SIZE = 2**53
 """Largest N, T, H or mask size read (far beyond any memory; keeps every size an exact float)."""
 
-
-def _reject_bool(value):
-    # YAML true/false would otherwise pass as 1/0 (Python's bool is an int): a typo, not a number.
-    if isinstance(value, bool):
-        raise ValueError(f"expected a number, got the boolean {str(value).lower()}")
-    return value
-
-
-_NotBool = pydantic.BeforeValidator(_reject_bool)
-FiniteFloat = Annotated[float, _NotBool, pydantic.Field(allow_inf_nan=False)]
-NonNegativeFloat = Annotated[float, _NotBool, pydantic.Field(ge=0.0, allow_inf_nan=False)]
-Size = Annotated[int, _NotBool, pydantic.Field(gt=0, le=MAX_SIZE)]
-Count = Annotated[int, _NotBool, pydantic.Field(ge=0, le=MAX_SIZE)]
+FiniteFloat = Annotated[float, NOT_BOOL, pydantic.Field(allow_inf_nan=False)]
+NonNegativeFloat = Annotated[float, NOT_BOOL, pydantic.Field(ge=0.0, allow_inf_nan=False)]
+Size = Annotated[int, NOT_BOOL, pydantic.Field(gt=0, le=MAX_SIZE)]
+Count = Annotated[int, NOT_BOOL, pydantic.Field(ge=0, le=MAX_SIZE)]
 
 
 class MaskConfig(pydantic.BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     mask_type: Literal["causal", "full", "sliding_window", "prefix"] = "causal"
     window_size: Size | None = None
     prefix_length: Count | None = None
@@ -83,11 +73,11 @@ class MaskConfig(pydantic.BaseModel):
 
 
 class AttentionConfig(pydantic.BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     num_heads: Size
     alibi_slopes: list[list[NonNegativeFloat]] | None = None
     head_weights: list[list[NonNegativeFloat]] | None = None
-    softmax_temperature: Annotated[float, _NotBool, pydantic.Field(gt=0.0, allow_inf_nan=False)] = 1.0
+    softmax_temperature: Annotated[float, NOT_BOOL, pydantic.Field(gt=0.0, allow_inf_nan=False)] = 1.0
     bias: str | list[str] | None = None  # posbias: a relative bias per head instead of slopes (bias_spec)
     sink: list[list[FiniteFloat]] | None = None  # posbias: first-token logit s per layer and head
 
@@ -97,32 +87,32 @@ class AttentionConfig(pydantic.BaseModel):
 
 
 class ContentConfig(pydantic.BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     diagonal_scores: list[list[FiniteFloat]] = [[0.0]]
     base_scores: list[list[FiniteFloat]] = [[0.0]]
 
 
 class ConstantSchedule(pydantic.BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     schedule_type: Literal["constant"]
     lambda_const: FiniteFloat
 
 
 class PowerDecaySchedule(pydantic.BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     schedule_type: Literal["power_decay"]
     lambda_0: FiniteFloat
     beta: FiniteFloat
 
 
 class CustomSchedule(pydantic.BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     schedule_type: Literal["custom"]
     lambdas_custom: list[FiniteFloat]
 
 
 class RolloutConfig(pydantic.BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     sequence_length: Size
     num_layers: Size
     mask_config: MaskConfig = MaskConfig()
@@ -135,36 +125,7 @@ class RolloutConfig(pydantic.BaseModel):
     save_dir: str | None = None
 
 
-def _location(loc) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in ("constant", "power_decay", "custom"):
-            continue  # discriminator tag pydantic inserts into the path
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(top level)"
-
-
-def _first_error(err: pydantic.ValidationError) -> str:
-    e = err.errors()[0]
-    msg = e["msg"].removeprefix("Value error, ")
-    if e["type"] == "extra_forbidden":
-        return f"{_location(e['loc'])}: unknown key"
-    if e["type"] == "missing":
-        return f"{_location(e['loc'])}: required key is missing"
-    if e["type"] == "union_tag_invalid":
-        return f"{_location(e['loc'])}.schedule_type: expected constant, power_decay or custom"
-    got = e.get("input")
-    shown = "" if isinstance(got, (dict, list)) or ", got " in msg else f", got {_shown(got)}"
-    return f"{_location(e['loc'])}: {msg[0].lower() + msg[1:]}{shown}"
-
-
-def _shown(value, width: int = 40) -> str:
-    """repr of an offending value, shortened: a 400-digit number stays one readable line."""
-    text = " ".join(repr(value).split())
-    return text if len(text) <= width else f"{text[:width - 12]}... ({len(text)} characters)"
+SCHEDULE_TAGS = ("constant", "power_decay", "custom")
 
 
 def _per_layer_head(path, key, rows, num_layers, num_heads, *, first_head_only=False):
@@ -244,7 +205,7 @@ def load(
     try:
         cfg = RolloutConfig.model_validate(data)
     except pydantic.ValidationError as err:
-        raise ConfigError(f"{path}: {_first_error(err)}") from None
+        raise ConfigError(f"{path}: {first_error(err, SCHEDULE_TAGS)}") from None
 
     overrides = [name for name, value in (("tokens", tokens), ("layers", layers), ("heads", heads),
                                           ("slopes", slopes), ("schedule", schedule),
@@ -259,7 +220,7 @@ def load(
         raise ConfigError(f"{path}: tokens, layers and heads must be positive integers")
     for flag, value in (("--tokens", tokens), ("--layers", layers), ("--heads", heads)):
         if value is not None and value > MAX_SIZE:
-            raise ConfigError(f"{path}: {flag}: {_shown(value)} is too large, expected at most 2^53")
+            raise ConfigError(f"{path}: {flag}: {shown(value)} is too large, expected at most 2^53")
     try:
         check_size(num_layers, h)
         has_bias = att.bias is not None or bias is not None

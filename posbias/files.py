@@ -25,10 +25,6 @@ from pathlib import Path
 from posbias.errors import UserError
 
 
-class OutputError(UserError):
-    """The output folder cannot be written; one line naming it."""
-
-
 def file_mode() -> int:
     """The permissions the user's umask gives a new file (0o666 minus the umask)."""
     return 0o666 & ~_umask()
@@ -58,13 +54,13 @@ validate at other lengths), also of another command's set that shares the file (
 kernels.npz, report.json), so the folder always holds the files of one run only."""
 
 
-def _fail(out_dir: Path, what: str, exc: BaseException | None = None) -> OutputError:
+def _fail(out_dir: Path, what: str, exc: BaseException | None = None) -> UserError:
     reason = "" if exc is None else f" ({getattr(exc, 'strerror', None) or exc})"
-    return OutputError(f"--out {out_dir}: {what}{reason}")
+    return UserError(f"--out {out_dir}: {what}{reason}")
 
 
 def prepare(out_dir: Path) -> list[Path]:
-    """Make ``out_dir`` (and missing parents), refusing (OutputError, one line) a path that is a file,
+    """Make ``out_dir`` (and missing parents), refusing (UserError, one line) a path that is a file,
     too long, or not writable; return the folders created, innermost last (``remove_created`` undoes it)."""
     try:
         if out_dir.exists() and not out_dir.is_dir():
@@ -121,7 +117,7 @@ def _remove_retired(out_dir: Path, names: list[str], old_set=()) -> None:
 
 STAMP_KEY = "posbias-set"
 """PNG text key holding ``set_stamp`` of the text files written with the figure: which run a
-figure belongs to can be checked from the files alone (tests/test_hostile_cli.py does)."""
+figure belongs to can be checked from the files alone (tests/hostile/test_hostile_cli.py does)."""
 
 
 def set_stamp(texts: dict[str, str | bytes]) -> str:
@@ -138,7 +134,7 @@ def set_stamp(texts: dict[str, str | bytes]) -> str:
 
 def check_out(out_dir: Path, names=()) -> None:
     """Refuse, before any work, an ``out_dir`` that ``write_run`` would refuse after it: a path that is
-    not a folder, or one of ``names`` there that is not a regular file (OutputError, one line)."""
+    not a folder, or one of ``names`` there that is not a regular file (UserError, one line)."""
     out_dir = Path(out_dir)
     try:
         if os.path.lexists(out_dir) and not out_dir.is_dir():
@@ -155,7 +151,7 @@ def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None,
               binaries: dict[str, bytes] | None = None, retire=None) -> list[Path]:
     """Write ``texts`` (name -> text), ``binaries`` (name -> bytes, e.g. .npz) and ``figures``
     (name -> matplotlib Figure, PNG) into ``out_dir`` as one set; returns the written paths
-    in order. On any failure raise OutputError (one line) and leave ``out_dir`` as it was
+    in order. On any failure raise UserError (one line) and leave ``out_dir`` as it was
     (absent if it was absent). ``retire``: ``out_dir -> names`` of an earlier set (e.g. read
     from its manifest), called under the folder lock; those not written now are removed."""
     out_dir = Path(out_dir)
@@ -214,7 +210,7 @@ STAGING_PREFIX = ".posbias-run-"
 
 
 def check_writable(out_dir: Path) -> None:
-    """Raise OutputError (one line) unless ``write_run`` could create files in ``out_dir``: checked
+    """Raise UserError (one line) unless ``write_run`` could create files in ``out_dir``: checked
     before a long computation by creating the folder and a probe file, then removing both (the
     folder is left as it was)."""
     out_dir = Path(out_dir)
@@ -233,7 +229,7 @@ def check_writable(out_dir: Path) -> None:
 def exclusive_folder(out_dir: Path):
     """For a writer that fills ``out_dir`` over a long time (``posbias train``): create the
     folder (and missing parents), hold its exclusive lock without waiting (a folder another
-    process holds is refused, OutputError) and, when the block raises, remove the folders
+    process holds is refused, UserError) and, when the block raises, remove the folders
     this call created if they are empty again."""
     out_dir = Path(out_dir)
     created = prepare(out_dir)
@@ -249,7 +245,7 @@ def exclusive_folder(out_dir: Path):
 def locked(out_dir: Path, wait: bool = True):
     """An exclusive flock on the folder itself (no lock file left behind), held for the block: the
     one lock of posbias's output sets (``write_run``'s moves, a sweep's manifest claim and merge).
-    With ``wait=False`` a folder another process holds is refused (OutputError) instead of waited for."""
+    With ``wait=False`` a folder another process holds is refused (UserError) instead of waited for."""
     fd = os.open(out_dir, os.O_RDONLY)
     try:
         try:

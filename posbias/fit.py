@@ -342,10 +342,10 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     from posbias import config as cfg
-    from posbias.compare import read_profile
     from posbias.files import write_run
     from posbias.output import position_csv
-    from posbias.run import progress_bar
+    from posbias.profile_file import read_profile
+    from posbias.progress import progress_bar
 
     if is_measurement(args.measured):
         from posbias import bias_fit_run
@@ -376,7 +376,7 @@ def run(args) -> int:
               "returned_iterate": result.returned_step, "steps_done": result.steps_done, "stopped": result.stopped,
               "returned": result.returned}
     if heldout is not None:
-        from posbias.compare import w1
+        from posbias.distances import w1
 
         n2 = int(heldout.size)
         report["heldout"] = {"file": str(args.heldout), "num_tokens": n2,

@@ -71,7 +71,7 @@ class Model:
         """Everything ``posbias rollout`` reports: a ``RunResult`` (renormalised profile, Summary, extras)."""
         from dataclasses import replace
 
-        from posbias.run import run_stack
+        from posbias.rollout import run_stack
 
         compact = _is_compact(self.stack)
         if compact and full_matrix:
@@ -104,7 +104,7 @@ class Model:
 
     def log_diagonal(self) -> np.ndarray:
         """(N,) log P_ii (C5(a)), finite far below the float64 range (compact periodic stacks too)."""
-        from posbias.run import log_diagonal
+        from posbias.diagonal import log_diagonal
 
         return log_diagonal(self.stack, self.num_tokens)
 
@@ -162,10 +162,15 @@ def check_size(num_layers: int, num_heads: int) -> None:
         raise ModelError(reason)
 
 
+def clip_warning(clipped: list[int]) -> str:
+    """The warning naming the layers whose lambda a schedule put outside [0, 1] (the first ten)."""
+    shown = ", ".join(map(str, clipped[:10])) + (" ..." if len(clipped) > 10 else "")
+    return f"lambda clipped to [0, 1] in layer(s) {shown}"
+
+
 def lambdas_of(schedule, num_layers: int) -> tuple[np.ndarray, tuple[str, ...]]:
     """Evaluate a schedule over T layers, clipped to [0, 1], with a warning naming clipped layers."""
     from posbias.numerics import schedules
-    from posbias.run import clip_warning
 
     try:
         lambdas, clipped = schedules.evaluate(schedule, num_layers)

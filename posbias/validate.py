@@ -21,7 +21,7 @@ every token (bidirectional ALiBi is -m |i - j|, posbias.numerics.masks). The pro
 last row of the rollout, p = e_{N-1}^T R^(T-1) ... R^(0).
 
 Each of (a), (b), (c), (e) is scored against (d) by W1 on positions / (N - 1), Spearman's
-rho and total variation (posbias.compare). Nothing here tunes a prediction to (d): (a)-(c)
+rho and total variation (posbias.distances). Nothing here tunes a prediction to (d): (a)-(c)
 use architecture and measured lambda / content only, as in the paper.
 """
 
@@ -54,10 +54,6 @@ PREDICTIONS = ("a", "b", "c", "e")
 ALIBI_DEFAULT_LENGTHS = (128, 256)
 
 
-class ValidateError(UserError):
-    """Bad validate input; one line."""
-
-
 def predictions(measurement, slopes: np.ndarray, *, causal: bool = True) -> dict[str, np.ndarray]:
     """Profiles (a), (b), (c), (e) for one measurement (module docstring), float64, each summing to 1.
 
@@ -82,14 +78,14 @@ def predictions(measurement, slopes: np.ndarray, *, causal: bool = True) -> dict
     for key, prof in out.items():
         p = prof.probabilities / prof.probabilities.sum()
         if abs(prof.probabilities.sum() - 1) > 1e-9 or prof.unresolved().any():
-            raise ValidateError(f"panel ({key}): the profile is not determined in float64 at N = {n}")
+            raise UserError(f"panel ({key}): the profile is not determined in float64 at N = {n}")
         profiles[key] = p
     return profiles
 
 
 def score(measured: np.ndarray, profiles: dict[str, np.ndarray]) -> dict[str, dict]:
     """W1 / (N - 1), Spearman and total variation of each prediction against ``measured``."""
-    from posbias.compare import spearman, total_variation, w1
+    from posbias.distances import spearman, total_variation, w1
 
     return {k: {"w1": w1(measured, p), "spearman": spearman(measured, p), "tv": total_variation(measured, p)}
             for k, p in profiles.items()}
@@ -172,8 +168,8 @@ def _trained_subject(args) -> Subject:
     from posbias.lm.train import train
 
     if args.data is not None:
-        raise ValidateError("--data applies to Hugging Face checkpoints; a posbias train model is validated on "
-                            "its held-out topics")
+        raise UserError("--data applies to Hugging Face checkpoints; a posbias train model is validated on "
+                        "its held-out topics")
     if args.checkpoint is not None:
         loaded, source = ckpt.load(args.checkpoint), str(args.checkpoint)
     else:
@@ -295,8 +291,8 @@ def _subject(args) -> Subject:
 
         return validate_subject(args, Subject)
     if kind not in ("hf", "gguf") and (backend != "jax" or getattr(args, "bos", "auto") != "auto"):
-        raise ValidateError("--backend and --bos apply to Hugging Face checkpoints and .gguf files, not to a "
-                            "posbias train model (bytes, no BOS token)")
+        raise UserError("--backend and --bos apply to Hugging Face checkpoints and .gguf files, not to a "
+                        "posbias train model (bytes, no BOS token)")
     return _hf_subject(args) if kind in ("hf", "gguf") else _trained_subject(args)
 
 
@@ -362,19 +358,19 @@ def run(args) -> int:
     from posbias.bias_fit import BiasFitError
     from posbias.files import check_out, write_run
     from posbias.output import position_csv
-    from posbias.run import progress_bar
+    from posbias.progress import progress_bar
     from posbias.validate_panels import bias_prediction, extra_predictions, kernels_npz, mark_flat, sink_diagnostics
     from posbias.validate_panels import figure as variants_figure
 
     if args.samples < 1:
-        raise ValidateError(f"--samples: expected a positive integer, got {args.samples}")
+        raise UserError(f"--samples: expected a positive integer, got {args.samples}")
     if args.checkpoint is not None and not args.checkpoint.exists():
-        raise ValidateError(f"--checkpoint {args.checkpoint}: no such file or folder")
+        raise UserError(f"--checkpoint {args.checkpoint}: no such file or folder")
     subject = _subject(args)
     lengths = args.lengths or subject.default_lengths
     too_long = [n for n in lengths if subject.limit is not None and n > subject.limit]
     if too_long:
-        raise ValidateError(f"--lengths: N = {too_long[0]} is longer than the model's {subject.limit_phrase}")
+        raise UserError(f"--lengths: N = {too_long[0]} is longer than the model's {subject.limit_phrase}")
     out = args.out or Path("posbias-out")
     check_out(out, ("report.json", "report.md", "validate.png"))
     batches = subject.plan(lengths, args.samples)

@@ -56,14 +56,14 @@ BASELINES = ("uniform", "flat")
 def kernel_profile(kernels, lambdas, *, causal: bool = True, label: str = "kernels") -> np.ndarray:
     """The float64 profile of the rollout of (T, N, N) kernels with (T,) lambdas (rows renormalised)."""
     import posbias.numerics as nx
-    from posbias.validate import ValidateError
+    from posbias.errors import UserError
 
     kernels = np.asarray(kernels, np.float64)
     kernels = kernels / kernels.sum(axis=-1, keepdims=True)
     prof = nx.profile(nx.KernelStack.build(kernels, np.asarray(lambdas, np.float64), causal=causal))
     total = prof.probabilities.sum()
     if abs(total - 1) > 1e-9 or prof.unresolved().any():
-        raise ValidateError(f"panel ({label}): the profile is not determined in float64 at N = {kernels.shape[-1]}")
+        raise UserError(f"panel ({label}): the profile is not determined in float64 at N = {kernels.shape[-1]}")
     return prof.probabilities / total
 
 

@@ -34,7 +34,7 @@ Two loaders, one meaning
   tags, the non-specific tag ``!``, non-scalar mapping keys, the ``=`` value
   key, anchor/alias names outside ``[A-Za-z0-9_-]`` (and any other ``&``/``*``
   not followed by such a name), ``?:``. Either way the result is
-  what ruamel.yaml returns (tests/test_yaml_io.py checks every file under
+  what ruamel.yaml returns (tests/product/test_yaml_io.py checks every file under
   ../shared/data). libyaml 0.2.5 is slightly more lenient than ruamel in a few
   places (a TAB before ``:`` or after a value, ``|#`` block headers): such
   files load here although ruamel refuses them.
@@ -104,7 +104,7 @@ _NON_SPECIFIC = "!"
 _FAST_TAGS = frozenset({STR, INT, FLOAT, BOOL, NULL, SEQ, MAP})
 
 # YAML 1.2 implicit typing of plain scalars, as ruamel.yaml applies it (checked
-# against ruamel in tests/test_yaml_io.py). Underscores are allowed in numbers.
+# against ruamel in tests/product/test_yaml_io.py). Underscores are allowed in numbers.
 _BOOL_RE = re.compile(r"true|True|TRUE|false|False|FALSE")
 _FLOAT_RE = re.compile(
     r"[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?"  # 1.5  1.  1.5e3  1.5E-3

@@ -29,7 +29,7 @@ dropped a bias or a gain would not match.
 
     python scripts/make_hf_fixtures.py [--out tests/fixtures/hf] [--family bloom falcon]
 
-``make_fixture(family, folder)`` is what tests/test_hf.py calls to regenerate a fixture on
+``make_fixture(family, folder)`` is what tests/product/test_hf.py calls to regenerate a fixture on
 the spot where torch is installed.
 """
 

@@ -102,3 +102,46 @@ def test_source_folders_cannot_load_as_top_level_modules(folder):
     ok = subprocess.run([sys.executable, "-c", f"import posbias.{folder}, posbias.numerics.masks as m; "
                          "import posbias; assert posbias.Causal is m.Causal"], cwd=REPO, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
+
+
+# The command line (argument parsing for a process, exit codes, stderr) and the wall-clock guard
+# (signal timers) belong to the product layer (posbias/derive_cli.py, posbias/proofs_cli.py,
+# posbias/time_limit.py); theorem/ holds the mathematics. theorem/params.py still builds each
+# derivation's parameter parser on argparse (``Derivation.parse``): the one allowed use.
+PRODUCT_ONLY_MODULES = {"argparse", "signal", "threading", "sys"}
+ARGPARSE_ALLOWED = {"params.py"}
+
+
+def _product_only_uses(path: Path) -> list[str]:
+    """Imports of ``PRODUCT_ONLY_MODULES`` in one theorem/ file (argparse allowed where listed)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module.split(".")[0]]
+        else:
+            continue
+        found += [f"{path.name}: imports {n}" for n in names if n in PRODUCT_ONLY_MODULES
+                  and not (n == "argparse" and path.name in ARGPARSE_ALLOWED)]
+    return found
+
+
+def test_theorem_holds_no_command_line_and_no_wall_clock_guard():
+    theorem = Path(importlib.import_module("posbias.theorem").__file__).parent
+    files = sorted(theorem.glob("*.py"))
+    assert files and not (theorem / "cli.py").exists() and not (theorem / "time_limit.py").exists()
+    assert [hit for path in files for hit in _product_only_uses(path)] == []
+    for name in ("posbias.derive_cli", "posbias.proofs_cli", "posbias.time_limit"):
+        assert importlib.util.find_spec(name) is not None, name
+
+
+def test_the_command_line_rule_sees_the_imports_it_forbids(tmp_path):
+    """The rule above can fail: each forbidden import form is reported, the allowed one is not."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("import signal\nfrom argparse import ArgumentParser\nimport sys as system\n", encoding="utf-8")
+    assert _product_only_uses(bad) == ["bad.py: imports signal", "bad.py: imports argparse", "bad.py: imports sys"]
+    allowed = tmp_path / "params.py"
+    allowed.write_text("import argparse\n", encoding="utf-8")
+    assert _product_only_uses(allowed) == []

@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -43,6 +42,5 @@ def test_pyright_numerics():
     assert _pyright_errors("numerics") == ""
 
 
-@pytest.mark.skip(reason="enabled when theorem/ is clean (issue 20)")
 def test_pyright_theorem():
     assert _pyright_errors("theorem") == ""

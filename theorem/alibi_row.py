@@ -30,6 +30,7 @@ import sympy as sp
 from posbias.theorem.certificate import Check, certificate, check
 from posbias.theorem.derivation import Derivation, Result
 from posbias.theorem.params import Params, param
+from posbias.theorem.sympy_types import as_expr, sum_of, summed
 
 NAME = "alibi-row"
 MAX_ROW = 4096  # the row's closed forms are substituted, never expanded, above EXPANDED_ROWS: linear work in i
@@ -47,12 +48,12 @@ d = sp.Symbol("d", real=True)
 D = sp.exp(d)
 
 
-def generic(expr: sp.Expr) -> sp.Expr:
+def generic(expr: sp.Basic) -> sp.Expr:
     """The r != 1 branch of a Piecewise produced by Sum.doit."""
-    expr = sp.piecewise_fold(expr)
-    if isinstance(expr, sp.Piecewise):
-        return next(e for e, c in expr.args if c == sp.true)
-    return expr
+    folded = sp.piecewise_fold(expr)
+    if isinstance(folded, sp.Piecewise):
+        return next(as_expr(pair.args[0]) for pair in folded.args if pair.args[1] == sp.true)
+    return as_expr(folded)
 
 
 # Stated closed forms (the docstring, line for line).
@@ -66,17 +67,17 @@ E_STATED = i - MOMENT_STATED / Z
 
 def derived_normaliser() -> sp.Expr:
     """Z_i = e^d + sum_{g=1}^{i} r^g from SymPy's Sum.doit (generic branch r != 1; C3(a), C4(b))."""
-    return D + generic(sp.Sum(r**g, (g, 1, i)).doit())
+    return D + generic(summed(r**g, (g, 1, i)))
 
 
 def derived_cdf() -> sp.Expr:
     """F_i(k) at d = 0 from its definition sum_{j<=k} r^{i-j} / sum_{j<=i} r^{i-j}."""
-    return generic(sp.Sum(r ** (i - j), (j, 0, k)).doit() / sp.Sum(r ** (i - j), (j, 0, i)).doit())
+    return generic(summed(r ** (i - j), (j, 0, k)) / summed(r ** (i - j), (j, 0, i)))
 
 
 def derived_expectation() -> sp.Expr:
     """E_i = i A[i,i] + sum_{g=1}^{i} (i - g) r^g / Z_i, from the definition."""
-    past = generic(sp.Sum((i - g) * r**g, (g, 1, i)).doit())
+    past = generic(summed((i - g) * r**g, (g, 1, i)))
     return (i * D + past) / derived_normaliser()
 
 
@@ -126,7 +127,7 @@ def cdf_closed(row: int, m_val=m) -> list[sp.Expr]:
 
 def self_weight(row: int, m_val=m, d_val=d) -> sp.Expr:
     """alpha_row(d) = e^d / (e^d + sum_{g=1}^{row} e^{-m g})."""
-    return ALPHA.subs(i, row).doit().subs({r: sp.exp(-m_val), d: d_val})
+    return as_expr(ALPHA.subs(i, row).doit().subs({r: sp.exp(-m_val), d: d_val}))
 
 
 def expected_position(row: int, m_val=m, d_val=d) -> sp.Expr:
@@ -156,7 +157,7 @@ def _at_r1(expr_sum: sp.Expr) -> sp.Expr:
 SUMS = {
     "Z_i": Z_SUM,
     "alpha_i": ALPHA,
-    "F_i(k) (d=0)": sp.Sum(r ** (i - j), (j, 0, k)) / sp.Sum(r ** (i - j), (j, 0, i)),
+    "F_i(k) (d=0)": sum_of(r ** (i - j), (j, 0, k)) / sum_of(r ** (i - j), (j, 0, i)),
     "E_i": (i * D + sp.Sum((i - g) * r**g, (g, 1, i))) / Z_SUM,
 }
 CLOSED = {"Z_i": Z, "alpha_i": D / Z, "F_i(k) (d=0)": F_STATED, "E_i": E_STATED}

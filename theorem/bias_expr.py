@@ -36,13 +36,16 @@ import contextlib
 import re
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import mpmath
 import sympy as sp
 from mpmath import iv
 
+from posbias.theorem.bounded_eval import T
 from posbias.theorem.errors import DeriveError
-from posbias.theorem.expr_guard import T, exact_number, parse
+from posbias.theorem.expr_guard import exact_number, parse
+from posbias.theorem.sympy_types import as_expr, as_symbol
 
 G = sp.Symbol("g", integer=True, nonnegative=True)  # the distance i - j
 IV_DPS = 50  # digits of the interval evaluation
@@ -91,7 +94,7 @@ def parse_bias(text: str, where: str) -> Bias:
     expr = expr.subs(ghost, G)
     if expr.has(T):
         raise DeriveError(f"{where}: {text!r} uses t; {EXPECTED}")
-    params = tuple(sorted((s for s in expr.free_symbols if s != G), key=lambda s: s.name))
+    params = tuple(sorted((as_symbol(s) for s in expr.free_symbols if s != G), key=lambda s: s.name))
     if len(params) > MAX_PARAMS:
         raise DeriveError(f"{where}: {text!r} has {len(params)} parameters; at most {MAX_PARAMS} are supported")
     return Bias(src, expr, params)
@@ -217,7 +220,7 @@ def substitute_ranges(expr: sp.Expr, bias: Bias, ranges) -> tuple[sp.Expr, tuple
             u = sp.Symbol(f"u_{p.name}", real=True)
             subs[p] = u
         fresh.append(u)
-    return expr.xreplace(subs), tuple(fresh)
+    return as_expr(expr.xreplace(subs)), tuple(fresh)
 
 
 # ------------------------------------------------------------------------ certified values
@@ -232,15 +235,26 @@ def ivdps(dps: int):
         iv.dps = old
 
 
+# An mpmath interval (a value of iv.mpf): mpmath makes that class per context at run time and sets its
+# arithmetic unannotated, so pyright can name neither; Any is the honest type.
+Interval = Any
+
+
 class NotCertified(ArithmeticError):
     """The interval evaluation cannot give a real enclosure here (unknown function, pole, complex)."""
 
 
-def _iv(e: sp.Basic, env: dict) -> iv.mpf:  # noqa: C901 - one branch per node type
+def _iv_ratio(num: int, den: int) -> Interval:
+    """num/den as an mpmath interval (the outward-rounded quotient of two exact integers)."""
+    # mpmath sets ivmpf's / at run time, unannotated: pyright cannot see it
+    return iv.mpf(num) / iv.mpf(den)  # pyright: ignore[reportOperatorIssue]
+
+
+def _iv(e: sp.Basic, env: dict) -> Interval:  # noqa: C901 - one branch per node type
     if e in env:
         return env[e]
     if isinstance(e, sp.Rational):
-        return iv.mpf(int(e.p)) / iv.mpf(int(e.q))
+        return _iv_ratio(int(e.p), int(e.q))
     if e is sp.pi:
         return iv.pi
     if e is sp.E:
@@ -271,14 +285,16 @@ def _iv(e: sp.Basic, env: dict) -> iv.mpf:  # noqa: C901 - one branch per node t
             raise NotCertified("0 to a power that may be negative")
         if base.a <= 0:
             raise NotCertified("non-positive base with a non-integer exponent")
-        return iv.exp(_iv(e.exp, env) * iv.log(base))
+        # mpmath adds iv.log to the context at run time
+        return iv.exp(_iv(e.exp, env) * iv.log(base))  # pyright: ignore[reportAttributeAccessIssue]
     if isinstance(e, sp.exp):
         return iv.exp(_iv(e.args[0], env))
     if isinstance(e, sp.log):
         x = _iv(e.args[0], env)
         if x.a <= 0:
             raise NotCertified("log of a non-positive value")
-        return iv.log(x)
+        # mpmath adds iv.log to the context at run time
+        return iv.log(x)  # pyright: ignore[reportAttributeAccessIssue]
     if isinstance(e, sp.cos):
         return iv.cos(_iv(e.args[0], env))
     if isinstance(e, sp.sin):
@@ -290,7 +306,8 @@ def _iv(e: sp.Basic, env: dict) -> iv.mpf:  # noqa: C901 - one branch per node t
             return x
         if hi <= 0:
             return -x
-        return iv.mpf([0, max(-lo, hi)])
+        # mpmath: [a, b] is an interval; ivmpf.__new__ is unannotated
+        return iv.mpf([0, max(-lo, hi)])  # pyright: ignore[reportArgumentType]
     raise NotCertified(f"no certified evaluation of {type(e).__name__}")
 
 
@@ -301,14 +318,16 @@ def weights_iv(bias: Bias, point: dict[str, Fraction], n: int, diag: Fraction = 
         if diag != 0:
             raise DeriveError("a weights table already carries w(0); give --diag 0 (put e^d into the first weight)")
         return [bias.table[g] if g < len(bias.table) else Fraction(0) for g in range(n + 1)]
+    expr = bias.expr
+    assert expr is not None  # a Bias without a table is an expression
     with ivdps(IV_DPS):
-        env = {p: iv.mpf(int(point[p.name].numerator)) / iv.mpf(int(point[p.name].denominator)) for p in bias.params}
+        env = {p: _iv_ratio(int(point[p.name].numerator), int(point[p.name].denominator)) for p in bias.params}
         out = []
         for g in range(n + 1):
             env[G] = iv.mpf(g)
-            b = _iv(bias.expr, env)
+            b = _iv(expr, env)
             if g == 0 and diag != 0:
-                b = b + iv.mpf(int(diag.numerator)) / iv.mpf(int(diag.denominator))
+                b = b + _iv_ratio(int(diag.numerator), int(diag.denominator))
             if not (mpmath.isfinite(b.a) and mpmath.isfinite(b.b)):
                 raise NotCertified(f"b({g}) is not finite")
             out.append(iv.exp(b))
@@ -330,4 +349,4 @@ def show(x, digits: int = 6) -> str:
     """A Fraction exactly; an interval as its midpoint to ``digits`` digits with its width bound."""
     if isinstance(x, Fraction):
         return str(x)
-    return mpmath.nstr(mpmath.mpf(x.mid), digits)
+    return str(mpmath.nstr(mpmath.mpf(x.mid), digits))

@@ -36,6 +36,7 @@ from fractions import Fraction
 import sympy as sp
 
 from posbias.theorem.certificate import Check, certificate, check
+from posbias.theorem.sympy_types import sum_of
 
 MAX_N = 8
 
@@ -53,11 +54,11 @@ def row_cdf() -> Check:
     """C7(a): F_i(k) = sum_{j<=k} w(i-j)/W(i) = 1 - W(i-k-1)/W(i) for k < i."""
     i, k, j, g = sp.symbols("i k j g", integer=True, nonnegative=True)
     w = sp.Function("w")
-    left = sp.Sum(w(i - j), (j, 0, k)).change_index(j, -j + i, g)  # g = i - j runs over i-k..i
+    left = sum_of(w(i - j), (j, 0, k)).change_index(j, -j + i, g)  # g = i - j runs over i-k..i
     lo, hi = sorted(left.limits[0][1:], key=lambda e: 0 if e == i - k else 1)
-    shifted = sp.Sum(left.function, (g, lo, hi))
-    split = sp.Sum(w(g), (g, 0, i)) - sp.Sum(w(g), (g, 0, i - k - 1))
-    general = {lo, hi} == {i - k, i} and sp.simplify(shifted - sp.Sum(w(g), (g, i - k, i))) == 0
+    shifted = sum_of(left.function, (g, lo, hi))
+    split = sum_of(w(g), (g, 0, i)) - sum_of(w(g), (g, 0, i - k - 1))
+    general = {lo, hi} == {i - k, i} and sp.simplify(shifted - sum_of(w(g), (g, i - k, i))) == 0
     # W(i) - W(i-k-1) = sum_{g=i-k}^{i} w(g): the split identity on k < i (finite instances below)
     ws = sp.symbols(f"w0:{MAX_N}")
     W = _cum(ws)

@@ -102,7 +102,7 @@ def certificate(name: str, *, claims: Iterable[str] = ()) -> Callable[[Callable[
         if existing is not None and existing.origin != record.origin:
             raise ValueError(f"certificate {name!r} is declared twice: by {existing.origin} and by {record.origin}")
         _REGISTERED[name] = record
-        run.certificate = record
+        vars(run)["certificate"] = record  # the record, reachable from the function as ``run.certificate``
         return run
 
     return decorate

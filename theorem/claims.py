@@ -43,7 +43,7 @@ CERTIFICATE_MODULES = (
     "posbias.theorem.drift",
     "posbias.theorem.diagonal_product",
     "posbias.theorem.shape",
-    "posbias.theorem.cesaro",
+    "posbias.theorem.cesaro_certificates",
     "posbias.theorem.dichotomy_certificates",
     "posbias.theorem.continuum",
     "posbias.theorem.c7_certificates",
@@ -145,7 +145,9 @@ def _c4a(logits, background, mask=None, tol=TOL) -> bool:
 def _c4b(low, high, p_low=None, p_high=None, tol=TOL) -> bool:
     """d_low <= d_high: rows low(i,·) ≼ high(i,·), self-weights non-decreasing, and p_low ≼ p_high if given."""
     ok = orders.rows_dominated(low, high, tol) and bool(np.all(np.diagonal(high) >= np.diagonal(low) - tol))
-    if p_low is not None:
+    if (p_low is None) != (p_high is None):
+        raise ValueError("C4(b): give both p_low and p_high, or neither")
+    if p_low is not None and p_high is not None:
         ok = ok and orders.dominated(p_low, p_high, tol)
     return bool(ok)
 
@@ -188,7 +190,7 @@ def _cesaro(p, lambdas, tol=1e-9) -> bool:
     """p equals the Hausdorff closed form evaluated exactly (rational lambdas recommended)."""
     from fractions import Fraction
 
-    from posbias.theorem.cesaro import exact_profile
+    from posbias.theorem.cesaro_exact import exact_profile
 
     exact = exact_profile([Fraction(x) for x in lambdas], len(p)).floats()
     return bool(np.allclose(np.asarray(p), exact, atol=tol, rtol=0))

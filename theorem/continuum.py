@@ -9,7 +9,7 @@ Gamma(K, 1). The limit law ν has an atom (1-λ)^T at x = 1 and the density
     f(x) = Σ_{k=1}^{T} C(T,k) λ^k (1-λ)^{T-k} (-ln x)^{k-1} / (k-1)!     on (0, 1),
 
 so p(xN) ≈ (1-λ)^T [x = 1] + f(x)/N. This is more than a limit: ν's moments are
-∫ x^k dν = (1 - λ + λ/(k+1))^T = μ_k, the Hausdorff moments of theorem.cesaro, hence
+∫ x^k dν = (1 - λ + λ/(k+1))^T = μ_k, the Hausdorff moments of theorem.hausdorff, hence
 for every N exactly
 
     p(j) = ∫ C(N-1, j) x^j (1-x)^{N-1-j} dν(x)     (a binomial mixture over ν),
@@ -36,7 +36,7 @@ from fractions import Fraction
 import sympy as sp
 
 from posbias.theorem.certificate import Check, certificate, check
-from posbias.theorem.cesaro import exact_profile
+from posbias.theorem.cesaro_exact import exact_profile
 from posbias.theorem.derivation import Derivation, DeriveError, Result
 from posbias.theorem.params import Params, param
 
@@ -96,7 +96,7 @@ class ContinuumError:
 
 
 def continuum_error(num_tokens: int, num_layers: int, lam, window: float = 0.1) -> ContinuumError:
-    """Compare the exact profile (theorem.cesaro) with the continuum limit at x_j = j/N."""
+    """Compare the exact profile (theorem.cesaro_exact) with the continuum limit at x_j = j/N."""
     n = num_tokens
     lam_q = Fraction(str(lam)) if isinstance(lam, float) else Fraction(lam)
     lam_f = float(lam_q)
@@ -164,7 +164,7 @@ def binomial_mixture(n: int = 6, num_layers: int = 3, lam=THREE_TENTHS) -> Check
     f = density_expr(num_layers, lam)
     got = [sp.integrate(sp.binomial(n - 1, j) * X**j * (1 - X) ** (n - 1 - j) * f, (X, 0, 1)) for j in range(n)]
     got[-1] += (1 - lam) ** num_layers
-    want = exact_profile([Fraction(int(lam.p), int(lam.q))] * num_layers, n).fractions()
+    want = exact_profile([Fraction(str(lam))] * num_layers, n).fractions()
     ok = [Fraction(int(g.p), int(g.q)) if g.is_Rational else None for g in got] == want
     return check(ok,
                 f"p(j) = ∫ C(N-1,j) x^j (1-x)^(N-1-j) dν exactly (N = {n}, T = {num_layers}, λ = {lam}; "

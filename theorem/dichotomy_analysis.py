@@ -32,7 +32,7 @@ at ``SAMPLE_POINTS`` (t < 200 and t = 2^k, 10^k up to 10^18) by a magnitude-capp
 and the output says plainly that only a finite check was possible. The numerical atom is the
 product of the first ``NUMERIC_TERMS`` factors in mpmath times the tail, bracketed by the two
 product bounds. The command line adds a last-resort wall-clock guard that can only refuse
-(theorem.cli, ``--time-budget``).
+(posbias.derive_cli, ``--time-budget``).
 
 Examples
 --------
@@ -56,9 +56,10 @@ from fractions import Fraction
 import mpmath
 import sympy as sp
 
-from posbias.theorem import expr_guard
+from posbias.theorem import bounded_eval, expr_guard
 from posbias.theorem.errors import DeriveError
 from posbias.theorem.schedule_expr import Family, Schedule, T, family_of, parameters_of, recognise
+from posbias.theorem.sympy_types import as_expr, sum_of
 
 MAX_OPS = 30  # SymPy's general tests (is_convergent, summation, is_decreasing) only on λ_t this small
 CHECKED_TERMS = 200  # every t < CHECKED_TERMS is a sample point (checked exactly near 0 and 1)
@@ -126,7 +127,7 @@ def parse_delta(value) -> Delta:
     if isinstance(value, (int, float, Fraction, sp.Rational)):
         if isinstance(value, float):
             value = Fraction(repr(value))
-        frac = Fraction(int(sp.Rational(value).p), int(sp.Rational(value).q)) if isinstance(value, sp.Rational) \
+        frac = Fraction(int(value.p), int(value.q)) if isinstance(value, sp.Rational) \
             else Fraction(value)
         return _constant_delta(str(frac), sp.Rational(frac.numerator, frac.denominator))
     if not isinstance(value, str):
@@ -243,7 +244,7 @@ def general_test(expr: sp.Expr) -> tuple[bool | None, str, str]:
         return None, "", (f"λ_t has {ops} operations; SymPy's general convergence test is run only up to {MAX_OPS} "
                           "(a deterministic work limit)")
     try:
-        answer = sp.Sum(expr, (T, 0, sp.oo)).is_convergent()
+        answer = sum_of(expr, (T, 0, sp.oo)).is_convergent()
     except Exception as exc:  # SymPy raises NotImplementedError, TypeError, ... when it cannot decide
         msg = " ".join(str(exc).split()) or "no message"
         return None, "", f"SymPy's is_convergent failed ({type(exc).__name__}: {msg[:200]})"
@@ -261,7 +262,7 @@ def _closed_sum(expr: sp.Expr) -> sp.Expr | None:
         total = sp.summation(expr, (T, 0, sp.oo))
     except Exception:
         return None
-    return None if total.has(sp.Sum) or not total.is_finite else total
+    return None if total.has(sp.Sum) or not total.is_finite else as_expr(total)
 
 
 def _is_nonnegative(expr: sp.Expr) -> bool:
@@ -291,11 +292,6 @@ def _sup_if_nonincreasing(expr: sp.Expr, family: Family) -> sp.Expr | None:
     return None
 
 
-def sup_lambda(expr: sp.Expr, family: Family) -> sp.Expr | None:
-    """sup_t λ_t when it is provably λ_0 (a non-increasing schedule), else None."""
-    return _sup_if_nonincreasing(expr, family)
-
-
 def _exact_in_unit(expr: sp.Expr, t: int) -> bool:
     v = expr.subs(T, t)
     if not v.is_real:
@@ -307,7 +303,7 @@ def check_range(schedule: Schedule, expr: sp.Expr, family: Family) -> tuple[bool
     """λ_t ∈ [0, 1]: (proved for every t?, notes). A value found outside [0, 1] is a DeriveError.
 
     Proved for the families and where SymPy's assumptions (λ_t >= 0) and is_decreasing (sup = λ_0 <= 1)
-    prove it; otherwise checked at SAMPLE_POINTS with expr_guard.approx (exactly near 0 and 1 for
+    prove it; otherwise checked at SAMPLE_POINTS with bounded_eval.approx (exactly near 0 and 1 for
     t < CHECKED_TERMS), and the note says that only a finite check was possible.
     """
     name = getattr(schedule, "spec", schedule)
@@ -324,11 +320,11 @@ def check_range(schedule: Schedule, expr: sp.Expr, family: Family) -> tuple[bool
     tiny = mpmath.mpf(10) ** -25
     for t in SAMPLE_POINTS:
         try:
-            v = expr_guard.approx(expr, t)
-        except expr_guard.TooLarge:
+            v = bounded_eval.approx(expr, t)
+        except bounded_eval.TooLarge:
             skipped += 1
             continue
-        except (expr_guard.Unevaluable, ZeroDivisionError, ValueError):
+        except (bounded_eval.Unevaluable, ZeroDivisionError, ValueError):
             raise DeriveError(f"schedule {name!r}: λ_{t} is not a real number (a pole or a complex value); "
                               "expected 0 <= λ_t <= 1") from None
         if tiny < v < 1 - tiny:
@@ -361,7 +357,7 @@ def _exp(arg: sp.Expr) -> sp.Expr:
         return sp.exp(arg, evaluate=False)
 
 
-def _num(expr: sp.Expr) -> mpmath.mpf | None:
+def _num(expr: sp.Expr) -> bounded_eval.MpReal | None:
     """A closed-form number to NUMERIC_DPS digits, or None (never raises: zeta near its pole included)."""
     try:
         v = sp.N(expr, NUMERIC_DPS + 10)
@@ -393,11 +389,11 @@ def numeric_atom(expr: sp.Expr, c: sp.Expr, total: sp.Expr | None,
         prod, partial = mpmath.mpf(1), mpmath.mpf(0)
         try:
             for t in range(NUMERIC_TERMS):
-                lam = expr_guard.approx(expr, t, NUMERIC_DPS)
+                lam = bounded_eval.approx(expr, t, NUMERIC_DPS)
                 prod *= 1 - cv * lam
                 partial += lam
-            lam_m = expr_guard.approx(expr, NUMERIC_TERMS, NUMERIC_DPS)
-        except (expr_guard.TooLarge, expr_guard.Unevaluable, ZeroDivisionError, ValueError):
+            lam_m = bounded_eval.approx(expr, NUMERIC_TERMS, NUMERIC_DPS)
+        except (bounded_eval.TooLarge, bounded_eval.Unevaluable, ZeroDivisionError, ValueError):
             return None
         tail = s - partial
         if tail < -mpmath.mpf(10) ** -(NUMERIC_DPS - 8) or cv * lam_m >= 1:
@@ -425,13 +421,11 @@ def analyse(schedule: Schedule,  # noqa: C901 (split the atom bound from the ver
         series = "Σ_t λ_t δ_t"
         expr = sp.simplify(lam_expr * dl.expr) if _small(lam_expr * dl.expr) else lam_expr * dl.expr
         fam = recognise(expr)
-        step_sup = dl.sup  # λ_t δ_t <= sup δ_t < 1
         notes.append("with a δ_t schedule the verdict is about Σ_t λ_t δ_t, the series that decides the atom; "
                      "under C5(c)'s uniform bounds (inf δ_t > 0) it is the verdict of Σ_t λ_t")
     else:
         series = "Σ_t λ_t"
         expr, fam = lam_expr, family
-        step_sup = None
     converges, how, total = series_test(fam)
     reason = ""
     if fam.kind == "expression":
@@ -456,7 +450,7 @@ def analyse(schedule: Schedule,  # noqa: C901 (split the atom bound from the ver
              else "C5(a)/(b) on the atom: collapse iff Σ_t λ_t δ_t = ∞ (every λ_t δ_t <= sup δ_t < 1)")
     # the largest step x_t = λ_t δ_t: δ sup λ (sup λ <= 1 by the range check) or sup δ_t
     if dl.kind == "schedule":
-        x_sup, c_series = step_sup, sp.Integer(1)
+        x_sup, c_series = dl.sup, sp.Integer(1)  # λ_t δ_t <= sup δ_t < 1
     else:
         x_sup, c_series = d * (lam_sup if lam_sup is not None else sp.Integer(1)), d
     if converges is None:
@@ -490,8 +484,8 @@ def analyse(schedule: Schedule,  # noqa: C901 (split the atom bound from the ver
         if sup is None and fam.kind == "geometric":
             sup = fam.params["lambda_0"]  # under the condition q < 1 the schedule is non-increasing
         if total is not None:
-            pos_total = total.args[0][0] if isinstance(total, sp.Piecewise) else total
-            x = step_sup if dl.kind == "schedule" else d * (sup if sup is not None else sp.Integer(1))
+            pos_total = as_expr(total.args[0].args[0]) if isinstance(total, sp.Piecewise) else total
+            x = dl.sup if dl.kind == "schedule" else d * (sup if sup is not None else sp.Integer(1))
             bound = _exp(-c_series * pos_total / (1 - x))
             atom = f"→ 0 if {condition}; >= {bound} > 0 if {cond} (and {sp.simplify(x)} < 1)"
         else:

@@ -20,6 +20,7 @@ import sympy as sp
 
 from posbias.theorem.certificate import Check, certificate, check
 from posbias.theorem.schedule_expr import T
+from posbias.theorem.sympy_types import as_expr
 
 
 @certificate("dichotomy:constant-diverges", claims=("C5(c)",))
@@ -36,8 +37,8 @@ def power_decay_threshold() -> Check:
     (t+1)^(-β) >= (t+1)^(-1) for β <= 1."""
     beta, x = sp.Symbol("beta", positive=True), sp.Symbol("x", positive=True)
     integral = sp.integrate(x ** (-beta), (x, 1, sp.oo))  # integral test
-    converges_beyond_1 = (isinstance(integral, sp.Piecewise) and integral.args[0][1] == (beta > 1)
-                          and sp.simplify(integral.args[0][0] - 1 / (beta - 1)) == 0)
+    converges_beyond_1 = (isinstance(integral, sp.Piecewise) and integral.args[0].args[1] == (beta > 1)
+                          and sp.simplify(as_expr(integral.args[0].args[0]) - 1 / (beta - 1)) == 0)
     harmonic = sp.summation(1 / (T + 1), (T, 0, sp.oo)) is sp.oo
     # β <= 1: (t+1)^(-β) >= (t+1)^(-1) since (t+1)^(1-β) >= 1; compare with the harmonic series.
     gamma = sp.Symbol("gamma", nonnegative=True)  # 1 - β = γ >= 0

@@ -31,6 +31,7 @@ import sympy as sp
 from posbias.theorem.alibi_row import EXPANDED_ROWS, MAX_LOGIT, MAX_ROW, VALUE_DPS, generic
 from posbias.theorem.certificate import Check, certificate, check
 from posbias.theorem.derivation import Derivation, Result
+from posbias.theorem.orders import exact_cdf
 from posbias.theorem.params import Params, param
 
 NAME = "drift"
@@ -52,10 +53,6 @@ def causal_kernel(n: int) -> sp.Matrix:
     return sp.Matrix(rows)
 
 
-def _cdf(vec, k):
-    return sum(vec[q] for q in range(k + 1))
-
-
 @certificate("drift:causal-cdf-identity", claims=("C1", "C2(a)", "C2(b)"))
 def causal_cdf_identity(max_tokens: int = 8) -> Check:
     """F_{muK}(k) - F_mu(k) = sum_{i>k} mu(i) F_{K(i,.)}(k), symbolic, every N <= max_tokens."""
@@ -65,8 +62,8 @@ def causal_cdf_identity(max_tokens: int = 8) -> Check:
         mu = sp.symbols(f"mu0:{n}")
         muk = [sum(mu[a] * kmat[a, b] for a in range(n)) for b in range(n)]
         for kk in range(n):
-            rhs = sum(mu[a] * _cdf(list(kmat.row(a)), kk) for a in range(kk + 1, n))
-            ok = ok and sp.expand(_cdf(muk, kk) - _cdf(mu, kk) - rhs) == 0
+            rhs = sum(mu[a] * exact_cdf(list(kmat.row(a)))[kk] for a in range(kk + 1, n))
+            ok = ok and sp.expand(exact_cdf(muk)[kk] - exact_cdf(mu)[kk] - rhs) == 0
     return check(
         ok,
         f"C1: F_(muK)(k) - F_mu(k) = sum_(i>k) mu(i) F_(K(i,.))(k) >= 0 for causal K (symbolic, N <= {max_tokens})",
@@ -83,8 +80,8 @@ def residual_cdf_mixture(max_tokens: int = 8) -> Check:
         left = list(mu * ((1 - lam) * sp.eye(n) + lam * amat))
         mua = list(mu * amat)
         for kk in range(n):
-            rhs = (1 - lam) * _cdf(list(mu), kk) + lam * _cdf(mua, kk)
-            ok = ok and sp.expand(_cdf(left, kk) - rhs) == 0
+            rhs = (1 - lam) * exact_cdf(mu[q] for q in range(n))[kk] + lam * exact_cdf(mua)[kk]
+            ok = ok and sp.expand(exact_cdf(left)[kk] - rhs) == 0
     return check(
         ok,
         f"C2(a): F_(mu R_lambda) = (1 - lambda) F_mu + lambda F_(mu A) (symbolic, N <= {max_tokens})",
@@ -147,14 +144,6 @@ def expected_drift_identity() -> Check:
     )
 
 
-def drift_value(row: int, m_val, d_val, lam_val) -> sp.Expr:
-    """Delta_row for concrete row (any m >= 0, including m = 0)."""
-    rr = sp.exp(-m_val)
-    num = sum(b * rr**b for b in range(1, row + 1))
-    den = sp.exp(d_val) + sum(rr**b for b in range(1, row + 1))
-    return -lam_val * num / den
-
-
 def drift_float(row: int, slope: float, diag: float, lam_val: float) -> float:
     """Delta_row in float64 from an mpmath evaluation (``VALUE_DPS`` digits), O(row) work."""
     with mpmath.workdps(VALUE_DPS):
@@ -210,7 +199,7 @@ def compute(params: DriftParams = DriftParams()) -> Result:
     ]
     lines += [f"  [{'PASS' if c.holds else 'FAIL'}] {c.name}: {c.description}" for c in (c1, c2, c3)]
     data = {"claims": ["C1", "C2(a)", "C4(b)"], "drift": str(shown), "checks": {c.name: c.holds for c in (c1, c2, c3)}}
-    if None not in (p.row, p.slope, p.diag, p.lam):
+    if p.row is not None and p.slope is not None and p.diag is not None and p.lam is not None:
         val = drift_float(p.row, p.slope, p.diag, p.lam)
         lines.append(f"    at m = {p.slope:g}, d = {p.diag:g}, lambda = {p.lam:g}:  Delta_i = {val:.6g}")
         data["value"] = val

@@ -1,12 +1,13 @@
-"""Exact rational helpers: CDFs, ≼ and monotonicity on SymPy matrices/lists (THEORY.md, Orders).
+"""Exact rational helpers: monotonicity, residual layers and rollouts on SymPy matrices (THEORY.md, Orders).
 
-Used by certificates that check a claim over a grid with no rounding at all.
+Used by certificates that check a claim over a grid with no rounding at all; the CDF and the exact
+order ≼ they rest on are posbias.theorem.orders's ``exact_cdf`` / ``exact_dominated``.
 
 Examples
 --------
 >>> import sympy as sp
->>> exact_dominated([sp.Rational(1, 2), sp.Rational(1, 2)], [0, 1])
-True
+
+from posbias.theorem.orders import exact_dominated
 >>> exact_monotone(sp.Matrix([[1, 0], [sp.Rational(1, 3), sp.Rational(2, 3)]]))
 True
 """
@@ -15,19 +16,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-
-def exact_cdf(mu) -> list:
-    """F_mu(k) = sum_{j <= k} mu(j), exactly (THEORY.md, Orders)."""
-    out, acc = [], sp.Integer(0)
-    for v in mu:
-        acc += v
-        out.append(acc)
-    return out
-
-
-def exact_dominated(mu, nu) -> bool:
-    """mu ≼ nu exactly: F_mu(k) >= F_nu(k) for all k."""
-    return all(a >= b for a, b in zip(exact_cdf(mu), exact_cdf(nu)))
+from posbias.theorem.orders import exact_dominated
 
 
 def exact_monotone(kernel: sp.Matrix) -> bool:

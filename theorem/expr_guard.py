@@ -1,4 +1,4 @@
-"""Hostile-input guards for the symbolic side: bounded numbers, a safe expression parser, a bounded evaluator.
+"""Hostile-input guards for the symbolic side: bounded numbers and a safe expression parser.
 
 Everything here is a deterministic *work limit*: it refuses or gives up by the size of the
 input, never by the clock, so the same input gets the same answer on a loaded machine and
@@ -15,9 +15,9 @@ an idle one.
   within 10^±``MAX_CONSTANT_LOG10``; numeric exponents are at most ``MAX_POWER`` in absolute
   value, numeric factorial/gamma arguments at most ``MAX_FACTORIAL``, and factorial/gamma may
   not be nested (each level is a tower of exponentials);
-* ``approx(expr, t)``: λ_t at one integer t in mpmath (``DPS`` digits) with a cap on
-  magnitudes (``LOG_CAP``): values too large to represent cheaply raise ``TooLarge`` instead
-  of computing a billion-digit integer; constructs it does not know raise ``Unevaluable``.
+
+The parser bounds constants with posbias.theorem.bounded_eval's ``approx`` (the magnitude-capped
+evaluator), whose symbol ``T`` (t) it builds expressions in.
 
 Examples
 --------
@@ -35,8 +35,6 @@ Traceback (most recent call last):
 ...
 posbias.theorem.errors.DeriveError: demo: 't.__class__' uses attribute access, which is not allowed;
 expected an expression in t such as 0.5/(t+1)**1.5
->>> float(approx(parse("1/factorial(t)", "demo"), 3))
-0.16666666666666666
 """
 
 from __future__ import annotations
@@ -44,16 +42,14 @@ from __future__ import annotations
 import ast
 import functools
 import keyword
-import math
 import re
 from fractions import Fraction
 
 import mpmath
 import sympy as sp
 
+from posbias.theorem.bounded_eval import MpReal, T, TooLarge, Unevaluable, approx
 from posbias.theorem.errors import DeriveError
-
-T = sp.Symbol("t", integer=True, nonnegative=True)
 
 MAX_TEXT = 200  # characters of one expression
 MAX_NODES = 80  # expression nodes (numbers, names, operations, calls) of one expression
@@ -62,8 +58,6 @@ MAX_EXPONENT = 60  # |e| of a decimal literal 1.5e-7
 MAX_POWER = 1000  # |exponent| of a power with a numeric exponent
 MAX_FACTORIAL = 400  # numeric argument of factorial / gamma (400! is about 10^869)
 MAX_CONSTANT_LOG10 = 1000  # every constant sub-expression lies in [10^-1000, 10^1000] (or is 0)
-LOG_CAP = 10**6  # approx(): natural log of the largest magnitude it computes (about 10^434294)
-DPS = 40  # approx(): working precision in decimal digits
 
 FUNCTIONS = {
     "exp": sp.exp, "log": sp.log, "sqrt": sp.sqrt, "sin": sp.sin, "cos": sp.cos, "tan": sp.tan,
@@ -77,14 +71,6 @@ _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _DECIMAL = re.compile(r"^[+-]?(?:(\d+)(?:\.(\d*))?|\.(\d+))(?:[eE]([+-]?\d+))?$")
 _FRACTION = re.compile(r"^([+-]?\d+)\s*/\s*(\d+)$")
 EXPECTED = "expected an expression in t such as 0.5/(t+1)**1.5"
-
-
-class TooLarge(ArithmeticError):
-    """A value's magnitude is beyond what ``approx`` computes (``LOG_CAP``)."""
-
-
-class Unevaluable(ArithmeticError):
-    """``approx`` cannot give a real number here (a pole, a complex value, an unknown function)."""
 
 
 # ----------------------------------------------------------------------------- numbers
@@ -239,7 +225,7 @@ class _Builder:
             return left + right
         return left - right
 
-    def constant(self, expr: sp.Expr) -> mpmath.mpf:
+    def constant(self, expr: sp.Expr) -> MpReal:
         """The value of a constant (unevaluated) expression, within 10^±MAX_CONSTANT_LOG10, else refuse."""
         try:
             v = approx(expr, None)
@@ -257,112 +243,3 @@ class _Builder:
             return evaluate()
         except (ZeroDivisionError, ValueError, TypeError, OverflowError):
             raise self.refuse("cannot be evaluated") from None
-
-
-# ----------------------------------------------------------------- bounded evaluation
-def _check(v):
-    if isinstance(v, mpmath.mpc):
-        if v.imag != 0:
-            raise Unevaluable("complex value")
-        v = v.real
-    if not mpmath.isfinite(v):
-        raise Unevaluable("not finite")
-    if v != 0 and abs(mpmath.log(abs(v))) > LOG_CAP:
-        raise TooLarge("magnitude beyond the cap")
-    return v
-
-
-def approx(expr: sp.Basic, t: int | None, dps: int = DPS) -> mpmath.mpf:
-    """``expr`` at ``T = t`` in mpmath with ``dps`` digits, every intermediate magnitude capped.
-
-    Raises ``TooLarge`` when a value's natural log exceeds ``LOG_CAP`` in absolute value,
-    ``Unevaluable`` for poles, complex values, undefined names or functions it does not know.
-    """
-    with mpmath.workdps(dps):
-        return _approx(expr, t)
-
-
-def _approx(e: sp.Basic, t: int | None):  # noqa: C901 - one branch per node type
-    if e is T:
-        if t is None:
-            raise Unevaluable("t has no value")
-        return mpmath.mpf(t)
-    if isinstance(e, sp.Integer):
-        if e.p.bit_length() > 4000:
-            raise TooLarge("integer too large")
-        return mpmath.mpf(int(e.p))
-    if isinstance(e, sp.Rational):
-        if max(e.p.bit_length(), e.q.bit_length()) > 4000:
-            raise TooLarge("rational too large")
-        return mpmath.mpf(int(e.p)) / int(e.q)
-    if isinstance(e, sp.Float):
-        return mpmath.mpf(e._mpf_)
-    if e is sp.pi:
-        return +mpmath.pi
-    if e is sp.E:
-        return +mpmath.e
-    if isinstance(e, sp.Add):
-        return _check(mpmath.fsum(_approx(a, t) for a in e.args))
-    if isinstance(e, sp.Mul):
-        out = mpmath.mpf(1)
-        for a in e.args:
-            out = _check(out * _approx(a, t))
-        return out
-    if isinstance(e, sp.Pow):
-        base, ex = _approx(e.base, t), _approx(e.exp, t)
-        if base == 0:
-            if ex > 0:
-                return mpmath.mpf(0)
-            raise Unevaluable("0 to a non-positive power")
-        if base < 0 and ex != mpmath.floor(ex):
-            raise Unevaluable("negative base, non-integer exponent")
-        if abs(ex * mpmath.log(abs(base))) > LOG_CAP:
-            raise TooLarge("power too large")
-        return _check(mpmath.power(base, ex))
-    if isinstance(e, sp.exp):
-        x = _approx(e.args[0], t)
-        if abs(x) > LOG_CAP:
-            raise TooLarge("exp too large")
-        return _check(mpmath.exp(x))
-    if isinstance(e, sp.log):
-        if len(e.args) != 1:
-            raise Unevaluable("log with a base")
-        x = _approx(e.args[0], t)
-        if x <= 0:
-            raise Unevaluable("log of a non-positive number")
-        return _check(mpmath.log(x))
-    if isinstance(e, (sp.factorial, sp.gamma)):
-        x = _approx(e.args[0], t) + (1 if isinstance(e, sp.factorial) else 0)
-        if x <= 0 and x == mpmath.floor(x):
-            raise Unevaluable("pole of gamma")
-        if x > 2 and mpmath.loggamma(x).real > LOG_CAP:
-            raise TooLarge("factorial too large")
-        return _check(mpmath.gamma(x))
-    if isinstance(e, (sp.floor, sp.ceiling)):
-        x = _approx(e.args[0], t)
-        if abs(x) > mpmath.mpf(10) ** (mpmath.mp.dps - 10):
-            raise Unevaluable("floor of a number beyond the working precision")
-        return mpmath.floor(x) if isinstance(e, sp.floor) else mpmath.ceil(x)
-    if isinstance(e, sp.Abs):
-        return abs(_approx(e.args[0], t))
-    simple = {sp.sin: mpmath.sin, sp.cos: mpmath.cos, sp.tan: mpmath.tan, sp.atan: mpmath.atan}
-    for cls, fn in simple.items():
-        if isinstance(e, cls):
-            x = _approx(e.args[0], t)
-            if abs(x) > mpmath.mpf(10) ** 30:
-                raise Unevaluable("trigonometric function of a huge argument")
-            return _check(fn(x))
-    raise Unevaluable(f"no bounded evaluation for {type(e).__name__}")
-
-
-def approx_float(expr: sp.Basic, t: int | None = None) -> float | None:
-    """``float(approx(expr, t))``, or None when it cannot be evaluated within the caps."""
-    try:
-        return float(approx(expr, t))
-    except (TooLarge, Unevaluable, ZeroDivisionError, ValueError, OverflowError):
-        return None
-
-
-def log10_size(x: float) -> float:
-    """log10 |x| (``-inf`` for 0)."""
-    return -math.inf if x == 0 else math.log10(abs(x))

@@ -42,8 +42,10 @@ import sympy as sp
 from posbias.theorem.alibi_row import exact_kernel, generic
 from posbias.theorem.certificate import Check, certificate, check
 from posbias.theorem.derivation import Derivation, Result
-from posbias.theorem.exact import exact_dominated, exact_monotone, exact_profile
+from posbias.theorem.exact import exact_monotone, exact_profile
+from posbias.theorem.orders import exact_dominated
 from posbias.theorem.params import Params, param
+from posbias.theorem.sympy_types import as_expr, sum_of
 
 NAME = "monotone"
 
@@ -78,7 +80,7 @@ def row_ratio() -> Check:
     factorised = sp.simplify(1 - ratio - gap) == 0
     ratio_form = sp.simplify(ratio - r * (D + G(i)) / (D + G(i + 1))) == 0
     # numerator of the gap is >= 0 on 0 < r <= 1: substitute r = 1/(1+u).
-    num = sp.together((D * (1 - r) + r).subs(r, 1 / (1 + u)) * (1 + u))
+    num = as_expr(sp.together((D * (1 - r) + r).subs(r, 1 / (1 + u)) * (1 + u)))
     numerator_ok = nonneg_coefficients(num, (u, D))
     # k = i: F_{i+1}(i) = r S_i / Z_{i+1} and r S_i = G_{i+1}.
     diag_case = sp.simplify(r * generic(sp.Sum(r**j, (j, 0, i)).doit()) - G(i + 1)) == 0
@@ -146,9 +148,10 @@ def preserves_dominance(max_tokens: int = 8) -> Check:
     n = 4
     a = sp.Matrix(n, n, lambda p, q: sp.Symbol(f"a{p}{q}") if q <= p else 0)
     rmat = (1 - lam) * sp.eye(n) + lam * a
+    a_cdf = lambda p, kk: sp.Add(*[as_expr(a[p, q]) for q in range(kk + 1)])  # noqa: E731
     mix = all(
-        sp.expand(sum(rmat[p, q] for q in range(kk + 1)) - ((1 - lam) * (1 if p <= kk else 0)
-                                                            + lam * sum(a[p, q] for q in range(kk + 1)))) == 0
+        sp.expand(sum(rmat[p, q] for q in range(kk + 1))
+                  - ((1 - lam) * (1 if p <= kk else 0) + lam * a_cdf(p, kk))) == 0
         for p in range(n) for kk in range(n)
     )
     return check(
@@ -185,7 +188,7 @@ def alibi_grid(n: int = 7) -> Check:
     kernels monotone (C3(a)), slope and diagonal orders row-wise (C3(b), C4(b)), and the profile
     orders of C2(b), C3(c), C4(b) for a T = 3 stack."""
     half, third = sp.Rational(1, 2), sp.Rational(1, 3)
-    ker = {(rv, dv): exact_kernel(n, rv, dv) for rv in GRID_R for dv in GRID_D}
+    ker: dict[tuple, sp.Matrix] = {(rv, dv): exact_kernel(n, rv, dv) for rv in GRID_R for dv in GRID_D}
     rows = lambda mat: [list(mat.row(a)) for a in range(mat.rows)]  # noqa: E731
     fails = []
     for (rv, dv), a in ker.items():
@@ -322,17 +325,17 @@ def slope_order_general() -> Check:
     s = sp.Symbol("s", integer=True, positive=True)  # s = i - k >= 1
     x, xp, yp = sp.symbols("x x' y'", integer=True, nonnegative=True)
     row = s + x  # i
-    P = sp.Sum(r**a, (a, s, row))
-    L = sp.Sum(r**b, (b, 1, s - 1))
-    Q1 = sp.Sum(r**b, (b, 1, row))
-    dP = sp.Sum(sp.diff(r**a, r), (a, s, row))
-    dL = sp.Sum(sp.diff(r**b, r), (b, 1, s - 1))
-    dQ1 = sp.Sum(sp.diff(r**b, r), (b, 1, row))
+    P = sum_of(r**a, (a, s, row))
+    L = sum_of(r**b, (b, 1, s - 1))
+    Q1 = sum_of(r**b, (b, 1, row))
+    dP = sum_of(sp.diff(r**a, r), (a, s, row))
+    dL = sum_of(sp.diff(r**b, r), (b, 1, s - 1))
+    dQ1 = sum_of(sp.diff(r**b, r), (b, 1, row))
     cP, cL, cQ1, cdP, cdL, cdQ1 = (_closed(e) for e in (P, L, Q1, dP, dL, dQ1))
     split = sp.simplify(cQ1 - cL - cP) == 0  # Q1 = L + P
     derivatives = all(sp.simplify(sp.diff(c, r) - dc) == 0 for c, dc in ((cP, cdP), (cL, cdL), (cQ1, cdQ1)))
     numerator = cdP * (D + cQ1) - cP * cdQ1  # P'Q - PQ'
-    pairs = sp.Sum(sp.Sum((a - b) * r ** (a + b - 1), (b, 1, s - 1)), (a, s, row))
+    pairs = sum_of(sp.Sum((a - b) * r ** (a + b - 1), (b, 1, s - 1)), (a, s, row))
     decomposition = sp.simplify(numerator - D * cdP - _closed(pairs)) == 0
     quotient = sp.simplify(sp.diff(cP / (D + cQ1), r) - numerator / (D + cQ1) ** 2) == 0
     signs = bool((a - b).subs({a: s + xp, b: s - 1 - yp}).is_positive) and bool((s + xp).is_positive)
@@ -360,13 +363,15 @@ def head_mixture() -> Check:
     w = sp.Function("w", nonnegative=True)
     K = sp.Function("K")
     gap = sp.Function("g", nonnegative=True)  # g(h) = F_{A_h}(i, k) - F_{A_h}(i', k) >= 0 (hypothesis: head h monotone)
-    mix_cdf = lambda i_: sp.Sum(sp.Sum(w(h) * K(h, i_, col), (h, 1, H)), (col, 0, kk))  # noqa: E731
-    head_cdfs = lambda i_: sp.Sum(w(h) * sp.Sum(K(h, i_, col), (col, 0, kk)), (h, 1, H))  # noqa: E731
+    mix_cdf = lambda i_: sum_of(sp.Sum(w(h) * K(h, i_, col), (h, 1, H)), (col, 0, kk))  # noqa: E731
+    head_cdfs = lambda i_: sum_of(w(h) * sp.Sum(K(h, i_, col), (col, 0, kk)), (h, 1, H))  # noqa: E731
     swapped = mix_cdf(row).reorder((0, 1))
-    nested = sp.Sum(sp.factor_terms(sp.Sum(swapped.function, swapped.limits[0])), swapped.limits[1])
+    # SymPy annotates Sum.limits as a 1-tuple; a double sum has two (pyright is wrong here)
+    nested = sp.Sum(sp.factor_terms(sum_of(swapped.function, swapped.limits[0])),
+                    swapped.limits[1])  # pyright: ignore[reportGeneralTypeIssues]
     exchange = nested == head_cdfs(row)
     i2 = sp.Symbol("i'", integer=True, nonnegative=True)
-    per_head = sp.Sum(w(h) * (sp.Sum(K(h, row, col), (col, 0, kk)) - sp.Sum(K(h, i2, col), (col, 0, kk))), (h, 1, H))
+    per_head = sum_of(w(h) * (sum_of(K(h, row, col), (col, 0, kk)) - sum_of(K(h, i2, col), (col, 0, kk))), (h, 1, H))
     linear = sp.simplify(head_cdfs(row) - head_cdfs(i2) - per_head) == 0
     nonneg = bool(sp.Sum(w(h) * gap(h), (h, 1, H)).is_nonnegative)
     # exact cross-check
@@ -375,8 +380,9 @@ def head_mixture() -> Check:
             for rv, dv in ((1, 1), (sp.Rational(1, 2), sp.Rational(1, 5)), (sp.Rational(1, 5), 5))]
     steep = [exact_kernel(6, rv, dv) for rv, dv in ((sp.Rational(1, 2), 1), (sp.Rational(1, 5), sp.Rational(1, 5)),
                                                      (sp.Rational(1, 10), 5))]
-    mixed = sum((wt * a for wt, a in zip(weights, flat)), sp.zeros(6, 6))
-    mixed_steep = sum((wt * a for wt, a in zip(weights, steep)), sp.zeros(6, 6))
+    mixed, mixed_steep = sp.zeros(6, 6), sp.zeros(6, 6)
+    for wt, a, a_steep in zip(weights, flat, steep):
+        mixed, mixed_steep = mixed + wt * a, mixed_steep + wt * a_steep
     rows = lambda mat: [list(mat.row(q)) for q in range(mat.rows)]  # noqa: E731
     exact_ok = (exact_monotone(mixed) and exact_monotone(mixed_steep)
                 and all(exact_dominated(p, q) for p, q in zip(rows(mixed), rows(mixed_steep))))

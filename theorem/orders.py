@@ -1,9 +1,19 @@
-"""Stochastic orders on positions, for numpy arrays (THEORY.md, Orders).
+"""Stochastic orders on positions: the one CDF and the one dominance test (THEORY.md, Orders).
 
 F_mu(k) = sum_{j <= k} mu(j);  mu ≼ nu ("nu sits later") iff F_mu >= F_nu
 pointwise; K is stochastically monotone iff its rows are ≼-increasing.
-These are the numeric predicates behind the claim registry; they never
-import JAX.
+
+Two arithmetics, each written once here:
+
+* float64 with a tolerance (``cdf``, ``dominated``, ``rows_dominated``, ``is_monotone``):
+  numpy arrays, rows broadcast; F_mu >= F_nu - tol, because a float CDF carries rounding
+  of about N ulp(1) (a cumulative sum of N terms), so ``tol`` (default 1e-10) must exceed it.
+  These are the numeric predicates behind the claim registry.
+* the entries' own arithmetic, no tolerance (``exact_cdf``, ``exact_dominated``, ``cdf_gap``):
+  Fractions, SymPy numbers or expressions, ints; exact comparison. On floats ``exact_cdf``
+  is the plain sequential sum (the same additions as ``np.cumsum``), compared without slack.
+
+None of this imports JAX or SymPy.
 
 Examples
 --------
@@ -14,9 +24,18 @@ True
 True
 >>> is_monotone(np.array([[0.0, 1.0], [1.0, 0.0]]))
 False
+>>> from fractions import Fraction
+>>> exact_dominated([Fraction(1, 2), Fraction(1, 2)], [0, 1])
+True
+>>> cdf_gap([Fraction(1, 2), Fraction(1, 2)], [1, 0])
+(0, Fraction(-1, 2))
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from itertools import accumulate
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +55,26 @@ def dominated(mu: np.ndarray, nu: np.ndarray, tol: float = TOL) -> bool:
 def rows_dominated(k1: np.ndarray, k2: np.ndarray, tol: float = TOL) -> bool:
     """Row-wise K1(i,·) ≼ K2(i,·) for every i."""
     return dominated(k1, k2, tol)
+
+
+def exact_cdf(mu: Iterable[Any], zero: Any = 0) -> list[Any]:
+    """F_mu(k) = zero + sum_{j <= k} mu(j) for every k, in the entries' own arithmetic (exact for
+    Fractions and SymPy); ``zero`` starts the sum, so its type decides the arithmetic of integer
+    entries (``Fraction(0)``: exact quotients later)."""
+    return list(accumulate(mu, initial=zero))[1:]
+
+
+def exact_dominated(mu: Iterable[Any], nu: Iterable[Any]) -> bool:
+    """mu ≼ nu exactly: F_mu(k) >= F_nu(k) for every k (no tolerance)."""
+    return all(a >= b for a, b in zip(exact_cdf(mu), exact_cdf(nu)))
+
+
+def cdf_gap(lo: Sequence[Any], hi: Sequence[Any]) -> tuple[int, Any]:
+    """(k, min_k F_lo(k) - F_hi(k)), the first k where the gap is smallest, in the entries' own
+    arithmetic: lo ≼ hi iff the gap is >= 0."""
+    gaps = [a - b for a, b in zip(exact_cdf(lo), exact_cdf(hi))]
+    k = min(range(len(gaps)), key=lambda i: gaps[i])
+    return k, gaps[k]
 
 
 def is_monotone(kernel: np.ndarray, tol: float = TOL) -> bool:

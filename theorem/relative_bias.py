@@ -55,6 +55,7 @@ from posbias.theorem.bias_expr import (
     substitute_ranges,
     weights_iv,
 )
+from posbias.theorem.sympy_types import as_expr, summed
 
 X = sp.Symbol("x", real=True)  # continuous distance for derivatives
 Y = sp.Symbol("y", nonnegative=True)
@@ -195,7 +196,7 @@ def cumulative(bias: Bias) -> sp.Expr:
         return sp.Piecewise(*[(sum(terms[: a + 1]), sp.Eq(N_, a)) for a in range(len(terms) - 1)],
                             (sum(terms), True))
     w = bias.weight_expr()
-    closed = sp.Sum(w, (G, 0, N_)).doit()
+    closed = summed(w, (G, 0, N_))
     if not closed.has(sp.Sum):
         return closed
     hurwitz = _hurwitz(w)
@@ -240,7 +241,7 @@ def row_forms(bias: Bias) -> RowForms:
     """C7(a): F_i(k) = 1 - W(i - k - 1)/W(i) for k < i, with W from ``cumulative``."""
     w = sp.Function("w")(G) if bias.table is not None else bias.weight_expr()
     W = cumulative(bias)
-    F = 1 - W.subs(N_, I_ - K_ - 1) / W.subs(N_, I_)
+    F = 1 - as_expr(W.subs(N_, I_ - K_ - 1)) / as_expr(W.subs(N_, I_))
     return RowForms(w, W, F, not W.has(sp.Sum))
 
 
@@ -294,7 +295,7 @@ def than_equal(a: Bias, b: Bias, point: dict) -> bool:
     if a.expr is None or b.expr is None:
         return False
     subs = {p: sp.Rational(point[p.name].numerator, point[p.name].denominator) for p in (*a.params, *b.params)}
-    return sp.simplify(a.expr.xreplace(subs) - b.expr.xreplace(subs)) == 0
+    return sp.simplify(as_expr(a.expr.xreplace(subs)) - as_expr(b.expr.xreplace(subs))) == 0
 
 
 def check_rows(later: Bias, earlier: Bias, points, up_to: int, diag: Fraction) -> dict[str, Any]:
@@ -348,8 +349,10 @@ def monotone(bias: Bias, ranges, up_to: int = 32, at: dict | None = None, diag: 
         return Query(Answer.PROVED, f"W is log-concave on {{0, ..., {len(bias.table) - 1}}} (exact) and constant "
                      "beyond (w = 0 there, a window), so for every N", proof="exact check of every n", checked=checked)
     checked = check_logconcave(bias, points, up_to, diag)
-    diff = sp.simplify(bias.expr.subs(G, G + 1) - bias.expr)
-    deriv = sp.diff(bias.expr.subs(G, X), X)
+    expr = bias.expr
+    assert expr is not None  # a bias without a table is an expression
+    diff = sp.simplify(expr.subs(G, G + 1) - expr)
+    deriv = sp.diff(expr.subs(G, X), X)
     ok, how = _decreasing(diff, deriv, bias, ranges, 1)
     fail = checked["failure"]
     if ok:
@@ -382,6 +385,7 @@ def order(bias: Bias, than: Bias, ranges, up_to: int = 32, at: dict | None = Non
     fail = checked["failure"]
     proved, how = False, ""
     if bias.table is None and than.table is None:
+        assert bias.expr is not None and than.expr is not None  # biases without a table are expressions
         delta = sp.simplify(bias.expr - than.expr)
         diff = sp.simplify(delta.subs(G, G + 1) - delta)
         deriv = sp.diff(delta.subs(G, X), X)

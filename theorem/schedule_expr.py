@@ -40,10 +40,11 @@ import sympy as sp
 
 from posbias.numerics import schedules
 from posbias.theorem import expr_guard
+from posbias.theorem.bounded_eval import T
 from posbias.theorem.errors import DeriveError
 from posbias.theorem.expr_guard import FUNCTIONS  # noqa: F401  (re-exported: the allowed names)
+from posbias.theorem.sympy_types import as_rational, as_symbol
 
-T = expr_guard.T
 KINDS = ("constant", "power_decay", "geometric")
 SPECS = ("constant:L | power_decay:L0,BETA | geometric:L0,Q (numbers or parameter names) | "
          "an expression in t, e.g. 0.5/(t+1)**1.5 or lambda_0/(t+1)**beta")
@@ -78,7 +79,7 @@ class ExpressionSchedule:
     @property
     def parameters(self) -> list[sp.Symbol]:
         """The named parameters (every free symbol but t), sorted by name."""
-        return sorted((s for s in self.expr.free_symbols if s != T), key=str)
+        return sorted((as_symbol(s) for s in self.expr.free_symbols if s != T), key=str)
 
     def symbolic(self, t):
         """λ_t as a SymPy expression in ``t``."""
@@ -103,7 +104,7 @@ Schedule = schedules.Constant | schedules.PowerDecay | schedules.Geometric | Exp
 def exact_decimal(x: float) -> sp.Rational:
     """The float ``x`` as the exact decimal it prints as (0.1 -> 1/10), the rule of the
     numerics schedules' symbolic view."""
-    return sp.Rational(repr(float(x)))
+    return as_rational(sp.Rational(repr(float(x))))
 
 
 def parse_expression(text: str, where: str) -> sp.Expr:
@@ -156,9 +157,11 @@ def parse_schedule(text: str) -> Schedule:
         check_numbers(text, args)
         if all(_is_number(a) for a in args):
             try:
-                return schedules.parse(text)
+                parsed = schedules.parse(text)
             except ValueError as exc:
                 raise DeriveError(str(exc)) from None
+            assert not isinstance(parsed, schedules.Custom)  # kind is one of KINDS: constant, power_decay, geometric
+            return parsed
         values = [parse_expression(a, f"schedule {text!r}") for a in args]
         if any(T in v.free_symbols for v in values):
             raise DeriveError(f"schedule {text!r}: {kind} parameters must not depend on t; "

@@ -23,19 +23,20 @@ import sympy as sp
 from posbias.theorem.certificate import Check, certificate, check
 from posbias.theorem.derivation import Derivation, Result
 from posbias.theorem.params import Params
+from posbias.theorem.sympy_types import as_expr, indexed_base, sum_of
 
 NAME = "softmax-shift"
 
 b = sp.Symbol("b", real=True)
 N = sp.Symbol("N", integer=True, positive=True)
 j, ell = sp.symbols("j l", integer=True, nonnegative=True)  # ell: the summation index l
-x = sp.IndexedBase("x", real=True)
-M = sp.IndexedBase("M", nonnegative=True)
+x = indexed_base("x", real=True)
+M = indexed_base("M", nonnegative=True)
 
 
 def masked_softmax(shift) -> sp.Expr:
     """Entry j of the masked row softmax of x + shift, for symbolic N."""
-    return M[j] * sp.exp(x[j] + shift) / sp.Sum(M[ell] * sp.exp(x[ell] + shift), (ell, 0, N - 1))
+    return M[j] * sp.exp(x[j] + shift) / sum_of(M[ell] * sp.exp(x[ell] + shift), (ell, 0, N - 1))
 
 
 def factored(expr: sp.Expr) -> sp.Expr:
@@ -85,8 +86,8 @@ class SoftmaxShiftParams(Params):
 
 def compute(params: SoftmaxShiftParams = SoftmaxShiftParams()) -> Result:
     """C4(a): factor e^b out of numerator and denominator of the masked row softmax of x + b."""
-    num = M[j] * sp.exp(x[j] + b)
-    den = sp.Sum(M[ell] * sp.exp(x[ell] + b), (ell, 0, N - 1))
+    num = as_expr(M[j] * sp.exp(x[j] + b))
+    den = sum_of(M[ell] * sp.exp(x[ell] + b), (ell, 0, N - 1))
     den_f = factored(den)
     verified = background_cancels()
     diff = difference()

@@ -31,7 +31,7 @@
  * is a sum of non-negative terms whose relative errors are a few ulps (libm's expm1/exp
  * are ~1 ulp; rounding of m n0 perturbs exp(-m n0) by (m n0) u relatively but the term is
  * weighted by r^{n0}, and x e^{-x} <= 1/e), so S agrees with the closed form to < 1e-14
- * relative (tests/test_native.py checks it against mpmath). Tables are cached per head
+ * relative (tests/numerics/test_native.py checks it against mpmath). Tables are cached per head
  * group and rebuilt only when the group's slopes change between layers.
  *
  * Heads are processed HB = 8 at a time as SIMD lanes (GCC/Clang vector extensions); head

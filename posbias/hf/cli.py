@@ -52,7 +52,7 @@ def run_measure(args) -> int:
     from posbias.hf.measure import measure
     from posbias.hf.memory import params_bytes, plan, run_budget
     from posbias.lm.measure import MeasureError
-    from posbias.run import progress_bar
+    from posbias.progress import progress_bar
 
     ck = checkpoint.load(args.checkpoint)
     spec = ck.spec

@@ -63,10 +63,6 @@ _BLOCK = re.compile(r"blk\.(\d+)\.([a-z_]+)\.(weight|bias)")
 _TOP = re.compile(r"([a-z_]+)\.(weight|bias)")
 
 
-class GGUFError(CheckpointError):
-    """An unreadable, unsupported or inconsistent GGUF file: one line."""
-
-
 def hf_name(name: str, where: str) -> str:
     """The Hugging Face name of GGUF tensor ``name`` (module docstring), or one line refusing it."""
     if name == "rope_freqs.weight":
@@ -87,8 +83,8 @@ def unpermute(rows: np.ndarray, heads: int) -> np.ndarray:
     stored row h K + 2 c + s -> row h K + s K/2 + c (module docstring)."""
     k = rows.shape[0] // heads
     if k * heads != rows.shape[0] or k % 2:
-        raise GGUFError(f"a q/k projection with {rows.shape[0]} rows does not split into {heads} heads of an even "
-                        f"head_dim")
+        raise CheckpointError(f"a q/k projection with {rows.shape[0]} rows does not split into {heads} heads "
+                              f"of an even head_dim")
     return rows.reshape(heads, k // 2, 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
 
 
@@ -99,7 +95,7 @@ def _metadata(reader) -> dict:
         try:
             out[key] = entry.contents()
         except Exception as exc:  # gguf raises bare errors on malformed fields
-            raise GGUFError(f"metadata field {key} is not readable ({exc})") from None
+            raise CheckpointError(f"metadata field {key} is not readable ({exc})") from None
     return out
 
 
@@ -197,8 +193,8 @@ class GGUFCheckpoint(Checkpoint):
         from gguf.quants import dequantize
 
         if full not in self.files:
-            raise GGUFError(f"{self.folder}: tensor {full} is missing (a {self.spec.model_type} checkpoint "
-                            f"should have it)")
+            raise CheckpointError(f"{self.folder}: tensor {full} is missing (a {self.spec.model_type} checkpoint "
+                                  f"should have it)")
         t = self.files[full]
         self.read.add(full)
         shape = tuple(int(n) for n in reversed(t.shape.tolist()))
@@ -222,13 +218,13 @@ def load(path) -> GGUFCheckpoint:
     try:
         from gguf import GGUFReader
     except ImportError:
-        raise GGUFError(f"{where}: reading GGUF files needs the gguf package (pip install gguf)") from None
+        raise CheckpointError(f"{where}: reading GGUF files needs the gguf package (pip install gguf)") from None
     if not path.is_file():
-        raise GGUFError(f"{where}: not a file (expected a .gguf file)")
+        raise CheckpointError(f"{where}: not a file (expected a .gguf file)")
     try:
         reader = GGUFReader(path, "r")
     except (ValueError, OSError, IndexError, KeyError) as exc:
-        raise GGUFError(f"{where}: not a readable GGUF file ({exc})") from None
+        raise CheckpointError(f"{where}: not a readable GGUF file ({exc})") from None
     meta = _metadata(reader)
     names = [t.name for t in reader.tensors]
     config = config_of(meta, names, where)
@@ -238,16 +234,16 @@ def load(path) -> GGUFCheckpoint:
     for t in reader.tensors:
         name = hf_name(t.name, where)
         if name in files:
-            raise GGUFError(f"{where}: tensor {t.name} appears twice")
+            raise CheckpointError(f"{where}: tensor {t.name} appears twice")
         files[name] = t
         block = _BLOCK.fullmatch(t.name)
         if block and int(block.group(1)) >= spec.layers:
-            raise GGUFError(f"{where}: tensor {t.name} belongs to layer {block.group(1)}, but "
-                            f"{meta['general.architecture']}.block_count is {spec.layers} (refusing to measure a "
-                            f"truncated model)")
+            raise CheckpointError(f"{where}: tensor {t.name} belongs to layer {block.group(1)}, but "
+                                  f"{meta['general.architecture']}.block_count is {spec.layers} (refusing to measure a "
+                                  f"truncated model)")
     _check_types(reader, where)
     prefix = next((p for p in family.base_prefixes if p + family.embed in files), None)
     if prefix is None:
-        raise GGUFError(f"{where}: no token_embd.weight tensor: not a {family.model_type} model")
+        raise CheckpointError(f"{where}: no token_embd.weight tensor: not a {family.model_type} model")
     return GGUFCheckpoint(path, config, spec, family, files, prefix, meta=meta,
                           permuted=meta.get("general.architecture") in PERMUTED)

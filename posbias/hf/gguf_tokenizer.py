@@ -6,7 +6,7 @@ user-defined, ...), the special token ids and the ``add_bos_token`` / ``add_eos_
 metadata. This builds the tokenizer transformers 5 builds from the same metadata
 (``AutoTokenizer.from_pretrained(folder, gguf_file=...)``; its
 integrations/gguf/gguf_tokenizer_mapping.py), so that both give the same ids on any text
-(tests/test_gguf.py, tests/test_smollm2.py):
+(tests/product/test_gguf.py, tests/product/test_smollm2.py):
 
 * ``tokenizer.ggml.model`` ``gpt2`` (byte-level BPE, the only kind read here): a BPE model with
   the file's vocabulary and merges (each merge "a b" split at its one space), no unknown token,
@@ -44,10 +44,6 @@ SPLITS.update({name: _QWEN2 for name in ("qwen2", "deepseek-r1-qwen", "kormo", "
 UNREAD_SPLITS = ("tekken", "qwen35", "gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2")
 
 
-class TokenizerError(UserError):
-    """A GGUF tokenizer this reader does not build: one line."""
-
-
 def byte_alphabet() -> dict[int, str]:
     """GPT-2's byte -> stand-in character table: the printable bytes ! .. ~, ¡ .. ¬ and ® .. ÿ stand
     for themselves; the other 68 bytes, in increasing order, for chr(256), chr(257), ..."""
@@ -69,15 +65,15 @@ def build(meta: dict, where: str):
     kind = meta.get("tokenizer.ggml.model")
     if kind != "gpt2":
         what = "SentencePiece (llama)" if kind == "llama" else repr(kind)
-        raise TokenizerError(f"{where}: tokenizer.ggml.model {what} is not supported (only gpt2: byte-level BPE)")
+        raise UserError(f"{where}: tokenizer.ggml.model {what} is not supported (only gpt2: byte-level BPE)")
     tokens = meta.get("tokenizer.ggml.tokens")
     merges = meta.get("tokenizer.ggml.merges")
     if not isinstance(tokens, list) or not tokens or not isinstance(merges, list):
-        raise TokenizerError(f"{where}: a gpt2 tokenizer needs tokenizer.ggml.tokens and tokenizer.ggml.merges")
+        raise UserError(f"{where}: a gpt2 tokenizer needs tokenizer.ggml.tokens and tokenizer.ggml.merges")
     pre = meta.get("tokenizer.ggml.pre")
     if pre in UNREAD_SPLITS:
-        raise TokenizerError(f"{where}: tokenizer.ggml.pre {pre!r} is not supported (supported: the default "
-                             f"byte-level split, {', '.join(sorted(SPLITS))})")
+        raise UserError(f"{where}: tokenizer.ggml.pre {pre!r} is not supported (supported: the default "
+                        f"byte-level split, {', '.join(sorted(SPLITS))})")
     spelling = byte_alphabet()
     alphabet = set(spelling.values())
     vocab = {}
@@ -88,7 +84,7 @@ def build(meta: dict, where: str):
     for merge in merges:
         parts = merge.split(" ")
         if len(parts) != 2:
-            raise TokenizerError(f"{where}: tokenizer.ggml.merges entry {merge!r} is not two tokens")
+            raise UserError(f"{where}: tokenizer.ggml.merges entry {merge!r} is not two tokens")
         pairs.append((parts[0], parts[1]))
     tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, dropout=None, continuing_subword_prefix="",
                                end_of_word_suffix="", fuse_unk=False))
@@ -120,7 +116,7 @@ def _post_processor(meta: dict, tokens: list, where: str, processors):
         if meta.get(flag, False):
             index = meta.get(key)
             if not isinstance(index, int) or not 0 <= index < len(tokens):
-                raise TokenizerError(f"{where}: {flag} is true but {key} = {index!r} is not a token id")
+                raise UserError(f"{where}: {flag} is true but {key} = {index!r} is not a token id")
             ends.append((tokens[index], index))
         else:
             ends.append(None)

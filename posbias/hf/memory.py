@@ -35,7 +35,7 @@ encoder's influence adds the D x D identity it pulls back row by row) and, for a
 B > 1 sequences, its batch ``sums`` c 2 T H N^2 (for B = 1 XLA returns the one sequence's
 arrays as the sum: no second buffer).
 
-The counts are upper bounds on what XLA allocates: tests/test_hf_scale.py compiles the
+The counts are upper bounds on what XLA allocates: tests/product/test_hf_scale.py compiles the
 jitted functions on the committed fixtures and reads XLA's own ``memory_analysis()``.
 A batch of B sequences needs B times the per-sequence figure; ``batch_size`` fits B to a
 budget.
@@ -177,7 +177,7 @@ def host_bytes(spec: Spec, num_tokens: int, compute_itemsize: int, stored: int, 
     kernels.npz built in memory (per-head kernels at c, content logits at 8 and kernels at c, counted
     twice: the buffer and its growth), the value-norm-weighted kernels (a float64 sum, the batch's
     sum at c and their copies at c and in kernels.npz: (8 + 3 c) T N^2) and the S N float64 gradient
-    norms. Phases are added, not overlapped: an upper bound (tests/test_hostile_measure_validate.py
+    norms. Phases are added, not overlapped: an upper bound (tests/hostile/test_hostile_measure_validate.py
     checks it against a process's peak resident memory)."""
     t, h, n, c = spec.layers, spec.heads, num_tokens, compute_itemsize
     stacked, kernels = t * h * n * n, t * n * n

@@ -43,10 +43,6 @@ from posbias.lm.measure import DENOMINATOR_FLOOR, MeasureError, Measurement, acc
 IMPLEMENTATION = "posbias_eager"
 
 
-class BackendError(UserError):
-    """The transformers backend cannot measure this model: one line."""
-
-
 @dataclass(frozen=True)
 class Layout:
     """Where one architecture keeps what the measurement reads (paths relative to the ``*ForCausalLM``
@@ -78,8 +74,8 @@ LAYOUTS = {
 def layout_of(model_type, where: str) -> Layout:
     layout = LAYOUTS.get(model_type) if isinstance(model_type, str) else None
     if layout is None:
-        raise BackendError(f"{where}: model_type {model_type!r} is not in the transformers backend's table; "
-                           f"supported: {', '.join(sorted(LAYOUTS))}")
+        raise UserError(f"{where}: model_type {model_type!r} is not in the transformers backend's table; "
+                        f"supported: {', '.join(sorted(LAYOUTS))}")
     return layout
 
 
@@ -89,7 +85,7 @@ def require_torch():
         import torch
         import transformers
     except ImportError:
-        raise BackendError("--backend transformers needs torch and transformers: pip install 'posbias[hf]'") from None
+        raise UserError("--backend transformers needs torch and transformers: pip install 'posbias[hf]'") from None
     return torch, transformers
 
 
@@ -102,7 +98,7 @@ def _posbias_eager(module, query, key, value, attention_mask, *args, **kwargs):
     inputs handed to the active recorder first."""
     impl = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
     if impl is None:
-        raise BackendError(f"{type(module).__module__}: no eager_attention_forward to delegate to")
+        raise UserError(f"{type(module).__module__}: no eager_attention_forward to delegate to")
     callback = _RECORDING.get(id(module))
     if callback is not None:
         callback(query, key, value)
@@ -139,11 +135,11 @@ def read_config(path: Path):
     elif path.is_dir() and (path / "config.json").is_file():
         folder, kwargs = path, {}
     else:
-        raise BackendError(f"{path}: expected a checkpoint folder with config.json or a .gguf file")
+        raise UserError(f"{path}: expected a checkpoint folder with config.json or a .gguf file")
     try:
         config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True, **kwargs)
     except (OSError, ValueError, KeyError) as exc:
-        raise BackendError(f"{path}: transformers cannot read its configuration ({str(exc).splitlines()[0]})") from None
+        raise UserError(f"{path}: transformers cannot read its configuration ({str(exc).splitlines()[0]})") from None
     return config, folder, kwargs
 
 
@@ -162,7 +158,7 @@ def load(path, precision: str = "float64") -> Loaded:
                                                                   attn_implementation=implementation,
                                                                   local_files_only=True, **kwargs)
     except (OSError, ValueError) as exc:
-        raise BackendError(f"{path}: transformers cannot load it ({str(exc).splitlines()[0]})") from None
+        raise UserError(f"{path}: transformers cannot load it ({str(exc).splitlines()[0]})") from None
     model.eval()
     blocks = model.get_submodule(layout.blocks)
     attn = blocks[0].get_submodule(layout.attention)
@@ -380,7 +376,7 @@ def run_measure(args) -> int:
     from posbias.files import check_out, write_run
     from posbias.hf import data, outputs
     from posbias.hf.cli import DEFAULT_TOKENS
-    from posbias.run import progress_bar
+    from posbias.progress import progress_bar
 
     path = Path(args.checkpoint)
     if args.samples < 1:

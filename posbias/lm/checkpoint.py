@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pydantic
 
 from posbias.errors import UserError
 from posbias.lm.config import ModelConfig, TrainConfig
+from posbias.schema import first_error
 
 FORMAT = "posbias-lm-checkpoint/1"
 CHECKPOINT = "checkpoint.npz"
@@ -107,14 +109,15 @@ def load(path: Path) -> Checkpoint:
                               f"{meta.get('format') if isinstance(meta, dict) else meta!r}, "
                               f"expected {FORMAT}")
     try:
-        model = ModelConfig.from_dict(meta["model"])
-        train = TrainConfig.from_dict(meta["train"])
+        fields = {kind: {name: meta[part][name] for name in kind.model_fields}
+                  for kind, part in ((ModelConfig, "model"), (TrainConfig, "train"))}
         step = int(meta["step"])
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{path}: checkpoint metadata incomplete ({exc})") from None
-    problem = model.problem() or train.problem()
-    if problem:
-        raise CheckpointError(f"{path}: checkpoint describes no valid model ({problem})")
+    try:
+        model, train = (kind(**given) for kind, given in fields.items())
+    except pydantic.ValidationError as err:
+        raise CheckpointError(f"{path}: checkpoint describes no valid model ({first_error(err)})") from None
     expected = param_shapes(model)
     if set(expected) != set(params):
         missing = sorted(set(expected) ^ set(params))[0]

@@ -15,7 +15,7 @@ from pathlib import Path
 from posbias import argtypes
 from posbias.argtypes import at_least, size
 from posbias.errors import UserError
-from posbias.lm.config import PRESETS, SEED_MAX, SLOPE_CONVENTIONS
+from posbias.lm.limits import PRESET_NAMES, SEED_MAX, SLOPE_CONVENTIONS
 
 EXIT_USAGE = 2
 TRAINED_BATCH_MEMORY = 2**30
@@ -47,7 +47,7 @@ def add_parser(subparsers) -> tuple:
         epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     tr.add_argument("--out", type=argtypes.path, required=True,
                     help="run folder (checkpoint.npz, config.json, train.json)")
-    tr.add_argument("--preset", choices=sorted(PRESETS), default="default",
+    tr.add_argument("--preset", choices=PRESET_NAMES, default="default",
                     help="default (the measured model) or ci (tiny, under a minute)")
     m = tr.add_argument_group("model (override the preset)")
     m.add_argument("--layers", type=_positive, metavar="T")
@@ -112,19 +112,19 @@ def run(args) -> int:
 
 
 def _train(args) -> int:
-    import dataclasses
-
+    from posbias.lm.config import PRESETS, ModelConfig, TrainConfig, checked
     from posbias.lm.train import train
 
     preset = PRESETS[args.preset]
-    model = dataclasses.replace(preset.model, **{k: getattr(args, k) for k in
-                                                 ("layers", "heads", "width", "context", "slopes")
-                                                 if getattr(args, k) is not None})
-    cfg = dataclasses.replace(preset.train, **{k: getattr(args, k) for k in
-                                               ("steps", "batch", "lr", "warmup", "seed", "eval_every")
-                                               if getattr(args, k) is not None})
-    if args.warmup is None and cfg.warmup >= cfg.steps:
-        cfg = dataclasses.replace(cfg, warmup=cfg.steps // 10)
+
+    def given(names):
+        return {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+
+    model = checked(ModelConfig, **preset.model.to_dict() | given(("layers", "heads", "width", "context", "slopes")))
+    fields = preset.train.to_dict() | given(("steps", "batch", "lr", "warmup", "seed", "eval_every"))
+    if args.warmup is None and fields["warmup"] >= fields["steps"]:
+        fields["warmup"] = fields["steps"] // 10
+    cfg = checked(TrainConfig, **fields)
     result = train(model, cfg, args.out, checkpoint_every=args.checkpoint_every, progress=not args.quiet,
                    log=(lambda line: None) if args.quiet else None)
     resumed = f" (resumed at step {result.resumed_from})" if result.resumed_from else ""
@@ -142,7 +142,7 @@ def _measure(args) -> int:
     from posbias.lm import outputs
     from posbias.lm.data import heldout_sequences, load_corpus
     from posbias.lm.measure import MeasureError, measure
-    from posbias.run import progress_bar
+    from posbias.progress import progress_bar
 
     kind = route(args.checkpoint)
     if kind == "other":

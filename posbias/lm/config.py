@@ -1,109 +1,143 @@
-"""What a language-model run is: the model's shape and the training recipe, as frozen dataclasses.
+"""What a language-model run is: the model's shape and the training recipe, as frozen pydantic
+models in the one validation style of posbias's user files (``posbias.schema``).
 
 ``ModelConfig`` fixes the decoder (byte vocabulary 256, T pre-LayerNorm blocks, H ALiBi
 heads with the ``paper`` or ``hf`` slopes of ``posbias.numerics.slopes``, width D, GELU
 MLP of width 4D, context length). ``TrainConfig`` fixes the optimisation (AdamW with
-linear warm-up and cosine decay, global-norm clipping, batch, steps, seed). Two presets:
-``default`` (the model measured in docs/lm.md) and ``ci`` (trains in well under a minute).
+linear warm-up and cosine decay, global-norm clipping, batch, steps, seed). Both refuse,
+when built, what no run can use (``checked`` turns that into one ``UserError`` line); fields
+are checked in the order they are declared, the rules that tie fields together last. Two
+presets: ``default`` (the model measured in docs/lm.md) and ``ci`` (trains in well under a minute).
 
 >>> PRESETS["ci"].model.head_dim
 8
+>>> from posbias.lm.limits import PRESET_NAMES
+>>> tuple(sorted(PRESETS)) == PRESET_NAMES
+True
 >>> TrainConfig.from_dict(PRESETS["ci"].train.to_dict()) == PRESETS["ci"].train
 True
+>>> checked(ModelConfig, layers=2, heads=4, width=30)
+Traceback (most recent call last):
+...
+posbias.errors.UserError: width 30 is not a multiple of heads 4
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Annotated
 
-VOCAB = 256  # bytes
-SLOPE_CONVENTIONS = ("paper", "hf")
-SEED_MAX = 2**32 - 1
-"""Seeds are 32-bit: jax.random.PRNGKey takes one unsigned 32-bit word of entropy in its default mode."""
+import pydantic
+
+from posbias.errors import UserError
+from posbias.lm.limits import SEED_MAX, SLOPE_CONVENTIONS
+from posbias.schema import STRICT, first_error
 
 
-@dataclass(frozen=True)
-class ModelConfig:
-    """layers T, heads H, width D (= H * head_dim), context length (the longest input), slopes
-    convention (m_h = 2^(-8h/H) for ``paper``; the transformers construction for ``hf``)."""
+def _positive_int(value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError("expected a positive integer")
+    return value
 
-    layers: int = 4
-    heads: int = 4
-    width: int = 128
-    context: int = 256
-    slopes: str = "paper"
-    mlp_ratio: int = 4
+
+def _finite_number(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError("expected a finite number")
+    return value
+
+
+def _seed(value):
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= SEED_MAX:
+        raise ValueError(f"expected an integer in [0, {SEED_MAX}]")
+    return value
+
+
+def _convention(value):
+    if value not in SLOPE_CONVENTIONS:
+        raise ValueError(f"expected one of {', '.join(SLOPE_CONVENTIONS)}")
+    return value
+
+
+PositiveInt = Annotated[int, pydantic.BeforeValidator(_positive_int)]
+FiniteNumber = Annotated[float, pydantic.BeforeValidator(_finite_number)]
+
+
+class _Config(pydantic.BaseModel):
+    model_config = STRICT
+
+    def to_dict(self) -> dict:
+        return self.model_dump()
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        """From a checkpoint's record: every field must be present (KeyError names the first missing);
+        other keys are ignored."""
+        return cls(**{name: data[name] for name in cls.model_fields})
+
+
+def checked(kind: type[_Config], **fields) -> _Config:
+    """``kind(**fields)``, a refusal turned into one ``UserError`` line naming the field."""
+    try:
+        return kind(**fields)
+    except pydantic.ValidationError as err:
+        raise UserError(first_error(err)) from None
+
+
+class ModelConfig(_Config):
+    """layers T, heads H, width D (= H * head_dim), context length (the longest input), MLP width
+    ratio, slopes convention (m_h = 2^(-8h/H) for ``paper``; the transformers construction for ``hf``)."""
+
+    layers: PositiveInt = 4
+    heads: PositiveInt = 4
+    width: PositiveInt = 128
+    context: PositiveInt = 256
+    mlp_ratio: PositiveInt = 4
+    slopes: Annotated[str, pydantic.BeforeValidator(_convention)] = "paper"
+
+    @pydantic.model_validator(mode="after")
+    def _heads_divide_width(self):
+        if self.width % self.heads:
+            raise ValueError(f"width {self.width} is not a multiple of heads {self.heads}")
+        return self
 
     @property
     def head_dim(self) -> int:
         return self.width // self.heads
 
-    def problem(self) -> str | None:
-        """Why this is not a model we can build (one line), or None."""
-        for name in ("layers", "heads", "width", "context", "mlp_ratio"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                return f"{name}: expected a positive integer, got {value!r}"
-        if self.width % self.heads:
-            return f"width {self.width} is not a multiple of heads {self.heads}"
-        if self.slopes not in SLOPE_CONVENTIONS:
-            return f"slopes: expected one of {', '.join(SLOPE_CONVENTIONS)}, got {self.slopes!r}"
-        return None
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+class TrainConfig(_Config):
+    """steps, batch (sequences of context + 1 bytes per step), evaluation interval (steps), warm-up
+    steps (linear from 0), seed (init and the batch of every step), peak learning rate, cosine decay
+    to ``final_lr_fraction`` of the peak at the last step, AdamW (b1, b2, weight decay on matrices
+    only), gradient clipping by global norm."""
 
-    @classmethod
-    def from_dict(cls, data: dict) -> ModelConfig:
-        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """steps, batch (sequences of context + 1 bytes per step), peak learning rate, warm-up steps
-    (linear from 0), cosine decay to ``final_lr_fraction`` of the peak at the last step, AdamW
-    (b1, b2, weight decay on matrices only), gradient clipping by global norm, seed (init and
-    the batch of every step), evaluation interval (steps) and validation windows used then."""
-
-    steps: int = 1000
-    batch: int = 16
-    lr: float = 3e-3
+    steps: PositiveInt = 1000
+    batch: PositiveInt = 16
+    eval_every: PositiveInt = 100
     warmup: int = 50
-    final_lr_fraction: float = 0.1
-    b1: float = 0.9
-    b2: float = 0.99
-    weight_decay: float = 0.1
-    clip: float = 1.0
-    seed: int = 0
-    eval_every: int = 100
+    seed: Annotated[int, pydantic.BeforeValidator(_seed)] = 0
+    lr: FiniteNumber = 3e-3
+    final_lr_fraction: FiniteNumber = 0.1
+    b1: FiniteNumber = 0.9
+    b2: FiniteNumber = 0.99
+    weight_decay: FiniteNumber = 0.1
+    clip: FiniteNumber = 1.0
 
-    def problem(self) -> str | None:
-        for name in ("steps", "batch", "eval_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                return f"{name}: expected a positive integer, got {value!r}"
-        if not isinstance(self.warmup, int) or not 0 <= self.warmup < self.steps:
-            return f"warmup: expected an integer in [0, steps), got {self.warmup!r}"
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= SEED_MAX:
-            return f"seed: expected an integer in [0, {SEED_MAX}], got {self.seed!r}"
-        numbers = ("lr", "final_lr_fraction", "b1", "b2", "weight_decay", "clip")
-        for name in numbers:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                return f"{name}: expected a finite number, got {value!r}"
+    @pydantic.field_validator("warmup", mode="before")
+    @classmethod
+    def _warmup_before_steps(cls, value, info):
+        steps = info.data.get("steps")  # absent when steps itself was refused (reported first)
+        if not isinstance(value, int) or (steps is not None and not 0 <= value < steps):
+            raise ValueError("expected an integer in [0, steps)")
+        return value
+
+    @pydantic.model_validator(mode="after")
+    def _ranges(self):
         if not (self.lr > 0 and 0 <= self.final_lr_fraction <= 1 and 0 <= self.b1 < 1 and 0 <= self.b2 < 1
                 and self.weight_decay >= 0 and self.clip > 0):
-            return "lr, clip must be > 0; b1, b2 in [0, 1); weight_decay >= 0; final_lr_fraction in [0, 1]"
-        return None
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> TrainConfig:
-        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
+            raise ValueError("lr, clip must be > 0; b1, b2 in [0, 1); weight_decay >= 0; final_lr_fraction in [0, 1]")
+        return self
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posbias.lm.config import VOCAB, ModelConfig
+from posbias.lm.config import ModelConfig
+from posbias.lm.limits import VOCAB
 from posbias.numerics.slopes import alibi_slopes
 
 LN_EPS = 1e-5

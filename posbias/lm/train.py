@@ -32,10 +32,6 @@ SUMMARY = "train.json"
 EVAL_BATCH = 16
 
 
-class TrainError(UserError):
-    """Bad training input: one line."""
-
-
 @dataclass(frozen=True)
 class TrainResult:
     """Bits per byte of the final model on the train windows and the validation split, the
@@ -135,10 +131,10 @@ def train(model: ModelConfig, cfg: TrainConfig, out: Path, *, checkpoint_every: 
     """Train (or resume) the run in folder ``out``; see the module docstring.
 
     A folder holding a checkpoint of the same model, recipe and corpus resumes from it; one
-    of another run is refused (TrainError) before anything is written. The memory estimate
+    of another run is refused (UserError) before anything is written. The memory estimate
     (``memory_bytes``) is checked first; the folder is created only then, and held under an
     exclusive lock (posbias.files) for the whole run: a second ``posbias train`` into it is
-    refused. A non-finite loss or parameter stops training (TrainError) without writing a
+    refused. A non-finite loss or parameter stops training (UserError) without writing a
     checkpoint of it; a run started by this call that fails so is removed again (folder
     included, when this call created it), a resumed one keeps its last finite checkpoint."""
     import json
@@ -146,25 +142,22 @@ def train(model: ModelConfig, cfg: TrainConfig, out: Path, *, checkpoint_every: 
     from posbias import files
     from posbias.numerics import budget
 
-    problem = model.problem() or cfg.problem()
-    if problem:
-        raise TrainError(problem)
     every = checkpoint_every or cfg.eval_every
     if every < 1:
-        raise TrainError(f"--checkpoint-every: expected a positive integer, got {every}")
+        raise UserError(f"--checkpoint-every: expected a positive integer, got {every}")
     out = Path(out)
     if str(out).strip() == "":
-        raise TrainError("--out: expected a folder name, got an empty string")
+        raise UserError("--out: expected a folder name, got an empty string")
     if out.exists() and not out.is_dir():
-        raise TrainError(f"--out {out}: exists and is not a folder")
+        raise UserError(f"--out {out}: exists and is not a folder")
     corpus = load_corpus()
     if corpus.train.size < model.context + 2 or corpus.validation.size < model.context + 2:
-        raise TrainError(f"context {model.context} is longer than the corpus splits allow "
-                         f"(train {corpus.train.size}, validation {corpus.validation.size} bytes)")
+        raise UserError(f"context {model.context} is longer than the corpus splits allow "
+                        f"(train {corpus.train.size}, validation {corpus.validation.size} bytes)")
     reason = budget.check(f"training T = {model.layers}, H = {model.heads}, D = {model.width}, context "
                           f"{model.context}, batch {cfg.batch}", memory_bytes(model, cfg))
     if reason is not None:
-        raise TrainError(reason)
+        raise UserError(reason)
     wanted = _identity(model, cfg, corpus.fingerprint)
     emit = log or (lambda line: print(line, file=sys.stderr))
     written: list[Path] = []
@@ -176,15 +169,15 @@ def train(model: ModelConfig, cfg: TrainConfig, out: Path, *, checkpoint_every: 
                 have = {"model": saved.model.to_dict(), "train": saved.train.to_dict(),
                         "corpus": saved.meta.get("corpus")}
                 if have != wanted:
-                    raise TrainError(f"--out {out}: holds a checkpoint of another run "
-                                     f"({_first_difference(have, wanted)}); use another --out")
+                    raise UserError(f"--out {out}: holds a checkpoint of another run "
+                                    f"({_first_difference(have, wanted)}); use another --out")
             import jax
 
             with jax.enable_x64(False):
                 try:
                     return _run(model, cfg, out, corpus, wanted, saved, every, progress, emit, json, written)
                 except OSError as exc:
-                    raise TrainError(f"--out {out}: cannot write ({getattr(exc, 'strerror', None) or exc})") from None
+                    raise UserError(f"--out {out}: cannot write ({getattr(exc, 'strerror', None) or exc})") from None
         except Exception:
             if saved is None:  # a run this call started leaves nothing (exclusive_folder removes the empty folder)
                 for path in written:
@@ -209,7 +202,7 @@ def _run(model, cfg, out, corpus, wanted, saved,  # noqa: C901 (split the resume
         leaves, treedef = jax.tree_util.tree_flatten(state)
         if len(leaves) != len(saved.opt_leaves) or any(np.shape(a) != np.shape(b)
                                                        for a, b in zip(leaves, saved.opt_leaves)):
-            raise TrainError(f"{out / ckpt.CHECKPOINT}: optimiser state does not match the recipe")
+            raise UserError(f"{out / ckpt.CHECKPOINT}: optimiser state does not match the recipe")
         state = jax.tree_util.tree_unflatten(treedef,
                                              [jnp.asarray(v, a.dtype) for a, v in zip(leaves, saved.opt_leaves)])
         start, history = saved.step, list(saved.meta.get("history", []))
@@ -250,8 +243,8 @@ def _run(model, cfg, out, corpus, wanted, saved,  # noqa: C901 (split the resume
     def diverged(step, what):
         kept = (f"the checkpoint of step {saved.step} is kept" if saved is not None
                 else f"nothing of the run is kept in {out}")
-        return TrainError(f"training diverged: {what} at step {step} of {cfg.steps} (--lr {cfg.lr:g} too large?); "
-                          f"no checkpoint of it was written, {kept}")
+        return UserError(f"training diverged: {what} at step {step} of {cfg.steps} (--lr {cfg.lr:g} too large?); "
+                         f"no checkpoint of it was written, {kept}")
 
     def save(step):
         flat = {k: np.asarray(v) for k, v in flatten(params).items()}

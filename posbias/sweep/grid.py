@@ -37,10 +37,6 @@ BIAS_SECONDS_PER_UNIT = 3e-10
 N = 2048 on the shared 2-core machine; doubled for its load)."""
 
 
-class PlanError(UserError):
-    """A sweep that cannot run as planned (memory, engine); one line with the estimate."""
-
-
 @dataclass(frozen=True)
 class Group:
     """Points of one shape: key (T, H, N, mask spec), their indices, batch size and bytes per point;
@@ -205,9 +201,46 @@ class Grid:
         if self.spec.engine in ALIBI_ENGINES and _is_bias(out):
             alibi = out.as_alibi(key[2])
             if alibi is None:
-                raise PlanError(f"{self.spec.path}: engine {self.spec.engine}: point {i}: {self.bias_reason(i, key)}")
+                raise UserError(f"{self.spec.path}: engine {self.spec.engine}: point {i}: {self.bias_reason(i, key)}")
             return alibi
         return out
+
+    def stacks(self, points: np.ndarray, key: tuple):
+        """The stacks of ``points`` (one shape ``key``): an ``AlibiBatch`` built from the axis
+        columns at once where every point is a plain AlibiStack (no per-point objects; row b is
+        ``stack(points[b], key)`` to the bit: the same elementwise products, the same cached
+        power-decay rows), else the list of ``stack`` per point."""
+        from posbias.numerics.batch import AlibiBatch
+        from posbias.numerics.stack import AlibiStack
+
+        st = self.template(key).stack
+        if type(st) is not AlibiStack or self.spec.bias_sweep:
+            return [self.stack(int(i), key) for i in points]
+        c = self.columns
+        b, (t, h) = len(points), st.slopes.shape
+        if "lambda" in c:
+            lambdas = np.repeat(c["lambda"][points].astype(np.float64)[:, None], t, axis=1)
+        elif "lambda0" in c or "beta" in c:
+            lam0, beta = self.power_decay_base() or (None, None)
+            lam0s = c["lambda0"][points].astype(np.float64) if "lambda0" in c else np.full(b, lam0, np.float64)
+            betas = c["beta"][points].astype(np.float64) if "beta" in c else np.full(b, beta, np.float64)
+            pairs, inverse = np.unique(np.stack([lam0s, betas], axis=1), axis=0, return_inverse=True)
+            rows = np.stack([_power_decay(float(a), float(e), t) for a, e in pairs])
+            lambdas = rows[inverse.reshape(-1)]
+        else:
+            lambdas = np.broadcast_to(st.lambdas, (b, t))
+        if "content_diagonal" in c:
+            diagonal = np.broadcast_to(c["content_diagonal"][points].astype(np.float64)[:, None, None], (b, t, h))
+        else:
+            diagonal = np.broadcast_to(st.diagonal, (b, t, h))
+        if "slopes" in c:
+            slopes = np.broadcast_to(np.array(c["slopes"][points].tolist(), np.float64)[:, None, :], (b, t, h))
+        else:
+            slopes = np.broadcast_to(st.slopes, (b, t, h))
+        if "slope_scale" in c:
+            slopes = slopes * c["slope_scale"][points].astype(np.float64)[:, None, None]
+        return AlibiBatch(lambdas, slopes, diagonal, np.broadcast_to(st.head_weights, (b, t, h)),
+                          np.full(b, st.temperature, np.float64), st.mask)
 
     def bias_reason(self, i: int, key: tuple) -> str:
         """Why point ``i`` is not ALiBi at its N (for the ALiBi-only engines' refusal)."""
@@ -404,7 +437,7 @@ def validate(grid: Grid, keys: list[tuple]) -> None:
             for i in (first[k], last[k]):
                 reason = engine.supports(grid.stack(i, k), k[2])
                 if reason:
-                    raise PlanError(f"{spec.path}: engine {spec.engine}: point {i} (T = {k[0]}, H = {k[1]}, "
+                    raise UserError(f"{spec.path}: engine {spec.engine}: point {i} (T = {k[0]}, H = {k[1]}, "
                                     f"N = {k[2]}, mask {k[3]}): {reason}")
 
 
@@ -435,7 +468,7 @@ def _validate_bias(grid: Grid, key: tuple, st, members: list[int]) -> None:
             what = (c["bias_spec"][i] if "bias_spec" in c else None, grid.sink(i, key))
             if what not in seen:
                 seen.add(what)
-                grid.stack(i, key)  # refuses (PlanError, one line) a point that is not ALiBi at its N
+                grid.stack(i, key)  # refuses (UserError, one line) a point that is not ALiBi at its N
 
 
 def plan(grid: Grid, keys: list[tuple], *, budget_bytes: int, cap: int = DEFAULT_BATCH_CAP,
@@ -444,7 +477,7 @@ def plan(grid: Grid, keys: list[tuple], *, budget_bytes: int, cap: int = DEFAULT
 
     ``sizes`` (shape key -> batch size, from a manifest) fixes the batch sizes of a resumed
     sweep; otherwise each group gets min(cap, (budget - diagonal) // bytes per point), the
-    diagonal's working set (``diagonal_bytes``, with ``diagonal: true``) held once per batch. Refuses (PlanError)
+    diagonal's working set (``diagonal_bytes``, with ``diagonal: true``) held once per batch. Refuses (UserError)
     a shape whose single point does not fit the budget, with the estimate."""
     from posbias.numerics.budget import describe
 
@@ -458,7 +491,7 @@ def plan(grid: Grid, keys: list[tuple], *, budget_bytes: int, cap: int = DEFAULT
         fixed = diagonal_bytes(k) if grid.spec.diagonal else 0
         if per + fixed > budget_bytes:
             what = f" (with its diagonal, {describe(fixed)})" if fixed else ""
-            raise PlanError(f"one point of shape T = {k[0]}, H = {k[1]}, N = {k[2]} ({k[3]}) needs about "
+            raise UserError(f"one point of shape T = {k[0]}, H = {k[1]}, N = {k[2]} ({k[3]}) needs about "
                             f"{describe(per + fixed)}{what}, more than the memory budget of {describe(budget_bytes)} "
                             "(--memory-budget)")
         size = sizes[k] if sizes is not None and k in sizes else max(1, min(cap, (budget_bytes - fixed) // per))

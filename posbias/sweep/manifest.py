@@ -24,10 +24,6 @@ FORMAT = "posbias-sweep/1"
 MAIN = "manifest.json"
 
 
-class ManifestError(UserError):
-    """The output folder holds a different sweep (or none where one is expected); one line."""
-
-
 def part_name(process: int) -> str:
     return f"manifest-process-{process}.json"
 
@@ -58,7 +54,7 @@ PLAN_REQUIRED = {"memory_budget": int, "batch_cap": int, "batches": int, "groups
 
 
 def read(out_dir: Path) -> dict | None:
-    """The manifest in ``out_dir`` (None if there is none); ManifestError (one line) if the file is
+    """The manifest in ``out_dir`` (None if there is none); UserError (one line) if the file is
     not a posbias sweep manifest: not JSON, not an object, or a required key missing or mistyped."""
     path = Path(out_dir) / MAIN
     try:
@@ -69,17 +65,17 @@ def read(out_dir: Path) -> dict | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        raise ManifestError(f"{path}: unreadable manifest (not JSON)") from None
+        raise UserError(f"{path}: unreadable manifest (not JSON)") from None
     if not isinstance(data, dict):
-        raise ManifestError(f"{path}: not a sweep manifest (a JSON {type(data).__name__}, expected an object)")
+        raise UserError(f"{path}: not a sweep manifest (a JSON {type(data).__name__}, expected an object)")
     for keys, where in ((REQUIRED, data), (PLAN_REQUIRED, data.get("plan"))):
         for key, kind in keys.items():
             value = where.get(key) if isinstance(where, dict) else None
             if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-                raise ManifestError(f"{path}: not a sweep manifest ({key!r}: expected {kind.__name__}, "
-                                    f"got {type(value).__name__})")
+                raise UserError(f"{path}: not a sweep manifest ({key!r}: expected {kind.__name__}, "
+                                f"got {type(value).__name__})")
     if data["format"] != FORMAT:
-        raise ManifestError(f"{path}: format {data['format']!r}, expected {FORMAT!r}")
+        raise UserError(f"{path}: format {data['format']!r}, expected {FORMAT!r}")
     return data
 
 

@@ -31,10 +31,6 @@ EXIT_USAGE = 2
 KINDS = ("auto", "heatmap", "curves")
 
 
-class PlotError(UserError):
-    pass
-
-
 def add_parser(subparsers):
     """Add the ``plot`` subcommand; returns its parser."""
     pp = subparsers.add_parser(
@@ -65,14 +61,14 @@ def _load(folder: Path):
 
     main = mf.read(folder)
     if main is None:
-        raise PlotError(f"{folder}: no sweep here (expected {mf.MAIN})")
+        raise UserError(f"{folder}: no sweep here (expected {mf.MAIN})")
     return main, read_table(folder, main)  # refuses mixed, foreign, truncated or unfinished sets
 
 
 def _column(table, name: str) -> np.ndarray:
     col = table.column(name)
     if str(col.type).startswith("list"):
-        raise PlotError(f"column {name}: holds lists, expected numbers or labels")
+        raise UserError(f"column {name}: holds lists, expected numbers or labels")
     values = col.to_pylist()
     if all(isinstance(v, str) for v in values):
         return np.asarray(values, dtype=object)
@@ -94,24 +90,24 @@ def resolve_at(main, table, used: list[str], at) -> tuple[list[tuple[str, object
     for item in at:
         name, sep, text = item.partition("=")
         if not sep or name not in axes:
-            raise PlotError(f"--at {item}: expected AXIS=VALUE with AXIS one of {', '.join(axes)}")
+            raise UserError(f"--at {item}: expected AXIS=VALUE with AXIS one of {', '.join(axes)}")
         if name in used:
-            raise PlotError(f"--at {name}: this axis is plotted; fix another one")
+            raise UserError(f"--at {name}: this axis is plotted; fix another one")
         if name in (n for n, _ in fixed):
-            raise PlotError(f"--at {name}: given twice")
+            raise UserError(f"--at {name}: given twice")
         col = _column(table, name)
         levels = _levels(col)
         if col.dtype == object:
             if text not in levels.tolist():
-                raise PlotError(f"--at {item}: {name} takes {', '.join(map(str, levels))}")
+                raise UserError(f"--at {item}: {name} takes {', '.join(map(str, levels))}")
             fixed.append((name, text))
             continue
         try:
             target = float(text)
         except ValueError:
-            raise PlotError(f"--at {item}: expected a number") from None
+            raise UserError(f"--at {item}: expected a number") from None
         if not np.isfinite(target):
-            raise PlotError(f"--at {item}: expected a finite number (grid values of {name}: "
+            raise UserError(f"--at {item}: expected a finite number (grid values of {name}: "
                             f"{levels[0]:g} .. {levels[-1]:g})")
         value = levels[int(np.argmin(np.abs(levels - target)))].item()
         if value != target:
@@ -150,16 +146,16 @@ def _levels_in_order(col: np.ndarray):
 
 def _check_axis(main, name: str, what: str) -> None:
     if name not in main["axes"]:
-        raise PlotError(f"--{what} {name}: not an axis of this sweep (axes: {', '.join(main['axes'])})")
+        raise UserError(f"--{what} {name}: not an axis of this sweep (axes: {', '.join(main['axes'])})")
 
 
 def _metric(table, name: str) -> np.ndarray:
     if name not in table.column_names:
         numeric = [c for c in table.column_names if c not in ("notes", "profile")]
-        raise PlotError(f"--metric {name}: no such column (columns: {', '.join(numeric)})")
+        raise UserError(f"--metric {name}: no such column (columns: {', '.join(numeric)})")
     values = _column(table, name)
     if values.dtype == object:
-        raise PlotError(f"--metric {name}: holds labels, expected numbers")
+        raise UserError(f"--metric {name}: holds labels, expected numbers")
     return values
 
 
@@ -187,7 +183,7 @@ def heatmap(main, table, x: str, y: str, metric: str, reduce: str, fixed: list):
     for name, what in ((x, "x"), (y, "y")):
         _check_axis(main, name, what)
     if x == y:
-        raise PlotError("--x and --y name the same axis")
+        raise UserError("--x and --y name the same axis")
     keep = _select(main, table, [x, y], reduce, fixed)
     xs, ys, vs = _column(table, x)[keep], _column(table, y)[keep], _metric(table, metric)[keep]
     xl, yl = _levels(xs), _levels(ys)
@@ -239,18 +235,18 @@ def curves(main, table, x: str, series: str, metric: str, reduce: str, fixed: li
     _check_axis(main, x, "x")
     _check_axis(main, series, "series")
     if x == series:
-        raise PlotError("--x and --series name the same axis")
+        raise UserError("--x and --series name the same axis")
     keep = _select(main, table, [x, series], reduce, fixed)
     xs, ss = _column(table, x)[keep], _column(table, series)[keep]
     vs = _metric(table, metric)[keep]
     if xs.dtype == object:
-        raise PlotError(f"--x {x}: holds labels; curves need a numeric x axis (use --series {x})")
+        raise UserError(f"--x {x}: holds labels; curves need a numeric x axis (use --series {x})")
     panels = [(metric, vs)]
     if metric == "p_first" and "log_p_first" in table.column_names:
         lp = _column(table, "log_p_first")[keep]
         panels.append(("1 - p_first (mass off the first token)", -np.expm1(lp)))
     if not np.any(np.isfinite(vs)):
-        raise PlotError(f"--metric {metric}: no finite value among the {int(keep.sum())} points shown")
+        raise UserError(f"--metric {metric}: no finite value among the {int(keep.sum())} points shown")
     xlog = bool(np.all(xs > 0))
     fig = Figure(figsize=(5.2 * len(panels), 4.4), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
@@ -321,12 +317,12 @@ def make_figure(folder: Path, kind: str = "auto", x=None, y=None, series=None, m
         x = x or ("layers" if "layers" in firsts else firsts[0])
         series = series or next((a for a in firsts if a != x), None)
         if series is None:
-            raise PlotError("curves need two axes (--x and --series)")
+            raise UserError("curves need two axes (--x and --series)")
         metric = metric or "p_first"
         fixed, notes = resolve_at(main, table, [x, series], at)
         return curves(main, table, x, series, metric, reduce, fixed, notes), kind, metric, notes
     if len(main["axes"]) < 2:
-        raise PlotError("a heat map needs two axes; this sweep has one (use --kind curves)")
+        raise UserError("a heat map needs two axes; this sweep has one (use --kind curves)")
     x = x or firsts[0]
     y = y or next(a for a in main["axes"] if a != x)
     metric = metric or "u_shape"
@@ -340,14 +336,14 @@ def run(args) -> int:
 
     try:
         if not args.dir.is_dir():
-            raise PlotError(f"{args.dir}: no such folder")
+            raise UserError(f"{args.dir}: no such folder")
         if args.kind == "heatmap" and args.series:
-            raise PlotError("--series applies to --kind curves")
+            raise UserError("--series applies to --kind curves")
         fig, kind, metric, notes = make_figure(args.dir, args.kind, args.x, args.y, args.series, args.metric,
                                                args.reduce, args.at)
         target = args.out or args.dir / f"{kind}-{metric}.png"
         if target.suffix.lower() != ".png":
-            raise PlotError(f"--out {target}: expected a .png file name")
+            raise UserError(f"--out {target}: expected a .png file name")
         written = write_run(target.parent, {}, {target.name: fig})
     except UserError as exc:
         print(f"posbias plot: error: {exc}", file=sys.stderr)

@@ -10,11 +10,15 @@ Order of work (nothing is computed before 1-4 have passed):
    ``--resume`` needs the same spec digest and reuses the recorded batch sizes; the manifest
    is written under the same lock, so of two sweeps started at once one wins, one is refused);
 5. compute this process's unfinished batches (batch index % P == process index): each batch is
-   one ``posbias.numerics.batch.profiles`` call, summarised (``summarize``) and written as one
-   Parquet file (atomic rename). With several local JAX devices the batch axis is sharded over
-   a Mesh of them (``jax.sharding.NamedSharding``; ``Structured.compute_batch``): every point
-   is an independent scan, so its numbers do not depend on the number of devices. The native
-   CPU kernel uses no JAX device: its batches run one stack per worker thread;
+   one ``posbias.numerics.batch.profiles`` call on its stacks (an ``AlibiBatch`` built from the
+   grid's columns where the points allow), summarised over the batch (``summary_arrays``) and
+   written as one Parquet file (atomic rename). On the native route the next batch's profiles
+   are computed in a worker thread while a batch is summarised and written, when both fit the
+   memory budget (the C kernel releases the GIL); batches are still written in order. With
+   several local JAX devices the batch axis is sharded over a Mesh of them
+   (``jax.sharding.NamedSharding``; ``Structured.batched``): every point is an independent
+   scan, so its numbers do not depend on the number of devices. The native CPU kernel uses no
+   JAX device: its batches run one stack per worker thread;
 6. complete the manifest (merged with every process's part).
 
 A fresh sweep that is refused or cannot write (a full disk) after its claim removes what it
@@ -28,13 +32,14 @@ import dataclasses
 import hashlib
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from posbias.errors import UserError
-from posbias.files import OutputError, locked, prepare, remove_created
+from posbias.files import locked, prepare, remove_created
 from posbias.sweep import grid as grid_mod
 from posbias.sweep import manifest as mf
 from posbias.sweep import table as tb
@@ -120,14 +125,14 @@ def local_devices(engine: str, limit: int | None):
 
 
 def _summaries(spec: Spec, stacks, profs, n: int, keep_profiles: bool):
-    """The batch's summary columns (``numerics.summary.summarize_columns``: key -> list over the
-    points), its renormalised profiles when kept, and how many points each engine/path computed."""
-    from posbias.numerics.summary import summarize_columns
+    """The batch's summary columns (``numerics.summary.summary_arrays``: key -> list or array over
+    the points), its renormalised profiles when kept, and how many points each engine/path computed."""
+    from posbias.numerics.summary import summary_arrays
 
-    columns = summarize_columns(profs, stacks)
+    columns = summary_arrays(profs, stacks)
     columns.pop("matrix", None)
     if spec.diagonal:  # min_i P_ii (C5(a)), from log P_ii (compact stacks too)
-        from posbias.run import log_diagonal
+        from posbias.diagonal import log_diagonal
 
         for i, stack in enumerate(stacks):
             if stack.causal(n):
@@ -178,7 +183,7 @@ def _wait_for_manifest(out: Path) -> dict:
         if found is not None:
             return found
         time.sleep(0.2)
-    raise mf.ManifestError(f"{out}: process 0 wrote no {mf.MAIN} within {WAIT_FOR_MANIFEST_S:.0f} s")
+    raise UserError(f"{out}: process 0 wrote no {mf.MAIN} within {WAIT_FOR_MANIFEST_S:.0f} s")
 
 
 def _check_memory(spec: Spec, given: int | None) -> int:
@@ -189,24 +194,24 @@ def _check_memory(spec: Spec, given: int | None) -> int:
 
     limit = budget.memory_limit()
     if given is not None and given > limit:
-        raise grid_mod.PlanError(f"--memory-budget {budget.describe(given)}: more than the posbias memory limit of "
-                                 f"{budget.describe(limit)} (80% of RAM, or POSBIAS_MEMORY_LIMIT)")
+        raise UserError(f"--memory-budget {budget.describe(given)}: more than the posbias memory limit of "
+                        f"{budget.describe(limit)} (80% of RAM, or POSBIAS_MEMORY_LIMIT)")
     need = grid_mod.bookkeeping_bytes(spec)
     if need > limit:
-        raise grid_mod.PlanError(f"{spec.path}: the grid of {spec.num_points:,} points needs about "
-                                 f"{budget.describe(need)} for its bookkeeping alone, more than the memory limit of "
-                                 f"{budget.describe(limit)}; split the sweep into smaller grids")
+        raise UserError(f"{spec.path}: the grid of {spec.num_points:,} points needs about "
+                        f"{budget.describe(need)} for its bookkeeping alone, more than the memory limit of "
+                        f"{budget.describe(limit)}; split the sweep into smaller grids")
     return given if given is not None else limit
 
 
 def _check_existing(out: Path, existing: dict | None, digest: str, opts: Options) -> None:
     if existing is not None and existing["digest"] != digest:
         what = "resume it" if opts.resume else "write into it"
-        raise mf.ManifestError(f"{out}: holds a sweep of another spec (digest {existing['digest'][:12]}, "
-                               f"this spec {digest[:12]}); cannot {what}; choose another --out")
+        raise UserError(f"{out}: holds a sweep of another spec (digest {existing['digest'][:12]}, "
+                        f"this spec {digest[:12]}); cannot {what}; choose another --out")
     if existing is not None and not opts.resume and opts.process_id == 0:
-        raise mf.ManifestError(f"{out}: holds this sweep already ({mf.MAIN}); use --resume to continue it, "
-                               "or choose another --out")
+        raise UserError(f"{out}: holds this sweep already ({mf.MAIN}); use --resume to continue it, "
+                        "or choose another --out")
 
 
 def _recorded_plan(out: Path, existing: dict, opts: Options):
@@ -215,12 +220,12 @@ def _recorded_plan(out: Path, existing: dict, opts: Options):
     for flag, mine, theirs in (("--memory-budget", opts.memory_budget, recorded["memory_budget"]),
                                ("--batch-size", opts.batch_cap, recorded["batch_cap"])):
         if mine is not None and mine != theirs:
-            raise mf.ManifestError(f"{out}: was planned with {flag} {theirs}; resume without {flag} or with "
-                                   "the same value (batches must not change)")
+            raise UserError(f"{out}: was planned with {flag} {theirs}; resume without {flag} or with "
+                            "the same value (batches must not change)")
     try:
         sizes = {tuple(g["key"]): int(g["batch_size"]) for g in recorded["groups"]}
     except (KeyError, TypeError, ValueError):
-        raise mf.ManifestError(f"{out / mf.MAIN}: not a sweep manifest (plan.groups malformed)") from None
+        raise UserError(f"{out / mf.MAIN}: not a sweep manifest (plan.groups malformed)") from None
     return recorded["memory_budget"], recorded["batch_cap"], sizes
 
 
@@ -299,7 +304,7 @@ def run_sweep(spec: Spec, opts: Options) -> Outcome:
             remove_created(created)
         if isinstance(exc, OSError):
             kept = "" if fresh else "; finished batches are kept (--resume after fixing it)"
-            raise OutputError(f"--out {out}: cannot write ({exc.strerror or exc}){kept}") from None
+            raise UserError(f"--out {out}: cannot write ({exc.strerror or exc}){kept}") from None
         raise
     return outcome
 
@@ -326,16 +331,30 @@ def _compute(spec, opts, grid, layout, groups, batches, main, digest, label, dev
         written.append(part_path)
     computed = []
     t_compute = time.perf_counter()
-    from posbias.run import progress_bar
+    from posbias.progress import progress_bar
 
     total_points = sum(len(b.points) for b in mine)
     done_points = total_points - sum(len(b.points) for b in pending)
-    with progress_bar(opts.progress and bool(pending), "sweep", unit="points") as update:
+    per_point = {g.key: g.bytes_per_point for g in groups}
+    budget_bytes = main["plan"]["memory_budget"]
+
+    def overlaps(k: int) -> bool:  # batch k + 1 may run while batch k is summarised and written
+        if devices or k + 1 >= len(pending):
+            return False
+        a, b = pending[k], pending[k + 1]
+        return len(a.points) * per_point[a.key] + len(b.points) * per_point[b.key] <= budget_bytes
+
+    with progress_bar(opts.progress and bool(pending), "sweep", unit="points") as update, \
+            ThreadPoolExecutor(max_workers=1) as ahead:
         if update:
             update(done_points, total_points)
-        for batch in pending:
+        following = None
+        for k, batch in enumerate(pending):
+            t0 = time.perf_counter()
             written.append(folder / tb.part_name(batch.index))
-            record = compute_batch(grid, spec, layout, batch, label, devices, folder, digest, opts.process_id)
+            current = following.result() if following is not None else batch_profiles(grid, spec, batch, devices)
+            following = ahead.submit(batch_profiles, grid, spec, pending[k + 1], devices) if overlaps(k) else None
+            record = write_batch(grid, spec, layout, batch, current, label, folder, digest, opts.process_id, t0)
             part["batches"][str(batch.index)] = record
             mf.write_json(part_path, part)
             computed.append(batch.index)
@@ -355,16 +374,16 @@ def _compute(spec, opts, grid, layout, groups, batches, main, digest, label, dev
                    t_end - t_start, merged["complete"], notes)
 
 
-def compute_batch(grid, spec: Spec, layout, batch, label: str, devices, folder: Path, digest: str,
-                  process: int) -> dict:
-    """One batch: stacks, ``profiles`` (sharded over ``devices`` when several), summaries, one
-    Parquet file. Returns its record."""
+def batch_profiles(grid, spec: Spec, batch, devices):
+    """One batch's stacks (``Grid.stacks``: an ``AlibiBatch`` where the points allow) and their
+    ``profiles`` (sharded over ``devices`` when several). The C kernel releases the GIL, so this
+    runs in a worker thread for batch k + 1 while batch k is summarised and written (when both fit
+    the memory budget; not on JAX devices)."""
     from posbias.numerics.batch import profiles
     from posbias.numerics.engine import Unsupported
 
-    t0 = time.perf_counter()
     n = batch.key[2]
-    stacks = [grid.stack(int(i), batch.key) for i in batch.points]
+    stacks = grid.stacks(batch.points, batch.key)
     scope = contextlib.nullcontext()
     if devices:
         import jax
@@ -376,7 +395,14 @@ def compute_batch(grid, spec: Spec, layout, batch, label: str, devices, folder: 
     except Unsupported as exc:
         raise UserError(f"batch {batch.index} (points {int(batch.points[0])}..{int(batch.points[-1])}): "
                         f"{exc}") from None
-    columns, ps, engines = _summaries(spec, stacks, profs, n, layout.profiles)
+    return stacks, profs
+
+
+def write_batch(grid, spec: Spec, layout, batch, computed, label: str, folder: Path, digest: str, process: int,
+                t0: float) -> dict:
+    """One batch's summaries and Parquet file from ``batch_profiles``' (stacks, profiles); its record."""
+    stacks, profs = computed
+    columns, ps, engines = _summaries(spec, stacks, profs, batch.key[2], layout.profiles)
     table = tb.batch_table(layout, grid, batch.points, columns, ps)
     meta = {"digest": digest, "batch": batch.index, "process": process, "device": label,
             "points": [int(batch.points[0]), int(batch.points[-1])]}

@@ -48,6 +48,11 @@ rounding puts the last value a hair below it: ``range_count``).
 The grid is the product of the axes in the order written, the first varying slowest;
 axes of one ``zip`` group take their k-th values together and stand at the place of
 the group's first axis.
+
+The fixed keys are pydantic models in posbias's one validation style (``SpecFile`` and
+``BaseFlags``; posbias/schema.py formats their refusals): unknown keys are refused first, with
+the keys expected there. The axes are named by the user, so their values are checked axis by
+axis after that (``_parse_axes``), then the zip groups and the rules that tie keys together.
 """
 
 from __future__ import annotations
@@ -60,11 +65,14 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Any
 
 import numpy as np
+import pydantic
 
 from posbias.errors import UserError
 from posbias.numerics.engines import CHOOSABLE as ENGINES  # the one engine table
+from posbias.schema import STRICT, first_error, refusal
 
 
 class SpecError(UserError):
@@ -75,9 +83,6 @@ FLOAT_AXES = ("lambda", "lambda0", "beta", "slope_scale", "content_diagonal", "s
 INT_AXES = ("layers", "tokens", "window")
 AXES = ("lambda", "lambda0", "beta", "layers", "tokens", "slope_scale", "slopes", "content_diagonal", "mask",
         "window", "bias", "sink")
-BASE_KEYS = ("config", "layers", "heads", "tokens", "schedule", "slopes", "content_diagonal", "mask", "temperature",
-             "bias", "sink")
-TOP_KEYS = ("name", "base", "axes", "zip", "engine", "profiles", "diagonal")
 ALIBI_ENGINES = ("structured", "log", "fft")
 """Engines that compute ALiBi stacks only: a bias point must be ALiBi at its N (``BiasStack.as_alibi``)."""
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -348,52 +353,142 @@ def _dims(axes: list[Axis], zips: list[tuple[str, ...]]) -> tuple[tuple[str, ...
     return tuple(dims)
 
 
-def _parse_base(where: str, base,  # noqa: C901 (one branch per refused key; issue 20 §4)
-                spec_dir: Path) -> dict:
-    if isinstance(base, str):
-        base = {"config": base}
-    if not isinstance(base, dict):
-        raise _fail(where, f"expected a config path or a mapping of model flags ({', '.join(BASE_KEYS)}), "
-                           f"got {_shown(base)}")
-    out = {}
-    for key, value in base.items():
-        at = f"{where}.{key}"
-        if key not in BASE_KEYS:
-            raise _fail(at, f"unknown key, expected one of {', '.join(BASE_KEYS)}")
-        if key == "config":
-            if not isinstance(value, str) or not value:
-                raise _fail(at, f"expected a path to a rollout config, got {_shown(value)}")
-            path = Path(value) if Path(value).is_absolute() else spec_dir / value
-            if not path.is_file():
-                raise _fail(at, f"{value}: no such file (paths are relative to the spec file)")
-            out[key] = str(path)
-        elif key in ("layers", "heads", "tokens"):
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SIZE:
-                raise _fail(at, f"expected a positive integer, got {_shown(value)}")
-            out[key] = value
-        elif key in ("schedule", "mask"):
-            if not isinstance(value, str):
-                raise _fail(at, f"expected a spec string, got {_shown(value)}")
-            out[key] = value
-        elif key == "slopes":
-            if isinstance(value, str):
-                if value not in ("paper", "hf"):
-                    raise _fail(at, f"expected paper, hf or a list of per-head slopes, got {_shown(value)}")
-                out[key] = value
-            else:
-                out[key] = _axis_values("slopes", at, [value])[0]
-        elif key in ("content_diagonal", "sink"):
-            out[key] = _number(at, value)
-        elif key == "bias":
-            if not isinstance(value, str) or not value.strip():
-                raise _fail(at, f"expected a bias spec string ({_bias_specs()}), got {_shown(value)}")
-            out[key] = value.strip()
-        else:  # temperature
-            x = _number(at, value)
-            if x <= 0:
-                raise _fail(at, f"expected a value > 0, got {x!r}")
-            out[key] = x
-    return out
+def _checked(check, *args):
+    """``check("", *args)`` with its SpecError turned into a refusal of the field being validated
+    (the path inside the value, such as ``[0][1]``, kept)."""
+    try:
+        return check("", *args)
+    except SpecError as exc:
+        at, _, what = str(exc).partition(": ")
+        raise refusal(what, at) from None
+
+
+def _config_path(value, info: pydantic.ValidationInfo) -> str:
+    if not isinstance(value, str) or not value:
+        raise refusal(f"expected a path to a rollout config, got {_shown(value)}")
+    path = Path(value) if Path(value).is_absolute() else info.context["spec_dir"] / value
+    if not path.is_file():
+        raise refusal(f"{value}: no such file (paths are relative to the spec file)")
+    return str(path)
+
+
+def _size(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SIZE:
+        raise refusal(f"expected a positive integer, got {_shown(value)}")
+    return value
+
+
+def _spec_string(value) -> str:
+    if not isinstance(value, str):
+        raise refusal(f"expected a spec string, got {_shown(value)}")
+    return value
+
+
+def _base_slopes(value):
+    if isinstance(value, str):
+        if value not in ("paper", "hf"):
+            raise refusal(f"expected paper, hf or a list of per-head slopes, got {_shown(value)}")
+        return value
+    return _checked(lambda where, v: _axis_values("slopes", where, [v])[0], value)
+
+
+def _bias(value) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise refusal(f"expected a bias spec string ({_bias_specs()}), got {_shown(value)}")
+    return value.strip()
+
+
+def _temperature(value) -> float:
+    x = _checked(_number, value)
+    if x <= 0:
+        raise refusal(f"expected a value > 0, got {x!r}")
+    return x
+
+
+def _flag(value) -> bool:
+    if not isinstance(value, bool):
+        raise refusal(f"expected true or false, got {_shown(value)}")
+    return value
+
+
+def _engine(value) -> str:
+    if value not in ENGINES:
+        raise refusal(f"expected one of {', '.join(ENGINES)}, got {_shown(value)}")
+    return value
+
+
+def _name(value) -> str:
+    if not isinstance(value, str):
+        raise refusal(f"expected a string, got {_shown(value)}")
+    return value
+
+
+def _base_mapping(value) -> dict:
+    if isinstance(value, str):
+        return {"config": value}
+    if not isinstance(value, dict):
+        raise refusal(f"expected a config path or a mapping of model flags ({', '.join(BASE_KEYS)}), "
+                      f"got {_shown(value)}")
+    return value
+
+
+def _number_value(value) -> float:
+    return _checked(_number, value)
+
+
+# A key that may be left out (None then) but, when given, is refused unless its check passes
+# (an explicit null included): the check runs before pydantic's own type check.
+_Before = pydantic.BeforeValidator
+ConfigPath = Annotated[str | None, _Before(_config_path)]
+OptionalSize = Annotated[int | None, _Before(_size)]
+OptionalSpecString = Annotated[str | None, _Before(_spec_string)]
+OptionalNumber = Annotated[float | None, _Before(_number_value)]
+
+
+class BaseFlags(pydantic.BaseModel):
+    """``base``: a rollout config (``config``, relative to the spec file) and model flags, as
+    ``posbias rollout`` takes them; only the keys given are set."""
+
+    model_config = STRICT
+    config: ConfigPath = None
+    layers: OptionalSize = None
+    heads: OptionalSize = None
+    tokens: OptionalSize = None
+    schedule: OptionalSpecString = None
+    slopes: Annotated[str | tuple[float, ...] | None, _Before(_base_slopes)] = None
+    content_diagonal: OptionalNumber = None
+    mask: OptionalSpecString = None
+    temperature: Annotated[float | None, _Before(_temperature)] = None
+    bias: Annotated[str | None, _Before(_bias)] = None
+    sink: OptionalNumber = None
+
+
+class SpecFile(pydantic.BaseModel):
+    """The fixed keys of a spec file (module docstring). ``axes`` and ``zip`` name the user's own
+    axes, so their values are checked per axis after this (``_parse_axes``, ``_parse_zip``)."""
+
+    model_config = STRICT
+    name: Annotated[str | None, _Before(_name)] = None
+    base: Annotated[BaseFlags, _Before(_base_mapping)]
+    axes: Any
+    zip: Any = None
+    engine: Annotated[str, _Before(_engine)] = "auto"
+    profiles: Annotated[bool, _Before(_flag)] = False
+    diagonal: Annotated[bool, _Before(_flag)] = False
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _a_mapping(cls, data):
+        if not isinstance(data, dict):
+            raise refusal(f"expected a mapping with keys {', '.join(TOP_KEYS)}")
+        return data
+
+
+TOP_KEYS = tuple(SpecFile.model_fields)
+BASE_KEYS = tuple(BaseFlags.model_fields)
+KEYS = {"": TOP_KEYS, "base": BASE_KEYS}
+"""The keys of each fixed mapping, named when an unknown key is refused."""
+NOTES = {"base": "a config path or model flags", "axes": "e.g. axes: {lambda: [0.25, 0.5]}"}
 
 
 def _check_combination(where: str, base: dict, names: set[str]) -> None:
@@ -508,38 +603,26 @@ def digest(raw: dict, base: dict) -> str:
 
 
 def parse(raw, path: str = "<spec>", spec_dir: Path | None = None) -> Spec:
-    """Validate a spec mapping (as read from YAML) into a ``Spec``; raise SpecError (one line)."""
+    """Validate a spec mapping (as read from YAML) into a ``Spec``; raise SpecError (one line).
+
+    The fixed keys first (``SpecFile``: unknown keys before anything else, then the base flags,
+    engine, flags and name), then the axes, the zip groups and the rules that tie them together."""
     where = str(path)
-    if not isinstance(raw, dict):
-        raise _fail(where, f"expected a mapping with keys {', '.join(TOP_KEYS)}")
-    for key in raw:
-        if key not in TOP_KEYS:
-            raise _fail(f"{where}: {key}", f"unknown key, expected one of {', '.join(TOP_KEYS)}")
-    if "base" not in raw:
-        raise _fail(f"{where}: base", "required key is missing (a config path or model flags)")
-    if "axes" not in raw:
-        raise _fail(f"{where}: axes", "required key is missing (e.g. axes: {lambda: [0.25, 0.5]})")
-    base = _parse_base(f"{where}: base", raw["base"], spec_dir or Path("."))
+    try:
+        top = SpecFile.model_validate(raw, context={"spec_dir": spec_dir or Path(".")})
+    except pydantic.ValidationError as err:
+        raise SpecError(f"{where}: {first_error(err, keys=KEYS, notes=NOTES)}") from None
+    base_raw = raw["base"] if isinstance(raw["base"], dict) else {"config": raw["base"]}
+    base = {key: getattr(top.base, key) for key in base_raw}
     axes = _parse_axes(f"{where}: axes", raw["axes"], _placeholder_names(raw["base"], raw["axes"]))
     zips = _parse_zip(f"{where}: zip", raw.get("zip"), axes)
     names = {a.name for a in axes}
     _check_combination(f"{where}: axes", base, names)
     _check_schedule(f"{where}: axes", base, names)
-    engine = raw.get("engine", "auto")
-    if engine not in ENGINES:
-        raise _fail(f"{where}: engine", f"expected one of {', '.join(ENGINES)}, got {_shown(engine)}")
-    _check_bias(where, base, axes, engine)
-    flags = {}
-    for key in ("profiles", "diagonal"):
-        value = raw.get(key, False)
-        if not isinstance(value, bool):
-            raise _fail(f"{where}: {key}", f"expected true or false, got {_shown(value)}")
-        flags[key] = value
-    name = raw.get("name", Path(where).stem)
-    if not isinstance(name, str):
-        raise _fail(f"{where}: name", f"expected a string, got {_shown(name)}")
-    return Spec(raw, where, name, base, tuple(axes), _dims(axes, zips), engine, flags["profiles"],
-                flags["diagonal"], digest(raw, base))
+    _check_bias(where, base, axes, top.engine)
+    name = Path(where).stem if top.name is None else top.name
+    return Spec(raw, where, name, base, tuple(axes), _dims(axes, zips), top.engine, top.profiles,
+                top.diagonal, digest(raw, base))
 
 
 def load(path: str | Path) -> Spec:

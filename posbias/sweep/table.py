@@ -130,7 +130,9 @@ class Layout:
 
 def batch_table(layout: Layout, grid, points: np.ndarray, summaries: dict[str, list], profiles):
     """A pyarrow Table of one batch's rows (in ``points`` order) from its summary columns
-    (``Summary.to_dict`` key -> list over the points) and its (B, N) profiles (or None)."""
+    (``Summary.to_dict`` key -> list, or NumPy array, masked where None, over the points:
+    ``numerics.summary.summary_arrays``; arrays go to Arrow without per-point objects) and its
+    (B, N) profiles (or None)."""
     import pyarrow as pa
 
     cols = {"point": pa.array(points, pa.int64())}

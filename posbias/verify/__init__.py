@@ -1,7 +1,7 @@
 """Property-based verification runs: every claim of the registry, and the search for counterexamples.
 
 Each claim of ``posbias.theorem.claims.CLAIMS`` has a *property*: a hypothesis strategy
-(posbias.strategies) and a check that calls the claim's registered predicate on what the
+(posbias.verify.strategies) and a check that calls the claim's registered predicate on what the
 strategy draws. A property either is expected to **hold** (hypothesis tries ``examples``
 cases and finds none that fails) or is a **necessity search**: one hypothesis of a claim
 dropped, hypothesis's own engine (``hypothesis.find``) must find a case where the
@@ -22,7 +22,7 @@ A complete example:
 
 >>> import numpy as np
 >>> import posbias.verify as pv
->>> from posbias.strategies import causal_kernels
+>>> from posbias.verify.strategies import causal_kernels
 >>> @pv.claim("row sums", strategy=lambda sizes: causal_kernels(max_tokens=sizes.max_dense_tokens),
 ...           hypotheses=("K causal row-stochastic",))
 ... def rows_sum_to_one(kernel):
@@ -44,8 +44,9 @@ A complete example:
 The package, one concept a module:
 
 =====================  ===================================================================
-``types``              Property, Result, Report, VerifyError, the run constants
-``lazy``               hypothesis and posbias.strategies imported on first use
+``types``              Property, Result, Report, the run constants
+``strategies``         hypothesis strategies for the theory's objects, valid by construction
+``lazy``               hypothesis and posbias.verify.strategies imported on first use
 ``kernels``            NumPy / Fraction routes: A^(t), the last row p, exact ALiBi, ≼
 ``display``            examples as text (exact fractions)
 ``codec``              examples as JSON, AlibiStacks as rollout YAML
@@ -82,7 +83,6 @@ from posbias.verify.types import (
     Property,
     Report,
     Result,
-    VerifyError,
 )
 
 __all__ = [
@@ -91,7 +91,7 @@ __all__ = [
     "verify", "verify_model", "run_property", "print_report", "load_counterexample", "add_parser", "run",
     "FORMAT",
     # the pieces they are made of
-    "VerifyError", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "PROFILES", "EXPECTS", "register", "select",
+    "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "PROFILES", "EXPECTS", "register", "select",
     "write_counterexample", "slug", "encode", "decode", "config_yaml", "show", "show_example",
     "alibi_layer_kernel", "alibi_kernels", "last_row", "engine_profile", "exact_alibi", "c6_old_profile",
     "STEEP_R_MAX", "VERIFY_EPILOG", "main",

@@ -1,6 +1,6 @@
 """The built-in properties expected to **hold**: one per claim of
 ``posbias.theorem.claims.CLAIMS``, each a hypothesis strategy drawing the claim's
-hypotheses (posbias.strategies) and a check calling the claim's registered predicate
+hypotheses (posbias.verify.strategies) and a check calling the claim's registered predicate
 (THEORY.md C1-C6 and the Cesàro closed form):
 
 =======  =================================================================================
@@ -31,8 +31,9 @@ from fractions import Fraction
 
 import numpy as np
 
+from posbias.theorem.orders import cdf_gap
 from posbias.verify.display import frac, show
-from posbias.verify.kernels import alibi_kernels, alibi_layer_kernel, cdf_gap, engine_profile, last_row, with_layer
+from posbias.verify.kernels import alibi_kernels, alibi_layer_kernel, engine_profile, last_row, with_layer
 from posbias.verify.lazy import composite, ps, st
 from posbias.verify.types import Property
 

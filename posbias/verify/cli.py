@@ -14,7 +14,7 @@ from posbias.errors import UserError
 from posbias.verify.model import verify_model
 from posbias.verify.report import print_report
 from posbias.verify.runner import verify
-from posbias.verify.types import EXIT_USAGE, PROFILES, VerifyError
+from posbias.verify.types import EXIT_USAGE, PROFILES
 
 VERIFY_EPILOG = """\
 examples:
@@ -62,19 +62,19 @@ def run(args) -> int:
     """Execute ``posbias verify`` from parsed arguments; returns the exit code (bad input: one line, 2)."""
     try:
         if args.examples is not None and args.examples < 1:
-            raise VerifyError("--examples: expected a positive integer")
+            raise UserError("--examples: expected a positive integer")
         if args.tokens is not None and args.tokens < 1:
-            raise VerifyError("--tokens: expected a positive integer")
+            raise UserError("--tokens: expected a positive integer")
         if args.stack is not None or args.kernels is not None:
             if args.claims:
-                raise VerifyError("CLAIM names select built-in properties; with --stack/--kernels every applicable "
-                                  "claim is checked")
+                raise UserError("CLAIM names select built-in properties; with --stack/--kernels every applicable "
+                                "claim is checked")
             stack, n = _load_model(args)
             report = verify_model(stack, n, profile=args.profile, examples=args.examples, seed=args.seed,
                                   out=args.out, progress=not args.json)
         else:
             if args.tokens is not None or args.causal or args.schedule is not None:
-                raise VerifyError("--tokens, --causal and --schedule apply to --stack / --kernels only")
+                raise UserError("--tokens, --causal and --schedule apply to --stack / --kernels only")
             report = verify(args.claims, profile=args.profile, examples=args.examples, seed=args.seed,
                             out=args.out, progress=not args.json)
     except UserError as exc:
@@ -95,13 +95,13 @@ def _load_model(args):
         from posbias.config import load
 
         if not args.stack.exists():
-            raise VerifyError(f"{args.stack}: no such file")
+            raise UserError(f"{args.stack}: no such file")
         model = load(args.stack, tokens=args.tokens)
         return model.stack, model.num_tokens
-    from posbias.run import load_kernels
+    from posbias.kernel_file import load_kernels
 
     if args.tokens is not None:
-        raise VerifyError("--tokens applies to --stack only (kernels fix N)")
+        raise UserError("--tokens applies to --stack only (kernels fix N)")
     stack, _ = load_kernels(args.kernels, args.schedule, args.causal)
     return stack, stack.num_tokens
 

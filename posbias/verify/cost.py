@@ -26,8 +26,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from posbias.errors import UserError
 from posbias.numerics import budget
-from posbias.verify.types import VerifyError
 
 TIME_LIMIT = 8 * 3600.0
 """Default limit (seconds) of an estimated run."""
@@ -75,7 +75,7 @@ def time_limit() -> float:
     except ValueError:
         value = float("nan")
     if not value > 0 or value == float("inf"):
-        raise VerifyError(f"POSBIAS_TIME_LIMIT: expected a positive number of seconds, got {text!r}")
+        raise UserError(f"POSBIAS_TIME_LIMIT: expected a positive number of seconds, got {text!r}")
     return value
 
 
@@ -89,18 +89,18 @@ def describe_seconds(seconds: float) -> str:
 
 
 def check_time(what: str, seconds: float) -> None:
-    """Refuse (VerifyError, one line) a run estimated beyond ``time_limit()``."""
+    """Refuse (UserError, one line) a run estimated beyond ``time_limit()``."""
     limit = time_limit()
     if seconds > limit:
-        raise VerifyError(f"{what} takes about {describe_seconds(seconds)} by estimate, more than the limit of "
-                          f"{describe_seconds(limit)} (set POSBIAS_TIME_LIMIT, in seconds, to change it)")
+        raise UserError(f"{what} takes about {describe_seconds(seconds)} by estimate, more than the limit of "
+                        f"{describe_seconds(limit)} (set POSBIAS_TIME_LIMIT, in seconds, to change it)")
 
 
 def check_memory(what: str, nbytes: float) -> None:
-    """Refuse (VerifyError, one line) a run needing more than the memory limit."""
+    """Refuse (UserError, one line) a run needing more than the memory limit."""
     reason = budget.check(what, int(min(nbytes, 2**80)))
     if reason:
-        raise VerifyError(reason)
+        raise UserError(reason)
 
 
 def _count(n: int) -> float:
@@ -152,8 +152,8 @@ class ModelPlan:
         """Refuse (one line) a plan beyond the memory or time limit, or beyond XLA's array size."""
         what = f"verify of T = {self.layers}, H = {self.heads}, N = {self.tokens}"
         if self.kind == "alibi" and not self.dense_kernels and self.heads * self.tokens > XLA_MAX_ELEMENTS:
-            raise VerifyError(f"{what}: the self-weights of one layer hold H N = {self.heads * self.tokens:.3g} "
-                              f"elements, beyond XLA's {XLA_MAX_ELEMENTS} per array")
+            raise UserError(f"{what}: the self-weights of one layer hold H N = {self.heads * self.tokens:.3g} "
+                            f"elements, beyond XLA's {XLA_MAX_ELEMENTS} per array")
         check_memory(what, self.memory_bytes)
         check_time(what, self.seconds)
 

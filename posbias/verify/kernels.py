@@ -7,8 +7,9 @@ used by the properties' checks and by model mode (THEORY.md Notation):
   exact on Fractions;
 * ``exact_alibi``: the causal ALiBi kernel with rational r = e^{-m};
 * ``engine_profile``: the structured engine's p (the route under test);
-* ``with_layer``, ``cdf_gap``, ``dominated``: one layer changed, and the first-order
-  stochastic order mu ≼ nu (THEORY.md Orders: F_mu(k) >= F_nu(k) for every k).
+* ``with_layer``, ``dominated``: one layer changed, and the first-order stochastic order
+  mu ≼ nu (THEORY.md Orders: F_mu(k) >= F_nu(k) for every k) by posbias.theorem.orders, which
+  also gives the CDF gap (``cdf_gap``) the explanations print.
 
 >>> from fractions import Fraction
 >>> a = exact_alibi(Fraction(1, 2), 3)
@@ -16,14 +17,11 @@ used by the properties' checks and by model mode (THEORY.md Notation):
 ['1/7', '2/7', '4/7']
 >>> [str(x) for x in last_row(np.stack([a]), [Fraction(1, 2)])]
 ['1/14', '1/7', '11/14']
->>> cdf_gap([Fraction(1, 2), Fraction(1, 2)], [1, 0])
-(0, Fraction(-1, 2))
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any
 
 import numpy as np
 
@@ -94,14 +92,6 @@ def with_layer(stack, t: int, **changes):
     if "diagonal" in changes:
         diag[t] = changes["diagonal"]
     return AlibiStack.build(lambdas, slopes, diag, stack.head_weights, stack.temperature, stack.mask)
-
-
-def cdf_gap(lo, hi) -> tuple[int, Any]:
-    """(k, min_k F_lo(k) - F_hi(k)) for exact or float vectors: lo ≼ hi needs it >= 0."""
-    f_lo, f_hi = np.cumsum(lo), np.cumsum(hi)
-    gaps = [f_lo[k] - f_hi[k] for k in range(len(f_lo))]
-    k = min(range(len(gaps)), key=lambda i: gaps[i])
-    return k, gaps[k]
 
 
 def dominated(mu, nu, tol=1e-10) -> bool:

@@ -1,7 +1,7 @@
 """Deferred imports: ``import posbias.verify`` (and the CLI's ``add_parser``) needs neither
 hypothesis nor JAX; running properties does.
 
-``st`` stands for ``hypothesis.strategies`` and ``ps`` for ``posbias.strategies``; each is
+``st`` stands for ``hypothesis.strategies`` and ``ps`` for ``posbias.verify.strategies``; each is
 imported on its first attribute access. ``composite`` is ``hypothesis.strategies.composite``
 applied when the strategy is first asked for.
 """
@@ -23,7 +23,7 @@ class Lazy:
 
 
 st = Lazy("hypothesis.strategies")
-ps = Lazy("posbias.strategies")
+ps = Lazy("posbias.verify.strategies")
 
 
 def composite(fn):

@@ -104,7 +104,8 @@ def verify_model(stack,  # noqa: C901 (one block per claim; split each into a fu
     which hypotheses hold, which claims apply, their predictions against the engine, and the
     comparative statics (raise lambda_t, a slope, a diagonal) by hypothesis over perturbations.
     The run's memory and time are estimated first (``posbias.verify.cost``) and refused beyond the
-    limits; with ``out`` the folder is checked before and the files written as one set after."""
+    limits; with ``out`` the folder is checked before and the files written as one set after
+    (None, the default, writes no file)."""
     from posbias.numerics.stack import AlibiStack
     from posbias.verify.output import preflight, write_set
 

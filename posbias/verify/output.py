@@ -10,8 +10,8 @@ model file it names). An earlier set is recognised by content (JSON files of for
 ``posbias-counterexample/1`` and the files they name), never by a name pattern, so the
 user's own files in the folder are left alone. ``check_member`` is the reader's side.
 
-Files are written only where the caller names a folder (``verify(out=...)``; the command's
-``--out``, default ./posbias-verify); nothing else is written (hypothesis's caches go to a
+Files are written only where the caller names a folder (``verify(out=...)``, default None:
+no file; the command's ``--out``, default ./posbias-verify); nothing else is written (hypothesis's caches go to a
 private temporary folder, ``posbias.verify.runner.private_hypothesis_home``).
 """
 
@@ -30,7 +30,7 @@ _READ_MAX = 64 * 2**20  # a counterexample JSON larger than this is not one of o
 
 
 def preflight(out) -> None:
-    """Raise OutputError (one line, naming --out) unless ``out`` can receive the run's files;
+    """Raise UserError (one line, naming --out) unless ``out`` can receive the run's files;
     leaves the folder as it was."""
     pf.check_writable(Path(out))
 
@@ -70,7 +70,7 @@ def earlier_set(out: Path) -> list[str]:
 def write_set(out, contents: dict[str, dict | str | bytes]) -> list[Path]:
     """Write ``contents`` into ``out`` as one set: name -> a counterexample payload (dict, written as
     JSON with ``set`` and ``digests`` added), text or bytes. Returns the paths in the order given.
-    Raises OutputError (one line), leaving ``out`` as it was."""
+    Raises UserError (one line), leaving ``out`` as it was."""
     out = Path(out)
     plain = {n: (json.dumps(c, sort_keys=True) if isinstance(c, dict) else c) for n, c in contents.items()}
     stamp = pf.set_stamp(plain)

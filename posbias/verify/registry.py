@@ -30,7 +30,7 @@ def register(prop: Property, *, replace_existing: bool = False) -> Property:
 def register_claim(name: str, predicate: Callable[..., bool], strategy, *, hypotheses=(), expect: str = "holds",
                    claim: str | None = None, statement: str = "", explain=None, replace: bool = False) -> Property:
     """Register a user claim: ``predicate(example) -> bool`` over what ``strategy`` draws (a
-    hypothesis strategy, or a function of ``posbias.strategies.Sizes`` returning one). A dict
+    hypothesis strategy, or a function of ``posbias.verify.strategies.Sizes`` returning one). A dict
     example is passed as keywords, a tuple as positional arguments. expect="holds": the run
     fails if hypothesis finds a case where the predicate is False; expect="counterexample":
     the run fails unless it finds (and shrinks) one."""

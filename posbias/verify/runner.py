@@ -22,19 +22,20 @@ from pathlib import Path
 
 import numpy as np
 
+from posbias.errors import UserError
 from posbias.verify import cost
 from posbias.verify.counterexample import counterexample_files, write_counterexample
 from posbias.verify.display import show_example
 from posbias.verify.lazy import ps
 from posbias.verify.registry import properties
-from posbias.verify.types import PROFILES, Property, Report, Result, VerifyError, apply_example
+from posbias.verify.types import PROFILES, Property, Report, Result, apply_example
 
 
 def resolve_seed(profile: str, seed: int | None) -> int | None:
     """The seed of a run: ``seed`` if given; None (derandomized) with ``ci``; with ``dev`` /
     ``deep`` one drawn here, so the report names it and the run can be repeated."""
     if profile not in PROFILES:
-        raise VerifyError(f"--profile: {profile!r}, expected one of {', '.join(PROFILES)}")
+        raise UserError(f"--profile: {profile!r}, expected one of {', '.join(PROFILES)}")
     if seed is None and profile != "ci":
         seed = _random.SystemRandom().randrange(2**32)
     return seed
@@ -146,7 +147,7 @@ def select(names=None) -> list[Property]:
         hit = [p for p in props.values() if p.name == name or p.claim == name]
         if not hit:
             labels = sorted({p.claim or p.name for p in props.values()})
-            raise VerifyError(f"unknown claim {name!r}; expected one of {', '.join(labels)}")
+            raise UserError(f"unknown claim {name!r}; expected one of {', '.join(labels)}")
         chosen += [p for p in hit if p not in chosen]
     return chosen
 
@@ -156,8 +157,9 @@ def verify(names=None, *, profile: str = "ci", examples: int | None = None, seed
     """Run the selected properties (all by default). seed: None with ``ci`` is derandomized; with
     ``dev`` / ``deep`` a seed is drawn and reported, so every run can be repeated. The run's time
     is estimated first and refused beyond the limit (``posbias.verify.cost``). out: a folder for
-    the counterexample files (None: none written), checked before the searches and written as
-    one set after them (``posbias.verify.output``)."""
+    the counterexample files, checked before the searches and written as one set after them
+    (``posbias.verify.output``); None, the default, writes no file anywhere (the command's
+    ``--out`` defaults to ./posbias-verify, the library to nothing)."""
     from posbias.verify.output import preflight, write_set
 
     seed = resolve_seed(profile, seed)

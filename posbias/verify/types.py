@@ -1,5 +1,5 @@
 """The records of a verification run: ``Property`` (a checkable statement), ``Result`` (one
-property's run), ``Report`` (a whole run), ``VerifyError`` (bad input), the run constants,
+property's run), ``Report`` (a whole run), the run constants,
 and ``apply_example``, the one rule for passing a drawn example to a check."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from posbias.errors import UserError
 from posbias.verify.codec import encode
 
 FORMAT = "posbias-counterexample/1"
@@ -16,9 +15,6 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PROFILES = ("ci", "dev", "deep")
 EXPECTS = ("holds", "counterexample")
 
-
-class VerifyError(UserError):
-    """Bad input to a verification run (one line; the CLI exits 2)."""
 
 
 def apply_example(fn, example):

@@ -1,0 +1,1 @@
+"""Tests of the product layer (posbias/): the API, commands, configs, sweeps, fits, the LM, Hugging Face."""

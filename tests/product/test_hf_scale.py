@@ -1,0 +1,297 @@
+"""Scale for Hugging Face checkpoints: weights read layer by layer, the memory model, the measurement's fit.
+
+Each claim against an independent route: the canonical layout against index formulas written
+here from the safetensors tensors; the weight reader's peak against tracemalloc; the memory
+model (posbias.hf.memory) against XLA's own ``memory_analysis()`` of the compiled capture and
+gradient; rematerialisation against the plain gradient's XLA figure; bfloat16 weights kept on
+the device against weights cast up front; content_fit against numpy.linalg.lstsq; an encoder's
+influence against its dense Jacobian by forward-mode differentiation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import shutil
+import tracemalloc
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from posbias.hf import checkpoint, weights
+from posbias.hf.forward import forward, softmax_scales
+from posbias.hf.measure import capture_fn, device_params, influence_fn, measure
+from posbias.hf.memory import estimate, params_bytes
+from posbias.lm.measure import content_fit
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
+FAMILIES = ("bloom", "gpt2", "mpt")
+
+
+def _stored(folder: Path) -> dict:
+    from safetensors import safe_open
+
+    with safe_open(str(folder / "model.safetensors"), framework="numpy") as f:
+        return {k.removeprefix("transformer."): f.get_tensor(k) for k in f.keys()}
+
+
+# Per family: (layer prefix, fused QKV weight and bias, output index of (s, h, k), whether stored
+# (out, in), attention output, MLP in, MLP out, LN1, LN2) -- written from the families' source
+# conventions, not from posbias.hf.families.
+LAYOUT = {
+    "bloom": ("h.{t}.", "self_attention.query_key_value", lambda s, h, k, d, kk: h * 3 * kk + s * kk + k, True,
+              "self_attention.dense", "mlp.dense_h_to_4h", "mlp.dense_4h_to_h", "input_layernorm",
+              "post_attention_layernorm"),
+    "gpt2": ("h.{t}.", "attn.c_attn", lambda s, h, k, d, kk: s * d + h * kk + k, False, "attn.c_proj",
+             "mlp.c_fc", "mlp.c_proj", "ln_1", "ln_2"),
+    "mpt": ("blocks.{t}.", "attn.Wqkv", lambda s, h, k, d, kk: s * d + h * kk + k, True, "attn.out_proj",
+            "ffn.up_proj", "ffn.down_proj", "norm_1", "norm_2"),
+}
+
+
+def _reference_layer(family: str, t: int) -> dict:
+    """Layer t in the canonical layout, element by element from the stored tensors."""
+    folder = FIXTURES / family
+    stored = _stored(folder)
+    spec = checkpoint.load(folder).spec
+    pre, qkv, index, out_in, attn_out, mlp_in, mlp_out, ln1, ln2 = LAYOUT[family]
+    pre = pre.format(t=t)
+    d, heads, kk, f = spec.width, spec.heads, spec.head_dim, 4 * spec.width
+
+    def tensor(name, shape):
+        return stored[pre + name] if pre + name in stored else np.zeros(shape, np.float32)
+
+    def as_in_out(w):   # element (i, o) of the linear map
+        return w.T if out_in else w
+
+    ref = {}
+    w_qkv, b_qkv = as_in_out(tensor(qkv + ".weight", None)), tensor(qkv + ".bias", (3 * d,))
+    for s, name in enumerate("qkv"):
+        ref["w" + name] = np.zeros((d, heads, kk), np.float32)
+        ref["b" + name] = np.zeros((heads, kk), np.float32)
+        for h in range(heads):
+            for k in range(kk):
+                ref["w" + name][:, h, k] = w_qkv[:, index(s, h, k, d, kk)]
+                ref["b" + name][h, k] = b_qkv[index(s, h, k, d, kk)]
+    w_o = as_in_out(tensor(attn_out + ".weight", None))
+    ref["wo"] = np.stack([np.stack([w_o[h * kk + k] for k in range(kk)]) for h in range(heads)])
+    ref["bo"] = tensor(attn_out + ".bias", (d,))
+    ref["w1"], ref["b1"] = as_in_out(tensor(mlp_in + ".weight", None)), tensor(mlp_in + ".bias", (f,))
+    ref["w2"], ref["b2"] = as_in_out(tensor(mlp_out + ".weight", None)), tensor(mlp_out + ".bias", (d,))
+    for key, name in (("ln1", ln1), ("ln2", ln2)):
+        ref[key + "_g"], ref[key + "_b"] = tensor(name + ".weight", (d,)), tensor(name + ".bias", (d,))
+    return ref
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_params_layout_equals_index_formulas_bit_for_bit(family):
+    ck = checkpoint.load(FIXTURES / family)
+    for dtype in (np.float32, None):   # the fixtures are stored in float32: both keep it
+        p = weights.params(ck, dtype)
+        assert sorted(p["blocks"]) == sorted(_reference_layer(family, 0))
+        for t in range(ck.spec.layers):
+            for name, ref in _reference_layer(family, t).items():
+                got = p["blocks"][name][t]
+                assert got.dtype == np.float32 and got.shape == ref.shape, (name, got.dtype, got.shape)
+                assert np.array_equal(got, ref), (family, t, name)
+        assert np.array_equal(p["embed"], _stored(FIXTURES / family)[ck.family.embed])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_params_peak_is_about_one_model_copy(family):
+    """tracemalloc sees NumPy's allocations: the reader's peak stays below 1.5 copies (stacking a list of
+    per-layer dicts, as before, holds two)."""
+    ck = checkpoint.load(FIXTURES / family)
+    weights.params(ck)   # safetensors' one-time setup outside the trace
+    tracemalloc.start()
+    try:
+        p = weights.params(ck)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    total = sum(v.nbytes for v in jax.tree_util.tree_leaves(p))
+    assert total <= peak < 1.5 * total, (peak, total)
+    assert params_bytes(ck.spec, 4, tied=True) == total   # the memory model's (a), tensor by tensor
+
+
+def _bfloat16_copy(family: str, folder: Path) -> Path:
+    import ml_dtypes
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    with safe_open(str(FIXTURES / family / "model.safetensors"), framework="numpy") as f:
+        save_file({k: f.get_tensor(k).astype(ml_dtypes.bfloat16) for k in f.keys()}, str(folder / "model.safetensors"))
+    for name in ("config.json", "tokenizer.json"):
+        shutil.copy(FIXTURES / family / name, folder / name)
+    return folder
+
+
+def test_bfloat16_weights_kept_narrow_compute_as_cast_up_front(tmp_path):
+    """dtype=None keeps bfloat16 (MPT's absent biases too); kept narrow on the device, the float64 capture
+    and gradient equal those of the same weights cast to float64 before (the cast is exact)."""
+    import ml_dtypes
+
+    ck = checkpoint.load(_bfloat16_copy("mpt", tmp_path))
+    kept = weights.params(ck, None)
+    wide = weights.params(ck, np.float64)
+    for a, b in zip(jax.tree_util.tree_leaves(kept), jax.tree_util.tree_leaves(wide)):
+        assert a.dtype == ml_dtypes.bfloat16 and np.array_equal(a.astype(np.float64), b)
+    assert np.all(kept["blocks"]["bq"] == 0)
+    ids = np.load(FIXTURES / "mpt" / "expected.npz")["input_ids"][:7].astype(np.int32)
+    seqs = np.stack([ids, ids[::-1]])
+    with jax.enable_x64(True):
+        narrow = device_params(kept, np.float64, keep_narrow=True)
+        assert narrow["blocks"]["w1"].dtype == jnp.bfloat16
+        assert device_params(kept, np.float64, keep_narrow=False)["blocks"]["w1"].dtype == jnp.float64
+        assert device_params(wide, np.float32)["blocks"]["w1"].dtype == jnp.float32
+        capture, grad = capture_fn(ck.spec, np.float64), influence_fn(ck.spec, np.float64)
+        ref = (*capture(device_params(wide, np.float64), seqs), grad(device_params(wide, np.float64), seqs))
+        got = (*capture(narrow, seqs), grad(narrow, seqs))
+    for a, b in zip(got, ref):
+        assert a.dtype == np.float64
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-15)
+
+
+# ---------------------------------------------------------------- the memory model against XLA
+
+@functools.cache
+def _xla_bytes(family: str, kind: str, batch: int, n: int) -> tuple[int, int]:
+    """(temp + output, argument) bytes XLA reports for a float32 function compiled for (B, N) ids:
+    ``capture``, ``gradient`` (rematerialised) or ``plain`` (the gradient without rematerialisation)."""
+    ck = checkpoint.load(FIXTURES / family)
+    spec = ck.spec
+    fn = {"capture": capture_fn, "gradient": influence_fn, "plain": _plain_gradient}[kind](spec)
+    shapes = jax.tree_util.tree_map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), weights.params(ck, np.float32))
+    stats = fn.lower(shapes, jax.ShapeDtypeStruct((batch, n), jnp.int32)).compile().memory_analysis()
+    return stats.temp_size_in_bytes + stats.output_size_in_bytes, stats.argument_size_in_bytes
+
+
+def _plain_gradient(spec):
+    """The influence gradient without rematerialisation (the estimate's ``gradient_no_remat``)."""
+    def top1(embedded, params, ids):
+        probs = jax.nn.softmax(forward(params, ids, spec, embedded=embedded)[-1])
+        return probs[jnp.argmax(jax.lax.stop_gradient(probs))]
+
+    return jax.jit(jax.vmap(lambda p, ids: jnp.linalg.norm(jax.grad(top1)(p["embed"][ids], p, ids), axis=-1),
+                            in_axes=(None, 0)))
+
+
+@pytest.mark.parametrize("family, sizes", [("bloom", ((16, 1), (32, 2))), ("mpt", ((16, 2), (32, 1)))])
+def test_memory_estimate_bounds_xla_within_4x(family, sizes):
+    """Capture and rematerialised gradient, float32: XLA's temp + output <= the estimate <= 4 x XLA's;
+    XLA's arguments are the parameters (a) plus the ids."""
+    spec = checkpoint.load(FIXTURES / family).spec
+    for n, batch in sizes:
+        est = estimate(spec, n, 4, tied=True)
+        for kind, predicted in (("capture", est.workspace + (est.sums if batch > 1 else 0) + batch * est.capture),
+                                ("gradient", est.workspace + batch * est.gradient)):
+            xla, arguments = _xla_bytes(family, kind, batch, n)
+            assert xla <= predicted <= 4 * xla, (family, kind, n, batch, xla, predicted)
+            # XLA drops the arguments a function does not read (the capture's final LayerNorm)
+            assert est.params - 4 * 2 * spec.width <= arguments - 4 * batch * n <= est.params
+
+
+def test_remat_lowers_xla_gradient_memory():
+    """BLOOM fixture, N = 32, B = 2: the rematerialised gradient needs under half the plain one's bytes
+    (on CPU too), and the no-remat estimate bounds the plain gradient within 4x."""
+    remat, _ = _xla_bytes("bloom", "gradient", 2, 32)
+    plain, _ = _xla_bytes("bloom", "plain", 2, 32)
+    assert remat < 0.5 * plain, (remat, plain)
+    est = estimate(checkpoint.load(FIXTURES / "bloom").spec, 32, 4)
+    assert plain <= est.workspace + 2 * est.gradient_no_remat <= 4 * plain
+
+
+def test_seven_billion_figures_from_shapes():
+    """docs/huggingface.md's figures: (a) by hand for BLOOM-7b1 (tied head) and the quadratic terms of (b)-(d)."""
+    from posbias.hf.families import spec_of
+    from posbias.hf.memory import KNOWN
+
+    bloom = spec_of(KNOWN["bloom-7b1"])
+    d, v, t, h = 4096, 250880, 30, 32
+    count = t * (12 * d * d + 13 * d) + v * d + 2 * d + 2 * d   # blocks, embedding, ln_f, embedding LayerNorm
+    assert params_bytes(bloom, 2, tied=True) == 2 * count and count == 7_069_016_064
+    e = estimate(bloom, 2048, 4)
+    assert e.host == 8 * 2 * t * h * 2048 ** 2 + 4 * t * h * 2048 ** 2
+    assert e.capture > 4 * 2 * t * h * 2048 ** 2 > e.gradient   # the stacked kernels dominate the capture
+
+
+# ---------------------------------------------------------------- content fit and the encoder
+
+def _lstsq_fit(logits: np.ndarray, read: np.ndarray):
+    """b, d, R^2 of b + d [i = j] over the entries ``read``, by numpy.linalg.lstsq per (t, h)."""
+    n = logits.shape[-1]
+    design = np.stack([np.ones((n, n))[read], np.eye(n)[read]], axis=1)
+    t, h = logits.shape[:2]
+    b, d, r2 = np.zeros((t, h)), np.zeros((t, h)), np.zeros((t, h))
+    for i in range(t):
+        for j in range(h):
+            y = logits[i, j][read]
+            (b[i, j], d[i, j]), *_ = np.linalg.lstsq(design, y, rcond=None)
+            r2[i, j] = 1 - ((y - design @ [b[i, j], d[i, j]]) ** 2).sum() / ((y - y.mean()) ** 2).sum()
+    return b, d, r2
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_content_fit_is_least_squares_on_the_read_entries(causal):
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal((3, 2, 6, 6)) + 2.0 * np.eye(6)
+    scales = np.array([0.5, 0.25, 1 / 3])
+    read = np.tril(np.ones((6, 6), bool)) if causal else np.ones((6, 6), bool)
+    b, d, r2 = _lstsq_fit(logits, read)
+    fit = content_fit(logits, scales, causal=causal)
+    np.testing.assert_allclose(fit.background_raw, b, atol=1e-13)
+    np.testing.assert_allclose(fit.diagonal_raw, d, atol=1e-13)
+    np.testing.assert_allclose(fit.r2, r2, atol=1e-13)
+    np.testing.assert_allclose(fit.background_scaled, b * scales[:, None], atol=1e-13)
+    np.testing.assert_allclose(fit.diagonal_scaled, d * scales[:, None], atol=1e-13)
+    # the masks differ: the other fit gives another answer on the same logits
+    other = content_fit(logits, scales, causal=not causal)
+    assert np.abs(other.background_raw - b).max() > 1e-3
+
+
+def test_gpt2_inverse_layer_scale_reaches_the_content_fit():
+    """scale_attn_by_inverse_layer_idx: s_t = 1/(sqrt(d_head)(t + 1)) in the forward and in the fit."""
+    ck = checkpoint.load(FIXTURES / "gpt2")
+    spec = dataclasses.replace(ck.spec, inverse_layer_scale=True)
+    s = 1.0 / (np.sqrt(spec.head_dim) * (np.arange(spec.layers) + 1.0))
+    np.testing.assert_allclose(softmax_scales(spec), s, rtol=1e-15)
+    ids = np.load(FIXTURES / "gpt2" / "expected.npz")["input_ids"][:9].astype(np.int32)
+    m = measure(weights.params(ck, np.float64), spec, ids[None], influence=False)
+    b, d, _ = _lstsq_fit(m.content_mean, np.tril(np.ones((9, 9), bool)))
+    np.testing.assert_allclose(m.content.diagonal_raw, d, atol=1e-12)
+    np.testing.assert_allclose(m.content.diagonal_scaled, d * s[:, None], atol=1e-12)
+    np.testing.assert_allclose(m.content.background_scaled, b * s[:, None], atol=1e-12)
+
+
+def test_encoder_influence_is_the_jacobian_frobenius_norm_and_fit_reads_every_entry():
+    """BERT: ||d y / d e_j||_F of the last position's hidden state (pulled back one row at a time)
+    against the dense Jacobian by jax.jacfwd; the content fit over all entries."""
+    ck = checkpoint.load(FIXTURES / "bert")
+    spec = ck.spec
+    p = weights.params(ck, np.float64)
+    ids = np.arange(3, 9, dtype=np.int32)
+    m = measure(p, spec, ids[None])
+    with jax.enable_x64(True):
+        jac = jax.jacfwd(lambda e: forward(p, ids, spec, embedded=e)[-1])(jnp.asarray(p["embed"][ids]))
+    norms = np.sqrt((np.asarray(jac) ** 2).sum(axis=(0, 2)))   # (D, N, D) -> (N,)
+    np.testing.assert_allclose(m.grad_norms[0], norms, rtol=1e-10)
+    b, d, _ = _lstsq_fit(m.content_mean, np.ones((6, 6), bool))
+    np.testing.assert_allclose(m.content.background_raw, b, atol=1e-12)
+    np.testing.assert_allclose(m.content.diagonal_raw, d, atol=1e-12)
+
+
+def test_readme_memory_table_is_the_memory_model():
+    """docs/huggingface.md's table is what ``python -m posbias.hf.memory bloom-7b1 mpt-7b falcon-rw-7b`` prints."""
+    import contextlib
+    import io
+
+    from posbias.hf import memory
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert memory.main(["bloom-7b1", "mpt-7b", "falcon-rw-7b"]) == 0
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "huggingface.md").read_text()
+    assert buf.getvalue().strip() in readme

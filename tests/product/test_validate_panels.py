@@ -1,0 +1,147 @@
+"""posbias validate's kernel variants, baselines, sink diagnostics and --bos (posbias.validate_panels, posbias.hf.bos).
+
+Independent routes: the uniform baseline against THEORY.md's exact closed form (Hausdorff moments,
+exact rationals: posbias.theorem.cesaro_exact.exact_profile) and, for the full mask, against the closed form
+prod(1 - lambda) e_{N-1} + (1 - prod(1 - lambda)) / N; every written profile against dense NumPy
+rollouts of the kernels validate wrote (kernels/<N>.npz); W1 by scipy; the sink diagnostics from
+the written arrays.
+"""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import wasserstein_distance
+
+from posbias.cli import main
+from posbias.hf import bos, checkpoint, data
+from posbias.lm.measure import MeasureError
+from posbias.validate_panels import kernel_profile, uniform_kernels
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
+LENGTHS = (12, 16)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_uniform_causal_baseline_is_the_hausdorff_closed_form(seed):
+    from posbias.theorem.cesaro_exact import exact_profile
+
+    rng = np.random.default_rng(seed)
+    t, n = int(rng.integers(1, 6)), int(rng.integers(2, 20))
+    lambdas = rng.uniform(0, 1, t)
+    got = kernel_profile(uniform_kernels(t, n), lambdas)
+    exact = np.array([float(f) for f in exact_profile([Fraction(x) for x in lambdas], n).fractions()])
+    np.testing.assert_allclose(got, exact, rtol=0, atol=1e-13)
+
+
+def test_uniform_full_mask_baseline_closed_form():
+    lambdas = np.array([0.3, 0.7, 0.2])
+    n = 9
+    keep = np.prod(1 - lambdas)
+    expected = np.full(n, (1 - keep) / n)
+    expected[-1] += keep
+    np.testing.assert_allclose(kernel_profile(uniform_kernels(3, n, causal=False), lambdas, causal=False), expected,
+                               rtol=0, atol=1e-15)
+
+
+def _rollout(kernels, lambdas):
+    row = np.eye(kernels.shape[-1])[-1]
+    for t in range(len(lambdas) - 1, -1, -1):
+        row = (1 - lambdas[t]) * row + lambdas[t] * (row @ kernels[t])
+    return row
+
+
+def _profile(path: Path) -> np.ndarray:
+    return np.loadtxt(path, delimiter=",", skiprows=1)[:, 1]
+
+
+@pytest.fixture(scope="module", params=[f for f in ("gpt2", "llama", "bloom") if (FIXTURES / f).is_dir()])
+def run(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp("panels") / request.param
+    code = main(["validate", "--checkpoint", str(FIXTURES / request.param), "--lengths", ",".join(map(str, LENGTHS)),
+                 "--samples", "2", "--out", str(out), "--json"])
+    return code, out
+
+
+def test_written_panels_recomputed_from_the_written_kernels(run, capsys):
+    code, out = run
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    assert sorted(report) == sorted([*map(str, LENGTHS), "sinks"])
+    for n in LENGTHS:
+        arrays = np.load(out / "kernels" / f"{n}.npz")
+        kernels, kv, lambdas = arrays["kernels"], arrays["kernels_value"], arrays["lambdas"]
+        profiles = {p.stem: _profile(p) for p in (out / "profiles" / str(n)).glob("*.csv")}
+        assert sorted(profiles) == sorted([*"abcdefghi", "flat", "uniform"])
+        ones = np.ones(len(lambdas))
+        dense = {"e": _rollout(kernels, lambdas), "f": _rollout(kernels, ones), "g": _rollout(kv, lambdas),
+                 "h": _rollout(kv, ones), "flat": np.full(n, 1 / n)}
+        for key, expected in dense.items():
+            np.testing.assert_allclose(profiles[key], expected, rtol=0, atol=1e-12, err_msg=key)
+        from posbias.theorem.cesaro_exact import exact_profile
+
+        uniform = [float(f) for f in exact_profile([Fraction(x) for x in lambdas], n).fractions()]
+        np.testing.assert_allclose(profiles["uniform"], uniform, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(profiles["d"], arrays["influence"], rtol=0, atol=1e-15)
+        rows, positions = report[str(n)], np.arange(n)
+        assert sorted(rows) == sorted(["a", "b", "c", "e", "f", "g", "h", "i", "uniform", "flat"])
+        for key, row in rows.items():
+            w1 = wasserstein_distance(positions, positions, profiles["d"], profiles[key]) / (n - 1)
+            assert row["w1"] == pytest.approx(w1, abs=1e-12)
+            if key != "flat":
+                assert row["beats_flat"] == (row["w1"] < rows["flat"]["w1"])
+        sinks = report["sinks"][str(n)]
+        np.testing.assert_allclose(sinks["key0_mass"], kernels[:, 1:, 0].mean(axis=1), rtol=0, atol=1e-15)
+        np.testing.assert_allclose(sinks["key0_mass_value_weighted"], kv[:, 1:, 0].mean(axis=1), rtol=0, atol=1e-15)
+        norms = arrays["value_norms"]
+        np.testing.assert_allclose(sinks["value_norm_ratio"],
+                                   norms[:, :, 0].mean(axis=1) / norms[:, :, 1:].mean(axis=(1, 2)), rtol=1e-12)
+        assert kv.min() >= 0 and np.abs(kv.sum(axis=-1) - 1).max() < 1e-12
+    md = (out / "report.md").read_text()
+    assert "| beats flat |" in md and "Sink diagnostics per layer" in md and "the flat profile 1/N in W1" in md
+
+
+def test_bos_modes_on_the_fixture_tokenizers():
+    text, label = data.read_text(None)
+    gpt2 = checkpoint.load(FIXTURES / "gpt2")
+    tok = gpt2.tokenizer()
+    assert bos.leading_token(tok) is None
+    assert bos.bos_id(tok, gpt2.config, "auto", "gpt2") is None
+    assert bos.bos_id(tok, gpt2.config, "no", "gpt2") is None
+    first = bos.bos_id(tok, gpt2.config, "yes", "gpt2")
+    assert first == gpt2.config["bos_token_id"]
+    plain = np.asarray(tok.encode(text, add_special_tokens=False).ids)
+    got = bos.windows(tok, text, (12,), 3, label, first)[12]
+    ref = data.windows(plain, 11, 3, label)
+    assert got.shape == (3, 12) and np.all(got[:, 0] == first) and np.array_equal(got[:, 1:], ref)
+    assert np.array_equal(bos.windows(tok, text, (12,), 3, label, None)[12], data.windows(plain, 12, 3, label))
+    from tokenizers.processors import TemplateProcessing
+
+    lead = tok.encode("x", add_special_tokens=False).ids[0]   # any id: a Llama-style "<s> $A" template
+    name = tok.id_to_token(lead)
+    tok.post_processor = TemplateProcessing(single=f"{name} $A", special_tokens=[(name, lead)])
+    assert bos.leading_token(tok) == lead
+    first = bos.bos_id(tok, {}, "auto", "template")
+    assert first == lead and bos.bos_id(tok, {}, "yes", "template") == lead
+    windows = bos.windows(tok, text, (10,), 2, label, first)[10]
+    assert np.all(windows[:, 0] == lead) and np.array_equal(windows[:, 1:], data.windows(plain, 9, 2, label))
+    tok.post_processor = None
+    with pytest.raises(MeasureError, match="names no BOS token"):
+        bos.bos_id(tok, {}, "yes", "gpt2")
+
+
+def test_bos_option_end_to_end_and_refused_for_the_trained_model(tmp_path, capsys):
+    args = ["validate", "--checkpoint", str(FIXTURES / "gpt2"), "--lengths", "12", "--samples", "2", "--json"]
+    assert main([*args, "--bos", "yes", "--out", str(tmp_path / "yes")]) == 0
+    assert main([*args, "--bos", "no", "--out", str(tmp_path / "no")]) == 0
+    capsys.readouterr()
+    yes, no = (np.load(tmp_path / f / "kernels" / "12.npz")["kernels"] for f in ("yes", "no"))
+    assert not np.allclose(yes, no)   # the first key is token 0 in every window, not text
+    assert main(["validate", "--bos", "yes", "--out", str(tmp_path / "trained")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--bos apply to Hugging Face checkpoints" in err
+    assert not (tmp_path / "trained").exists()
