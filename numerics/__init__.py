@@ -45,7 +45,7 @@ _EXPORTS = {
 _ALIASES = {"dense_rollout": ("dense", "rollout")}
 _SUBMODULES = {"masks", "schedules", "slopes", "stack", "engine", "engines", "auto", "structured", "fft", "dense",
                "measured", "summary", "shape", "kernels", "native", "semiring", "batch", "periodic", "power",
-               "differentiable", "bias", "bias_stack", "bias_engine", "native_bias"}
+               "differentiable", "bias", "bias_stack", "bias_engine", "native_bias", "boundary", "arrays"}
 
 __all__ = sorted([*_EXPORTS, *_ALIASES])
 

@@ -42,13 +42,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posbias.numerics.masks import Mask
+from posbias.numerics.masks import Causal, Mask
 from posbias.numerics.semiring import LINEAR, Semiring
 from posbias.numerics.stack import register_pytrees
 
@@ -76,10 +76,13 @@ class Geometry:
     block: int
     padded: int
     group: int
+    band: ClassVar[bool] = False  # blocks have no banded path (``Chunking.band``)
 
 
-def plan(num_tokens: int, num_heads: int, mask: Mask, budget: int = 1 << 22) -> Geometry:
-    """B ~ sqrt(N) in [8, 256]; P = N rounded up to B; G heads with G * P <= ``budget`` elements."""
+def plan(num_tokens: int, num_heads: int, mask: Mask | None, budget: int = 1 << 22) -> Geometry:
+    """B ~ sqrt(N) in [8, 256]; P = N rounded up to B; G heads with G * P <= ``budget`` elements.
+    ``mask`` None (a size estimate): the causal mask, whose sizes are those of every mask."""
+    mask = Causal() if mask is None else mask
     block = int(np.clip(1 << int(np.ceil(np.log2(max(num_tokens, 1)) / 2)), 8, 256))
     padded = -(-num_tokens // block) * block
     group = int(np.clip(budget // padded, 1, max(num_heads, 1)))
@@ -393,11 +396,13 @@ def chunk_size(num_tokens: int, mask: Mask | None, cap: int | None = None) -> in
     return chunk
 
 
-def chunk_plan(num_tokens: int, num_heads: int, mask: Mask, budget: int = 1 << 27,
+def chunk_plan(num_tokens: int, num_heads: int, mask: Mask | None, budget: int = 1 << 27,
                chunk: int | None = None, moderate: bool = False, cap: int | None = None) -> Chunking:
     """C by ``chunk_size`` (or ``chunk``); all heads at once while H P <= ``budget`` elements, else
     the fewest equal groups with G P <= budget (at least one head per group). ``moderate``: the
-    caller knows every |d| <= D_CLIP (then e^{-d} S is one multiplication per element)."""
+    caller knows every |d| <= D_CLIP (then e^{-d} S is one multiplication per element). ``mask``
+    None (a size estimate): planned as the causal mask (no window)."""
+    mask = Causal() if mask is None else mask
     c = chunk_size(num_tokens, mask, cap) if chunk is None else int(chunk)
     if c < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
@@ -406,7 +411,7 @@ def chunk_plan(num_tokens: int, num_heads: int, mask: Mask, budget: int = 1 << 2
     groups = int(np.clip(-(-heads * padded // max(budget, 1)), 1, heads))
     group = -(-heads // groups)
     groups = -(-heads // group)
-    band = mask is not None and mask.past_window is not None and mask.past_window - 1 <= c
+    band = mask.past_window is not None and mask.past_window - 1 <= c
     return Chunking(num_tokens, mask, c, padded, group, groups, band, bool(moderate))
 
 
@@ -417,7 +422,8 @@ def toeplitz(m, chunk: int, lo, hi, *, shift: int = 0, forward: bool = False):
     off = jnp.arange(chunk)
     n = shift + ((off[None, :] - off[:, None]) if forward else (off[:, None] - off[None, :]))
     inside = (n >= lo) & (n <= hi)
-    return jnp.where(inside[None], jnp.exp(-m[:, None, None] * jnp.where(inside, n - 1, 0)[None]), 0.0)
+    powers = jnp.where(inside, n - 1, 0).astype(m.dtype)  # integers, exact in float
+    return jnp.where(inside[None], jnp.exp(-m[:, None, None] * powers[None]), 0.0)
 
 
 def _fused(u, blocks):
@@ -448,8 +454,8 @@ def past_tails(u, m, plan: Chunking):
     """sum_h sum_{i > j, i - j <= L} r_h^{i-j-1} u'_{h,i} for u' = r u (nc, G, C), slopes m (G,): (nc, C)."""
     c = plan.chunk
     window = plan.mask.past_window
-    off = jnp.arange(c)
-    if plan.band:  # L <= C: this chunk and the next one, no carries, no subtraction
+    off = jnp.arange(c, dtype=m.dtype)  # offsets in chunk, exact in float
+    if plan.band and window is not None:  # L <= C (band: a window): this chunk and the next, no carries
         if window <= 1:
             return jnp.zeros(u.shape[::2], u.dtype)
         near = _fused(u, toeplitz(m, c, 1, window - 1))
@@ -474,7 +480,7 @@ def future_heads(u, m, plan: Chunking):
     """[j < K] sum_h sum_{i < j} r_h^{j-i-1} u'_{h,i} (u' = r u) over the first ceil(K / C) chunks: (kc, C)."""
     c, kc = plan.chunk, plan.forward_chunks
     uf = u[:kc]
-    off = jnp.arange(c)
+    off = jnp.arange(c, dtype=m.dtype)  # offsets in chunk, exact in float
     e = jnp.sum(uf * jnp.exp(-m[:, None] * (c - 1 - off)), axis=-1)  # chunk-end sums (kc, G)
     e_prev = _previous_chunk(chunk_carries(e, m, c, forward=True))
     out = _fused(uf, toeplitz(m, c, 1, c, forward=True)) + jnp.dot(

@@ -71,16 +71,21 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from posbias.numerics.bias_stack import BiasStack
-from posbias.numerics.engine import Engine, Profile, Unsupported
+from posbias.numerics.engine import Engine, Profile, Progress, Unsupported
 from posbias.numerics.native import HEAD_GROUP, NativeError
 from posbias.numerics.periodic import EXPAND_MAX_LAYERS, PeriodicStack
 from posbias.numerics.stack import AlibiStack, KernelStack
 from posbias.numerics.structured import Structured
 from posbias.numerics.summary import exact_zeros
+
+if TYPE_CHECKING:
+    from posbias.numerics.boundary import Stack
 
 
 @dataclass(frozen=True)
@@ -153,7 +158,8 @@ class Auto(Engine):
         tri = 1 / 3 if stack.causal(num_tokens) else 1.0
         return self.power_seconds_per_flop * n**3 * (build + tri * steps)
 
-    def profile(self, stack, num_tokens: int, *, dtype=np.float64, progress=None) -> Profile:
+    def profile(self, stack: Stack, num_tokens: int, *, dtype: DTypeLike = np.float64,
+                progress: Progress | None = None) -> Profile:
         """As ``Engine.profile``; a ``PeriodicStack`` takes the route of ``periodic_profile``."""
         if isinstance(stack, PeriodicStack):
             return self.periodic_profile(stack, int(num_tokens), dtype=dtype, progress=progress)
@@ -205,7 +211,7 @@ class Auto(Engine):
                                    last_self_weight=stack.compress(result.last_self_weight),
                                    notes=tuple(notes) + result.notes)
 
-    def batched(self, stacks: Sequence, num_tokens: int, *, dtype=np.float64, workers: int | None = None,
+    def batched(self, stacks: Sequence, num_tokens: int, *, dtype: DTypeLike = np.float64, workers: int | None = None,
                 devices=None) -> list[Profile | None]:
         """A batch of ALiBi stacks goes to the batch route of the engine ``compute`` would try first
         (``alibi_order``); a stack it computes with every entry resolved is done (with the note
@@ -219,14 +225,14 @@ class Auto(Engine):
             return [None] * len(stacks)
         first = next(self.alibi_order(num_tokens, dtype))
         out = first.batched(batch, num_tokens, dtype=dtype, workers=workers, devices=devices)
-        done = [i for i, r in enumerate(out) if r is not None]
+        done = [(i, r) for i, r in enumerate(out) if r is not None]
         if not done:
             return out
-        lost = unresolved_rows(np.stack([out[i].probabilities for i in done]),
-                               np.stack([out[i].log_probabilities for i in done]),
-                               np.array([out[i].resolution for i in done])).any(axis=1)
-        for i, dropped in zip(done, lost):
-            out[i] = None if dropped else dataclasses.replace(out[i], notes=(self.route_note(out[i]),))
+        lost = np.asarray(unresolved_rows(np.stack([r.probabilities for _, r in done]),
+                                          np.stack([r.log_probabilities for _, r in done]),
+                                          np.array([r.resolution for _, r in done])).any(axis=1), dtype=bool)
+        for (i, result), dropped in zip(done, lost.tolist()):
+            out[i] = None if dropped else dataclasses.replace(result, notes=(self.route_note(result),))
         return out
 
     def supports(self, stack, num_tokens: int) -> str | None:
@@ -238,14 +244,14 @@ class Auto(Engine):
             return None
         return f"expected an AlibiStack, BiasStack or KernelStack, got {type(stack).__name__}"
 
-    def needs_jax(self, stack, dtype) -> bool:
+    def needs_jax(self, stack: Stack, dtype) -> bool:
         return False  # each engine it runs scopes its own JAX use
 
     def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:
         """What its first route needs (the engines it falls back to check their own)."""
         return Structured().memory_bytes(num_layers, num_heads, num_tokens)
 
-    def candidates(self, stack, num_tokens: int, dtype):
+    def candidates(self, stack: Stack, num_tokens: int, dtype):
         """The engines to try, in order, that say they support this stack (imported lazily, so
         the native CPU route never imports JAX)."""
         if isinstance(stack, KernelStack):
@@ -259,8 +265,8 @@ class Auto(Engine):
             from posbias.numerics.dense import Dense
 
             first = BiasEngine()  # linear first; its extended (log-space) mode where it refuses the deficit
-            order = [first, BiasEngine(extended=True)] + ([BiasEngine(native=False)] if first.uses_native(dtype)
-                                                          else []) + [Dense()]
+            order: list[Engine] = [first, BiasEngine(extended=True),
+                                   *([BiasEngine(native=False)] if first.uses_native(dtype) else []), Dense()]
             if self.bias_fft_first(stack, num_tokens):
                 order.insert(0, BiasFFT())
             yield from (e for e in order if e.supports(stack, num_tokens) is None)
@@ -287,7 +293,7 @@ class Auto(Engine):
 
         yield Dense()
 
-    def extended_route(self, stack, num_tokens: int, dtype, *, native_ok: bool = True) -> Engine | None:
+    def extended_route(self, stack: Stack, num_tokens: int, dtype, *, native_ok: bool = True) -> Engine | None:
         """An exact engine that keeps entries below 1e-308 (or None if none fits)."""
         if isinstance(stack, KernelStack):
             return None
@@ -326,7 +332,7 @@ class Auto(Engine):
         """The note recording which engine and path produced ``result``."""
         return f"auto: {result.engine} ({result.path})"
 
-    def compute(self, stack, num_tokens: int, *, dtype, progress=None) -> Profile:
+    def compute(self, stack: Stack, num_tokens: int, *, dtype, progress=None) -> Profile:
         alibi = stack.as_alibi(num_tokens) if isinstance(stack, BiasStack) else None
         if alibi is not None:
             result = self.compute(alibi, num_tokens, dtype=dtype, progress=progress)
@@ -360,7 +366,7 @@ class Auto(Engine):
             result = Structured().profile(stack, num_tokens, dtype=dtype, progress=progress)
             notes.append(self.route_note(result))
             lost = int((result.unresolved() & ~structural).sum())
-        if lost and result.engine == "bias-fft":
+        if lost and result.engine == "bias-fft" and isinstance(stack, BiasStack):  # bias-fft: BiasStacks only
             exact = self.bias_seconds(stack, num_tokens)
             if exact > self.bias_retry_seconds:
                 notes.append(f"auto: {lost} entries below the FFT's resolution, not re-run (the exact bias engine "

@@ -29,12 +29,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from posbias.numerics.engine import Engine, Profile, Progress
 from posbias.numerics.masks import Causal, Mask, is_lower_triangular
 from posbias.numerics.stack import AlibiStack
+
+if TYPE_CHECKING:
+    from posbias.numerics.boundary import EngineName
 
 
 def shape_key(stack: AlibiStack) -> tuple:
@@ -109,7 +114,8 @@ class AlibiBatch(Sequence):
         return is_lower_triangular(self.mask, num_tokens)
 
 
-def profiles(stacks: Sequence[AlibiStack], num_tokens: int, *, engine: str | Engine = "auto", dtype=np.float64,
+def profiles(stacks: Sequence[AlibiStack], num_tokens: int, *, engine: EngineName | Engine = "auto",
+             dtype: DTypeLike = np.float64,
              progress: Progress | None = None, workers: int | None = None, devices=None) -> list[Profile]:
     """Profiles of ``stacks`` (all of one shape, see ``shape_key``; or an ``AlibiBatch``) over
     ``num_tokens`` tokens.

@@ -47,11 +47,15 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from posbias.numerics.bias_stack import BiasStack
 from posbias.numerics.engine import Engine, Profile, Unsupported, linear_profile, log_profile
+
+if TYPE_CHECKING:
+    from posbias.numerics.boundary import Stack
 
 MAX_DEFICIT = 600.0
 TINY = float(np.finfo(np.float64).tiny)
@@ -69,7 +73,7 @@ class BiasEngine(Engine):
     chunk: int | None = None
     extended: bool = False
 
-    def supports(self, stack, num_tokens: int) -> str | None:
+    def supports(self, stack: Stack, num_tokens: int) -> str | None:
         if not isinstance(stack, BiasStack):
             return f"expected a relative-bias stack (BiasStack), got {type(stack).__name__}"
         if stack.mask.past_window is not None and stack.mask.bidirectional_length(num_tokens) > 1:
@@ -84,7 +88,7 @@ class BiasEngine(Engine):
 
         return self.native and np.dtype(dtype) == np.float64 and cpu_backend() and native_bias.available()
 
-    def needs_jax(self, stack, dtype) -> bool:
+    def needs_jax(self, stack: Stack, dtype) -> bool:
         return not self.uses_native(dtype)
 
     def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:

@@ -64,11 +64,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from posbias.numerics.bias_stack import BiasStack
 from posbias.numerics.engine import Engine, Profile, Unsupported, linear_profile
+
+if TYPE_CHECKING:
+    from posbias.numerics.boundary import Stack
 
 MAX_DEFICIT = 600.0  # nats, as the exact bias engine (numerics/_bias_scan.py)
 MAX_BOUND = 1e-6  # the largest absolute error bound B (module docstring) a profile is returned with
@@ -166,14 +170,14 @@ class BiasFFT(Engine):
 
     name = "bias-fft"
 
-    def supports(self, stack, num_tokens: int) -> str | None:
+    def supports(self, stack: Stack, num_tokens: int) -> str | None:
         if not isinstance(stack, BiasStack):
             return f"expected a relative-bias stack (BiasStack), got {type(stack).__name__}"
         if stack.mask.reads_future:
             return f"handles causal and sliding-window masks only (mask {stack.mask.name} reads later tokens)"
         return None
 
-    def needs_jax(self, stack, dtype) -> bool:
+    def needs_jax(self, stack: Stack, dtype) -> bool:
         return False
 
     def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:
@@ -207,11 +211,11 @@ class BiasFFT(Engine):
         t_total = stack.num_layers
         mins, lasts = np.zeros(t_total), np.zeros(t_total)
         bound = 0.0
-        key, weights = None, None
+        key, weights = b"", None
         for done, t in enumerate(range(t_total - 1, -1, -1), start=1):
             params = (stack.bias_index[t], diagonal[t], sink[t], stack.head_weights[t])
             layer_key = b"".join(np.ascontiguousarray(x).tobytes() for x in params)
-            if layer_key != key:  # consecutive layers with the same heads share their weights
+            if weights is None or layer_key != key:  # consecutive layers with the same heads share their weights
                 key, weights = layer_key, layer_weights(ker, *params, reach)
             if not weights.deficit <= MAX_DEFICIT:
                 raise Unsupported(f"{self.name} engine: layer {t} has a row whose largest logit lies "
@@ -239,5 +243,5 @@ class BiasFFT(Engine):
             if progress is not None:
                 progress(done, t_total)
         top_p = float(np.max(v))
-        resolution = bound / top_p if top_p > 0 else math.inf
+        resolution = float(bound) / top_p if top_p > 0 else math.inf
         return linear_profile(v, mins, lasts, engine=self.name, path="fft", resolution=resolution)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from posbias.numerics.arrays import PerHead, PerLayer
 from posbias.numerics.bias import Bias
 from posbias.numerics.masks import Causal, Mask, is_lower_triangular
 from posbias.numerics.stack import AlibiStack, StackError, finite_array, per_layer_head
@@ -50,12 +51,12 @@ class BiasStack:
     mask:         which positions a token may read
     """
 
-    lambdas: np.ndarray
+    lambdas: PerLayer
     biases: tuple[Bias, ...]
-    bias_index: np.ndarray
-    diagonal: np.ndarray
-    sink: np.ndarray
-    head_weights: np.ndarray
+    bias_index: PerHead  # int64
+    diagonal: PerHead
+    sink: PerHead
+    head_weights: PerHead
     temperature: float = 1.0
     mask: Mask = field(default_factory=Causal)
 

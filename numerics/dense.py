@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +27,9 @@ from posbias.numerics.bias_stack import BiasStack
 from posbias.numerics.engine import Engine, Profile, float64, linear_profile
 from posbias.numerics.kernels import bias_layer_kernel, layer_kernel
 from posbias.numerics.stack import AlibiStack, register_pytrees
+
+if TYPE_CHECKING:
+    from posbias.numerics.boundary import Stack
 
 register_pytrees()
 
@@ -39,7 +43,7 @@ class Dense(Engine):
     name = "dense"
     max_tokens: int = MAX_TOKENS
 
-    def supports(self, stack, num_tokens: int) -> str | None:
+    def supports(self, stack: Stack, num_tokens: int) -> str | None:
         if not isinstance(stack, (AlibiStack, BiasStack)):
             return f"expected an ALiBi + content or relative-bias stack, got {type(stack).__name__}"
         if num_tokens > self.max_tokens:
@@ -51,7 +55,10 @@ class Dense(Engine):
         return 8 * 6 * num_tokens**2 + 8 * 8 * num_layers * num_heads
 
     def compute(self, stack: AlibiStack | BiasStack, num_tokens: int, *, dtype, progress=None) -> Profile:
-        p, diag = (bias_rollout if isinstance(stack, BiasStack) else rollout)(stack, num_tokens, dtype)
+        if isinstance(stack, BiasStack):
+            p, diag = bias_rollout(stack, num_tokens, dtype)
+        else:
+            p, diag = rollout(stack, num_tokens, dtype)
         p, diag = np.asarray(p, np.float64), np.asarray(diag, np.float64)
         return linear_profile(p[-1], diag.min(axis=1), diag[:, -1], engine=self.name, path="dense")
 

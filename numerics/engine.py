@@ -32,8 +32,15 @@ import contextlib
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import DTypeLike
+
+from posbias.numerics.arrays import PerLayer, Vector
+
+if TYPE_CHECKING:  # the stack types import nothing of the engines, but engines need not load them
+    from posbias.numerics.boundary import Stack
 
 Progress = Callable[[int, int], None]  # (layers done, total layers)
 
@@ -80,10 +87,10 @@ class Profile:
     notes:             what a wrapper engine decided (fallbacks), one line each
     """
 
-    probabilities: np.ndarray
-    log_probabilities: np.ndarray
-    min_self_weight: np.ndarray
-    last_self_weight: np.ndarray
+    probabilities: Vector
+    log_probabilities: Vector
+    min_self_weight: PerLayer
+    last_self_weight: PerLayer
     engine: str
     path: str
     resolution: float = 0.0
@@ -139,7 +146,7 @@ class Engine(abc.ABC):
 
     name: str = "engine"
 
-    def supports(self, stack, num_tokens: int) -> str | None:
+    def supports(self, stack: Stack, num_tokens: int) -> str | None:
         """None if this engine computes the profile exactly, else the reason it cannot."""
         return None
 
@@ -148,10 +155,10 @@ class Engine(abc.ABC):
         return 64 * num_tokens + 64 * num_layers * num_heads
 
     @abc.abstractmethod
-    def compute(self, stack, num_tokens: int, *, dtype, progress: Progress | None) -> Profile:
+    def compute(self, stack: Stack, num_tokens: int, *, dtype: np.dtype, progress: Progress | None) -> Profile:
         """The profile; called by ``profile`` after ``supports`` said yes, inside float64 scope."""
 
-    def needs_jax(self, stack, dtype) -> bool:
+    def needs_jax(self, stack: Stack, dtype: np.dtype) -> bool:
         """Whether ``compute`` runs JAX for this stack (then it runs under ``jax.enable_x64``)."""
         return True
 
@@ -177,7 +184,8 @@ class Engine(abc.ABC):
         if reason is not None:
             raise Unsupported(f"{self.name} engine: {reason}")
 
-    def profile(self, stack, num_tokens: int, *, dtype=np.float64, progress: Progress | None = None) -> Profile:
+    def profile(self, stack: Stack, num_tokens: int, *, dtype: DTypeLike = np.float64,
+                progress: Progress | None = None) -> Profile:
         """``check`` (raise ``Unsupported``), then compute in float64 scope, then refuse an implausible result."""
         self.check(stack, num_tokens)
         dtype = np.dtype(dtype)
@@ -189,7 +197,7 @@ class Engine(abc.ABC):
             raise Unsupported(f"{self.name} engine: {broken}; this input is beyond what it computes reliably")
         return result
 
-    def batched(self, stacks: Sequence, num_tokens: int, *, dtype=np.float64, workers: int | None = None,
+    def batched(self, stacks: Sequence, num_tokens: int, *, dtype: DTypeLike = np.float64, workers: int | None = None,
                 devices=None) -> list[Profile | None]:
         """The profiles this engine's batch route computes for ``stacks`` (one shape (T, H, mask)),
         in order, None for each stack it leaves to ``profile`` (every one here: no batch route).
@@ -197,8 +205,8 @@ class Engine(abc.ABC):
         same checks: ``check`` for the batch, the capability per stack, ``implausible_rows``."""
         return [None] * len(stacks)
 
-    def profiles(self, stacks: Sequence, num_tokens: int, *, dtype=np.float64, progress: Progress | None = None,
-                 workers: int | None = None, devices=None) -> list[Profile]:
+    def profiles(self, stacks: Sequence, num_tokens: int, *, dtype: DTypeLike = np.float64,
+                 progress: Progress | None = None, workers: int | None = None, devices=None) -> list[Profile]:
         """The profile of every stack of ``stacks`` (one shape): ``batched``, then ``profile`` for
         each stack it left. ``progress(done, total)`` counts stacks; ``workers``: threads of a
         native batch route; ``devices``: JAX devices an XLA batch route shards the batch over."""
@@ -215,7 +223,7 @@ class Engine(abc.ABC):
                 done += 1
                 if progress is not None:
                     progress(done, total)
-        return out
+        return [r for r in out if r is not None]
 
 
 def _x64(enabled: bool):
@@ -237,7 +245,7 @@ def _mass_slack(dtype) -> float:
     return 1e-6 if np.dtype(dtype) == np.float64 else 1e-2
 
 
-def implausible(profile: Profile, dtype=np.float64) -> str | None:
+def implausible(profile: Profile, dtype: DTypeLike = np.float64) -> str | None:
     """Why ``profile`` cannot be a profile (non-finite or negative entries, log p > 0, mass
     far from 1), or None: a last guard that turns an engine failure on extreme input into
     a refusal (or, under ``auto``, a fallback) instead of a wrong answer."""
@@ -256,7 +264,8 @@ def implausible(profile: Profile, dtype=np.float64) -> str | None:
     return None
 
 
-def implausible_rows(probabilities: np.ndarray, log_probabilities: np.ndarray, dtype=np.float64) -> np.ndarray:
+def implausible_rows(probabilities: np.ndarray, log_probabilities: np.ndarray,
+                     dtype: DTypeLike = np.float64) -> np.ndarray:
     """(B,) bool: the rows of (B, N) profiles that ``implausible`` would refuse, by the same tests
     (the mass from log p where a row's log p is finite everywhere, else from p)."""
     p, logp = probabilities, log_probabilities

@@ -36,12 +36,16 @@ Examples
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from posbias.numerics.engine import Engine, Profile, Progress
 
-_TABLE = {  # name -> (module, class, options): imported on first use (JAX only when needed)
+if TYPE_CHECKING:
+    from posbias.numerics.boundary import EngineName, Stack
+
+_TABLE: dict[EngineName, tuple[str, str, dict]] = {  # name -> (module, class, options): imported on first use
     "auto": ("auto", "Auto", {}),
     "structured": ("structured", "Structured", {}),
     "log": ("structured", "Structured", {"ring": "log"}),
@@ -57,7 +61,7 @@ CHOOSABLE = tuple(n for n in _TABLE if n != "measured")  # what --engine and a s
 # (``measured`` is the engine of measured kernels, picked by the stack type, not by name)
 
 
-def get(engine: str | Engine) -> Engine:
+def get(engine: EngineName | Engine) -> Engine:
     """The engine of that name (or the engine itself)."""
     if isinstance(engine, Engine):
         return engine
@@ -73,7 +77,7 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-def profile(stack, num_tokens: int | None = None, *, engine: str | Engine = "auto", dtype=np.float64,
+def profile(stack: Stack, num_tokens: int | None = None, *, engine: EngineName | Engine = "auto", dtype=np.float64,
             progress: Progress | None = None) -> Profile:
     """The profile p = e_{N-1}^T R^(T-1) ... R^(0) of ``stack`` over ``num_tokens`` tokens (THEORY.md, Notation).
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +43,9 @@ from posbias.numerics.engine import Engine, Profile, linear_profile
 from posbias.numerics.masks import Mask
 from posbias.numerics.semiring import LINEAR
 from posbias.numerics.stack import AlibiStack, register_pytrees
+
+if TYPE_CHECKING:
+    from posbias.numerics.boundary import Stack
 
 register_pytrees()
 
@@ -59,7 +63,7 @@ class FFT(Engine):
 
     name = "fft"
 
-    def supports(self, stack, num_tokens: int) -> str | None:
+    def supports(self, stack: Stack, num_tokens: int) -> str | None:
         if not isinstance(stack, AlibiStack):
             return f"expected an ALiBi + content stack, got {type(stack).__name__}"
         if stack.mask.reads_future:
@@ -157,7 +161,7 @@ def _layer(v, lam, short, table, long, *, num_tokens, mask, length, buckets, lon
         shaped = [a.reshape(heads, group, 1) for a in long]
 
         def one_group(acc, params):
-            o, a = rec.apply_heads(LINEAR, vp, *params, num_tokens, mask, blk)
+            o, a = rec.apply_heads(LINEAR, vp, *params, num_tokens=num_tokens, mask=mask, block=blk)
             return (acc[0] + o, acc[1] + a), None
 
         (o, a), _ = jax.lax.scan(one_group, (jnp.zeros_like(vp), jnp.zeros_like(vp)), shaped)

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from posbias.numerics.arrays import JaxKernels
 from posbias.numerics.bias_stack import BiasStack
 from posbias.numerics.engine import float64
 from posbias.numerics.masks import allowed
@@ -49,17 +50,17 @@ def layer_kernel(slopes_t, diagonal_t, weights_t, num_tokens: int, mask) -> jax.
 
 
 @float64
-def alibi_kernels(stack: AlibiStack, num_tokens: int) -> jax.Array:
+def alibi_kernels(stack: AlibiStack, num_tokens: int) -> JaxKernels:
     """(T, N, N) head-averaged kernels of ``stack`` by masked softmax (T N^2 memory)."""
     slopes, diagonal = stack.scaled()
     return jax.lax.map(
-        lambda a: layer_kernel(*a, num_tokens, stack.mask),
+        lambda a: layer_kernel(*a, num_tokens=num_tokens, mask=stack.mask),
         (jnp.asarray(slopes), jnp.asarray(diagonal), jnp.asarray(stack.head_weights)),
     )
 
 
 @float64
-def bias_kernels(stack: BiasStack, num_tokens: int) -> jax.Array:
+def bias_kernels(stack: BiasStack, num_tokens: int) -> JaxKernels:
     """(T, N, N) head-averaged kernels of a relative-bias stack (C7) by masked softmax of its N x N
     logits (``bias_layer_kernel``; T N^2 memory). Bias values are checked at this N
     (``BiasStack.tables``: ``StackError`` for values that are not finite or overflow after tau)."""
@@ -68,10 +69,10 @@ def bias_kernels(stack: BiasStack, num_tokens: int) -> jax.Array:
     index = np.asarray(stack.bias_index)
     layers = (jnp.asarray(past[index]), jnp.asarray(future[index]), jnp.asarray(stack.diagonal / tau),
               jnp.asarray(stack.sink / tau), jnp.asarray(stack.head_weights))
-    return jax.lax.map(lambda a: bias_layer_kernel(*a, num_tokens, stack.mask), layers)
+    return jax.lax.map(lambda a: bias_layer_kernel(*a, num_tokens=num_tokens, mask=stack.mask), layers)
 
 
-def layer_kernels(stack: AlibiStack | BiasStack, num_tokens: int) -> jax.Array:
+def layer_kernels(stack: AlibiStack | BiasStack, num_tokens: int) -> JaxKernels:
     """(T, N, N) kernels A^(t) of an ALiBi + content stack (``alibi_kernels``) or a relative-bias stack
     (``bias_kernels``): the kernel-forming function for each stack type."""
     if isinstance(stack, BiasStack):

@@ -24,15 +24,18 @@ into the future with +m (j - i); see README).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar, Literal, TypeAlias
 
 import numpy as np
+
+MaskName: TypeAlias = Literal["causal", "sliding_window", "prefix", "full"]  # each mask's ``name``
 
 
 @dataclass(frozen=True)
 class Causal:
     """j <= i: the decoder mask. Kernels are lower triangular (C1 applies)."""
 
-    name = "causal"
+    name: ClassVar[MaskName] = "causal"
     spec = "causal"
     past_window: int | None = None
     reads_future = False
@@ -46,7 +49,7 @@ class SlidingWindow:
     """i - width + 1 <= j <= i: causal with a finite look-back of ``width`` tokens."""
 
     width: int
-    name = "sliding_window"
+    name: ClassVar[MaskName] = "sliding_window"
     reads_future = False
 
     def __post_init__(self):
@@ -70,7 +73,7 @@ class Prefix:
     """Bidirectional among the first ``length`` tokens, causal after them."""
 
     length: int
-    name = "prefix"
+    name: ClassVar[MaskName] = "prefix"
     past_window: int | None = None
 
     def __post_init__(self):
@@ -93,7 +96,7 @@ class Prefix:
 class Full:
     """Every token reads every token."""
 
-    name = "full"
+    name: ClassVar[MaskName] = "full"
     spec = "full"
     past_window: int | None = None
     reads_future = True

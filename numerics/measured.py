@@ -8,6 +8,7 @@ checked (row-stochastic, causal if declared).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +17,9 @@ import numpy as np
 from posbias.numerics.engine import Engine, Profile, float64, linear_profile
 from posbias.numerics.stack import KernelStack, register_pytrees
 
+if TYPE_CHECKING:
+    from posbias.numerics.boundary import Stack
+
 register_pytrees()
 
 
@@ -23,7 +27,7 @@ register_pytrees()
 class Measured(Engine):
     name = "measured"
 
-    def supports(self, stack, num_tokens: int) -> str | None:
+    def supports(self, stack: Stack, num_tokens: int) -> str | None:
         if not isinstance(stack, KernelStack):
             return f"expected measured kernels (a KernelStack), got {type(stack).__name__}"
         if num_tokens != stack.num_tokens:

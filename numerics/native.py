@@ -351,7 +351,7 @@ def profile(lambdas, slopes, diagonal, weights, *,  # noqa: C901 (checks, state,
     mins = np.full(count, np.nan)
     lasts = np.full(count, np.nan)
     info = np.full(4, -1, dtype=np.int64)
-    ptr = lambda a, t=_PD: a.ctypes.data_as(t)  # noqa: E731
+    ptr: Callable[..., object] = lambda a, t=_PD: a.ctypes.data_as(t)  # noqa: E731
     top = stop
     while top > start:
         # Run layers top-1 .. start from ``state``; on a block whose dynamic range is too wide
@@ -442,7 +442,7 @@ def profile_batch(lambdas, slopes, diagonal, weights, *, num_tokens: int, past_w
     mins = np.full((count, t_total), np.nan)
     lasts = np.full((count, t_total), np.nan)
     info = np.full((count, 4), -1, dtype=np.int64)
-    ptr = lambda a, t=_PD: a.ctypes.data_as(t)  # noqa: E731
+    ptr: Callable[..., object] = lambda a, t=_PD: a.ctypes.data_as(t)  # noqa: E731
     rc = lib.posbias_profile_batch(count, n, heads, t_total, ptr(lam), ptr(m), ptr(d), ptr(w), window, k,
                                    2 if guarded else 0, threads, ptr(mant), ptr(lo, _PI), ptr(mins), ptr(lasts),
                                    ptr(info, _PI))

@@ -76,7 +76,7 @@ def profile(layers, past: np.ndarray, future: np.ndarray, *, num_tokens: int, ma
     v[-1] = 0.0 if extended else 1.0
     entry = _library().posbias_bias_profile_log if extended else _library().posbias_bias_profile
     mins, lasts, deficits = (np.full(t_total, np.nan) for _ in range(3))
-    ptr = lambda a, t=_PD: a.ctypes.data_as(t)  # noqa: E731
+    ptr: Callable[..., object] = lambda a, t=_PD: a.ctypes.data_as(t)  # noqa: E731
     step = t_total if progress is None else max(1, -(-t_total // 20))
     top = t_total
     while top > 0:

@@ -68,9 +68,10 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from posbias.numerics.blas_threads import blas_limit, blas_threads
 from posbias.numerics.block_product import block_product
@@ -79,6 +80,9 @@ from posbias.numerics.periodic import PeriodicStack, detect
 from posbias.numerics.scaled import MIN_ROWS, TINY, block_rows, log_entries, reblock, scaled
 from posbias.numerics.scaled_product import PANEL, RESOLVED, multiply, vector_times
 from posbias.numerics.stack import AlibiStack
+
+if TYPE_CHECKING:
+    from posbias.numerics.boundary import Stack
 
 MAX_TOKENS = 8192  # three 8192^2 float64 arrays while squaring: 1.5 GiB, more while B is built
 
@@ -92,7 +96,7 @@ class Power(Engine):
     max_tokens: int = MAX_TOKENS
     threads: int | None = None  # None: POSBIAS_BLAS_THREADS, else the cores this process may use
 
-    def supports(self, stack: object, num_tokens: int) -> str | None:
+    def supports(self, stack: Stack, num_tokens: int) -> str | None:
         if not isinstance(stack, (PeriodicStack, AlibiStack)):
             return f"expected a PeriodicStack or an ALiBi + content stack, got {type(stack).__name__}"
         if num_tokens > self.max_tokens:
@@ -100,7 +104,7 @@ class Power(Engine):
                     f"{self.max_tokens} tokens)")
         return None
 
-    def needs_jax(self, stack: object, dtype: Any) -> bool:
+    def needs_jax(self, stack: Stack, dtype: DTypeLike) -> bool:
         return True  # the block is built by the dense engine's kernels
 
     def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:

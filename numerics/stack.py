@@ -6,6 +6,7 @@ the head average A^(t) = sum_h w_th softmax_h. The background b cancels in every
 row (C4(a)), so the stack stores only the diagonal excess d.
 
 ``KernelStack``: measured (or any given) kernels A^(t) as dense (T, N, N) arrays.
+(``posbias.numerics.boundary.Stack``: these, ``BiasStack`` and ``PeriodicStack``, what engines take.)
 
 Both are validated where they are built (``AlibiStack.build``, ``KernelStack.build``):
 an object of either type holds finite values in range, so engines never see
@@ -18,7 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 
+from posbias.numerics.arrays import Kernels, PerHead, PerLayer
 from posbias.numerics.masks import Causal, Full, Mask, is_lower_triangular
 
 
@@ -48,10 +51,10 @@ class AlibiStack:
     posbias.numerics.stack.StackError: lambdas: layer 0 has lambda = 1.5, expected a value in [0, 1]
     """
 
-    lambdas: np.ndarray
-    slopes: np.ndarray
-    diagonal: np.ndarray
-    head_weights: np.ndarray
+    lambdas: PerLayer
+    slopes: PerHead
+    diagonal: PerHead
+    head_weights: PerHead
     temperature: float = 1.0
     mask: Mask = field(default_factory=Causal)
 
@@ -64,7 +67,8 @@ class AlibiStack:
         return int(np.shape(self.slopes)[1])
 
     @staticmethod
-    def build(lambdas, slopes, diagonal=0.0, head_weights=None, temperature=1.0, mask=None) -> AlibiStack:
+    def build(lambdas: ArrayLike, slopes: ArrayLike, diagonal: ArrayLike = 0.0, head_weights: ArrayLike | None = None,
+              temperature: float = 1.0, mask: Mask | None = None) -> AlibiStack:
         """Validate, broadcast inputs to (T, H) and normalise head weights.
 
         ``slopes``, ``diagonal`` and ``head_weights`` may be scalars, (H,) vectors
@@ -110,7 +114,7 @@ class AlibiStack:
                 raise StackError(f"temperature: {temperature!r} is too small for the slopes or diagonal (overflow)")
         return AlibiStack(lambdas, slopes, diagonal, weights, temperature, mask if mask is not None else Causal())
 
-    def scaled(self) -> tuple[np.ndarray, np.ndarray]:
+    def scaled(self) -> tuple[PerHead, PerHead]:
         """(slopes / tau, diagonal / tau): the temperature folded into the logits."""
         return self.slopes / self.temperature, self.diagonal / self.temperature
 
@@ -148,8 +152,8 @@ class KernelStack:
     ``declared_causal``: the user says the kernels are lower triangular (checked by ``build``).
     """
 
-    kernels: np.ndarray
-    lambdas: np.ndarray
+    kernels: Kernels
+    lambdas: PerLayer
     declared_causal: bool = False
 
     @property
@@ -193,8 +197,6 @@ class KernelStack:
             raise KernelError(f"lambdas: expected {t} finite values in [0, 1], got shape {lambdas.shape}")
         return KernelStack(kernels, lambdas, causal)
 
-
-Stack = AlibiStack | KernelStack
 
 
 def kernel_tolerance(dtype, num_tokens: int) -> float:

@@ -53,6 +53,7 @@ from posbias.numerics.stack import AlibiStack
 
 if TYPE_CHECKING:
     from posbias.numerics.batch import AlibiBatch
+    from posbias.numerics.boundary import RingName, Stack, XlaScan
 
 RINGS = ("linear", "log")  # the number systems of numerics/semiring.py
 XLA_SCANS = ("chunked", "blocked")  # formulations of the XLA path in linear arithmetic
@@ -125,19 +126,19 @@ class Structured(Engine):
     or "blocked" (the earlier sequential formulation, for comparison);
     chunk: chunked XLA path, the chunk length C (None: the rule of ``_recurrence.chunk_size``)."""
 
-    ring: str = "linear"
+    ring: RingName = "linear"
     native: bool = True
     extended: bool = False
     group_budget: int = 1 << 27
     threads: int | None = None
-    xla_scan: str = "chunked"
+    xla_scan: XlaScan = "chunked"
     chunk: int | None = None
 
     @property
     def name(self) -> str:
         return "structured" if self.ring == "linear" else "log"
 
-    def supports(self, stack, num_tokens: int) -> str | None:
+    def supports(self, stack: Stack, num_tokens: int) -> str | None:
         if not isinstance(stack, AlibiStack):
             return f"expected an ALiBi + content stack, got {type(stack).__name__}"
         reason = self.options_refuse(stack.mask)
@@ -209,7 +210,7 @@ class Structured(Engine):
         return (self.native and self.ring == "linear" and np.dtype(dtype) == np.float64
                 and cpu_backend() and native.available())
 
-    def needs_jax(self, stack, dtype) -> bool:
+    def needs_jax(self, stack: AlibiStack, dtype) -> bool:  # after supports: an AlibiStack
         return not (self.uses_native(dtype) and native_refuses(stack) is None)
 
     def compute(self, stack: AlibiStack, num_tokens: int, *, dtype, progress=None) -> Profile:

@@ -12,12 +12,15 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from posbias.numerics.engine import UNDERFLOW, Profile
 from posbias.numerics.shape import log_middle_measures, u_shape
+
+if TYPE_CHECKING:
+    from posbias.numerics.boundary import Precision
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ class Summary:
     mass_defect: float
     engine: str
     path: str
-    precision: str = "float64"
+    precision: str = "float64"  # Precision; a str here: posbias.sweep.table reads these hints at run time
     unresolved: int = 0
     argmin_relative: float | None = None
     log_dip_depth: float | None = None
@@ -102,7 +105,7 @@ class Summary:
             if f.name == "provenance":
                 out.update({k: list(v) if isinstance(v, tuple) else v for k, v in value})
                 continue
-            if dataclasses.is_dataclass(value):
+            if dataclasses.is_dataclass(value) and not isinstance(value, type):  # an instance (never a class)
                 value = dataclasses.asdict(value)
             elif isinstance(value, tuple):
                 value = list(value)
@@ -155,7 +158,7 @@ def exact_zeros(stack, num_tokens: int) -> np.ndarray:
     return zeros
 
 
-def summarize(profile: Profile, stack, *, precision: str = "float64") -> Summary:
+def summarize(profile: Profile, stack, *, precision: Precision = "float64") -> Summary:
     """The Summary of ``profile`` computed for ``stack`` (an AlibiStack or KernelStack).
 
     Entries that are exactly 0 by the mask's reach (``exact_zeros``: a sliding window deeper
@@ -225,7 +228,7 @@ def _graded(logp, n, argmin, log_p_min, log_first, log_last) -> dict:
     log_ratio, lost = log_middle_measures(logp)
     if log_ratio is not None and not np.isfinite(log_ratio):  # every middle entry lost to underflow
         log_ratio = lost = None
-    out = {"lost_in_middle": lost}
+    out: dict[str, float | bool | None] = {"lost_in_middle": lost}
     if log_ratio is not None:
         out["log_middle_mass_ratio"] = log_ratio
         out["middle_mass_ratio"] = float(np.exp(log_ratio))
@@ -237,7 +240,7 @@ def _graded(logp, n, argmin, log_p_min, log_first, log_last) -> dict:
         out["dip_depth"] = float(np.exp(depth)) if depth < 700 else None
     return out
 
-def summarize_columns(profiles, stacks, *, precision: str = "float64") -> dict[str, list]:
+def summarize_columns(profiles, stacks, *, precision: Precision = "float64") -> dict[str, list]:
     """``summarize(p, s).to_dict()`` for every (profile, stack) pair, as columns: key -> list over
     the batch (the same keys, in the same order, and the same values): ``summary_arrays`` with
     every column as a list."""
@@ -245,7 +248,7 @@ def summarize_columns(profiles, stacks, *, precision: str = "float64") -> dict[s
             for k, v in summary_arrays(profiles, stacks, precision=precision).items()}
 
 
-def summary_arrays(profiles, stacks, *, precision: str = "float64") -> dict[str, list | np.ndarray]:
+def summary_arrays(profiles, stacks, *, precision: Precision = "float64") -> dict[str, list | np.ndarray]:
     """The columns of ``summarize_columns``; where every row takes the vectorised route, its
     numeric columns come as NumPy arrays (``numpy.ma.MaskedArray`` where some values are None),
     which go to Arrow without a Python object per point.
@@ -322,7 +325,7 @@ def _vectorisable(profiles, stacks) -> np.ndarray:
                        or not exact_zeros(stacks[i], n).any()], dtype=np.int64)
 
 
-def _vector_columns(profiles, stacks, precision: str) -> dict[str, list | np.ndarray]:
+def _vector_columns(profiles, stacks, precision: Precision) -> dict[str, list | np.ndarray]:
     """The columns of ``summary_arrays`` for vectorisable rows: numeric columns as arrays
     (masked where None), strings and notes as lists."""
     from posbias.numerics.batch import AlibiBatch

@@ -339,7 +339,8 @@ def _refiner(family: str):
         def body(carry, _):
             u, state = carry
             value, grad = value_and_grad(u, state=state)
-            updates, state = opt.update(grad, state, u, value=value, grad=grad, value_fn=loss)
+            with jax.numpy_dtype_promotion("standard"):  # optax's L-BFGS mixes int32 and int64 counters
+                updates, state = opt.update(grad, state, u, value=value, grad=grad, value_fn=loss)
             return (optax.apply_updates(u, updates), state), None
 
         (u, _), _ = jax.lax.scan(body, (u0, opt.init(u0)), None, length=LBFGS_STEPS)

@@ -217,7 +217,8 @@ def fit(stack, measured: np.ndarray, spec: FitSpec = FitSpec(), *, progress=None
         @jax.jit
         def step(theta, state):
             value, grads = jax.value_and_grad(loss)(theta)
-            updates, state = optimiser.update(grads, state, theta)
+            with jax.numpy_dtype_promotion("standard"):  # optax mixes its int32 step count with floats
+                updates, state = optimiser.update(grads, state, theta)
             return optax.apply_updates(theta, updates), state, value
 
         def finite(tree) -> bool:

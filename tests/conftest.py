@@ -1,4 +1,5 @@
-"""Shared test setup: float64 JAX for the tests' own arrays, hypothesis profiles, the reference data location.
+"""Shared test setup: float64 JAX for the tests' own arrays, strict dtype promotion, hypothesis profiles,
+the reference data location.
 
 posbias scopes float64 to its own calls; the tests switch it on globally for the
 arrays they build themselves (an explicit test-suite setting, not a side effect of
@@ -20,6 +21,9 @@ import pytest
 from hypothesis import HealthCheck, configuration, settings
 
 jax.config.update("jax_enable_x64", True)
+# Strict promotion (issue 20): an operation mixing dtypes (float64 by int64, a weak Python scalar aside)
+# raises instead of promoting silently, so the library's casts are explicit. Tests only, never the library.
+jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 settings.register_profile(
     "ci", derandomize=True, database=None, deadline=None, max_examples=40,

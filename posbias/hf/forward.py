@@ -218,7 +218,7 @@ def forward(params: dict, ids, spec: Spec,  # noqa: C901 (embedding, blocks, cap
     scales = jnp.asarray(softmax_scales(spec), dtype)
     if spec.rope is not None:
         cos, sin = (jnp.asarray(table, dtype) for table in rotary_tables(spec, n))
-    distance = jnp.arange(n)[:, None] - jnp.arange(n)[None, :]
+    distance = jnp.arange(n, dtype=jnp.int32)[:, None] - jnp.arange(n, dtype=jnp.int32)[None, :]  # as windows()
 
     def step(x, inputs):
         p, s, window = inputs

@@ -47,8 +47,9 @@ def init_params(config: ModelConfig, key, dtype=jnp.float32) -> dict:
     keys = jax.random.split(key, 8)
     out_std = 0.02 / np.sqrt(2 * t)
 
-    def normal(i, shape, std):
-        return (std * jax.random.normal(keys[i], shape, jnp.float32)).astype(dtype)
+    def normal(i, shape, std):  # std * z in the dtype JAX's standard promotion gives (float64 for out_std)
+        z = jax.random.normal(keys[i], shape, jnp.float32)
+        return (std * z.astype(jax.dtypes.canonicalize_dtype(np.result_type(std, np.float32)))).astype(dtype)
 
     blocks = {
         "ln1_g": jnp.ones((t, d), dtype), "ln1_b": jnp.zeros((t, d), dtype),

@@ -211,7 +211,8 @@ def _run(model, cfg, out, corpus, wanted, saved,  # noqa: C901 (split the resume
     @jax.jit
     def step_fn(params, state, batch):
         loss, grads = jax.value_and_grad(loss_nats)(params, batch, model)
-        updates, state = opt.update(grads, state, params)
+        with jax.numpy_dtype_promotion("standard"):  # optax mixes its int32 step count with floats
+            updates, state = opt.update(grads, state, params)
         return optax.apply_updates(params, updates), state, loss
 
     @jax.jit

@@ -1,0 +1,1 @@
+../../posbias/__init__.py
