@@ -66,7 +66,7 @@ def get(engine: EngineName | Engine) -> Engine:
     if isinstance(engine, Engine):
         return engine
     if engine not in _TABLE:
-        raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(_TABLE)}")
+        raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(NAMES)}")
     module, cls, options = _TABLE[engine]
     return getattr(importlib.import_module(f"posbias.numerics.{module}"), cls)(**options)
 

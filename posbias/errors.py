@@ -6,8 +6,6 @@ posbias/config.py and posbias/sweep/grid.py, ``BiasFitError``, ``YamlError``, ``
 the language-model ``CheckpointError``, which their own readers re-raise past a broader
 ``except ValueError``) or a test that pins the type of a refusal (``ConfigError``, ``FitError``,
 ``SpecError``, ``MeasureError``, ``UnsupportedModel``, the Hugging Face ``CheckpointError``).
-``TableError`` (posbias/sweep/table.py) is told apart by nothing either; it goes when that module's
-rework for speed has landed.
 """
 
 

@@ -78,6 +78,13 @@ def mpt_slopes(heads: int, bias_max: float = 8.0) -> np.ndarray:
     return full
 
 
+def _cast(tree, dtype):
+    """Every array of ``tree`` in ``dtype`` (no copy where it already is)."""
+    import jax
+
+    return jax.tree_util.tree_map(lambda v: v if v.dtype == dtype else v.astype(dtype), tree)
+
+
 def _layer_norm(x, g, b, eps):
     import jax.numpy as jnp
 
@@ -207,6 +214,10 @@ def forward(params: dict, ids, spec: Spec,  # noqa: C901 (embedding, blocks, cap
 
     e = params["embed"][ids] if embedded is None else embedded
     n, dtype = e.shape[0], e.dtype
+    # Weights kept narrower than the compute dtype (bfloat16 on the device, ``device_params``) are
+    # cast where they are used, each block's inside the layer step: the values standard promotion
+    # gives, written out so that nothing depends on implicit promotion.
+    params = {k: (v if k == "blocks" else _cast(v, dtype)) for k, v in params.items()}
     if spec.context is not None and n > spec.context:
         raise UserError(f"N = {n} tokens is longer than the model's {spec.context} learned positions")
     x0 = e
@@ -222,6 +233,7 @@ def forward(params: dict, ids, spec: Spec,  # noqa: C901 (embedding, blocks, cap
 
     def step(x, inputs):
         p, s, window = inputs
+        p = _cast(p, dtype)
         h = x if spec.block == "post-ln" else _norm(x, p, "ln1", spec)
         q = jnp.einsum("nd,dhk->hnk", h, p["wq"]) + p["bq"][:, None, :]
         k = jnp.einsum("nd,dhk->hnk", h, p["wk"]) + p["bk"][:, None, :]

@@ -28,7 +28,6 @@ import numpy as np
 from posbias.errors import UserError
 from posbias.sweep.spec import ALIBI_ENGINES, Spec, SpecError, biases_of, fill
 
-STRUCTURAL = ("layers", "tokens", "mask", "window", "slopes")
 DEFAULT_BATCH_CAP = 1024
 """At most this many points per batch (one Parquet file, one ``profiles`` call per device)."""
 STRING_COLUMNS = ("mask", "slopes", "bias", "bias_spec")

@@ -33,10 +33,6 @@ META_KEY = b"posbias.sweep"
 TMP_PREFIX = ".part-"
 
 
-class TableError(UserError):
-    """A batch file that does not belong to this sweep; one line naming it."""
-
-
 def part_name(index: int) -> str:
     return f"part-{index:06d}.parquet"
 
@@ -212,7 +208,7 @@ def finished(folder: Path, layout: Layout, batches, digest: str) -> tuple[set[in
             continue
         rows, meta, schema = info
         if meta.get("digest") not in (None, digest):
-            raise TableError(f"{path}: belongs to another sweep (spec digest {str(meta.get('digest'))[:12]}, "
+            raise UserError(f"{path}: belongs to another sweep (spec digest {str(meta.get('digest'))[:12]}, "
                              f"expected {digest[:12]}); use another --out folder")
         batch = by_index.get(index)
         if batch is None or rows != len(batch.points) or not schema.equals(layout.schema.remove_metadata()) or \
@@ -237,7 +233,7 @@ def remove_stale_temporaries(folder: Path, indices: set[int]) -> None:
 def read_table(out_dir: str | Path, manifest: dict | None = None):
     """The whole sweep table as one pyarrow Table, rows in grid order (by ``point``).
 
-    Refuses (TableError, one line) anything but one complete sweep: the manifest must say
+    Refuses (UserError, one line) anything but one complete sweep: the manifest must say
     ``complete``, and the part files must be exactly batches 0..B-1 of the plan, each carrying
     the manifest's digest and its own batch index, readable, with one row per grid point in
     all (points 0..n-1 once each). A folder mixing two sweeps, a truncated or foreign file, a
@@ -250,9 +246,9 @@ def read_table(out_dir: str | Path, manifest: dict | None = None):
     out_dir = Path(out_dir)
     main = manifest if manifest is not None else mf.read(out_dir)
     if main is None:
-        raise TableError(f"{out_dir}: no sweep here (expected {mf.MAIN})")
+        raise UserError(f"{out_dir}: no sweep here (expected {mf.MAIN})")
     if not main["complete"]:
-        raise TableError(f"{out_dir}: the sweep is unfinished ({mf.MAIN} says complete: false); "
+        raise UserError(f"{out_dir}: the sweep is unfinished ({mf.MAIN} says complete: false); "
                          "run it again with --resume")
     folder = out_dir / TABLE_DIR
     expected = {part_name(i): i for i in range(main["plan"]["batches"])}
@@ -261,29 +257,29 @@ def read_table(out_dir: str | Path, manifest: dict | None = None):
     if missing or extra:
         what = f"{len(missing)} batch file(s) missing ({missing[0]})" if missing else \
             f"{len(extra)} file(s) of no batch of this plan ({extra[0]})"
-        raise TableError(f"{folder}: {what}; expected {len(expected)} files part-000000.parquet ..")
+        raise UserError(f"{folder}: {what}; expected {len(expected)} files part-000000.parquet ..")
     tables = []
     for name, index in expected.items():
         path = folder / name
         info = part_meta(path)
         if info is None:
-            raise TableError(f"{path}: unreadable batch file (truncated or not Parquet); run the sweep "
+            raise UserError(f"{path}: unreadable batch file (truncated or not Parquet); run the sweep "
                              "again with --resume to recompute it")
         _, meta, _ = info
         if meta.get("digest") != main["digest"] or meta.get("batch") != index:
-            raise TableError(f"{path}: belongs to another sweep (digest {str(meta.get('digest'))[:12]}, "
+            raise UserError(f"{path}: belongs to another sweep (digest {str(meta.get('digest'))[:12]}, "
                              f"batch {meta.get('batch')}; {mf.MAIN} says {main['digest'][:12]}, batch {index})")
         try:
             tables.append(pq.read_table(path))
         except Exception:  # noqa: BLE001 - pyarrow raises several types for a damaged file
-            raise TableError(f"{path}: unreadable batch file (truncated or damaged)") from None
+            raise UserError(f"{path}: unreadable batch file (truncated or damaged)") from None
     try:
         table = pa.concat_tables(tables)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
-        raise TableError(f"{folder}: the batch files have different columns (not one sweep)") from None
+        raise UserError(f"{folder}: the batch files have different columns (not one sweep)") from None
     table = table.take(pa.compute.sort_indices(table, sort_keys=[("point", "ascending")])).replace_schema_metadata()
     points = table.column("point").to_numpy()
     if len(points) != main["points"] or not np.array_equal(points, np.arange(main["points"])):
-        raise TableError(f"{folder}: {len(points)} rows for {main['points']} grid points (each point once expected)")
+        raise UserError(f"{folder}: {len(points)} rows for {main['points']} grid points (each point once expected)")
     return table
 
