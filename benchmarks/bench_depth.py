@@ -58,12 +58,14 @@ def gemm_rate(n: int, threads: int, repeats: int = 3) -> float:
 
 def run(args: list[str], out: Path) -> tuple[float, float, dict]:
     """(wall seconds, peak RSS MiB, summary) of one ``posbias rollout`` process."""
-    code = ("import resource, subprocess, sys, time, json\n"
-            "t = time.perf_counter()\n"
-            "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
-            "wall = time.perf_counter() - t\n"
-            "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024\n"
-            "print(json.dumps({'wall': wall, 'rss': rss, 'rc': p.returncode, 'out': p.stdout, 'err': p.stderr}))\n")
+    code = (
+        "import resource, subprocess, sys, time, json\n"
+        "t = time.perf_counter()\n"
+        "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+        "wall = time.perf_counter() - t\n"
+        "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024\n"
+        "print(json.dumps({'wall': wall, 'rss': rss, 'rc': p.returncode, 'out': p.stdout, 'err': p.stderr}))\n"
+    )
     cmd = [sys.executable, "-m", "posbias.cli", "rollout", *args, "--out", str(out), "--json"]
     done = subprocess.run([sys.executable, "-c", code, *cmd], capture_output=True, text=True, check=True, cwd=ROOT)
     result = json.loads(done.stdout)
@@ -83,16 +85,31 @@ def depth(layers: int, model: list[str], threads: int, tmp: Path) -> dict:
     squarings = layers.bit_length() - 1
     flops = squarings * tokens**3 / 3  # N^3 / 6 multiply-adds per triangular squaring
     limit = flops / rate
-    return {"layers": layers, "load_average_before": load_before, "load_average_after": os.getloadavg(),
-            "gemm_flops_per_s": rate, "squarings": squarings, "power_flops": flops, "blas_limit_s": limit,
-            "power_process_s": wall, "power_peak_rss_mb": rss, "ratio_power_to_blas_limit": wall / limit,
-            "power_unresolved": s["unresolved"], "summary": s}
+    return {
+        "layers": layers,
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "gemm_flops_per_s": rate,
+        "squarings": squarings,
+        "power_flops": flops,
+        "blas_limit_s": limit,
+        "power_process_s": wall,
+        "power_peak_rss_mb": rss,
+        "ratio_power_to_blas_limit": wall / limit,
+        "power_unresolved": s["unresolved"],
+        "summary": s,
+    }
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--layers", type=int, nargs="+", default=[1_000_000, 1_000_000_000],
-                    help="depths for the power engine (each beside its own GEMM rate); the first also for auto")
+    ap.add_argument(
+        "--layers",
+        type=int,
+        nargs="+",
+        default=[1_000_000, 1_000_000_000],
+        help="depths for the power engine (each beside its own GEMM rate); the first also for auto",
+    )
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--schedule", default="constant:0.5")
@@ -108,8 +125,10 @@ def main(argv=None) -> int:
     threads = blas_threads()
     with tempfile.TemporaryDirectory() as tmp:
         depths = [depth(t, model, threads, Path(tmp)) for t in a.layers]
-        rows += [(f"power engine alone, T = {d['layers']}", d["power_process_s"], d["power_peak_rss_mb"], d["summary"])
-                 for d in depths]
+        rows += [
+            (f"power engine alone, T = {d['layers']}", d["power_process_s"], d["power_peak_rss_mb"], d["summary"])
+            for d in depths
+        ]
         if a.with_auto:
             wall, rss, s_auto = run(["--layers", str(a.layers[0]), *model], Path(tmp) / "auto")
             rows.append((f"auto (power, exact-scan retry if lost), T = {a.layers[0]}", wall, rss, s_auto))
@@ -122,31 +141,53 @@ def main(argv=None) -> int:
             per_layer = (w2 - w1) / (9 * a.scan_layers)
             for t in a.layers:
                 rows.append((f"plain scan extrapolated to T = {t}", w1 + per_layer * (t - a.scan_layers), None, None))
-    print(f"H = {a.heads}, N = {a.tokens}, {a.schedule}, causal, paper slopes (BLOOM's for H = 32); "
-          f"{os.cpu_count()} CPU cores, shared machine")
+    print(
+        f"H = {a.heads}, N = {a.tokens}, {a.schedule}, causal, paper slopes (BLOOM's for H = 32); "
+        f"{os.cpu_count()} CPU cores, shared machine"
+    )
     print(f"{'route':<44} {'wall s':>10} {'peak RSS MiB':>13}  engine [path], unresolved")
     for name, wall, rss, s in rows:
         extra = f"  {s['engine']} [{s['path']}], {s['unresolved']}" if s else ""
         print(f"{name:<44} {wall:>10.1f} {('-' if rss is None else f'{rss:.0f}'):>13}{extra}")
     for d in depths:
         power = d["summary"]
-        print(f"T = {d['layers']}: BLAS limit {d['squarings']} squarings, {d['power_flops']:.3g} FLOP at "
-              f"{d['gemm_flops_per_s'] / 1e9:.1f} GFLOP/s (NumPy {a.tokens} x {a.tokens} product, {threads} BLAS "
-              f"thread{'s' if threads > 1 else ''}) = {d['blas_limit_s']:.1f} s; power engine whole process "
-              f"{d['power_process_s']:.1f} s / BLAS limit = {d['ratio_power_to_blas_limit']:.2f}; load average "
-              f"(1 min) {d['load_average_before'][0]:.1f} before, {d['load_average_after'][0]:.1f} after, "
-              f"{os.cpu_count()} cores")
+        print(
+            f"T = {d['layers']}: BLAS limit {d['squarings']} squarings, {d['power_flops']:.3g} FLOP at "
+            f"{d['gemm_flops_per_s'] / 1e9:.1f} GFLOP/s (NumPy {a.tokens} x {a.tokens} product, {threads} BLAS "
+            f"thread{'s' if threads > 1 else ''}) = {d['blas_limit_s']:.1f} s; power engine whole process "
+            f"{d['power_process_s']:.1f} s / BLAS limit = {d['ratio_power_to_blas_limit']:.2f}; load average "
+            f"(1 min) {d['load_average_before'][0]:.1f} before, {d['load_average_after'][0]:.1f} after, "
+            f"{os.cpu_count()} cores"
+        )
         print("  power notes:", *power["notes"], sep="\n    ")
-        print(f"  p(0) = {power['p_first']}, log p(N-1) = {power['log_p_last']}, argmin = {power['argmin']}, "
-              f"sum lambda = {power['sum_lambda']}, last-token atom = {power['last_token_atom']}")
+        print(
+            f"  p(0) = {power['p_first']}, log p(N-1) = {power['log_p_last']}, argmin = {power['argmin']}, "
+            f"sum lambda = {power['sum_lambda']}, last-token atom = {power['last_token_atom']}"
+        )
     first = depths[0]
-    keys = ("load_average_before", "load_average_after", "layers", "gemm_flops_per_s", "power_flops", "blas_limit_s",
-            "power_process_s", "power_peak_rss_mb", "ratio_power_to_blas_limit", "power_unresolved")
-    result = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": f"{os.cpu_count()} CPU cores",
-              "tokens": a.tokens, "heads": a.heads, "schedule": a.schedule, "blas_threads": threads,
-              **{k: first[k] for k in keys},
-              "depths": [{k: d[k] for k in keys} for d in depths],
-              "routes": [{"route": name, "wall_s": wall, "peak_rss_mb": rss} for name, wall, rss, _ in rows]}
+    keys = (
+        "load_average_before",
+        "load_average_after",
+        "layers",
+        "gemm_flops_per_s",
+        "power_flops",
+        "blas_limit_s",
+        "power_process_s",
+        "power_peak_rss_mb",
+        "ratio_power_to_blas_limit",
+        "power_unresolved",
+    )
+    result = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": f"{os.cpu_count()} CPU cores",
+        "tokens": a.tokens,
+        "heads": a.heads,
+        "schedule": a.schedule,
+        "blas_threads": threads,
+        **{k: first[k] for k in keys},
+        "depths": [{k: d[k] for k in keys} for d in depths],
+        "routes": [{"route": name, "wall_s": wall, "peak_rss_mb": rss} for name, wall, rss, _ in rows],
+    }
     atomic_write(a.out, lambda f: f.write(json.dumps(result, indent=2) + "\n"), binary=False)
     print(f"wrote {a.out}")
     return 0

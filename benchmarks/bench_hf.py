@@ -58,8 +58,20 @@ with open(sys.argv[1], "w") as f:
 
 def run_backend(checkpoint: str, backend: str, tokens: int, samples: int, precision: str, work: Path) -> dict:
     out, report = work / backend, work / f"{backend}.json"
-    argv = ["measure", checkpoint, "--tokens", str(tokens), "--samples", str(samples), "--precision", precision,
-            "--out", str(out), "--quiet", *(["--backend", "transformers"] if backend == "transformers" else [])]
+    argv = [
+        "measure",
+        checkpoint,
+        "--tokens",
+        str(tokens),
+        "--samples",
+        str(samples),
+        "--precision",
+        precision,
+        "--out",
+        str(out),
+        "--quiet",
+        *(["--backend", "transformers"] if backend == "transformers" else []),
+    ]
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", CHILD, str(report), *argv], capture_output=True, text=True)
     process_s = time.perf_counter() - t0
@@ -75,9 +87,11 @@ def agreement(work: Path) -> dict:
 
     a, b = (np.load(work / k / "kernels.npz") for k in ("jax", "transformers"))
     ia, ib = (np.loadtxt(work / k / "influence.csv", delimiter=",", skiprows=1)[:, 1] for k in ("jax", "transformers"))
-    return {"lambdas_max_abs": float(np.abs(a["lambdas"] - b["lambdas"]).max()),
-            "kernels_max_abs": float(np.abs(a["kernels"] - b["kernels"]).max()),
-            "influence_max_abs": float(np.abs(ia - ib).max())}
+    return {
+        "lambdas_max_abs": float(np.abs(a["lambdas"] - b["lambdas"]).max()),
+        "kernels_max_abs": float(np.abs(a["kernels"] - b["kernels"]).max()),
+        "influence_max_abs": float(np.abs(ia - ib).max()),
+    }
 
 
 def versions() -> dict:
@@ -105,23 +119,36 @@ def main() -> None:
         from posbias.hf.smollm2 import path
 
         checkpoint = str(path())
-    result = {"checkpoint": checkpoint, "tokens": args.tokens, "samples": args.samples, "precision": args.precision,
-              "cpus": os.cpu_count(), "load_average_1min_before": os.getloadavg()[0], "versions": versions(),
-              "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    result = {
+        "checkpoint": checkpoint,
+        "tokens": args.tokens,
+        "samples": args.samples,
+        "precision": args.precision,
+        "cpus": os.cpu_count(),
+        "load_average_1min_before": os.getloadavg()[0],
+        "versions": versions(),
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     with tempfile.TemporaryDirectory(prefix="bench-hf-") as tmp:
         work = Path(tmp)
-        runs = [run_backend(checkpoint, backend, args.tokens, args.samples, args.precision, work)
-                for backend in ("jax", "transformers")]
+        runs = [
+            run_backend(checkpoint, backend, args.tokens, args.samples, args.precision, work)
+            for backend in ("jax", "transformers")
+        ]
         result["runs"] = runs
         result["agreement"] = agreement(work)
     result["load_average_1min_after"] = os.getloadavg()[0]
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     for r in runs:
-        print(f"{r['backend']:>12}: process {r['process_s']:.1f} s, measurement {r['measure_s']:.1f} s, "
-              f"peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB, batch {r['batch']}")
+        print(
+            f"{r['backend']:>12}: process {r['process_s']:.1f} s, measurement {r['measure_s']:.1f} s, "
+            f"peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB, batch {r['batch']}"
+        )
     print(f"agreement: {result['agreement']}")
-    print(f"load average {result['load_average_1min_before']:.2f} -> {result['load_average_1min_after']:.2f} on "
-          f"{result['cpus']} CPUs; wrote {args.out}")
+    print(
+        f"load average {result['load_average_1min_before']:.2f} -> {result['load_average_1min_after']:.2f} on "
+        f"{result['cpus']} CPUs; wrote {args.out}"
+    )
 
 
 if __name__ == "__main__":

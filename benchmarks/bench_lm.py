@@ -60,8 +60,13 @@ def train_throughput(preset, steps: int) -> dict:
             times.append(time.perf_counter() - t0)
     per_step = statistics.median(times)
     tokens = cfg.batch * model.context
-    return {"preset": preset.name, "compile_s": compile_s, "step_s_median": per_step,
-            "tokens_per_s": tokens / per_step, "projected_run_s": per_step * cfg.steps + compile_s}
+    return {
+        "preset": preset.name,
+        "compile_s": compile_s,
+        "step_s_median": per_step,
+        "tokens_per_s": tokens / per_step,
+        "projected_run_s": per_step * cfg.steps + compile_s,
+    }
 
 
 def influence_throughput(preset, tokens: int, samples: int, precision: str) -> dict:
@@ -87,11 +92,17 @@ def influence_throughput(preset, tokens: int, samples: int, precision: str) -> d
         t0 = time.perf_counter()
         done = 0
         for i in range(0, samples - batch + 1, batch):
-            fn(params, jnp.asarray(seqs[i:i + batch])).block_until_ready()
+            fn(params, jnp.asarray(seqs[i : i + batch])).block_until_ready()
             done += batch
         elapsed = time.perf_counter() - t0
-    return {"tokens": tokens, "samples": done, "batch": batch, "precision": precision, "compile_s": compile_s,
-            "sequences_per_s": done / elapsed}
+    return {
+        "tokens": tokens,
+        "samples": done,
+        "batch": batch,
+        "precision": precision,
+        "compile_s": compile_s,
+        "sequences_per_s": done / elapsed,
+    }
 
 
 def main() -> None:
@@ -107,20 +118,26 @@ def main() -> None:
     args = ap.parse_args()
     preset = PRESETS[args.preset]
     load = os.getloadavg()[0]
-    result = {"load_average_1min": load, "cpus": os.cpu_count(),
-              "train": train_throughput(preset, args.steps),
-              "influence": influence_throughput(preset, min(args.tokens, preset.model.context), args.samples,
-                                                args.precision)}
+    result = {
+        "load_average_1min": load,
+        "cpus": os.cpu_count(),
+        "train": train_throughput(preset, args.steps),
+        "influence": influence_throughput(preset, min(args.tokens, preset.model.context), args.samples, args.precision),
+    }
     result["load_average_1min_after"] = os.getloadavg()[0]
     if args.json:
         print(json.dumps(result, indent=1))
         return
     tr, inf = result["train"], result["influence"]
     print(f"load average {load:.2f} -> {result['load_average_1min_after']:.2f} on {result['cpus']} CPUs")
-    print(f"train ({tr['preset']}): compile {tr['compile_s']:.1f} s, {tr['step_s_median'] * 1e3:.0f} ms/step, "
-          f"{tr['tokens_per_s']:.0f} tokens/s, projected run {tr['projected_run_s'] / 60:.1f} min")
-    print(f"influence (N = {inf['tokens']}, {inf['precision']}, batch {inf['batch']}): "
-          f"compile {inf['compile_s']:.1f} s, {inf['sequences_per_s']:.2f} sequences/s")
+    print(
+        f"train ({tr['preset']}): compile {tr['compile_s']:.1f} s, {tr['step_s_median'] * 1e3:.0f} ms/step, "
+        f"{tr['tokens_per_s']:.0f} tokens/s, projected run {tr['projected_run_s'] / 60:.1f} min"
+    )
+    print(
+        f"influence (N = {inf['tokens']}, {inf['precision']}, batch {inf['batch']}): "
+        f"compile {inf['compile_s']:.1f} s, {inf['sequences_per_s']:.2f} sequences/s"
+    )
 
 
 if __name__ == "__main__":

@@ -67,11 +67,15 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print one JSON line per configuration")
     args = ap.parse_args()
 
-    header = (f"{'N':>8} {'thr':>3} {'mode':>8} {'wall':>10} {'cpu':>10} {'RSS MB':>7} {'block':>5} "
-              f"{'min log10 p':>12} {'<1e-280':>8} {'zeros':>8}")
+    header = (
+        f"{'N':>8} {'thr':>3} {'mode':>8} {'wall':>10} {'cpu':>10} {'RSS MB':>7} {'block':>5} "
+        f"{'min log10 p':>12} {'<1e-280':>8} {'zeros':>8}"
+    )
     if not args.json:
-        print(f"BLOOM-like stack: T=70, H=112 paper slopes, {args.mask}, "
-              f"lambda={'0.6/(t+1)^0.5' if args.schedule == 'power' else '0.5'}")
+        print(
+            f"BLOOM-like stack: T=70, H=112 paper slopes, {args.mask}, "
+            f"lambda={'0.6/(t+1)^0.5' if args.schedule == 'power' else '0.5'}"
+        )
         print(header)
     for n in args.sizes:
         for threads in args.threads:
@@ -87,9 +91,12 @@ def main() -> None:
                     print(json.dumps({"n": n, "threads": threads, "mode": mode, **r}))
                     continue
                 fmt = (lambda s: f"{s * 1e3:8.1f}ms") if n <= 4096 else (lambda s: f"{s:9.2f}s")
-                print(f"{n:>8} {threads:>3} {mode:>8} {fmt(r['wall']):>10} {fmt(r['cpu']):>10} "
-                      f"{r['rss_mb']:7.0f} {str(r['block'] or '-'):>5} {r['min_log10_p']:12.1f} "
-                      f"{r['below_1e-280']:>8} {r['zeros']:>8}", flush=True)
+                print(
+                    f"{n:>8} {threads:>3} {mode:>8} {fmt(r['wall']):>10} {fmt(r['cpu']):>10} "
+                    f"{r['rss_mb']:7.0f} {str(r['block'] or '-'):>5} {r['min_log10_p']:12.1f} "
+                    f"{r['below_1e-280']:>8} {r['zeros']:>8}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

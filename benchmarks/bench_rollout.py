@@ -83,8 +83,7 @@ def main() -> int:
     from posbias.rollout import run_stack
 
     sizes = [int(s) for s in args.sizes.split(",")]
-    results: dict = {"config": str(args.config), "machine": f"{os.cpu_count()} CPU cores",
-                     "baseline_threads": THREADS}
+    results: dict = {"config": str(args.config), "machine": f"{os.cpu_count()} CPU cores", "baseline_threads": THREADS}
     with Progress(transient=True) as bar:
         engines = args.engines.split(",")
         task = bar.add_task("benchmark", total=4 + len(sizes) * len(engines))
@@ -119,9 +118,14 @@ def main() -> int:
         results["sizes"] = []
         for size in sizes:
             for name in engines:
-                out = subprocess.run([sys.executable, "-c", CHILD, str(args.config), str(size), name],
-                                     check=True, capture_output=True, text=True, cwd=REPO,
-                                     env={**os.environ, **THREADS})
+                out = subprocess.run(
+                    [sys.executable, "-c", CHILD, str(args.config), str(size), name],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                    cwd=REPO,
+                    env={**os.environ, **THREADS},
+                )
                 results["sizes"].append(json.loads(out.stdout.strip().splitlines()[-1]))
                 bar.advance(task)
 
@@ -136,17 +140,23 @@ def main() -> int:
     print(f"| posbias engine ({r['engine']}), steady state | {r['engine_steady_s'] * 1e3:.2f} ms |")
     print(f"| steady-state speed-up | {r['speedup_steady']:.0f}x |")
     print(f"| posbias engine, first call (compiles) | {r['engine_first_s']:.2f} s |")
-    print(f"| whole process: `posbias rollout` vs baseline | {r['process_posbias_rollout_s']:.2f} s vs "
-          f"{r['process_baseline_s']:.2f} s ({r['speedup_process']:.1f}x) |")
+    print(
+        f"| whole process: `posbias rollout` vs baseline | {r['process_posbias_rollout_s']:.2f} s vs "
+        f"{r['process_baseline_s']:.2f} s ({r['speedup_process']:.1f}x) |"
+    )
     if "engine_max_abs_diff_vs_reference" in r:
-        print(f"| max abs diff vs reference profile: engine / baseline | "
-              f"{r['engine_max_abs_diff_vs_reference']:.1e} / {r['baseline_max_abs_diff_vs_reference']:.1e} |")
+        print(
+            f"| max abs diff vs reference profile: engine / baseline | "
+            f"{r['engine_max_abs_diff_vs_reference']:.1e} / {r['baseline_max_abs_diff_vs_reference']:.1e} |"
+        )
     print("\n| N | engine | first call (s) | steady (s) | peak RSS (MB) | unresolved | argmin | log p_min |")
     print("|---|---|---|---|---|---|---|---|")
     for row in r["sizes"]:
-        print(f"| {row['tokens']} | {row['engine']} | {row['first_s']:.2f} | {row['steady_s']:.3f} | "
-              f"{row['peak_rss_mb']:.0f} | {row['unresolved']} | {row['argmin']} | "
-              f"{'-' if row['log_p_min'] is None else format(row['log_p_min'], '.1f')} |")
+        print(
+            f"| {row['tokens']} | {row['engine']} | {row['first_s']:.2f} | {row['steady_s']:.3f} | "
+            f"{row['peak_rss_mb']:.0f} | {row['unresolved']} | {row['argmin']} | "
+            f"{'-' if row['log_p_min'] is None else format(row['log_p_min'], '.1f')} |"
+        )
     return 0
 
 

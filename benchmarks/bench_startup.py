@@ -131,8 +131,12 @@ def env_with(threads: int, **extra: str | None) -> dict:
     env = dict(os.environ)
     for key in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env[key] = str(threads)
-    for key in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
-                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "POSBIAS_JAX_CACHE"):
+    for key in (
+        "JAX_COMPILATION_CACHE_DIR",
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES",
+        "POSBIAS_JAX_CACHE",
+    ):
         env.pop(key, None)
     for key, value in extra.items():
         if value is not None:
@@ -162,22 +166,36 @@ def whole_process(config: Path, repeats: int, threads: int, tmp: Path) -> dict:
     cache = tmp / "jax-cache"
     out = tmp / "out"
     variants = {
-        "posbias rollout (JAX cache off)": ([POSBIAS, "rollout", str(config), "--out", str(out)],
-                                            env_with(threads, POSBIAS_JAX_CACHE="0")),
-        "posbias rollout (JAX cache warm)": ([POSBIAS, "rollout", str(config), "--out", str(out)],
-                                             env_with(threads, JAX_COMPILATION_CACHE_DIR=str(cache),
-                                                      JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")),
+        "posbias rollout (JAX cache off)": (
+            [POSBIAS, "rollout", str(config), "--out", str(out)],
+            env_with(threads, POSBIAS_JAX_CACHE="0"),
+        ),
+        "posbias rollout (JAX cache warm)": (
+            [POSBIAS, "rollout", str(config), "--out", str(out)],
+            env_with(threads, JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0"),
+        ),
         "dense NumPy baseline": ([PY, "benchmarks/dense_baseline.py", str(config)], env_with(threads)),
     }
     if not _config_uses_yaml_io():  # preview of switching posbias.config to posbias.yaml_io, for both sides
         patch = "import sys, runpy, posbias.config as c, posbias.yaml_io as y; c.read_yaml = y.read_yaml; "
         variants["posbias rollout (cache off), config.read_yaml -> yaml_io"] = (
-            [PY, "-c", patch + f"from posbias.cli import main; sys.exit(main(['rollout', {str(config)!r}, "
-                               f"'--out', {str(out)!r}]))"], env_with(threads, POSBIAS_JAX_CACHE="0"))
+            [
+                PY,
+                "-c",
+                patch + f"from posbias.cli import main; sys.exit(main(['rollout', {str(config)!r}, "
+                f"'--out', {str(out)!r}]))",
+            ],
+            env_with(threads, POSBIAS_JAX_CACHE="0"),
+        )
         variants["dense NumPy baseline, config.read_yaml -> yaml_io"] = (
-            [PY, "-c", patch + f"sys.argv = ['dense_baseline.py', {str(config)!r}]; "
-                               "runpy.run_path('benchmarks/dense_baseline.py', run_name='__main__')"],
-            env_with(threads))
+            [
+                PY,
+                "-c",
+                patch + f"sys.argv = ['dense_baseline.py', {str(config)!r}]; "
+                "runpy.run_path('benchmarks/dense_baseline.py', run_name='__main__')",
+            ],
+            env_with(threads),
+        )
     times: dict[str, list[float]] = {name: [] for name in variants}
     errors: dict[str, str] = {}
     for name, (cmd, env) in variants.items():  # warm-up: file cache, and fills the JAX cache
@@ -209,15 +227,26 @@ def import_costs(repeats: int, threads: int) -> dict:
     env = env_with(threads)
     bare = [run([PY, "-c", "pass"], env)[0] for _ in range(repeats)]
     rows = {"(interpreter start, python -c pass)": {"wall_s": statistics.median(bare), "importtime_s": None}}
-    for module in ("numpy", "yaml", "ruamel.yaml", "pydantic", "jax", "matplotlib.figure",
-                   "posbias.yaml_io", "posbias.config", "posbias.cli"):
+    for module in (
+        "numpy",
+        "yaml",
+        "ruamel.yaml",
+        "pydantic",
+        "jax",
+        "matplotlib.figure",
+        "posbias.yaml_io",
+        "posbias.config",
+        "posbias.cli",
+    ):
         walls = [run([PY, "-c", f"import {module}"], env)[0] for _ in range(repeats)]
         cumulative = []
         for _ in range(repeats):
             _, proc = run([PY, "-X", "importtime", "-c", f"import {module}"], env)
             cumulative.append(importtime_of(proc.stderr, module))
-        rows[module] = {"wall_s": statistics.median(walls) - statistics.median(bare),
-                        "importtime_s": statistics.median(cumulative)}
+        rows[module] = {
+            "wall_s": statistics.median(walls) - statistics.median(bare),
+            "importtime_s": statistics.median(cumulative),
+        }
     return rows
 
 
@@ -258,12 +287,17 @@ def importtime_by_package(stderr: str) -> dict[str, float]:
 
 
 def cli_importtime(config: Path, threads: int, tmp: Path) -> dict:
-    code = ("import sys; from posbias.cli import main; "
-            f"sys.exit(main(['rollout', {str(config)!r}, '--out', {str(tmp / 'out-it')!r}]))")
+    code = (
+        "import sys; from posbias.cli import main; "
+        f"sys.exit(main(['rollout', {str(config)!r}, '--out', {str(tmp / 'out-it')!r}]))"
+    )
     _, proc = run([PY, "-X", "importtime", "-c", code], env_with(threads, POSBIAS_JAX_CACHE="0"), check=False)
     by_package = importtime_by_package(proc.stderr)
-    return {"returncode": proc.returncode, "total_s": sum(by_package.values()),
-            "top": dict(list(by_package.items())[:12])}
+    return {
+        "returncode": proc.returncode,
+        "total_s": sum(by_package.values()),
+        "top": dict(list(by_package.items())[:12]),
+    }
 
 
 def yaml_parse(config: Path, repeats: int) -> dict:
@@ -294,7 +328,8 @@ def yaml_parse(config: Path, repeats: int) -> dict:
 
         if yaml.__with_libyaml__:
             rows["PyYAML CSafeLoader (stock, YAML 1.1 typing)"] = timed(
-                lambda: yaml.load(text, Loader=yaml.CSafeLoader))
+                lambda: yaml.load(text, Loader=yaml.CSafeLoader)
+            )
     except ImportError:
         pass
     rows["posbias.yaml_io.loads (libyaml + checks)"] = timed(lambda: yaml_io.loads(text, str(config)))
@@ -314,7 +349,9 @@ def engine_calls(config: Path, engine: str, threads: int, tmp: Path, repeats: in
         "no cache": {"POSBIAS_JAX_CACHE": "0"},
         "cache warm, JAX defaults (min compile time 1 s)": {"JAX_COMPILATION_CACHE_DIR": str(tmp / "jc-default")},
         "cache warm, min compile time 0 (posbias.jax_cache)": {
-            "JAX_COMPILATION_CACHE_DIR": str(tmp / "jc-zero"), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"},
+            "JAX_COMPILATION_CACHE_DIR": str(tmp / "jc-zero"),
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        },
     }
     result = {}
     for name, extra in cases.items():
@@ -329,8 +366,10 @@ def engine_calls(config: Path, engine: str, threads: int, tmp: Path, repeats: in
         except RuntimeError as exc:
             result[name] = {"error": str(exc)}
             continue
-        result[name] = {key: statistics.median(r[key] for r in rows)
-                        for key in ("import_s", "load_s", "first_s", "second_s", "third_s")}
+        result[name] = {
+            key: statistics.median(r[key] for r in rows)
+            for key in ("import_s", "load_s", "first_s", "second_s", "third_s")
+        }
         cache = extra.get("JAX_COMPILATION_CACHE_DIR")
         if cache:
             files = [f for f in Path(cache).rglob("*") if f.is_file()]
@@ -341,27 +380,39 @@ def engine_calls(config: Path, engine: str, threads: int, tmp: Path, repeats: in
 
 def cli_phases(config: Path, threads: int, tmp: Path, repeats: int, cache: str | None = None) -> dict:
     """In-process phases of ``posbias rollout`` (the CLI's own functions wrapped with timers)."""
-    extra = ({"POSBIAS_JAX_CACHE": "0"} if cache is None else
-             {"JAX_COMPILATION_CACHE_DIR": cache, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"})
+    extra = (
+        {"POSBIAS_JAX_CACHE": "0"}
+        if cache is None
+        else {"JAX_COMPILATION_CACHE_DIR": cache, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    )
     env = env_with(threads, **extra)
     rows = []
     for _ in range(repeats):
         _, proc = run([PY, "-c", PHASES_CHILD, str(config), str(tmp / "out-phases")], env)
         rows.append(json.loads(proc.stdout.strip().splitlines()[-1])["phases"])
-    order = ["imports (numpy, jax, pydantic, matplotlib, posbias)", "config load: parse + validate + build stack",
-             "  of which YAML parse (config.read_yaml)", "engine run (Model.run)", "figure (output.profile_figure)",
-             "write files + PNG (files.write_run)", "rest of main (summary, printing, lazy imports)",
-             "total in process"]
+    order = [
+        "imports (numpy, jax, pydantic, matplotlib, posbias)",
+        "config load: parse + validate + build stack",
+        "  of which YAML parse (config.read_yaml)",
+        "engine run (Model.run)",
+        "figure (output.profile_figure)",
+        "write files + PNG (files.write_run)",
+        "rest of main (summary, printing, lazy imports)",
+        "total in process",
+    ]
     keys = [k for k in order if k in rows[0]] + [k for k in rows[0] if k not in order]
     return {key: statistics.median(r.get(key, 0.0) for r in rows) for key in keys}
 
 
 def cprofile_cli(config: Path, threads: int, tmp: Path, top: int = 25) -> str:
-    _, proc = run([PY, "-c", CPROFILE_CHILD, str(config), str(tmp / "out-prof"), str(top)],
-                  env_with(threads, POSBIAS_JAX_CACHE="0"), check=False)
+    _, proc = run(
+        [PY, "-c", CPROFILE_CHILD, str(config), str(tmp / "out-prof"), str(top)],
+        env_with(threads, POSBIAS_JAX_CACHE="0"),
+        check=False,
+    )
     lines = proc.stdout.splitlines()
     start = next((i for i, line in enumerate(lines) if line.strip().startswith("ncalls")), 0)
-    return "\n".join(re.sub(r"/\S*/site-packages/", "", line) for line in lines[start:start + top + 1])
+    return "\n".join(re.sub(r"/\S*/site-packages/", "", line) for line in lines[start : start + top + 1])
 
 
 # ------------------------------------------------------------------------- report
@@ -371,39 +422,60 @@ def main() -> int:  # noqa: C901 (one block per benchmark section; split them in
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
-                    help="OMP/OpenBLAS/MKL threads for every command (default: all cores)")
-    ap.add_argument("--engine", default="auto,log",
-                    help="comma-separated engines for the first-call/steady-state breakdown (log: a JAX engine)")
-    ap.add_argument("--skip", default="",
-                    help="comma-separated sections to skip: whole,phases,yaml,imports,engine,profile")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="OMP/OpenBLAS/MKL threads for every command (default: all cores)",
+    )
+    ap.add_argument(
+        "--engine",
+        default="auto,log",
+        help="comma-separated engines for the first-call/steady-state breakdown (log: a JAX engine)",
+    )
+    ap.add_argument(
+        "--skip", default="", help="comma-separated sections to skip: whole,phases,yaml,imports,engine,profile"
+    )
     ap.add_argument("--out", type=Path, help="also write the results as JSON")
     args = ap.parse_args()
     if not args.config.is_file():
         print(f"bench_startup: {args.config}: no such file (../shared/data beside the checkout?)", file=sys.stderr)
         return 2
     skip = set(filter(None, args.skip.split(",")))
-    results: dict = {"config": str(args.config), "threads": args.threads, "repeats": args.repeats,
-                     "cpu_count": os.cpu_count(), "python": sys.version.split()[0]}
-    print(f"config {args.config}\nOMP_NUM_THREADS = OPENBLAS_NUM_THREADS = MKL_NUM_THREADS = {args.threads} "
-          f"(cores: {os.cpu_count()}); {args.repeats} repeats, medians\n")
+    results: dict = {
+        "config": str(args.config),
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "cpu_count": os.cpu_count(),
+        "python": sys.version.split()[0],
+    }
+    print(
+        f"config {args.config}\nOMP_NUM_THREADS = OPENBLAS_NUM_THREADS = MKL_NUM_THREADS = {args.threads} "
+        f"(cores: {os.cpu_count()}); {args.repeats} repeats, medians\n"
+    )
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmpdir:
         tmp = Path(tmpdir)
         if "whole" not in skip:
             whole = results["whole_process"] = whole_process(args.config, args.repeats, args.threads, tmp)
-            print("## Whole process (wall, interleaved repeats)\n\n"
-                  "| command | median s | min s | max s |\n|---|---|---|---|")
+            print(
+                "## Whole process (wall, interleaved repeats)\n\n"
+                "| command | median s | min s | max s |\n|---|---|---|---|"
+            )
             for name, row in whole.items():
                 if isinstance(row, dict) and "median_s" in row:
                     print(f"| {name} | {row['median_s']:.3f} | {row['min_s']:.3f} | {row['max_s']:.3f} |")
             for name, err in whole["errors"].items():
                 print(f"| {name} | failed: {err} | | |")
             print()
-            pairs = [("posbias rollout (JAX cache off)", "dense NumPy baseline"),
-                     ("posbias rollout (JAX cache warm)", "dense NumPy baseline"),
-                     ("posbias rollout (cache off), config.read_yaml -> yaml_io", "dense NumPy baseline"),
-                     ("posbias rollout (cache off), config.read_yaml -> yaml_io",
-                      "dense NumPy baseline, config.read_yaml -> yaml_io")]
+            pairs = [
+                ("posbias rollout (JAX cache off)", "dense NumPy baseline"),
+                ("posbias rollout (JAX cache warm)", "dense NumPy baseline"),
+                ("posbias rollout (cache off), config.read_yaml -> yaml_io", "dense NumPy baseline"),
+                (
+                    "posbias rollout (cache off), config.read_yaml -> yaml_io",
+                    "dense NumPy baseline, config.read_yaml -> yaml_io",
+                ),
+            ]
             for ours, theirs in pairs:
                 if ours in whole and theirs in whole:
                     ratio = whole[theirs]["median_s"] / whole[ours]["median_s"]
@@ -438,27 +510,35 @@ def main() -> int:  # noqa: C901 (one block per benchmark section; split them in
                 it = "" if row["importtime_s"] is None else f"{row['importtime_s']:.3f}"
                 print(f"| {name} | {row['wall_s']:.3f} | {it} |")
             cli = results["cli_importtime"] = cli_importtime(args.config, args.threads, tmp)
-            print(f"\n`-X importtime` of the CLI run (exit {cli['returncode']}): {cli['total_s']:.3f} s of imports; "
-                  "by top-level package:\n\n| package | cumulative s |\n|---|---|")
+            print(
+                f"\n`-X importtime` of the CLI run (exit {cli['returncode']}): {cli['total_s']:.3f} s of imports; "
+                "by top-level package:\n\n| package | cumulative s |\n|---|---|"
+            )
             for name, seconds in cli["top"].items():
                 print(f"| {name} | {seconds:.3f} |")
             print()
         if "engine" not in skip:
             results["engine"] = {}
             for engine in filter(None, args.engine.split(",")):
-                eng = results["engine"][engine] = engine_calls(args.config, engine, args.threads, tmp / engine,
-                                                               args.repeats)
+                eng = results["engine"][engine] = engine_calls(
+                    args.config, engine, args.threads, tmp / engine, args.repeats
+                )
                 print(f"## Engine '{engine}' in a fresh process (first call = tracing + compile + run)\n")
-                print("| JAX cache | imports s | config load s | first call s | second s | third s | entries |\n"
-                      "|---|---|---|---|---|---|---|")
+                print(
+                    "| JAX cache | imports s | config load s | first call s | second s | third s | entries |\n"
+                    "|---|---|---|---|---|---|---|"
+                )
                 for name, row in eng.items():
                     if "error" in row:
                         print(f"| {name} | failed: {row['error']} | | | | | |")
                         continue
-                    entries = (f"{row['cache_entries']} ({row['cache_bytes'] / 1024:.0f} KB)"
-                               if "cache_entries" in row else "")
-                    print(f"| {name} | {row['import_s']:.3f} | {row['load_s']:.3f} | {row['first_s']:.3f} | "
-                          f"{row['second_s']:.3f} | {row['third_s']:.3f} | {entries} |")
+                    entries = (
+                        f"{row['cache_entries']} ({row['cache_bytes'] / 1024:.0f} KB)" if "cache_entries" in row else ""
+                    )
+                    print(
+                        f"| {name} | {row['import_s']:.3f} | {row['load_s']:.3f} | {row['first_s']:.3f} | "
+                        f"{row['second_s']:.3f} | {row['third_s']:.3f} | {entries} |"
+                    )
                 print()
         if "profile" not in skip:
             prof = results["cprofile_top"] = cprofile_cli(args.config, args.threads, tmp)

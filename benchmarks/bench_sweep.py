@@ -81,8 +81,10 @@ def kernel_seconds(stacks, tokens: int, repeats: int = 1) -> tuple[float, float]
 
     def one(s):
         m, d = s.scaled()
-        native.profile(s.lambdas, m, d, s.head_weights, num_tokens=tokens, past_window=None,
-                       bidirectional_length=0, threads=1)
+        native.profile(
+            s.lambdas, m, d, s.head_weights, num_tokens=tokens, past_window=None, bidirectional_length=0, threads=1
+        )
+
     one(stacks[0])
     best = (float("inf"), float("inf"))
     for _ in range(repeats):
@@ -106,28 +108,49 @@ def batch_seconds(stacks, tokens: int, repeats: int = 1) -> float:
     return best
 
 
-def kernel_limit(name: str, spec_text: str, points: int, tokens: int, axis_counts, tmp: str,
-                 repeats: int = 1) -> dict:
+def kernel_limit(name: str, spec_text: str, points: int, tokens: int, axis_counts, tmp: str, repeats: int = 1) -> dict:
     """Whole ``posbias sweep`` against points x kernel / cores + start-up, in one run."""
     cores = os.cpu_count() or 1
     spec = Path(tmp) / f"{name}.yaml"
     spec.write_text(spec_text)
     one = Path(tmp) / f"{name}-one.yaml"
     one.write_text(spec_text.split("axes:")[0] + "axes:\n  lambda: [0.5]\n")
-    startup, startup_cpu = (min(x) for x in zip(*(_timed([POSBIAS, "sweep", str(one), "--out",
-                                                          f"{tmp}/{name}-one{k}", "--quiet"])
-                                                  for k in range(max(2, repeats)))))
+    startup, startup_cpu = (
+        min(x)
+        for x in zip(
+            *(
+                _timed([POSBIAS, "sweep", str(one), "--out", f"{tmp}/{name}-one{k}", "--quiet"])
+                for k in range(max(2, repeats))
+            )
+        )
+    )
     kernel, kernel_cpu = kernel_seconds(_stacks(axis_counts, 200), tokens, repeats)
-    whole, whole_cpu = (min(x) for x in zip(*(_timed([POSBIAS, "sweep", str(spec), "--out", f"{tmp}/{name}-all{k}",
-                                                      "--quiet"]) for k in range(repeats))))
+    whole, whole_cpu = (
+        min(x)
+        for x in zip(
+            *(_timed([POSBIAS, "sweep", str(spec), "--out", f"{tmp}/{name}-all{k}", "--quiet"]) for k in range(repeats))
+        )
+    )
     batch = batch_seconds(_stacks(axis_counts, 2000), tokens, repeats)
     limit = points * kernel / cores + startup
     cpu_limit = points * kernel_cpu + startup_cpu
-    return {"points": points, "tokens": tokens, "cores": cores, "kernel_ms_per_point": kernel * 1e3,
-            "startup_s": startup, "whole_process_s": whole, "limit_s": limit, "ratio": whole / limit,
-            "batch_ms_per_point": batch * 1e3, "batch_throughput_of_kernel": (kernel / cores) / batch,
-            "kernel_cpu_ms_per_point": kernel_cpu * 1e3, "startup_cpu_s": startup_cpu,
-            "whole_process_cpu_s": whole_cpu, "cpu_limit_s": cpu_limit, "cpu_ratio": whole_cpu / cpu_limit}
+    return {
+        "points": points,
+        "tokens": tokens,
+        "cores": cores,
+        "kernel_ms_per_point": kernel * 1e3,
+        "startup_s": startup,
+        "whole_process_s": whole,
+        "limit_s": limit,
+        "ratio": whole / limit,
+        "batch_ms_per_point": batch * 1e3,
+        "batch_throughput_of_kernel": (kernel / cores) / batch,
+        "kernel_cpu_ms_per_point": kernel_cpu * 1e3,
+        "startup_cpu_s": startup_cpu,
+        "whole_process_cpu_s": whole_cpu,
+        "cpu_limit_s": cpu_limit,
+        "cpu_ratio": whole_cpu / cpu_limit,
+    }
 
 
 def _timed(cmd, env=None) -> tuple[float, float]:
@@ -169,8 +192,11 @@ def main() -> int:
     ap.add_argument("--only-limit", action="store_true", help="run only section 3 (the kernel limit)")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results-sweep.json")
     args = ap.parse_args()
-    results = {"machine": f"{os.cpu_count()} CPU cores", "date": time.strftime("%Y-%m-%d"),
-               "load_before": os.getloadavg()}
+    results = {
+        "machine": f"{os.cpu_count()} CPU cores",
+        "date": time.strftime("%Y-%m-%d"),
+        "load_before": os.getloadavg(),
+    }
     if args.only_limit and args.out.exists():  # keep the other sections' last figures, with their date and load
         results = {**json.loads(args.out.read_text()), "machine": results["machine"]}
     with tempfile.TemporaryDirectory() as tmp:
@@ -189,12 +215,20 @@ def main() -> int:
                 results["xla_devices"].append({"devices": d, "seconds": wall, "points_per_s": 512 / wall})
         rows = []
         for name, text, points, tokens, counts in (
-                ("ushape", (REPO / "examples" / "sweep-ushape.yaml").read_text(), 10_000, 256, (100, 100)),
-                ("n64-100k", LARGE_GRID, 100_000, 64, (400, 250))):
+            ("ushape", (REPO / "examples" / "sweep-ushape.yaml").read_text(), 10_000, 256, (100, 100)),
+            ("n64-100k", LARGE_GRID, 100_000, 64, (400, 250)),
+        ):
             before = os.getloadavg()[0]  # 1-minute load average around this row (others share the cores)
             row = kernel_limit(name.split("-")[0], text, points, tokens, counts, tmp, args.repeats)
-            rows.append({"name": name, **row, "date": time.strftime("%Y-%m-%dT%H:%M"), "load_before": before,
-                         "load_after": os.getloadavg()[0]})
+            rows.append(
+                {
+                    "name": name,
+                    **row,
+                    "date": time.strftime("%Y-%m-%dT%H:%M"),
+                    "load_before": before,
+                    "load_after": os.getloadavg()[0],
+                }
+            )
         results["kernel_limit"] = rows
     if not args.only_limit:
         results["load_after"] = os.getloadavg()
@@ -204,21 +238,29 @@ def main() -> int:
     if not args.only_limit:
         u = results["ushape_process_s"]
         print("| measurement | seconds |\n|---|---|")
-        print(f"| `posbias sweep examples/sweep-ushape.yaml` (10,000 points), whole process | "
-              f"{u['median']:.2f} (min {u['min']:.2f}, max {u['max']:.2f}) |")
-        print("| loop of single-profile calls + summaries, in process, 10,000 points | "
-              f"{results['loop_baseline_s']:.2f} |")
+        print(
+            f"| `posbias sweep examples/sweep-ushape.yaml` (10,000 points), whole process | "
+            f"{u['median']:.2f} (min {u['min']:.2f}, max {u['max']:.2f}) |"
+        )
+        print(
+            "| loop of single-profile calls + summaries, in process, 10,000 points | "
+            f"{results['loop_baseline_s']:.2f} |"
+        )
         print("\n| fake CPU devices (XLA path) | 512-point grid, s | points / s |\n|---|---|---|")
         for row in results["xla_devices"]:
             print(f"| {row['devices']} | {row['seconds']:.2f} | {row['points_per_s']:.0f} |")
-    print("\n| sweep | points | kernel ms/point | start-up s | whole process s | limit s | ratio (goal <= 1.5) "
-          "| batch throughput / kernel (goal >= 70%) | CPU s: whole / limit | CPU ratio | load before, after |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|")
+    print(
+        "\n| sweep | points | kernel ms/point | start-up s | whole process s | limit s | ratio (goal <= 1.5) "
+        "| batch throughput / kernel (goal >= 70%) | CPU s: whole / limit | CPU ratio | load before, after |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|"
+    )
     for r in results["kernel_limit"]:
-        print(f"| {r['name']} | {r['points']:,} | {r['kernel_ms_per_point']:.3f} | {r['startup_s']:.2f} | "
-              f"{r['whole_process_s']:.2f} | {r['limit_s']:.2f} | {r['ratio']:.2f} | "
-              f"{100 * r['batch_throughput_of_kernel']:.0f}% | {r['whole_process_cpu_s']:.2f} / "
-              f"{r['cpu_limit_s']:.2f} | {r['cpu_ratio']:.2f} | {r['load_before']:.2f}, {r['load_after']:.2f} |")
+        print(
+            f"| {r['name']} | {r['points']:,} | {r['kernel_ms_per_point']:.3f} | {r['startup_s']:.2f} | "
+            f"{r['whole_process_s']:.2f} | {r['limit_s']:.2f} | {r['ratio']:.2f} | "
+            f"{100 * r['batch_throughput_of_kernel']:.0f}% | {r['whole_process_cpu_s']:.2f} / "
+            f"{r['cpu_limit_s']:.2f} | {r['cpu_ratio']:.2f} | {r['load_before']:.2f}, {r['load_after']:.2f} |"
+        )
     return 0
 
 

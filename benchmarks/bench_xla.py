@@ -170,18 +170,28 @@ def main() -> int:
         for form in args.forms:
             layers = args.layers or (len(lambdas) if n <= 65536 else max(1, len(lambdas) // 10))
             layers = min(layers, len(lambdas))
-            cfg = {"n": n, "form": form, "layers": layers, "repeat": args.repeat, "lambdas": lambdas,
-                   "slopes": slopes, "peak_flops": args.peak_flops, "stream_elements": args.stream_elements,
-                   "check": args.check, "check_max": args.check_max}
+            cfg = {
+                "n": n,
+                "form": form,
+                "layers": layers,
+                "repeat": args.repeat,
+                "lambdas": lambdas,
+                "slopes": slopes,
+                "peak_flops": args.peak_flops,
+                "stream_elements": args.stream_elements,
+                "check": args.check,
+                "check_max": args.check_max,
+            }
             try:
-                proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cfg)], capture_output=True,
-                                      text=True, timeout=args.timeout)
+                proc = subprocess.run(
+                    [sys.executable, "-c", CHILD, json.dumps(cfg)], capture_output=True, text=True, timeout=args.timeout
+                )
                 line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
                 if proc.returncode != 0 or not line:
                     err = (proc.stderr.strip().splitlines() or ["no output"])[-1]
                     row = {"n": n, "form": form, "layers": layers, "error": err[:300]}
                 else:
-                    row = json.loads(line[-1][len("RESULT "):])
+                    row = json.loads(line[-1][len("RESULT ") :])
             except subprocess.TimeoutExpired:
                 row = {"n": n, "form": form, "layers": layers, "error": f"timed out after {args.timeout:g} s"}
             row["stack"] = source
@@ -205,14 +215,18 @@ def main() -> int:
 def _line(r: dict) -> str:
     if "error" in r:
         return f"N={r['n']} {r['form']}: ERROR {r['error']}"
-    return (f"N={r['n']} {r['form']} [{r['backend']}, {r['device']}]: {r['s_per_layer']:.4g} s/layer "
-            f"(first call {r['first_s']:.3g} s for {r['layers']} layers), C={r['chunk']}, groups={r['groups']}")
+    return (
+        f"N={r['n']} {r['form']} [{r['backend']}, {r['device']}]: {r['s_per_layer']:.4g} s/layer "
+        f"(first call {r['first_s']:.3g} s for {r['layers']} layers), C={r['chunk']}, groups={r['groups']}"
+    )
 
 
 def _table(rows: list[dict]) -> str:
-    head = (f"| {'N':>8} | {'form':7} | {'layers':>6} | {'first s':>8} | {'s/layer':>9} | {'C':>4} | {'grp':>3} | "
-            f"{'model GB/layer':>14} | {'model GF/layer':>14} | {'XLA GB':>7} | {'XLA GF':>7} | {'BW GB/s':>7} | "
-            f"{'roofline s/layer':>16} | {'RSS MB':>7} | {'dp vs C':>9} |")
+    head = (
+        f"| {'N':>8} | {'form':7} | {'layers':>6} | {'first s':>8} | {'s/layer':>9} | {'C':>4} | {'grp':>3} | "
+        f"{'model GB/layer':>14} | {'model GF/layer':>14} | {'XLA GB':>7} | {'XLA GF':>7} | {'BW GB/s':>7} | "
+        f"{'roofline s/layer':>16} | {'RSS MB':>7} | {'dp vs C':>9} |"
+    )
     out = [head, "|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|"]
     for r in rows:
         if "error" in r:
@@ -224,7 +238,8 @@ def _table(rows: list[dict]) -> str:
             f"{r['chunk']:>4} | {r['groups']:>3} | {r['model_bytes'] / 1e9:>14.3g} | {r['model_flops'] / 1e9:>14.3g} | "
             f"{r.get('xla_bytes', float('nan')) / 1e9:>7.3g} | {r.get('xla_flops', float('nan')) / 1e9:>7.3g} | "
             f"{r['bandwidth_Bps'] / 1e9:>7.3g} | {r['roofline_s_per_layer']:>16.3g} | {r['rss_mb']:>7.0f} | "
-            f"{'-' if dp is None else f'{dp:.1e}':>9} |")
+            f"{'-' if dp is None else f'{dp:.1e}':>9} |"
+        )
     return "\n".join(out)
 
 

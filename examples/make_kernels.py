@@ -97,7 +97,8 @@ def _matches(path: Path, expected: dict[str, np.ndarray]) -> bool:
             stored = {k: data[k] for k in data.files}
     return stored.keys() == expected.keys() and all(
         stored[k].shape == a.shape and stored[k].dtype == a.dtype and np.allclose(stored[k], a, rtol=0, atol=1e-13)
-        for k, a in expected.items())
+        for k, a in expected.items()
+    )
 
 
 def main(argv: list[str]) -> int:

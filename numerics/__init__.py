@@ -20,32 +20,86 @@ Public names:
 from __future__ import annotations
 
 if __name__ != "posbias.numerics":  # the source folder imported from the checkout as a top-level module
-    raise ImportError(f"this folder is the package posbias.numerics; import posbias.numerics (got {__name__!r}: "
-                      "a second copy beside the installed one would not share its classes)")
+    raise ImportError(
+        f"this folder is the package posbias.numerics; import posbias.numerics (got {__name__!r}: "
+        "a second copy beside the installed one would not share its classes)"
+    )
 
 import importlib
 
 _EXPORTS = {
-    "AlibiStack": "stack", "KernelStack": "stack", "StackError": "stack",
-    "BiasStack": "bias_stack", "Bias": "bias", "BiasEngine": "bias_engine",
-    "Causal": "masks", "SlidingWindow": "masks", "Prefix": "masks", "Full": "masks", "Mask": "masks",
+    "AlibiStack": "stack",
+    "KernelStack": "stack",
+    "StackError": "stack",
+    "BiasStack": "bias_stack",
+    "Bias": "bias",
+    "BiasEngine": "bias_engine",
+    "Causal": "masks",
+    "SlidingWindow": "masks",
+    "Prefix": "masks",
+    "Full": "masks",
+    "Mask": "masks",
     "allowed": "masks",
-    "Constant": "schedules", "PowerDecay": "schedules", "Geometric": "schedules", "Custom": "schedules",
+    "Constant": "schedules",
+    "PowerDecay": "schedules",
+    "Geometric": "schedules",
+    "Custom": "schedules",
     "Schedule": "schedules",
     "alibi_slopes": "slopes",
-    "profile": "engines", "ENGINES": "engines", "get": "engines", "profiles": "batch",
-    "Engine": "engine", "Profile": "engine", "Unsupported": "engine",
-    "PeriodicStack": "periodic", "Power": "power",
-    "Auto": "auto", "Structured": "structured", "FFT": "fft", "Dense": "dense", "Measured": "measured",
-    "summarize": "summary", "Summary": "summary", "u_shape": "shape",
-    "alibi_kernels": "kernels", "validate_kernels": "kernels", "KernelError": "kernels",
-    "rollout_matrix": "dense", "profile_from_kernels": "measured",
-    "kernel_diagonals": "structured", "diagonal_product": "structured",
+    "profile": "engines",
+    "ENGINES": "engines",
+    "get": "engines",
+    "profiles": "batch",
+    "Engine": "engine",
+    "Profile": "engine",
+    "Unsupported": "engine",
+    "PeriodicStack": "periodic",
+    "Power": "power",
+    "Auto": "auto",
+    "Structured": "structured",
+    "FFT": "fft",
+    "Dense": "dense",
+    "Measured": "measured",
+    "summarize": "summary",
+    "Summary": "summary",
+    "u_shape": "shape",
+    "alibi_kernels": "kernels",
+    "validate_kernels": "kernels",
+    "KernelError": "kernels",
+    "rollout_matrix": "dense",
+    "profile_from_kernels": "measured",
+    "kernel_diagonals": "structured",
+    "diagonal_product": "structured",
 }
 _ALIASES = {"dense_rollout": ("dense", "rollout")}
-_SUBMODULES = {"masks", "schedules", "slopes", "stack", "engine", "engines", "auto", "structured", "fft", "dense",
-               "measured", "summary", "shape", "kernels", "native", "semiring", "batch", "periodic", "power",
-               "differentiable", "bias", "bias_stack", "bias_engine", "native_bias", "boundary", "arrays"}
+_SUBMODULES = {
+    "masks",
+    "schedules",
+    "slopes",
+    "stack",
+    "engine",
+    "engines",
+    "auto",
+    "structured",
+    "fft",
+    "dense",
+    "measured",
+    "summary",
+    "shape",
+    "kernels",
+    "native",
+    "semiring",
+    "batch",
+    "periodic",
+    "power",
+    "differentiable",
+    "bias",
+    "bias_stack",
+    "bias_engine",
+    "native_bias",
+    "boundary",
+    "arrays",
+}
 
 __all__ = sorted([*_EXPORTS, *_ALIASES])
 

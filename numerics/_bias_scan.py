@@ -108,7 +108,7 @@ def correlate(u, e, ef, es, geo: Geometry):
     """sum_h of the head contributions to (vA)_j (module docstring) for u (H, P), weights (H, N)."""
     h, c, nb, n = u.shape[0], geo.chunk, geo.blocks, geo.num_tokens
     pad = geo.padded + 2 * c
-    e_pad = jnp.zeros((h, pad), u.dtype).at[:, c:c + n].set(e)
+    e_pad = jnp.zeros((h, pad), u.dtype).at[:, c : c + n].set(e)
     blocks = u.reshape(h, nb, c)
     shifted = jnp.concatenate([blocks, jnp.zeros_like(blocks)], axis=1)  # (H, 2 nb, C)
     p = jnp.arange(c)
@@ -122,7 +122,7 @@ def correlate(u, e, ef, es, geo: Geometry):
     out = jax.lax.fori_loop(0, geo.offsets, past_step, jnp.zeros((nb, c), u.dtype)).reshape(-1)
     out = out.at[0].set(jnp.sum(u[:, :n] * es))
     if geo.bidirectional:
-        ef_pad = jnp.zeros((h, pad), u.dtype).at[:, c:c + n].set(ef.at[:, 0].set(0.0))
+        ef_pad = jnp.zeros((h, pad), u.dtype).at[:, c : c + n].set(ef.at[:, 0].set(0.0))
         earlier = jnp.concatenate([jnp.zeros_like(blocks), blocks], axis=1)
         fgap = p[None, :] - p[:, None] + c
 

@@ -396,8 +396,15 @@ def chunk_size(num_tokens: int, mask: Mask | None, cap: int | None = None) -> in
     return chunk
 
 
-def chunk_plan(num_tokens: int, num_heads: int, mask: Mask | None, budget: int = 1 << 27,
-               chunk: int | None = None, moderate: bool = False, cap: int | None = None) -> Chunking:
+def chunk_plan(
+    num_tokens: int,
+    num_heads: int,
+    mask: Mask | None,
+    budget: int = 1 << 27,
+    chunk: int | None = None,
+    moderate: bool = False,
+    cap: int | None = None,
+) -> Chunking:
     """C by ``chunk_size`` (or ``chunk``); all heads at once while H P <= ``budget`` elements, else
     the fewest equal groups with G P <= budget (at least one head per group). ``moderate``: the
     caller knows every |d| <= D_CLIP (then e^{-d} S is one multiplication per element). ``mask``
@@ -484,7 +491,8 @@ def future_heads(u, m, plan: Chunking):
     e = jnp.sum(uf * jnp.exp(-m[:, None] * (c - 1 - off)), axis=-1)  # chunk-end sums (kc, G)
     e_prev = _previous_chunk(chunk_carries(e, m, c, forward=True))
     out = _fused(uf, toeplitz(m, c, 1, c, forward=True)) + jnp.dot(
-        e_prev, jnp.exp(-m[:, None] * off), precision=_HIGHEST)
+        e_prev, jnp.exp(-m[:, None] * off), precision=_HIGHEST
+    )
     k = plan.mask.bidirectional_length(plan.num_tokens)
     return jnp.where(jnp.arange(kc * c).reshape(kc, c) < k, out, 0.0)
 

@@ -95,15 +95,15 @@ class Auto(Engine):
     log_retry_max_work: int = 200_000_000
     # native scan per layer x head x token (2 shared cores: T = 10^4, H = 32, N = 4096 in ~2 s)
     scan_seconds_per_unit: float = 1e-9
-    power_seconds_per_flop: float = 4e-11   # BLAS multiply-add in an N x N product
-    periodic_retry_seconds: float = 60.0    # re-run an unresolved power profile on the scan when this fast
-    extended_scan_factor: float = 20.0      # extended-range scan (single-token blocks) against the plain rate
+    power_seconds_per_flop: float = 4e-11  # BLAS multiply-add in an N x N product
+    periodic_retry_seconds: float = 60.0  # re-run an unresolved power profile on the scan when this fast
+    extended_scan_factor: float = 20.0  # extended-range scan (single-token blocks) against the plain rate
     bias_seconds_per_unit: float = 2.5e-10  # exact bias engine per layer x head x token x reach (native, 2 threads)
     bias_fft_seconds_per_unit: float = 4e-9  # bias FFT per P log2 P per distinct bias and layer
     bias_fft_seconds_per_head: float = 1.2e-7  # bias FFT per head and token per layer (weights, normalisers)
-    bias_fft_from_seconds: float = 2.0      # the exact bias engine is used below this estimate
-    bias_retry_seconds: float = 60.0        # re-run an FFT profile with unresolved entries exactly when this fast
-    bias_extended_factor: float = 14.0      # the bias engine's log-space mode against its linear rate (12-14x measured)
+    bias_fft_from_seconds: float = 2.0  # the exact bias engine is used below this estimate
+    bias_retry_seconds: float = 60.0  # re-run an FFT profile with unresolved entries exactly when this fast
+    bias_extended_factor: float = 14.0  # the bias engine's log-space mode against its linear rate (12-14x measured)
     bias_xla_extended_factor: float = 40.0  # its XLA log-space mode (no C kernel), same rate: 28-36x measured
     bias_extended_max_seconds: float = 600.0  # the log-space mode where the linear mode refuses, when this fast
 
@@ -130,8 +130,10 @@ class Auto(Engine):
 
         length = fft_length(num_tokens)
         per_layer = np.array([len(np.unique(row)) + 1 for row in stack.bias_index], np.float64)
-        return (self.bias_fft_seconds_per_unit * length * np.log2(length) * float(per_layer.sum())
-                + self.bias_fft_seconds_per_head * stack.num_layers * stack.num_heads * num_tokens)
+        return (
+            self.bias_fft_seconds_per_unit * length * np.log2(length) * float(per_layer.sum())
+            + self.bias_fft_seconds_per_head * stack.num_layers * stack.num_heads * num_tokens
+        )
 
     def bias_fft_first(self, stack: BiasStack, num_tokens: int) -> bool:
         """Whether the bias FFT engine goes before the exact one (module docstring, 4)."""
@@ -158,8 +160,9 @@ class Auto(Engine):
         tri = 1 / 3 if stack.causal(num_tokens) else 1.0
         return self.power_seconds_per_flop * n**3 * (build + tri * steps)
 
-    def profile(self, stack: Stack, num_tokens: int, *, dtype: DTypeLike = np.float64,
-                progress: Progress | None = None) -> Profile:
+    def profile(
+        self, stack: Stack, num_tokens: int, *, dtype: DTypeLike = np.float64, progress: Progress | None = None
+    ) -> Profile:
         """As ``Engine.profile``; a ``PeriodicStack`` takes the route of ``periodic_profile``."""
         if isinstance(stack, PeriodicStack):
             return self.periodic_profile(stack, int(num_tokens), dtype=dtype, progress=progress)
@@ -182,8 +185,10 @@ class Auto(Engine):
         expandable = stack.num_layers <= EXPAND_MAX_LAYERS
         if power.supports(stack, num_tokens) is None and (pow_ <= scan or not expandable):
             result = power.profile(stack, num_tokens, dtype=dtype, progress=progress)
-            choice = (f"auto: power ({result.path}) for a periodic stack of T = {stack.num_layers} "
-                      f"(period {stack.period}, estimated {pow_:.3g} s against {scan:.3g} s for the per-layer scan)")
+            choice = (
+                f"auto: power ({result.path}) for a periodic stack of T = {stack.num_layers} "
+                f"(period {stack.period}, estimated {pow_:.3g} s against {scan:.3g} s for the per-layer scan)"
+            )
             lost = int(result.unresolved().sum())
             if lost and stack.is_bias:
                 choice += f"; {lost} entries unresolved, not re-run (relative biases have no extended-range scan)"
@@ -191,28 +196,51 @@ class Auto(Engine):
                 return dataclasses.replace(result, notes=result.notes + (choice,))
             retry = self.extended_scan_seconds(stack, num_tokens)
             if retry > self.periodic_retry_seconds:
-                choice += (f"; {lost} entries unresolved, not re-run (the extended-range scan is estimated "
-                           f"{retry:.3g} s > {self.periodic_retry_seconds:g} s)")
+                choice += (
+                    f"; {lost} entries unresolved, not re-run (the extended-range scan is estimated "
+                    f"{retry:.3g} s > {self.periodic_retry_seconds:g} s)"
+                )
                 return dataclasses.replace(result, notes=result.notes + (choice,))
-            choice += (f"; {lost} entries unresolved, re-ran on the per-layer scan with extended range "
-                       f"(estimated {retry:.3g} s <= {self.periodic_retry_seconds:g} s)")
+            choice += (
+                f"; {lost} entries unresolved, re-ran on the per-layer scan with extended range "
+                f"(estimated {retry:.3g} s <= {self.periodic_retry_seconds:g} s)"
+            )
             return self.expanded(stack, num_tokens, dtype=dtype, progress=progress, notes=result.notes + (choice,))
         if not expandable:
-            raise Unsupported(f"auto engine: {power.supports(stack, num_tokens)}, and T = {stack.num_layers} layers "
-                              f"is too deep for the per-layer scan (at most {EXPAND_MAX_LAYERS})")
-        return self.expanded(stack, num_tokens, dtype=dtype, progress=progress,
-                             notes=(f"auto: periodic stack of T = {stack.num_layers} expanded to the per-layer scan "
-                                    f"(estimated {scan:.3g} s against {pow_:.3g} s for the power engine)",))
+            raise Unsupported(
+                f"auto engine: {power.supports(stack, num_tokens)}, and T = {stack.num_layers} layers "
+                f"is too deep for the per-layer scan (at most {EXPAND_MAX_LAYERS})"
+            )
+        return self.expanded(
+            stack,
+            num_tokens,
+            dtype=dtype,
+            progress=progress,
+            notes=(
+                f"auto: periodic stack of T = {stack.num_layers} expanded to the per-layer scan "
+                f"(estimated {scan:.3g} s against {pow_:.3g} s for the power engine)",
+            ),
+        )
 
     def expanded(self, stack: PeriodicStack, num_tokens: int, *, dtype, progress, notes) -> Profile:
         """The ordinary route on the expanded stack, self-weights compressed back to the distinct layers."""
         result = super().profile(stack.expand(), num_tokens, dtype=dtype, progress=progress)
-        return dataclasses.replace(result, min_self_weight=stack.compress(result.min_self_weight),
-                                   last_self_weight=stack.compress(result.last_self_weight),
-                                   notes=tuple(notes) + result.notes)
+        return dataclasses.replace(
+            result,
+            min_self_weight=stack.compress(result.min_self_weight),
+            last_self_weight=stack.compress(result.last_self_weight),
+            notes=tuple(notes) + result.notes,
+        )
 
-    def batched(self, stacks: Sequence, num_tokens: int, *, dtype: DTypeLike = np.float64, workers: int | None = None,
-                devices=None) -> list[Profile | None]:
+    def batched(
+        self,
+        stacks: Sequence,
+        num_tokens: int,
+        *,
+        dtype: DTypeLike = np.float64,
+        workers: int | None = None,
+        devices=None,
+    ) -> list[Profile | None]:
         """A batch of ALiBi stacks goes to the batch route of the engine ``compute`` would try first
         (``alibi_order``); a stack it computes with every entry resolved is done (with the note
         ``compute`` records), every other one is left to ``profile`` (this engine's fallbacks).
@@ -228,9 +256,14 @@ class Auto(Engine):
         done = [(i, r) for i, r in enumerate(out) if r is not None]
         if not done:
             return out
-        lost = np.asarray(unresolved_rows(np.stack([r.probabilities for _, r in done]),
-                                          np.stack([r.log_probabilities for _, r in done]),
-                                          np.array([r.resolution for _, r in done])).any(axis=1), dtype=bool)
+        lost = np.asarray(
+            unresolved_rows(
+                np.stack([r.probabilities for _, r in done]),
+                np.stack([r.log_probabilities for _, r in done]),
+                np.array([r.resolution for _, r in done]),
+            ).any(axis=1),
+            dtype=bool,
+        )
         for (i, result), dropped in zip(done, lost.tolist()):
             out[i] = None if dropped else dataclasses.replace(result, notes=(self.route_note(result),))
         return out
@@ -265,8 +298,12 @@ class Auto(Engine):
             from posbias.numerics.dense import Dense
 
             first = BiasEngine()  # linear first; its extended (log-space) mode where it refuses the deficit
-            order: list[Engine] = [first, BiasEngine(extended=True),
-                                   *([BiasEngine(native=False)] if first.uses_native(dtype) else []), Dense()]
+            order: list[Engine] = [
+                first,
+                BiasEngine(extended=True),
+                *([BiasEngine(native=False)] if first.uses_native(dtype) else []),
+                Dense(),
+            ]
             if self.bias_fft_first(stack, num_tokens):
                 order.insert(0, BiasFFT())
             yield from (e for e in order if e.supports(stack, num_tokens) is None)
@@ -345,8 +382,10 @@ class Auto(Engine):
             if getattr(engine, "extended", False) and isinstance(stack, BiasStack):
                 seconds = self.bias_extended_seconds(stack, num_tokens)
                 if seconds > self.bias_extended_max_seconds:
-                    notes.append(f"auto: bias (extended) skipped: estimated {seconds:.3g} s > "
-                                 f"{self.bias_extended_max_seconds:g} s")
+                    notes.append(
+                        f"auto: bias (extended) skipped: estimated {seconds:.3g} s > "
+                        f"{self.bias_extended_max_seconds:g} s"
+                    )
                     continue
             try:
                 result = engine.profile(stack, num_tokens, dtype=dtype, progress=progress)
@@ -355,9 +394,10 @@ class Auto(Engine):
                 native_ok = native_ok and not isinstance(exc, NativeError)
                 notes.append(f"auto: {engine.name} refused ({exc}); trying the next route")
         if result is None:
-            raise Unsupported(f"auto engine: no engine computes this stack exactly at N = {num_tokens}"
-                              + (f" ({'; '.join(_last_and_skipped(notes))})" if notes
-                                 else " (the dense engine stops at N = 8192)"))
+            raise Unsupported(
+                f"auto engine: no engine computes this stack exactly at N = {num_tokens}"
+                + (f" ({'; '.join(_last_and_skipped(notes))})" if notes else " (the dense engine stops at N = 8192)")
+            )
         notes.append(self.route_note(result))
         structural = exact_zeros(stack, num_tokens)  # zeros by the mask's reach are exact, not lost
         lost = int((result.unresolved() & ~structural).sum())
@@ -369,11 +409,15 @@ class Auto(Engine):
         if lost and result.engine == "bias-fft" and isinstance(stack, BiasStack):  # bias-fft: BiasStacks only
             exact = self.bias_seconds(stack, num_tokens)
             if exact > self.bias_retry_seconds:
-                notes.append(f"auto: {lost} entries below the FFT's resolution, not re-run (the exact bias engine "
-                             f"is estimated {exact:.3g} s > {self.bias_retry_seconds:g} s)")
+                notes.append(
+                    f"auto: {lost} entries below the FFT's resolution, not re-run (the exact bias engine "
+                    f"is estimated {exact:.3g} s > {self.bias_retry_seconds:g} s)"
+                )
                 return dataclasses.replace(result, notes=tuple(notes))
-            notes.append(f"auto: {lost} entries below the FFT's resolution; re-running on the exact bias engine "
-                         f"(estimated {exact:.3g} s)")
+            notes.append(
+                f"auto: {lost} entries below the FFT's resolution; re-running on the exact bias engine "
+                f"(estimated {exact:.3g} s)"
+            )
             exact_result = self.exact_bias(stack, num_tokens, dtype=dtype, progress=progress, notes=notes)
             if exact_result is None:
                 notes.append(f"auto: no exact engine computes this stack; {lost} entries stay unresolved")
@@ -384,15 +428,19 @@ class Auto(Engine):
             route = self.extended_route(stack, num_tokens, dtype, native_ok=native_ok)
             ran = route == engine  # the extended route itself left them: a second run would too
             if route is None or ran:
-                why = ("it ran" if ran else
-                       f"the bias engine's log-space mode is float64 only and is re-run when estimated at most "
-                       f"{self.bias_retry_seconds:g} s; here {self.bias_extended_seconds(stack, num_tokens):.3g} s"
-                       if isinstance(stack, BiasStack) else
-                       f"T*H*N > {self.log_retry_max_work:.0e} or sliding window without the native kernel")
+                why = (
+                    "it ran"
+                    if ran
+                    else f"the bias engine's log-space mode is float64 only and is re-run when estimated at most "
+                    f"{self.bias_retry_seconds:g} s; here {self.bias_extended_seconds(stack, num_tokens):.3g} s"
+                    if isinstance(stack, BiasStack)
+                    else f"T*H*N > {self.log_retry_max_work:.0e} or sliding window without the native kernel"
+                )
                 notes.append(f"auto: {lost} entries below the float64 range and no extended-range route fits ({why})")
             else:
-                notes.append(f"auto: {lost} entries below the float64 range or the path's resolution; "
-                             "re-ran with extended range")
+                notes.append(
+                    f"auto: {lost} entries below the float64 range or the path's resolution; re-ran with extended range"
+                )
                 result = route.profile(stack, num_tokens, dtype=dtype, progress=progress)
                 notes.append(self.route_note(result))
         return dataclasses.replace(result, notes=tuple(notes))

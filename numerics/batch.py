@@ -69,9 +69,14 @@ class AlibiBatch(Sequence):
         stacks = list(stacks)
         if not stacks or not all(type(s) is AlibiStack for s in stacks) or len({shape_key(s) for s in stacks}) > 1:
             return None
-        return AlibiBatch(np.stack([s.lambdas for s in stacks]), np.stack([s.slopes for s in stacks]),
-                          np.stack([s.diagonal for s in stacks]), np.stack([s.head_weights for s in stacks]),
-                          np.array([s.temperature for s in stacks], dtype=np.float64), stacks[0].mask)
+        return AlibiBatch(
+            np.stack([s.lambdas for s in stacks]),
+            np.stack([s.slopes for s in stacks]),
+            np.stack([s.diagonal for s in stacks]),
+            np.stack([s.head_weights for s in stacks]),
+            np.array([s.temperature for s in stacks], dtype=np.float64),
+            stacks[0].mask,
+        )
 
     def __len__(self) -> int:
         return int(self.lambdas.shape[0])
@@ -79,14 +84,26 @@ class AlibiBatch(Sequence):
     def __getitem__(self, b: int | slice) -> AlibiStack | AlibiBatch:
         if isinstance(b, slice):
             return self.take(np.arange(len(self))[b])
-        return AlibiStack(self.lambdas[b], self.slopes[b], self.diagonal[b], self.head_weights[b],
-                          float(self.temperature[b]), self.mask)
+        return AlibiStack(
+            self.lambdas[b],
+            self.slopes[b],
+            self.diagonal[b],
+            self.head_weights[b],
+            float(self.temperature[b]),
+            self.mask,
+        )
 
     def take(self, rows: Sequence[int] | np.ndarray) -> AlibiBatch:
         """The batch of these rows (in this order)."""
         rows = np.asarray(rows, dtype=np.int64)
-        return AlibiBatch(self.lambdas[rows], self.slopes[rows], self.diagonal[rows], self.head_weights[rows],
-                          self.temperature[rows], self.mask)
+        return AlibiBatch(
+            self.lambdas[rows],
+            self.slopes[rows],
+            self.diagonal[rows],
+            self.head_weights[rows],
+            self.temperature[rows],
+            self.mask,
+        )
 
     @property
     def num_layers(self) -> int:
@@ -114,9 +131,16 @@ class AlibiBatch(Sequence):
         return is_lower_triangular(self.mask, num_tokens)
 
 
-def profiles(stacks: Sequence[AlibiStack], num_tokens: int, *, engine: EngineName | Engine = "auto",
-             dtype: DTypeLike = np.float64,
-             progress: Progress | None = None, workers: int | None = None, devices=None) -> list[Profile]:
+def profiles(
+    stacks: Sequence[AlibiStack],
+    num_tokens: int,
+    *,
+    engine: EngineName | Engine = "auto",
+    dtype: DTypeLike = np.float64,
+    progress: Progress | None = None,
+    workers: int | None = None,
+    devices=None,
+) -> list[Profile]:
     """Profiles of ``stacks`` (all of one shape, see ``shape_key``; or an ``AlibiBatch``) over
     ``num_tokens`` tokens.
 
@@ -132,5 +156,6 @@ def profiles(stacks: Sequence[AlibiStack], num_tokens: int, *, engine: EngineNam
             raise ValueError("stacks: expected one shape (T, H, mask) per batch, got several")
     if len(stacks) == 0:
         return []
-    return get(engine).profiles(stacks, int(num_tokens), dtype=dtype, progress=progress, workers=workers,
-                                devices=devices)
+    return get(engine).profiles(
+        stacks, int(num_tokens), dtype=dtype, progress=progress, workers=workers, devices=devices
+    )

@@ -114,8 +114,9 @@ class KerplePower:
         return -self.r1 * np.power(g, self.r2)
 
 
-def t5_buckets(distance: np.ndarray, *, num_buckets: int, max_distance: int, bidirectional: bool,
-               future: bool = False) -> np.ndarray:
+def t5_buckets(
+    distance: np.ndarray, *, num_buckets: int, max_distance: int, bidirectional: bool, future: bool = False
+) -> np.ndarray:
     """T5's relative-position bucket of each distance g >= 0 (past: memory j = i - g; ``future``:
     j = i + g), transcribed from T5's ``_relative_position_bucket`` with relative position
     j - i, including its float32 arithmetic (log of a float32 quotient, divided by the float32
@@ -163,12 +164,14 @@ class T5Buckets:
     def __post_init__(self):
         nb, md = int(self.num_buckets), int(self.max_distance)
         if nb != self.num_buckets or nb < (4 if self.bidirectional else 2):
-            raise StackError(f"t5 num_buckets: expected an integer >= {4 if self.bidirectional else 2}, "
-                             f"got {self.num_buckets!r}")
+            raise StackError(
+                f"t5 num_buckets: expected an integer >= {4 if self.bidirectional else 2}, got {self.num_buckets!r}"
+            )
         half = (nb // 2 if self.bidirectional else nb) // 2
         if md != self.max_distance or md <= half:
-            raise StackError(f"t5 max_distance: expected an integer > {half} (the exact buckets), "
-                             f"got {self.max_distance!r}")
+            raise StackError(
+                f"t5 max_distance: expected an integer > {half} (the exact buckets), got {self.max_distance!r}"
+            )
         values = tuple(_number(f"t5 bucket {k} value", v) for k, v in enumerate(self.values))
         if len(values) != nb:
             raise StackError(f"t5 values: expected {nb} bucket values (one per bucket), got {len(values)}")
@@ -182,8 +185,13 @@ class T5Buckets:
         return f"{kind}:{self.num_buckets},{self.max_distance}:" + ",".join(repr(v) for v in self.values)
 
     def __call__(self, g: np.ndarray) -> np.ndarray:
-        buckets = t5_buckets(g, num_buckets=self.num_buckets, max_distance=self.max_distance,
-                             bidirectional=self.bidirectional, future=self.future)
+        buckets = t5_buckets(
+            g,
+            num_buckets=self.num_buckets,
+            max_distance=self.max_distance,
+            bidirectional=self.bidirectional,
+            future=self.future,
+        )
         return np.asarray(self.values, dtype=np.float64)[buckets]
 
 

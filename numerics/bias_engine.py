@@ -104,12 +104,16 @@ class BiasEngine(Engine):
 
     def compute(self, stack: BiasStack, num_tokens: int, *, dtype, progress=None) -> Profile:
         if np.dtype(dtype) != np.float64:
-            raise Unsupported(f"{self.name} engine: computes in float64 only (its range bound and resolution are "
-                              f"float64's), not {np.dtype(dtype).name}")
+            raise Unsupported(
+                f"{self.name} engine: computes in float64 only (its range bound and resolution are "
+                f"float64's), not {np.dtype(dtype).name}"
+            )
         from posbias.numerics import budget
 
-        reason = budget.check(f"the logit tables of {len(stack.biases)} distinct biases at N = {num_tokens}",
-                              8 * 2 * len(stack.biases) * num_tokens)
+        reason = budget.check(
+            f"the logit tables of {len(stack.biases)} distinct biases at N = {num_tokens}",
+            8 * 2 * len(stack.biases) * num_tokens,
+        )
         if reason is not None:
             raise Unsupported(f"{self.name} engine: {reason}")
         past, future = stack.tables(num_tokens)
@@ -118,12 +122,21 @@ class BiasEngine(Engine):
         if self.extended and self.uses_native(dtype):
             from posbias.numerics import native_bias
 
-            logv, mins, lasts, _ = native_bias.profile(layers, past, future, num_tokens=num_tokens, mask=stack.mask,
-                                                       threads=self.threads, progress=progress, extended=True)
+            logv, mins, lasts, _ = native_bias.profile(
+                layers,
+                past,
+                future,
+                num_tokens=num_tokens,
+                mask=stack.mask,
+                threads=self.threads,
+                progress=progress,
+                extended=True,
+            )
             return log_profile(logv, mins, lasts, engine=self.name, path="native-extended")
         if self.extended:
-            reason = budget.check(f"the XLA log-space kernels of one head at N = {num_tokens}",
-                                  8 * 4 * num_tokens * num_tokens)
+            reason = budget.check(
+                f"the XLA log-space kernels of one head at N = {num_tokens}", 8 * 4 * num_tokens * num_tokens
+            )
             if reason is not None:
                 raise Unsupported(f"{self.name} engine: {reason}")
             logv, mins, lasts = self._xla_log(layers, past, future, num_tokens, stack.mask, progress)
@@ -131,18 +144,20 @@ class BiasEngine(Engine):
         if self.uses_native(dtype):
             from posbias.numerics import native_bias
 
-            v, mins, lasts, deficits = native_bias.profile(layers, past, future, num_tokens=num_tokens,
-                                                           mask=stack.mask, threads=self.threads,
-                                                           progress=progress)
+            v, mins, lasts, deficits = native_bias.profile(
+                layers, past, future, num_tokens=num_tokens, mask=stack.mask, threads=self.threads, progress=progress
+            )
             path = "native"
         else:
             v, mins, lasts, deficits = self._xla(layers, past, future, num_tokens, stack.mask, dtype, progress)
             path = "xla"
         worst = int(np.argmax(deficits))
         if not deficits[worst] <= MAX_DEFICIT:
-            raise Unsupported(f"{self.name} engine: layer {worst} has a row whose largest logit lies "
-                              f"{deficits[worst]:.4g} nats below its head's largest (beyond {MAX_DEFICIT:g}: "
-                              "outside float64's range in linear arithmetic; the dense engine computes it)")
+            raise Unsupported(
+                f"{self.name} engine: layer {worst} has a row whose largest logit lies "
+                f"{deficits[worst]:.4g} nats below its head's largest (beyond {MAX_DEFICIT:g}: "
+                "outside float64's range in linear arithmetic; the dense engine computes it)"
+            )
         resolution = stack.num_layers * (math.exp(float(deficits[worst])) + num_tokens) * num_tokens * TINY
         return linear_profile(v, mins, lasts, engine=self.name, path=path, resolution=resolution)
 
@@ -199,5 +214,9 @@ class BiasEngine(Engine):
             top = low
             if progress is not None:
                 progress(t_total - low, t_total)
-        return (np.asarray(v, np.float64)[:num_tokens], np.concatenate(mins), np.concatenate(lasts),
-                np.concatenate(deficits))
+        return (
+            np.asarray(v, np.float64)[:num_tokens],
+            np.concatenate(mins),
+            np.concatenate(lasts),
+            np.concatenate(deficits),
+        )

@@ -149,19 +149,24 @@ class LayerWeights:
     deficit: float
 
 
-def layer_weights(ker: Kernels, index: np.ndarray, diagonal: np.ndarray, sink: np.ndarray, weights: np.ndarray,
-                  reach: int) -> LayerWeights:
+def layer_weights(
+    ker: Kernels, index: np.ndarray, diagonal: np.ndarray, sink: np.ndarray, weights: np.ndarray, reach: int
+) -> LayerWeights:
     """The ``LayerWeights`` of one layer (heads' bias indices, d / tau, s / tau, head weights)."""
     e, es, z, top, deficit = head_weights(ker.logits[index], diagonal, sink, reach)
     a = weights[:, None] / z
     diag = (a * e[:, :1]).sum(axis=0)
     biases = np.array([b for b in np.unique(index) if ker.norm1[b] > 0], np.int64)  # norm 0: window of one token
-    coefficients = np.stack([(np.exp(ker.shift[b] - top[index == b])[:, None] * a[index == b]).sum(axis=0)
-                             for b in biases]) if biases.size else np.zeros((0, e.shape[1]))
+    coefficients = (
+        np.stack([(np.exp(ker.shift[b] - top[index == b])[:, None] * a[index == b]).sum(axis=0) for b in biases])
+        if biases.size
+        else np.zeros((0, e.shape[1]))
+    )
     self_w = diag.copy()
     self_w[0] = float((a[:, 0] * es[:, 0]).sum())
-    return LayerWeights(diag, (a * es).sum(axis=0), biases, coefficients, float(self_w.min()), float(self_w[-1]),
-                        deficit)
+    return LayerWeights(
+        diag, (a * es).sum(axis=0), biases, coefficients, float(self_w.min()), float(self_w[-1]), deficit
+    )
 
 
 @dataclass(frozen=True)
@@ -188,15 +193,19 @@ class BiasFFT(Engine):
 
     def compute(self, stack: BiasStack, num_tokens: int, *, dtype, progress=None) -> Profile:
         if np.dtype(dtype) != np.float64:
-            raise Unsupported(f"{self.name} engine: computes in float64 only (its resolution is float64's), "
-                              f"not {np.dtype(dtype).name}")
+            raise Unsupported(
+                f"{self.name} engine: computes in float64 only (its resolution is float64's), "
+                f"not {np.dtype(dtype).name}"
+            )
         from posbias.numerics import budget
 
         n = int(num_tokens)
         length = fft_length(n)
         distinct = len(stack.biases)
-        reason = budget.check(f"the kernel transforms of {distinct} distinct biases at N = {n}",
-                              8 * (2 * distinct * n + 2 * distinct * (length // 2 + 1)))
+        reason = budget.check(
+            f"the kernel transforms of {distinct} distinct biases at N = {n}",
+            8 * (2 * distinct * n + 2 * distinct * (length // 2 + 1)),
+        )
         if reason is not None:
             raise Unsupported(f"{self.name} engine: {reason}")
         window = stack.mask.past_window
@@ -218,9 +227,11 @@ class BiasFFT(Engine):
             if weights is None or layer_key != key:  # consecutive layers with the same heads share their weights
                 key, weights = layer_key, layer_weights(ker, *params, reach)
             if not weights.deficit <= MAX_DEFICIT:
-                raise Unsupported(f"{self.name} engine: layer {t} has a row whose largest logit lies "
-                                  f"{weights.deficit:.4g} nats below its head's largest (beyond {MAX_DEFICIT:g}: "
-                                  "outside float64's range in linear arithmetic; the dense engine computes it)")
+                raise Unsupported(
+                    f"{self.name} engine: layer {t} has a row whose largest logit lies "
+                    f"{weights.deficit:.4g} nats below its head's largest (beyond {MAX_DEFICIT:g}: "
+                    "outside float64's range in linear arithmetic; the dense engine computes it)"
+                )
             spectrum = np.zeros(length // 2 + 1, np.complex128)
             err = 0.0
             for b, coefficient in zip(weights.biases, weights.coefficients):
@@ -236,9 +247,11 @@ class BiasFFT(Engine):
             v = (1.0 - lam) * v + lam * av
             bound += lam * math.sqrt(n) * g1 * err
             if not bound <= MAX_BOUND:
-                raise Unsupported(f"{self.name} engine: after layer {t} the FFT's error bound is {bound:.3g} > "
-                                  f"{MAX_BOUND:g} (rows far below their head's largest logit amplify it); "
-                                  "the exact bias engine computes this stack")
+                raise Unsupported(
+                    f"{self.name} engine: after layer {t} the FFT's error bound is {bound:.3g} > "
+                    f"{MAX_BOUND:g} (rows far below their head's largest logit amplify it); "
+                    "the exact bias engine computes this stack"
+                )
             mins[t], lasts[t] = weights.min_self, weights.last_self
             if progress is not None:
                 progress(done, t_total)

@@ -77,8 +77,7 @@ class BiasStack:
         return is_lower_triangular(self.mask, num_tokens)
 
     @staticmethod
-    def build(lambdas, biases, diagonal=0.0, sink=0.0, head_weights=None, temperature=1.0,
-              mask=None) -> BiasStack:
+    def build(lambdas, biases, diagonal=0.0, sink=0.0, head_weights=None, temperature=1.0, mask=None) -> BiasStack:
         """Validate and broadcast to (T, H).
 
         ``biases``: one ``Bias`` (every head of every layer), a sequence of H (per head, the same
@@ -120,8 +119,10 @@ class BiasStack:
             bad = np.isfinite(values) & ~(np.abs(table) <= LOGIT_LIMIT)
             if bad.any():
                 u, g = (int(k) for k in np.argwhere(bad)[0])
-                raise StackError(f"temperature: bias {self.biases[u].spec!r} {side} b({g}) / tau = "
-                                 f"{table[u, g]!r} overflows (tau = {self.temperature!r})")
+                raise StackError(
+                    f"temperature: bias {self.biases[u].spec!r} {side} b({g}) / tau = "
+                    f"{table[u, g]!r} overflows (tau = {self.temperature!r})"
+                )
             out.append(table)
         return out[0], out[1]
 
@@ -136,8 +137,14 @@ class BiasStack:
             slopes = [b.alibi_slope_at(num_tokens) for b in self.biases]
         if any(m is None for m in slopes) or np.any(self.sink != 0):
             return None
-        return AlibiStack.build(self.lambdas, np.asarray(slopes)[self.bias_index], self.diagonal,
-                                self.head_weights, self.temperature, self.mask)
+        return AlibiStack.build(
+            self.lambdas,
+            np.asarray(slopes)[self.bias_index],
+            self.diagonal,
+            self.head_weights,
+            self.temperature,
+            self.mask,
+        )
 
 
 def _bias_rows(biases, num_layers: int) -> list[list[Bias]]:
@@ -148,8 +155,9 @@ def _bias_rows(biases, num_layers: int) -> list[list[Bias]]:
         try:
             items = list(biases)
         except TypeError:
-            raise StackError("biases: expected a Bias, H of them or T rows of H, "
-                             f"got {type(biases).__name__}") from None
+            raise StackError(
+                f"biases: expected a Bias, H of them or T rows of H, got {type(biases).__name__}"
+            ) from None
         if not items:
             raise StackError("biases: expected at least one head, got none")
         if any(isinstance(b, Bias) for b in items):

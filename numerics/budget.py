@@ -67,6 +67,8 @@ def check(what: str, nbytes: int) -> str | None:
     """None if ``nbytes`` fits the limit, else the one-line reason with the estimate."""
     limit = memory_limit()
     if nbytes > limit:
-        return (f"{what} needs about {describe(nbytes)} of memory, more than the limit of {describe(limit)} "
-                "(set POSBIAS_MEMORY_LIMIT to change it)")
+        return (
+            f"{what} needs about {describe(nbytes)} of memory, more than the limit of {describe(limit)} "
+            "(set POSBIAS_MEMORY_LIMIT to change it)"
+        )
     return None

@@ -47,8 +47,10 @@ class Dense(Engine):
         if not isinstance(stack, (AlibiStack, BiasStack)):
             return f"expected an ALiBi + content or relative-bias stack, got {type(stack).__name__}"
         if num_tokens > self.max_tokens:
-            return (f"N = {num_tokens} is too large for dense N x N products (at most {self.max_tokens}); "
-                    "the structured engine computes the profile")
+            return (
+                f"N = {num_tokens} is too large for dense N x N products (at most {self.max_tokens}); "
+                "the structured engine computes the profile"
+            )
         return None
 
     def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:
@@ -88,8 +90,17 @@ def bias_rollout(stack: BiasStack, num_tokens: int, dtype=jnp.float64):
     """(P (N, N), self-weights A^(t)_ii (T, N)) for a relative-bias stack by dense products: every
     A^(t) soft-maxed from its N x N logits (``kernels.bias_layer_kernel``)."""
     past, future = stack.tables(num_tokens)
-    params = [jnp.asarray(a, dtype) for a in (stack.lambdas, stack.diagonal / stack.temperature,
-                                              stack.sink / stack.temperature, stack.head_weights, past, future)]
+    params = [
+        jnp.asarray(a, dtype)
+        for a in (
+            stack.lambdas,
+            stack.diagonal / stack.temperature,
+            stack.sink / stack.temperature,
+            stack.head_weights,
+            past,
+            future,
+        )
+    ]
     with jax.default_matmul_precision("highest"):
         return _bias_rollout(jnp.asarray(stack.bias_index), *params, num_tokens=num_tokens, mask=stack.mask)
 

@@ -109,8 +109,7 @@ class Profile:
         """Boolean mask of entries whose value this profile does not determine to relative accuracy:
         below the float64 range (< 1e-280, when log p is not finite there) or below the
         engine's absolute resolution."""
-        return unresolved_rows(self.probabilities[None], self.log_probabilities[None],
-                               np.array([self.resolution]))[0]
+        return unresolved_rows(self.probabilities[None], self.log_probabilities[None], np.array([self.resolution]))[0]
 
 
 def unresolved_rows(probabilities: np.ndarray, log_probabilities: np.ndarray, resolution: np.ndarray) -> np.ndarray:
@@ -179,13 +178,16 @@ class Engine(abc.ABC):
 
             heads = getattr(stack, "num_heads", None) or 1
             what = f"T = {stack.num_layers}, H = {heads}, N = {num_tokens}"
-            reason = budget.check(what if count == 1 else f"a batch of {count} stacks of {what}",
-                                  count * self.memory_bytes(stack.num_layers, heads, int(num_tokens)))
+            reason = budget.check(
+                what if count == 1 else f"a batch of {count} stacks of {what}",
+                count * self.memory_bytes(stack.num_layers, heads, int(num_tokens)),
+            )
         if reason is not None:
             raise Unsupported(f"{self.name} engine: {reason}")
 
-    def profile(self, stack: Stack, num_tokens: int, *, dtype: DTypeLike = np.float64,
-                progress: Progress | None = None) -> Profile:
+    def profile(
+        self, stack: Stack, num_tokens: int, *, dtype: DTypeLike = np.float64, progress: Progress | None = None
+    ) -> Profile:
         """``check`` (raise ``Unsupported``), then compute in float64 scope, then refuse an implausible result."""
         self.check(stack, num_tokens)
         dtype = np.dtype(dtype)
@@ -197,16 +199,31 @@ class Engine(abc.ABC):
             raise Unsupported(f"{self.name} engine: {broken}; this input is beyond what it computes reliably")
         return result
 
-    def batched(self, stacks: Sequence, num_tokens: int, *, dtype: DTypeLike = np.float64, workers: int | None = None,
-                devices=None) -> list[Profile | None]:
+    def batched(
+        self,
+        stacks: Sequence,
+        num_tokens: int,
+        *,
+        dtype: DTypeLike = np.float64,
+        workers: int | None = None,
+        devices=None,
+    ) -> list[Profile | None]:
         """The profiles this engine's batch route computes for ``stacks`` (one shape (T, H, mask)),
         in order, None for each stack it leaves to ``profile`` (every one here: no batch route).
         An override returns for a stack exactly what ``profile`` would (or None), having run the
         same checks: ``check`` for the batch, the capability per stack, ``implausible_rows``."""
         return [None] * len(stacks)
 
-    def profiles(self, stacks: Sequence, num_tokens: int, *, dtype: DTypeLike = np.float64,
-                 progress: Progress | None = None, workers: int | None = None, devices=None) -> list[Profile]:
+    def profiles(
+        self,
+        stacks: Sequence,
+        num_tokens: int,
+        *,
+        dtype: DTypeLike = np.float64,
+        progress: Progress | None = None,
+        workers: int | None = None,
+        devices=None,
+    ) -> list[Profile]:
         """The profile of every stack of ``stacks`` (one shape): ``batched``, then ``profile`` for
         each stack it left. ``progress(done, total)`` counts stacks; ``workers``: threads of a
         native batch route; ``devices``: JAX devices an XLA batch route shards the batch over."""
@@ -264,8 +281,9 @@ def implausible(profile: Profile, dtype: DTypeLike = np.float64) -> str | None:
     return None
 
 
-def implausible_rows(probabilities: np.ndarray, log_probabilities: np.ndarray,
-                     dtype: DTypeLike = np.float64) -> np.ndarray:
+def implausible_rows(
+    probabilities: np.ndarray, log_probabilities: np.ndarray, dtype: DTypeLike = np.float64
+) -> np.ndarray:
     """(B,) bool: the rows of (B, N) profiles that ``implausible`` would refuse, by the same tests
     (the mass from log p where a row's log p is finite everywhere, else from p)."""
     p, logp = probabilities, log_probabilities

@@ -77,8 +77,14 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-def profile(stack: Stack, num_tokens: int | None = None, *, engine: EngineName | Engine = "auto", dtype=np.float64,
-            progress: Progress | None = None) -> Profile:
+def profile(
+    stack: Stack,
+    num_tokens: int | None = None,
+    *,
+    engine: EngineName | Engine = "auto",
+    dtype=np.float64,
+    progress: Progress | None = None,
+) -> Profile:
     """The profile p = e_{N-1}^T R^(T-1) ... R^(0) of ``stack`` over ``num_tokens`` tokens (THEORY.md, Notation).
 
     ``engine``: a name from ``ENGINES`` or an ``Engine``; the default ``auto`` chooses an

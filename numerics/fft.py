@@ -146,8 +146,15 @@ def _layer(v, lam, short, table, long, *, num_tokens, mask, length, buckets, lon
     for count, prefix in buckets:  # exact corrections on each bucket's prefix
         part = slice(start, start + count)
         corr, dalpha = _prefix_corrections(
-            v, m[part], d[part], w[part], c_inf[part], alpha_inf[part],
-            num_tokens=num_tokens, mask=mask, prefix=prefix,
+            v,
+            m[part],
+            d[part],
+            w[part],
+            c_inf[part],
+            alpha_inf[part],
+            num_tokens=num_tokens,
+            mask=mask,
+            prefix=prefix,
         )
         head = min(prefix, num_tokens)
         off = off.at[:head].add(corr[:head])
@@ -251,9 +258,16 @@ def _profile(stack, num_tokens: int, *, dtype, progress=None):
             n_pad = -(-long.size // long_plan.group) * long_plan.group
             long_arrays = tuple(jnp.asarray(np.pad(a[long], (0, n_pad - long.size)), dtype) for a in (m, d, w))
         v, mn, last = _layer(
-            v, jnp.asarray(stack.lambdas[t], dtype), tuple(jnp.asarray(a[short], dtype) for a in (m, d, w)),
-            tables[key], long_arrays,
-            num_tokens=num_tokens, mask=stack.mask, length=length, buckets=buckets, long_plan=long_plan,
+            v,
+            jnp.asarray(stack.lambdas[t], dtype),
+            tuple(jnp.asarray(a[short], dtype) for a in (m, d, w)),
+            tables[key],
+            long_arrays,
+            num_tokens=num_tokens,
+            mask=stack.mask,
+            length=length,
+            buckets=buckets,
+            long_plan=long_plan,
         )
         mins[t], lasts[t] = float(mn), float(last)
         if progress is not None:

@@ -67,8 +67,13 @@ def bias_kernels(stack: BiasStack, num_tokens: int) -> JaxKernels:
     past, future = stack.tables(num_tokens)
     tau = stack.temperature
     index = np.asarray(stack.bias_index)
-    layers = (jnp.asarray(past[index]), jnp.asarray(future[index]), jnp.asarray(stack.diagonal / tau),
-              jnp.asarray(stack.sink / tau), jnp.asarray(stack.head_weights))
+    layers = (
+        jnp.asarray(past[index]),
+        jnp.asarray(future[index]),
+        jnp.asarray(stack.diagonal / tau),
+        jnp.asarray(stack.sink / tau),
+        jnp.asarray(stack.head_weights),
+    )
     return jax.lax.map(lambda a: bias_layer_kernel(*a, num_tokens=num_tokens, mask=stack.mask), layers)
 
 
@@ -103,9 +108,7 @@ def validate_kernels(kernels: np.ndarray, *, causal: bool, tol: float = 1e-9) ->
     err = np.abs(kernels.sum(axis=2) - 1.0)
     if (err > tol).any():
         t, i = np.argwhere(err > tol)[0]
-        raise KernelError(
-            f"layer {t} row {i}: sums to {kernels[t, i].sum():.12g}, expected 1 within {tol:g}"
-        )
+        raise KernelError(f"layer {t} row {i}: sums to {kernels[t, i].sum():.12g}, expected 1 within {tol:g}")
     if causal:
         upper = np.abs(np.triu(kernels, k=1)) > tol
         if upper.any():

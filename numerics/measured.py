@@ -40,8 +40,9 @@ class Measured(Engine):
     def compute(self, stack: KernelStack, num_tokens: int, *, dtype, progress=None) -> Profile:
         p = profile_from_kernels(jnp.asarray(stack.kernels, dtype), jnp.asarray(stack.lambdas, dtype))
         diag = np.diagonal(stack.kernels, axis1=1, axis2=2)
-        return linear_profile(np.asarray(p, np.float64), diag.min(axis=1), diag[:, -1],
-                              engine=self.name, path="measured")
+        return linear_profile(
+            np.asarray(p, np.float64), diag.min(axis=1), diag[:, -1], engine=self.name, path="measured"
+        )
 
 
 @float64

@@ -36,12 +36,12 @@ MAX_SLOPE = 700.0  # r = e^{-m} and 1/r stay finite normal numbers
 DEFAULT_BLOCK = 256  # tokens per exponent block (extended mode); refined 256 -> 32 -> 4 -> 1 on need
 HEAD_GROUP = 8  # heads per SIMD group (HB in alibi_layer.c); groups are split across threads
 _EMPTY = -(1 << 40)  # exponent of an all-zero block (EMPTY in alibi_layer.c)
-GUARD = 2.0 ** -900  # guarded linear mode: smallest support entry kept (GUARD in alibi_layer.c)
+GUARD = 2.0**-900  # guarded linear mode: smallest support entry kept (GUARD in alibi_layer.c)
 
 _ERRORS = {
     1: "an entry would lose relative precision: its value is not 2^100 above what float64 "
-       "flushed into it, i.e. the entries of a block span more than float64's exponent range; "
-       "use a smaller block_size (single-token blocks do not fail)",
+    "flushed into it, i.e. the entries of a block span more than float64's exponent range; "
+    "use a smaller block_size (single-token blocks do not fail)",
     2: "non-finite value",
     3: "out of memory",
     4: "invalid arguments",
@@ -105,11 +105,46 @@ _PI = ctypes.POINTER(ctypes.c_int64)
 def _library() -> ctypes.CDLL:
     handle = ctypes.CDLL(str(compile_source()))
     handle.posbias_profile.restype = ctypes.c_int
-    handle.posbias_profile.argtypes = [_I64, _I64, _I64, _PD, _PD, _PD, _PD, _I64, _I64, _I64, _I64, _I64,
-                                       _PD, _PI, _PI, _PD, _PD, _PI]
+    handle.posbias_profile.argtypes = [
+        _I64,
+        _I64,
+        _I64,
+        _PD,
+        _PD,
+        _PD,
+        _PD,
+        _I64,
+        _I64,
+        _I64,
+        _I64,
+        _I64,
+        _PD,
+        _PI,
+        _PI,
+        _PD,
+        _PD,
+        _PI,
+    ]
     handle.posbias_profile_batch.restype = ctypes.c_int
-    handle.posbias_profile_batch.argtypes = [_I64, _I64, _I64, _I64, _PD, _PD, _PD, _PD, _I64, _I64, _I64, _I64,
-                                             _PD, _PI, _PD, _PD, _PI]
+    handle.posbias_profile_batch.argtypes = [
+        _I64,
+        _I64,
+        _I64,
+        _I64,
+        _PD,
+        _PD,
+        _PD,
+        _PD,
+        _I64,
+        _I64,
+        _I64,
+        _I64,
+        _PD,
+        _PI,
+        _PD,
+        _PD,
+        _PI,
+    ]
     handle.posbias_geometric.restype = ctypes.c_int
     handle.posbias_geometric.argtypes = [ctypes.c_double, _I64, _I64, _PI, _PD]
     return handle
@@ -261,12 +296,24 @@ def _checked(lam, m, w, num_tokens, past_window, bidirectional_length) -> tuple[
     return n, window, k
 
 
-def profile(lambdas, slopes, diagonal, weights, *,  # noqa: C901 (checks, state, layer range; issue 20 §4)
-            num_tokens: int, past_window: int | None, bidirectional_length: int, extended: bool = False,
-            threads: int | None = None,
-            layers: tuple[int, int] | range | None = None, state: NativeState | None = None,
-            block_size: int = DEFAULT_BLOCK, refine: bool = True, adaptive: bool = False,
-            progress: Callable[[int, int], None] | None = None) -> NativeProfile:
+def profile(  # noqa: C901 (checks, state, layer range; issue 20 §4)
+    lambdas,
+    slopes,
+    diagonal,
+    weights,
+    *,
+    num_tokens: int,
+    past_window: int | None,
+    bidirectional_length: int,
+    extended: bool = False,
+    threads: int | None = None,
+    layers: tuple[int, int] | range | None = None,
+    state: NativeState | None = None,
+    block_size: int = DEFAULT_BLOCK,
+    refine: bool = True,
+    adaptive: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> NativeProfile:
     """Profile p = e_{N-1}^T R^(T-1) ... R^(0) of an ALiBi + content stack, in C.
 
     lambdas (T,); slopes, diagonal, weights (T, H) float64, slopes (0 <= m <= 700) and
@@ -324,28 +371,54 @@ def profile(lambdas, slopes, diagonal, weights, *,  # noqa: C901 (checks, state,
     else:
         start, stop = (int(x) for x in layers)
     if not (0 <= start <= stop <= t_total) or stop != state.next_layer:
-        raise ValueError(f"layers ({start}, {stop}) must end where the state stands (next layer "
-                         f"{state.next_layer}) within 0 .. {t_total}")
+        raise ValueError(
+            f"layers ({start}, {stop}) must end where the state stands (next layer "
+            f"{state.next_layer}) within 0 .. {t_total}"
+        )
 
     if progress is not None:
         chunk = max(1, -(-(stop - start) // 20))
         mins, lasts, top = [], [], stop
         while top > start:
             low = max(start, top - chunk)
-            part = profile(lam, m, d, w, num_tokens=n, past_window=past_window,
-                           bidirectional_length=bidirectional_length, extended=extended, threads=threads,
-                           layers=(low, top), state=state, block_size=block_size, refine=refine,
-                           adaptive=adaptive)
+            part = profile(
+                lam,
+                m,
+                d,
+                w,
+                num_tokens=n,
+                past_window=past_window,
+                bidirectional_length=bidirectional_length,
+                extended=extended,
+                threads=threads,
+                layers=(low, top),
+                state=state,
+                block_size=block_size,
+                refine=refine,
+                adaptive=adaptive,
+            )
             state, top = part.state, low
             mins.insert(0, part.min_self_weight)
             lasts.insert(0, part.last_self_weight)
             progress(t_total - low, t_total)
         if stop == start:
-            return profile(lam, m, d, w, num_tokens=n, past_window=past_window,
-                           bidirectional_length=bidirectional_length, extended=extended, threads=threads,
-                           layers=(start, stop), state=state, adaptive=adaptive)
-        return dataclasses.replace(part, min_self_weight=np.concatenate(mins),
-                                   last_self_weight=np.concatenate(lasts), layers=(start, stop))
+            return profile(
+                lam,
+                m,
+                d,
+                w,
+                num_tokens=n,
+                past_window=past_window,
+                bidirectional_length=bidirectional_length,
+                extended=extended,
+                threads=threads,
+                layers=(start, stop),
+                state=state,
+                adaptive=adaptive,
+            )
+        return dataclasses.replace(
+            part, min_self_weight=np.concatenate(mins), last_self_weight=np.concatenate(lasts), layers=(start, stop)
+        )
 
     count = stop - start
     mins = np.full(count, np.nan)
@@ -363,13 +436,29 @@ def profile(lambdas, slopes, diagonal, weights, *,  # noqa: C901 (checks, state,
         lam_p, m_p, d_p, w_p = (np.ascontiguousarray(a[sl]) for a in (lam, m, d, w))
         mins_p = np.full(top - start, np.nan)
         lasts_p = np.full(top - start, np.nan)
-        rc = lib.posbias_profile(n, heads, top - start, ptr(lam_p), ptr(m_p), ptr(d_p), ptr(w_p), window, k,
-                                 state.block_size, 1 if state.extended else (2 if adaptive else 0), threads,
-                                 ptr(mant), ptr(exps, _PI),
-                                 ptr(lo, _PI), ptr(mins_p), ptr(lasts_p), ptr(info, _PI))
+        rc = lib.posbias_profile(
+            n,
+            heads,
+            top - start,
+            ptr(lam_p),
+            ptr(m_p),
+            ptr(d_p),
+            ptr(w_p),
+            window,
+            k,
+            state.block_size,
+            1 if state.extended else (2 if adaptive else 0),
+            threads,
+            ptr(mant),
+            ptr(exps, _PI),
+            ptr(lo, _PI),
+            ptr(mins_p),
+            ptr(lasts_p),
+            ptr(info, _PI),
+        )
         failed = int(info[1]) + start if rc in (1, 2) else start - 1  # layers above it are done
-        mins[failed + 1 - start: top - start] = mins_p[failed + 1 - start:]
-        lasts[failed + 1 - start: top - start] = lasts_p[failed + 1 - start:]
+        mins[failed + 1 - start : top - start] = mins_p[failed + 1 - start :]
+        lasts[failed + 1 - start : top - start] = lasts_p[failed + 1 - start :]
         if rc in (0, 1, 2):
             state = NativeState(mant, exps, state.block_size, state.extended, int(lo[0]), failed + 1)
         if rc == 0:
@@ -415,8 +504,18 @@ class NativeBatch:
     codes: np.ndarray
 
 
-def profile_batch(lambdas, slopes, diagonal, weights, *, num_tokens: int, past_window: int | None,
-                  bidirectional_length: int, guarded: bool = False, threads: int | None = None) -> NativeBatch:
+def profile_batch(
+    lambdas,
+    slopes,
+    diagonal,
+    weights,
+    *,
+    num_tokens: int,
+    past_window: int | None,
+    bidirectional_length: int,
+    guarded: bool = False,
+    threads: int | None = None,
+) -> NativeBatch:
     """Profiles of B stacks of one shape in one kernel call (``posbias_profile_batch``): lambdas
     (B, T), slopes, diagonal, weights (B, T, H), with the meaning and checks of ``profile``
     (done once for the whole batch). Each stack runs on one thread; ``threads`` workers
@@ -443,9 +542,25 @@ def profile_batch(lambdas, slopes, diagonal, weights, *, num_tokens: int, past_w
     lasts = np.full((count, t_total), np.nan)
     info = np.full((count, 4), -1, dtype=np.int64)
     ptr: Callable[..., object] = lambda a, t=_PD: a.ctypes.data_as(t)  # noqa: E731
-    rc = lib.posbias_profile_batch(count, n, heads, t_total, ptr(lam), ptr(m), ptr(d), ptr(w), window, k,
-                                   2 if guarded else 0, threads, ptr(mant), ptr(lo, _PI), ptr(mins), ptr(lasts),
-                                   ptr(info, _PI))
+    rc = lib.posbias_profile_batch(
+        count,
+        n,
+        heads,
+        t_total,
+        ptr(lam),
+        ptr(m),
+        ptr(d),
+        ptr(w),
+        window,
+        k,
+        2 if guarded else 0,
+        threads,
+        ptr(mant),
+        ptr(lo, _PI),
+        ptr(mins),
+        ptr(lasts),
+        ptr(info, _PI),
+    )
     if rc != 0:
         raise NativeError(int(rc), -1, -1)
     if t_total == 0:
@@ -458,8 +573,9 @@ def geometric_sums(slope: float, lengths, reach: int | None = None) -> np.ndarra
     lengths = np.ascontiguousarray(lengths, dtype=np.int64)
     reach = int(lengths.max(initial=0)) if reach is None else int(reach)
     out = np.empty(lengths.shape[0])
-    rc = library().posbias_geometric(float(slope), reach, lengths.shape[0],
-                                     lengths.ctypes.data_as(_PI), out.ctypes.data_as(_PD))
+    rc = library().posbias_geometric(
+        float(slope), reach, lengths.shape[0], lengths.ctypes.data_as(_PI), out.ctypes.data_as(_PD)
+    )
     if rc != 0:
         raise NativeError(rc, -1, -1)
     return out

@@ -31,8 +31,26 @@ def _library() -> ctypes.CDLL:
     handle = ctypes.CDLL(str(compile_source(BIAS_SOURCE)))
     for entry in (handle.posbias_bias_profile, handle.posbias_bias_profile_log):
         entry.restype = ctypes.c_int
-        entry.argtypes = [_I64, _I64, _I64, _I64, _PD, _PI, _PD, _PD, _PD, _PD, _PD, _I64, _I64, _I64, _PD, _PD,
-                          _PD, _PD]
+        entry.argtypes = [
+            _I64,
+            _I64,
+            _I64,
+            _I64,
+            _PD,
+            _PI,
+            _PD,
+            _PD,
+            _PD,
+            _PD,
+            _PD,
+            _I64,
+            _I64,
+            _I64,
+            _PD,
+            _PD,
+            _PD,
+            _PD,
+        ]
     return handle
 
 
@@ -47,8 +65,17 @@ def available() -> bool:
     return True
 
 
-def profile(layers, past: np.ndarray, future: np.ndarray, *, num_tokens: int, mask, threads: int | None = None,
-            progress: Callable[[int, int], None] | None = None, extended: bool = False):
+def profile(
+    layers,
+    past: np.ndarray,
+    future: np.ndarray,
+    *,
+    num_tokens: int,
+    mask,
+    threads: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    extended: bool = False,
+):
     """(v (N,), min_i A[i, i] (T,), A[N-1, N-1] (T,), row deficit (T,)) after every layer; with
     ``extended``, (log v (N,), ..., zeros (T,)): the log-space kernel, which has no deficit limit.
 
@@ -84,9 +111,24 @@ def profile(layers, past: np.ndarray, future: np.ndarray, *, num_tokens: int, ma
         sl = slice(low, top)
         parts = [np.ascontiguousarray(a[sl]) for a in (lam, index, diag, sink, weights)]
         outs = [np.full(top - low, np.nan) for _ in range(3)]
-        rc = entry(n, heads, top - low, past.shape[0], ptr(parts[0]), ptr(parts[1], _PI), ptr(parts[2]),
-                   ptr(parts[3]), ptr(parts[4]), ptr(past), ptr(future), reach, k, int(threads), ptr(v),
-                   *(ptr(o) for o in outs))
+        rc = entry(
+            n,
+            heads,
+            top - low,
+            past.shape[0],
+            ptr(parts[0]),
+            ptr(parts[1], _PI),
+            ptr(parts[2]),
+            ptr(parts[3]),
+            ptr(parts[4]),
+            ptr(past),
+            ptr(future),
+            reach,
+            k,
+            int(threads),
+            ptr(v),
+            *(ptr(o) for o in outs),
+        )
         if rc != 0:
             raise NativeError(int(rc), -1, -1)
         mins[sl], lasts[sl], deficits[sl] = outs

@@ -169,7 +169,7 @@ class PeriodicStack:
         """A (T, ...) per-layer array of the expanded stack -> its (p + r, ...) distinct layers."""
         per_layer = np.asarray(per_layer)
         r = self.top.num_layers if self.top is not None else 0
-        return np.concatenate([per_layer[: self.period], per_layer[per_layer.shape[0] - r:]])
+        return np.concatenate([per_layer[: self.period], per_layer[per_layer.shape[0] - r :]])
 
     def lambda_label(self, spec: str | None = None) -> str:
         """One line for a figure subtitle: the schedule, its period and sum_t lambda_t."""
@@ -206,4 +206,3 @@ def detect(stack: AlibiStack) -> PeriodicStack:
     rows = np.concatenate([stack.lambdas[:, None], stack.slopes, stack.diagonal, stack.head_weights], axis=1)
     p = minimal_period(rows)
     return PeriodicStack.build(layer_range(stack, 0, p), stack.num_layers)
-

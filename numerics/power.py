@@ -100,8 +100,10 @@ class Power(Engine):
         if not isinstance(stack, (PeriodicStack, AlibiStack)):
             return f"expected a PeriodicStack or an ALiBi + content stack, got {type(stack).__name__}"
         if num_tokens > self.max_tokens:
-            return (f"N = {num_tokens} is too large for the dense power route (N x N products, at most "
-                    f"{self.max_tokens} tokens)")
+            return (
+                f"N = {num_tokens} is too large for the dense power route (N x N products, at most "
+                f"{self.max_tokens} tokens)"
+            )
         return None
 
     def needs_jax(self, stack: Stack, dtype: DTypeLike) -> bool:
@@ -114,14 +116,16 @@ class Power(Engine):
         panels = 2 * PANEL * num_tokens * blas_threads(self.threads)
         return 8 * (5 * num_tokens**2 + panels) + 64 * num_tokens + 64 * num_heads
 
-    def compute(self, stack: PeriodicStack | AlibiStack, num_tokens: int, *, dtype: Any,
-                progress: Progress | None = None) -> Profile:
+    def compute(
+        self, stack: PeriodicStack | AlibiStack, num_tokens: int, *, dtype: Any, progress: Progress | None = None
+    ) -> Profile:
         threads = blas_threads(self.threads)
         with blas_limit(threads):
             return self._compute(stack, num_tokens, threads, progress)
 
-    def _compute(self, stack: PeriodicStack | AlibiStack, num_tokens: int, threads: int,
-                 progress: Progress | None) -> Profile:
+    def _compute(
+        self, stack: PeriodicStack | AlibiStack, num_tokens: int, threads: int, progress: Progress | None
+    ) -> Profile:
         """``compute`` with BLAS on ``threads`` threads while B is built, on one while squaring (the
         squarings' ``threads`` share row blocks and panels instead, ``multiply``)."""
         compact = stack if isinstance(stack, PeriodicStack) else detect(stack)
@@ -167,13 +171,22 @@ class Power(Engine):
                     progress(done, total)
         lost = ~(errv - logv <= RESOLVED)
         logp = np.where(lost, -np.inf, logv)
-        blocks = "" if not heights else (f"; blocks of {heights[0]} rows" if min(heights) == max(heights)
-                                         else f"; blocks of {min(heights)} to {max(heights)} rows")
-        note = (f"power: B = R^({p - 1})...R^(0) ({p} layer{'s' if p > 1 else ''}) to the power q = {q} by "
-                f"{squarings} squarings and {products} vector products ({'triangular' if causal else 'full'} "
-                f"N x N), a scale exponent per block of rows and column (extended range{blocks})"
-                + (f"; {compact.top.num_layers} top layers first" if compact.top is not None else "")
-                + (f"; {int(lost.sum())} entries unresolved" if lost.any() else ""))
+        blocks = (
+            ""
+            if not heights
+            else (
+                f"; blocks of {heights[0]} rows"
+                if min(heights) == max(heights)
+                else f"; blocks of {min(heights)} to {max(heights)} rows"
+            )
+        )
+        note = (
+            f"power: B = R^({p - 1})...R^(0) ({p} layer{'s' if p > 1 else ''}) to the power q = {q} by "
+            f"{squarings} squarings and {products} vector products ({'triangular' if causal else 'full'} "
+            f"N x N), a scale exponent per block of rows and column (extended range{blocks})"
+            + (f"; {compact.top.num_layers} top layers first" if compact.top is not None else "")
+            + (f"; {int(lost.sum())} entries unresolved" if lost.any() else "")
+        )
         mins, lasts = np.concatenate(mins), np.concatenate(lasts)
         if not isinstance(stack, PeriodicStack):  # an ordinary stack gets its (T,) per-layer arrays back
             mins, lasts = (np.concatenate([np.tile(a[:p], q), a[p:]]) for a in (mins, lasts))

@@ -55,8 +55,9 @@ def starts(n: int, rows: int) -> np.ndarray:
     return np.arange(0, n, rows)
 
 
-def block_reduce(a: np.ndarray, rows: int, ufunc: np.ufunc, where: np.ndarray | None = None,
-                 **initial: Any) -> np.ndarray:
+def block_reduce(
+    a: np.ndarray, rows: int, ufunc: np.ufunc, where: np.ndarray | None = None, **initial: Any
+) -> np.ndarray:
     """(nb, ...) ``ufunc`` over each block of ``rows`` consecutive rows of ``a`` (the last may be short),
     over the entries where ``where`` holds (a boolean array like a; all when None)."""
     full = a.shape[0] // rows * rows
@@ -73,7 +74,7 @@ def _divide_blocks(a: np.ndarray, rows: int, values: np.ndarray) -> np.ndarray:
     """a / values[i // rows] row by row: every block of rows divided by its own (N,) values."""
     out = np.empty_like(a)
     for blk, start in enumerate(starts(a.shape[0], rows)):
-        np.divide(a[start:start + rows], values[blk], out=out[start:start + rows])
+        np.divide(a[start : start + rows], values[blk], out=out[start : start + rows])
     return out
 
 
@@ -158,12 +159,10 @@ def reblock(m: Scaled, rows: int, *, causal: bool) -> Scaled:
         factor = np.where(np.isfinite(m.scale), np.exp(m.scale - scale[parent]), 0.0)
     mant = m.mant.copy()
     for blk, a in enumerate(starts(n, m.rows)):
-        mant[a:a + m.rows] *= factor[blk]
+        mant[a : a + m.rows] *= factor[blk]
     flushed = (mant < TINY) & (m.mant > 0)
     mant[mant < TINY] = 0.0
     err = block_reduce(m.err, group, np.maximum)
     charged = block_reduce(flushed, rows, np.logical_or)
     err = np.where(charged, np.logaddexp(err, LOG_TINY + scale), err)
     return Scaled(mant, scale, err, rows)
-
-

@@ -99,8 +99,9 @@ def _panel_product(x_rows: np.ndarray, w: np.ndarray, skip: int, causal: bool) -
     return out
 
 
-def multiply(x: Scaled, y: Scaled, log_y: np.ndarray, *, causal: bool,
-             pool: ThreadPoolExecutor | None = None) -> Scaled:
+def multiply(
+    x: Scaled, y: Scaled, log_y: np.ndarray, *, causal: bool, pool: ThreadPoolExecutor | None = None
+) -> Scaled:
     """x · y in x's blocks, with its loss bound; ``log_y`` = log of y's entries (``log_entries``).
     With a ``pool``, its threads take one row block at a time (or, with one block, one W panel at a
     time): every block and panel is computed exactly as serially, so the result is the same; NumPy and
@@ -130,8 +131,16 @@ def _panel_buffers(buffers: threading.local, n: int, height: int, width: int) ->
     return buffers.w[:height, :width], buffers.cut[:height, :width]
 
 
-def _row_block(x: Scaled, log_y: np.ndarray, blk: int, causal: bool, out: Scaled, lost_x: np.ndarray,
-               buffers: threading.local, pool: ThreadPoolExecutor | None = None) -> None:
+def _row_block(
+    x: Scaled,
+    log_y: np.ndarray,
+    blk: int,
+    causal: bool,
+    out: Scaled,
+    lost_x: np.ndarray,
+    buffers: threading.local,
+    pool: ThreadPoolExecutor | None = None,
+) -> None:
     """Row block ``blk`` of x · y into ``out`` (mantissas, scales, and in ``out.err`` what the products
     dropped below 2^-1022) and sum_l |dX_il| Y_lj into ``lost_x``; its W panels on ``pool`` if given,
     formed in this thread's ``buffers``."""
@@ -162,7 +171,7 @@ def _row_block(x: Scaled, log_y: np.ndarray, blk: int, causal: bool, out: Scaled
         np.less(w, keep_from[l0:lim, None], out=cut)
         np.exp(w, out=w)  # then the cut entries are set to 0 = exp(-inf), as if cut before
         np.copyto(w, 0.0, where=cut)
-        prod[r0 - a:, j0:j1] = _panel_product(x.mant[r0:c, l0:lim], w, r0 - l0, causal)
+        prod[r0 - a :, j0:j1] = _panel_product(x.mant[r0:c, l0:lim], w, r0 - l0, causal)
         shift[j0:j1] = g
 
     if pool is None:
@@ -192,8 +201,9 @@ def _row_block(x: Scaled, log_y: np.ndarray, blk: int, causal: bool, out: Scaled
         lost_x[blk, :lim] = _weighted_logsumexp(x.err[blk, :lim], log_y[:lim, :lim])
 
 
-def vector_times(logv: np.ndarray, errv: np.ndarray, m: Scaled, log_m: np.ndarray, *,
-                 causal: bool) -> tuple[np.ndarray, np.ndarray]:
+def vector_times(
+    logv: np.ndarray, errv: np.ndarray, m: Scaled, log_m: np.ndarray, *, causal: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """(log(v M), loss bound) for a row vector v = exp(logv) with per-entry loss bounds exp(errv)."""
     n = logv.shape[0]
     logw = _weighted_logsumexp(logv, log_m)

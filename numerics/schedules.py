@@ -106,9 +106,7 @@ class Custom:
 
     def values(self, num_layers: int) -> np.ndarray:
         if len(self.lambdas) != num_layers:
-            raise ValueError(
-                f"custom schedule has {len(self.lambdas)} values, expected num_layers = {num_layers}"
-            )
+            raise ValueError(f"custom schedule has {len(self.lambdas)} values, expected num_layers = {num_layers}")
         return np.asarray(self.lambdas, dtype=np.float64)
 
     def symbolic(self, t):

@@ -67,8 +67,14 @@ class AlibiStack:
         return int(np.shape(self.slopes)[1])
 
     @staticmethod
-    def build(lambdas: ArrayLike, slopes: ArrayLike, diagonal: ArrayLike = 0.0, head_weights: ArrayLike | None = None,
-              temperature: float = 1.0, mask: Mask | None = None) -> AlibiStack:
+    def build(
+        lambdas: ArrayLike,
+        slopes: ArrayLike,
+        diagonal: ArrayLike = 0.0,
+        head_weights: ArrayLike | None = None,
+        temperature: float = 1.0,
+        mask: Mask | None = None,
+    ) -> AlibiStack:
         """Validate, broadcast inputs to (T, H) and normalise head weights.
 
         ``slopes``, ``diagonal`` and ``head_weights`` may be scalars, (H,) vectors
@@ -198,7 +204,6 @@ class KernelStack:
         return KernelStack(kernels, lambdas, causal)
 
 
-
 def kernel_tolerance(dtype, num_tokens: int) -> float:
     """How far a stored kernel row may sum from 1: 1e-9 for float64 (or wider) values; for
     narrower floats the rounding of the stored values and of the row's own sum, 64 eps N,
@@ -233,5 +238,6 @@ def per_layer_head(name: str, x: np.ndarray, num_layers: int, num_heads: int) ->
     try:
         return np.array(np.broadcast_to(x, (num_layers, num_heads)))
     except ValueError:
-        raise StackError(f"{name}: shape {x.shape} does not broadcast to "
-                         f"(T, H) = ({num_layers}, {num_heads})") from None
+        raise StackError(
+            f"{name}: shape {x.shape} does not broadcast to (T, H) = ({num_layers}, {num_heads})"
+        ) from None

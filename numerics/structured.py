@@ -98,8 +98,10 @@ def native_refuses(stack: AlibiStack) -> str | None:
     bad = np.argwhere(clip_inexact(slopes, diagonal))
     if bad.size:
         t, h = (int(i) for i in bad[0])
-        return (f"layer {t} head {h}: content d/tau = {diagonal[t, h]:.4g} below -{native.D_CLIP:g} with slope "
-                f"m/tau = {slopes[t, h]:.4g}, where the native kernel's clip of d is not exact")
+        return (
+            f"layer {t} head {h}: content d/tau = {diagonal[t, h]:.4g} below -{native.D_CLIP:g} with slope "
+            f"m/tau = {slopes[t, h]:.4g}, where the native kernel's clip of d is not exact"
+        )
     return None
 
 
@@ -147,8 +149,10 @@ class Structured(Engine):
         if self.ring == "linear":
             slopes, _ = stack.scaled()
             if np.max(slopes, initial=0.0) > LINEAR_MAX_SLOPE:
-                return (f"slopes m/tau up to {np.max(slopes):.4g}: beyond {LINEAR_MAX_SLOPE:g}, e^(-m) leaves the "
-                        "float64 range in linear arithmetic (the log engine handles any slope)")
+                return (
+                    f"slopes m/tau up to {np.max(slopes):.4g}: beyond {LINEAR_MAX_SLOPE:g}, e^(-m) leaves the "
+                    "float64 range in linear arithmetic (the log engine handles any slope)"
+                )
         if self.extended:
             return native_refuses(stack)
         return None
@@ -180,8 +184,10 @@ class Structured(Engine):
         if self.chunk is not None and not (isinstance(self.chunk, int) and self.chunk >= 1):
             return f"chunk must be a positive integer, got {self.chunk!r}"
         if self.ring == "log" and mask.past_window is not None:
-            return ("sliding-window masks need subtraction, which log-space arithmetic cannot do "
-                    "(the structured engine's extended-range native mode handles them)")
+            return (
+                "sliding-window masks need subtraction, which log-space arithmetic cannot do "
+                "(the structured engine's extended-range native mode handles them)"
+            )
         if self.extended and not (self.native and native.available()):
             return "extended range needs the native CPU kernel, which is not available here"
         return None
@@ -197,7 +203,7 @@ class Structured(Engine):
             # u and one temporary (G, P), the Toeplitz blocks, the shared normalisers when stored
             shared = 8 * num_heads * c.padded if num_heads * c.padded <= SHARED_NORMALISER_MAX else 0
             widest = max(c.chunk, min(rec.BAND_MAX, 1 << int(np.ceil(np.log2(max(num_tokens, 2))))))  # a window's C
-            return 8 * (3 * c.group * c.padded + 3 * c.group * widest ** 2 + 12 * c.padded) + shared + params
+            return 8 * (3 * c.group * c.padded + 3 * c.group * widest**2 + 12 * c.padded) + shared + params
         g = rec.plan(num_tokens, num_heads, None, min(self.group_budget, BLOCKED_BUDGET))
         return 8 * 10 * g.group * g.padded + 8 * 8 * g.padded + params
 
@@ -207,8 +213,13 @@ class Structured(Engine):
 
     def uses_native(self, dtype) -> bool:
         """Whether ``compute`` takes the C kernel for this dtype (decided here only)."""
-        return (self.native and self.ring == "linear" and np.dtype(dtype) == np.float64
-                and cpu_backend() and native.available())
+        return (
+            self.native
+            and self.ring == "linear"
+            and np.dtype(dtype) == np.float64
+            and cpu_backend()
+            and native.available()
+        )
 
     def needs_jax(self, stack: AlibiStack, dtype) -> bool:  # after supports: an AlibiStack
         return not (self.uses_native(dtype) and native_refuses(stack) is None)
@@ -223,15 +234,25 @@ class Structured(Engine):
     def _native(self, stack, num_tokens, progress) -> Profile:
         slopes, diagonal = stack.scaled()
         res = native.profile(
-            stack.lambdas, slopes, diagonal, stack.head_weights, num_tokens=num_tokens,
-            past_window=stack.mask.past_window, bidirectional_length=stack.mask.bidirectional_length(num_tokens),
-            extended=self.extended, adaptive=self.extended, threads=self.threads, progress=progress,
+            stack.lambdas,
+            slopes,
+            diagonal,
+            stack.head_weights,
+            num_tokens=num_tokens,
+            past_window=stack.mask.past_window,
+            bidirectional_length=stack.mask.bidirectional_length(num_tokens),
+            extended=self.extended,
+            adaptive=self.extended,
+            threads=self.threads,
+            progress=progress,
         )
         if res.state.extended:
-            return log_profile(res.log_probabilities, res.min_self_weight, res.last_self_weight,
-                               engine=self.name, path=res.path)
-        return linear_profile(res.probabilities, res.min_self_weight, res.last_self_weight,
-                              engine=self.name, path=res.path)
+            return log_profile(
+                res.log_probabilities, res.min_self_weight, res.last_self_weight, engine=self.name, path=res.path
+            )
+        return linear_profile(
+            res.probabilities, res.min_self_weight, res.last_self_weight, engine=self.name, path=res.path
+        )
 
     def _xla(self, stack, num_tokens, dtype, progress) -> Profile:
         import jax.numpy as jnp
@@ -243,8 +264,7 @@ class Structured(Engine):
         ring = SEMIRINGS[self.ring]
         if self.chunked():
             moderate = bool(np.all(np.abs(stack.scaled()[1]) <= rec.D_CLIP))
-            geometry = rec.chunk_plan(num_tokens, stack.num_heads, stack.mask, self.group_budget, self.chunk,
-                                      moderate)
+            geometry = rec.chunk_plan(num_tokens, stack.num_heads, stack.mask, self.group_budget, self.chunk, moderate)
         else:
             geometry = rec.plan(num_tokens, stack.num_heads, stack.mask, min(self.group_budget, BLOCKED_BUDGET))
         heads = -(-stack.num_heads // geometry.group) * geometry.group
@@ -258,8 +278,12 @@ class Structured(Engine):
             return jnp.asarray(x, dtype=dtype)
 
         # Identity layers go *below* layer 0 (applied last, lambda = 0): they change nothing.
-        layers = rec.LayerParams(jnp.asarray(np.pad(stack.lambdas, (t_pad - t_total, 0)), dtype),
-                                 arr(slopes), arr(diagonal), arr(stack.head_weights))
+        layers = rec.LayerParams(
+            jnp.asarray(np.pad(stack.lambdas, (t_pad - t_total, 0)), dtype),
+            arr(slopes),
+            arr(diagonal),
+            arr(stack.head_weights),
+        )
         shared = None
         if np.all(slopes == slopes[:1]) and heads * geometry.padded <= SHARED_NORMALISER_MAX:
             if self.chunked():
@@ -272,7 +296,7 @@ class Structured(Engine):
         mins, lasts = [], []
         done = 0
         for start in range(t_pad - chunk, -1, -chunk):
-            part = rec.LayerParams(*(a[start:start + chunk] for a in layers))
+            part = rec.LayerParams(*(a[start : start + chunk] for a in layers))
             if self.chunked():
                 v, (mn, last) = rec.chunked_layers_scan(v, part, shared, plan=geometry)
             else:
@@ -282,8 +306,8 @@ class Structured(Engine):
             done = min(t_total, done + chunk)
             if progress is not None:
                 progress(done, t_total)
-        mins = np.concatenate(mins[::-1])[t_pad - t_total:]
-        lasts = np.concatenate(lasts[::-1])[t_pad - t_total:]
+        mins = np.concatenate(mins[::-1])[t_pad - t_total :]
+        lasts = np.concatenate(lasts[::-1])[t_pad - t_total :]
         v = np.asarray(v, dtype=np.float64)[:num_tokens]
         if ring is LOG:
             return log_profile(v, mins, lasts, engine=self.name, path="xla-log")
@@ -294,9 +318,9 @@ class Structured(Engine):
         resolution = 16.0 * float(np.finfo(np.float64).eps) * (t_total + 1) if subtracts else 0.0
         return linear_profile(v, mins, lasts, engine=self.name, path="xla", resolution=resolution)
 
-
-    def batched(self, stacks: Sequence, num_tokens: int, *, dtype=np.float64, workers: int | None = None,
-                devices=None) -> list[Profile | None]:
+    def batched(
+        self, stacks: Sequence, num_tokens: int, *, dtype=np.float64, workers: int | None = None, devices=None
+    ) -> list[Profile | None]:
         """The batch routes (``Engine.batched``) for an ``AlibiBatch`` (or plain ALiBi stacks of one
         shape): the C kernel where ``compute`` would take it, else the XLA path, one call for the
         batch. ``check`` for the batch's memory, ``supported`` per stack, ``implausible_rows`` on the
@@ -329,8 +353,9 @@ class Structured(Engine):
             out[int(i)] = result
         return out
 
-    def _native_rows(self, batch: AlibiBatch, scaled: tuple[np.ndarray, np.ndarray], num_tokens: int,
-                     workers: int | None) -> list[Profile | None]:
+    def _native_rows(
+        self, batch: AlibiBatch, scaled: tuple[np.ndarray, np.ndarray], num_tokens: int, workers: int | None
+    ) -> list[Profile | None]:
         """The C kernel's batch entry in this engine's mode (linear, or guarded linear when
         extended); each row what ``linear_profile`` makes of it (clip and log once on (B, N):
         elementwise, the same values as row by row), None where the guard stopped it, it has an
@@ -338,19 +363,28 @@ class Structured(Engine):
         from posbias.numerics.engine import implausible_rows
 
         res = native.profile_batch(
-            batch.lambdas, *scaled, batch.head_weights, num_tokens=num_tokens, past_window=batch.mask.past_window,
-            bidirectional_length=batch.mask.bidirectional_length(num_tokens), guarded=self.extended,
-            threads=workers or os.cpu_count() or 1)
+            batch.lambdas,
+            *scaled,
+            batch.head_weights,
+            num_tokens=num_tokens,
+            past_window=batch.mask.past_window,
+            bidirectional_length=batch.mask.bidirectional_length(num_tokens),
+            guarded=self.extended,
+            threads=workers or os.cpu_count() or 1,
+        )
         prob = np.maximum(res.probabilities, 0.0)
         logp = np.log(prob)
         keep = (res.codes == 0) & np.all(prob > 0, axis=1)
         keep &= ~implausible_rows(prob, logp)
         mins, lasts = res.min_self_weight, res.last_self_weight
-        return [Profile(prob[k], logp[k], mins[k], lasts[k], self.name, "native") if keep[k] else None
-                for k in range(len(batch))]
+        return [
+            Profile(prob[k], logp[k], mins[k], lasts[k], self.name, "native") if keep[k] else None
+            for k in range(len(batch))
+        ]
 
-    def _xla_rows(self, batch: AlibiBatch, scaled: tuple[np.ndarray, np.ndarray], num_tokens: int, dtype,
-                  devices=None) -> list[Profile | None]:
+    def _xla_rows(
+        self, batch: AlibiBatch, scaled: tuple[np.ndarray, np.ndarray], num_tokens: int, dtype, devices=None
+    ) -> list[Profile | None]:
         """The XLA path for the whole batch in one jit-compiled call: the per-stack layer scan
         vmapped over the batch. With ``devices`` (more than one), the batch axis is sharded over
         a Mesh of them (NamedSharding); each stack's numbers do not depend on the sharding (the
@@ -368,8 +402,7 @@ class Structured(Engine):
         slopes, diagonal = scaled
         if self.chunked():
             moderate = bool(np.all(np.abs(diagonal) <= rec.D_CLIP))
-            geometry = rec.chunk_plan(num_tokens, batch.num_heads, batch.mask, self.group_budget, self.chunk,
-                                      moderate)
+            geometry = rec.chunk_plan(num_tokens, batch.num_heads, batch.mask, self.group_budget, self.chunk, moderate)
         else:
             geometry = rec.plan(num_tokens, batch.num_heads, batch.mask, min(self.group_budget, BLOCKED_BUDGET))
         heads = -(-batch.num_heads // geometry.group) * geometry.group
@@ -403,8 +436,10 @@ class Structured(Engine):
             subtracts = batch.mask.past_window is not None and not (chunked and geometry.band)
             resolution = 16.0 * float(np.finfo(np.float64).eps) * (batch.num_layers + 1) if subtracts else 0.0
         broken = implausible_rows(prob, logp, dtype)
-        return [None if broken[k] else Profile(prob[k], logp[k], mins[k], lasts[k], self.name, path, resolution)
-                for k in range(count)]
+        return [
+            None if broken[k] else Profile(prob[k], logp[k], mins[k], lasts[k], self.name, path, resolution)
+            for k in range(count)
+        ]
 
 
 @functools.cache
@@ -434,8 +469,9 @@ def kernel_diagonals(stack: AlibiStack, num_tokens: int) -> np.ndarray:
 
     with jax.enable_x64(True):
         slopes, diagonal = stack.scaled()
-        return np.asarray(rec.kernel_diagonals(slopes, diagonal, stack.head_weights, num_tokens=num_tokens,
-                                               mask=stack.mask))
+        return np.asarray(
+            rec.kernel_diagonals(slopes, diagonal, stack.head_weights, num_tokens=num_tokens, mask=stack.mask)
+        )
 
 
 def diagonal_product(self_weights: np.ndarray, lambdas: np.ndarray) -> np.ndarray:

@@ -183,10 +183,11 @@ def summarize(profile: Profile, stack, *, precision: Precision = "float64") -> S
         if zero[j]:
             return 0.0, None
         return (None, None) if lost[j] else (float(p[j]), float(logp[j]))
+
     graded = _graded(logp, n, argmin, log_p_min, end(0)[1], end(-1)[1])
     causal = stack.causal(n)
     if hasattr(stack, "sum_lambda_delta"):  # a compact stack (PeriodicStack): no T-long arrays, one
-        sum_lambda = stack.sum_lambda()     # self-weight per distinct layer in the profile
+        sum_lambda = stack.sum_lambda()  # self-weight per distinct layer in the profile
         sum_lambda_delta = stack.sum_lambda_delta(profile.min_self_weight)
         atom = stack.last_token_atom(profile.last_self_weight) if causal else None
     else:
@@ -240,12 +241,15 @@ def _graded(logp, n, argmin, log_p_min, log_first, log_last) -> dict:
         out["dip_depth"] = float(np.exp(depth)) if depth < 700 else None
     return out
 
+
 def summarize_columns(profiles, stacks, *, precision: Precision = "float64") -> dict[str, list]:
     """``summarize(p, s).to_dict()`` for every (profile, stack) pair, as columns: key -> list over
     the batch (the same keys, in the same order, and the same values): ``summary_arrays`` with
     every column as a list."""
-    return {k: v.tolist() if isinstance(v, np.ndarray) else v
-            for k, v in summary_arrays(profiles, stacks, precision=precision).items()}
+    return {
+        k: v.tolist() if isinstance(v, np.ndarray) else v
+        for k, v in summary_arrays(profiles, stacks, precision=precision).items()
+    }
 
 
 def summary_arrays(profiles, stacks, *, precision: Precision = "float64") -> dict[str, list | np.ndarray]:
@@ -307,12 +311,25 @@ def _vectorisable(profiles, stacks) -> np.ndarray:
     from posbias.numerics.batch import AlibiBatch
 
     batch = isinstance(stacks, AlibiBatch)
-    rows = [i for i, pr in enumerate(profiles)
-            if pr.resolution == 0 and pr.probabilities.ndim == 1
-            and (batch or (hasattr(stacks[i], "lambdas") and not hasattr(stacks[i], "kernels")
-                           and not hasattr(stacks[i], "sum_lambda_delta")))]
-    if not rows or len({profiles[i].num_tokens for i in rows}) > 1 or \
-            (not batch and len({stacks[i].num_layers for i in rows}) > 1):
+    rows = [
+        i
+        for i, pr in enumerate(profiles)
+        if pr.resolution == 0
+        and pr.probabilities.ndim == 1
+        and (
+            batch
+            or (
+                hasattr(stacks[i], "lambdas")
+                and not hasattr(stacks[i], "kernels")
+                and not hasattr(stacks[i], "sum_lambda_delta")
+            )
+        )
+    ]
+    if (
+        not rows
+        or len({profiles[i].num_tokens for i in rows}) > 1
+        or (not batch and len({stacks[i].num_layers for i in rows}) > 1)
+    ):
         return np.array([], dtype=np.int64)
     prob = np.stack([profiles[i].probabilities for i in rows])
     logs = np.stack([profiles[i].log_probabilities for i in rows])
@@ -321,8 +338,15 @@ def _vectorisable(profiles, stacks) -> np.ndarray:
     n = profiles[rows[0]].num_tokens if rows else 0
     if batch and stacks.mask.past_window is None:
         return np.asarray(rows, dtype=np.int64)
-    return np.asarray([i for i in rows if getattr(getattr(stacks[i], "mask", None), "past_window", None) is None
-                       or not exact_zeros(stacks[i], n).any()], dtype=np.int64)
+    return np.asarray(
+        [
+            i
+            for i in rows
+            if getattr(getattr(stacks[i], "mask", None), "past_window", None) is None
+            or not exact_zeros(stacks[i], n).any()
+        ],
+        dtype=np.int64,
+    )
 
 
 def _vector_columns(profiles, stacks, precision: Precision) -> dict[str, list | np.ndarray]:
@@ -359,15 +383,27 @@ def _vector_columns(profiles, stacks, precision: Precision) -> dict[str, list | 
     depth = np.minimum(logp[:, 0], logp[:, -1]) - logp[at, k]
     none = [None] * b
     vec: dict[str, list | np.ndarray] = {
-        "num_layers": layers, "num_tokens": np.full(b, n), "num_heads": heads, "mask": masks,
-        "p_first": p[:, 0], "p_last": p[:, -1], "log_p_first": logp[:, 0], "log_p_last": logp[:, -1],
-        "argmin": k, "p_min": p[at, k], "log_p_min": logp[at, k],
-        "entropy": ent, "sum_lambda": lams.sum(axis=1),
+        "num_layers": layers,
+        "num_tokens": np.full(b, n),
+        "num_heads": heads,
+        "mask": masks,
+        "p_first": p[:, 0],
+        "p_last": p[:, -1],
+        "log_p_first": logp[:, 0],
+        "log_p_last": logp[:, -1],
+        "argmin": k,
+        "p_min": p[at, k],
+        "log_p_min": logp[at, k],
+        "entropy": ent,
+        "sum_lambda": lams.sum(axis=1),
         "sum_lambda_delta": np.sum(lams * (1.0 - mins), axis=1),
         "last_token_atom": np.ma.masked_array(atom, mask=~causal) if causal.any() else none,
-        "u_shape": shape, "mass_defect": defect,
-        "engine": [pr.engine for pr in profiles], "path": [pr.path for pr in profiles],
-        "precision": [precision] * b, "unresolved": np.zeros(b, np.int64),
+        "u_shape": shape,
+        "mass_defect": defect,
+        "engine": [pr.engine for pr in profiles],
+        "path": [pr.path for pr in profiles],
+        "precision": [precision] * b,
+        "unresolved": np.zeros(b, np.int64),
         "argmin_relative": k / (n - 1) if n > 1 else np.zeros(b),
         "log_dip_depth": depth,
         "dip_depth": np.ma.masked_array(np.exp(np.minimum(depth, 700.0)), mask=~(depth < 700)),

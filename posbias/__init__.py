@@ -35,15 +35,46 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "build_model": "posbias.model", "Model": "posbias.model",
+    "build_model": "posbias.model",
+    "Model": "posbias.model",
     "load_config": ("posbias.config", "load"),
-    "derive": "posbias.theory", "derivations": "posbias.theory", "claims": "posbias.theory",
+    "derive": "posbias.theory",
+    "derivations": "posbias.theory",
+    "claims": "posbias.theory",
 }
-_NUMERICS = ("AlibiStack", "KernelStack", "Causal", "SlidingWindow", "Prefix", "Full", "Constant", "PowerDecay",
-             "Geometric", "Custom", "alibi_slopes", "profile", "summarize", "Profile", "Summary", "ENGINES",
-             "Engine", "Auto", "Structured", "FFT", "Dense", "Measured", "Power", "PeriodicStack", "Unsupported",
-             "profiles", "kernel_diagonals",
-             "diagonal_product", "alibi_kernels", "rollout_matrix", "u_shape")
+_NUMERICS = (
+    "AlibiStack",
+    "KernelStack",
+    "Causal",
+    "SlidingWindow",
+    "Prefix",
+    "Full",
+    "Constant",
+    "PowerDecay",
+    "Geometric",
+    "Custom",
+    "alibi_slopes",
+    "profile",
+    "summarize",
+    "Profile",
+    "Summary",
+    "ENGINES",
+    "Engine",
+    "Auto",
+    "Structured",
+    "FFT",
+    "Dense",
+    "Measured",
+    "Power",
+    "PeriodicStack",
+    "Unsupported",
+    "profiles",
+    "kernel_diagonals",
+    "diagonal_product",
+    "alibi_kernels",
+    "rollout_matrix",
+    "u_shape",
+)
 
 __all__ = sorted([*_EXPORTS, *_NUMERICS])
 

@@ -32,8 +32,11 @@ from pathlib import Path
 
 def at_least(minimum: int):
     """An argparse type: an integer >= ``minimum``, or one line saying what was expected."""
-    kind = "a positive integer" if minimum == 1 else ("a non-negative integer" if minimum == 0
-                                                      else f"an integer >= {minimum}")
+    kind = (
+        "a positive integer"
+        if minimum == 1
+        else ("a non-negative integer" if minimum == 0 else f"an integer >= {minimum}")
+    )
 
     def convert(text: str) -> int:
         try:

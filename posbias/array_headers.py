@@ -17,8 +17,18 @@ def read_errors() -> tuple[type[BaseException], ...]:
     import zipfile
     import zlib
 
-    return (OSError, ValueError, EOFError, KeyError, TypeError, SyntaxError, NotImplementedError,
-            RuntimeError, zipfile.BadZipFile, zlib.error)
+    return (
+        OSError,
+        ValueError,
+        EOFError,
+        KeyError,
+        TypeError,
+        SyntaxError,
+        NotImplementedError,
+        RuntimeError,
+        zipfile.BadZipFile,
+        zlib.error,
+    )
 
 
 def _npy_header(handle) -> tuple[tuple[int, ...], np.dtype]:

@@ -92,8 +92,7 @@ class BiasFit:
 
     @property
     def parameter_names(self) -> tuple[str, ...]:
-        return {"alibi": ("slope",), "kerple-log": ("r1", "r2"), "kerple-power": ("r1", "r2")}.get(
-            self.family, ("b",))
+        return {"alibi": ("slope",), "kerple-log": ("r1", "r2"), "kerple-power": ("r1", "r2")}.get(self.family, ("b",))
 
     def bias(self, layer: int, head: int):
         """The fitted ``posbias.numerics.bias.Bias`` of one head."""
@@ -118,15 +117,24 @@ class BiasFit:
 
         t, h = self.diagonal.shape
         biases = [[self.bias(layer, head) for head in range(h)] for layer in range(t)]
-        return BiasStack.build(lambdas, biases, self.diagonal, self.sink, head_weights,
-                               mask=Causal() if self.causal else Full())
+        return BiasStack.build(
+            lambdas, biases, self.diagonal, self.sink, head_weights, mask=Causal() if self.causal else Full()
+        )
 
     def summary(self) -> dict:
         """A JSON-ready record: family, N, mask, smoothness, per layer and head the parameters, d, s, R^2."""
-        return {"family": self.family, "num_tokens": self.num_tokens, "mask": "causal" if self.causal else "full",
-                "smoothness": self.smoothness, "parameter_names": list(self.parameter_names),
-                "parameters": self.parameters.tolist(), "diagonal": self.diagonal.tolist(),
-                "sink": self.sink.tolist(), "r2": self.r2.tolist(), "mean_r2": float(self.r2.mean())}
+        return {
+            "family": self.family,
+            "num_tokens": self.num_tokens,
+            "mask": "causal" if self.causal else "full",
+            "smoothness": self.smoothness,
+            "parameter_names": list(self.parameter_names),
+            "parameters": self.parameters.tolist(),
+            "diagonal": self.diagonal.tolist(),
+            "sink": self.sink.tolist(),
+            "r2": self.r2.tolist(),
+            "mean_r2": float(self.r2.mean()),
+        }
 
 
 @dataclass(frozen=True)
@@ -137,10 +145,10 @@ class _Design:
 
     num_tokens: int
     causal: bool
-    allowed: np.ndarray   # (N, N) bool
-    column: np.ndarray    # (N, N) int64 distance column of each entry
-    counts: np.ndarray    # (N,) allowed entries per row
-    gram: np.ndarray      # (Q, Q)
+    allowed: np.ndarray  # (N, N) bool
+    column: np.ndarray  # (N, N) int64 distance column of each entry
+    counts: np.ndarray  # (N,) allowed entries per row
+    gram: np.ndarray  # (Q, Q)
 
     @property
     def distances(self) -> int:
@@ -155,7 +163,7 @@ def _design(num_tokens: int, causal: bool) -> _Design:
     n = int(num_tokens)
     i, j = np.indices((n, n))
     allowed = j <= i if causal else np.ones((n, n), bool)
-    column = np.where(j <= i, i - j, 0 if causal else n - 1 + (j - i))   # causal: above the diagonal unused
+    column = np.where(j <= i, i - j, 0 if causal else n - 1 + (j - i))  # causal: above the diagonal unused
     q = (n if causal else 2 * n - 1) + 2
     rows, cols = np.nonzero(allowed)
     k = column[rows, cols]
@@ -186,7 +194,7 @@ def _raw_rhs(centred: np.ndarray, design: _Design) -> np.ndarray:
     cols = design.column[allowed]
     out = np.empty((centred.shape[0], q))
     for h, one in enumerate(centred):
-        out[h, :q - 2] = np.bincount(cols, weights=one[allowed], minlength=q - 2)
+        out[h, : q - 2] = np.bincount(cols, weights=one[allowed], minlength=q - 2)
         out[h, q - 2] = np.trace(one)
         out[h, q - 1] = one[:, 0].sum()
     return out
@@ -233,8 +241,9 @@ def _with_ds(b_map: np.ndarray) -> np.ndarray:
     return out
 
 
-def _solve(design: _Design, full_map: np.ndarray, rhs_raw: np.ndarray, penalty: np.ndarray | None,
-           what: str, minimum: int) -> np.ndarray:
+def _solve(
+    design: _Design, full_map: np.ndarray, rhs_raw: np.ndarray, penalty: np.ndarray | None, what: str, minimum: int
+) -> np.ndarray:
     """Least squares (H, P) for every head: (E^T G E + penalty) theta = E^T rhs, columns scaled to a
     unit diagonal; refuses a rank-deficient system."""
     gram = full_map.T @ design.gram @ full_map
@@ -246,8 +255,10 @@ def _solve(design: _Design, full_map: np.ndarray, rhs_raw: np.ndarray, penalty: 
     scaled = gram / np.outer(scale, scale)
     eig = np.linalg.eigvalsh(scaled)
     if eig[0] < RANK_TOLERANCE * eig[-1]:
-        raise BiasFitError(f"{what}: the logits at N = {design.num_tokens} do not determine the fit "
-                           f"(smallest scaled eigenvalue {eig[0]:.3g}); expected N >= {minimum}")
+        raise BiasFitError(
+            f"{what}: the logits at N = {design.num_tokens} do not determine the fit "
+            f"(smallest scaled eigenvalue {eig[0]:.3g}); expected N >= {minimum}"
+        )
     rhs = rhs_raw @ full_map / scale
     return np.linalg.solve(scaled, rhs.T).T / scale
 
@@ -259,7 +270,7 @@ def _residual_r2(logits: np.ndarray, centred: np.ndarray, design: _Design, raw_t
     fitted = raw_theta[:, design.column] + raw_theta[:, q - 2, None, None] * np.eye(design.num_tokens)
     fitted[:, :, 0] += raw_theta[:, q - 1, None]
     fitted = _centre(fitted, design)
-    total = (centred ** 2).sum(axis=(-2, -1))
+    total = (centred**2).sum(axis=(-2, -1))
     resid = ((centred - fitted) ** 2).sum(axis=(-2, -1))
     floor = (64 * np.finfo(np.float64).eps) ** 2 * (np.where(design.allowed, logits, 0.0) ** 2).sum(axis=(-2, -1))
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -281,7 +292,7 @@ def _fit_alibi(design, centred, rhs_raw, what):
     g = _distance_values(design.num_tokens, design.causal)
     theta = _solve(design, _with_ds(-g[:, None]), rhs_raw, None, what, MIN_TOKENS["alibi"])
     rising = theta[:, 0] < 0
-    if rising.any():   # m >= 0: the constrained optimum of a rising line is m = 0
+    if rising.any():  # m >= 0: the constrained optimum of a rising line is m = 0
         ds = _solve(design, _with_ds(np.zeros((g.size, 0))), rhs_raw[rising], None, what, MIN_TOKENS["alibi"])
         theta[rising] = np.column_stack([np.zeros(rising.sum()), ds])
     raw = np.concatenate([-theta[:, :1] * g, theta[:, 1:]], axis=1)
@@ -298,7 +309,7 @@ def _fit_table(design, centred, rhs_raw, smoothness, what):
         penalty = np.zeros((full_map.shape[1],) * 2)
         penalty[:-2, :-2] = smoothness * diff.T @ diff
     theta = _solve(design, full_map, rhs_raw, penalty, what, MIN_TOKENS["table"])
-    values = theta[:, :-2] @ b_map.T   # (H, distances)
+    values = theta[:, :-2] @ b_map.T  # (H, distances)
     if causal:
         params = values
     else:
@@ -315,7 +326,7 @@ def _projected_loss(family: str, g, gram, rhs, total):
 
     def loss(u):
         phi = _kerple_shape(family, g, jnp.exp(u[0]), jnp)
-        phi = phi / jnp.sqrt(jnp.sum(phi ** 2))
+        phi = phi / jnp.sqrt(jnp.sum(phi**2))
         e = jnp.zeros((q, 3)).at[:-2, 0].set(-phi).at[-2, 1].set(1.0).at[-1, 2].set(1.0)
         r = e.T @ rhs
         return total - r @ jnp.linalg.solve(e.T @ gram @ e, r)
@@ -388,12 +399,17 @@ def _fit_kerple(design, centred, rhs_raw, family, what):
 
     n, causal = design.num_tokens, design.causal
     g = _distance_values(n, causal)
-    totals = (centred ** 2).sum(axis=(-2, -1))
+    totals = (centred**2).sum(axis=(-2, -1))
     grid, rising = _grid_losses(family, g, design, rhs_raw, totals, what)
     start = np.log(R2_GRID[np.argmin(grid, axis=0)])
     with jax.enable_x64(True):
-        u, value = _refiner(family)(jnp.asarray(start[:, None]), jnp.asarray(g), jnp.asarray(design.gram),
-                                    jnp.asarray(rhs_raw), jnp.asarray(totals))
+        u, value = _refiner(family)(
+            jnp.asarray(start[:, None]),
+            jnp.asarray(g),
+            jnp.asarray(design.gram),
+            jnp.asarray(rhs_raw),
+            jnp.asarray(totals),
+        )
         u, value = np.asarray(u, np.float64)[:, 0], np.asarray(value, np.float64)
     with np.errstate(over="ignore"):
         refined = np.exp(u)
@@ -403,7 +419,7 @@ def _fit_kerple(design, centred, rhs_raw, family, what):
     raw = np.empty((heads, design.size))
     flat_map = _with_ds(np.zeros((g.size, 0)))
     for h in range(heads):
-        rhs = rhs_raw[h:h + 1]
+        rhs = rhs_raw[h : h + 1]
         ds = _solve(design, flat_map, rhs, None, what, MIN_TOKENS[family])[0]
         best = (0.0, 0.0, ds[0], ds[1], float(totals[h] - ds @ (rhs[0] @ flat_map)))
         candidates = [R2_GRID[np.argmin(constrained[:, h])]] if np.isfinite(constrained[:, h]).any() else []
@@ -436,8 +452,16 @@ def check_family(family: str, smoothness: float) -> None:
         raise BiasFitError(f"--smoothness: {smoothness!r}, expected a finite value >= 0")
 
 
-def fit_bias(logits_of_layer, num_layers: int, num_heads: int, num_tokens: int, *, family: str = "table",
-             causal: bool = True, smoothness: float = DEFAULT_SMOOTHNESS) -> BiasFit:
+def fit_bias(
+    logits_of_layer,
+    num_layers: int,
+    num_heads: int,
+    num_tokens: int,
+    *,
+    family: str = "table",
+    causal: bool = True,
+    smoothness: float = DEFAULT_SMOOTHNESS,
+) -> BiasFit:
     """Fit the head model of the module docstring to every layer's (H, N, N) pre-softmax logits.
 
     ``logits_of_layer(t)`` returns layer t's logits (an (T, H, N, N) array may be passed as is);
@@ -458,8 +482,9 @@ def fit_bias(logits_of_layer, num_layers: int, num_heads: int, num_tokens: int, 
     check_family(family, smoothness)
     t, h, n = int(num_layers), int(num_heads), int(num_tokens)
     if n < MIN_TOKENS[family]:
-        raise BiasFitError(f"{family} bias fit: the logits at N = {n} do not determine the fit; "
-                           f"expected N >= {MIN_TOKENS[family]}")
+        raise BiasFitError(
+            f"{family} bias fit: the logits at N = {n} do not determine the fit; expected N >= {MIN_TOKENS[family]}"
+        )
     if isinstance(logits_of_layer, np.ndarray):
         array = logits_of_layer
         if array.shape != (t, h, n, n):
@@ -510,5 +535,12 @@ def fit_measurement(m, *, family: str = "table", smoothness: float = DEFAULT_SMO
     if m.logits_note:
         raise BiasFitError(f"measurement: no bias fit: {m.logits_note}")
     t, h, n, _ = m.content_mean.shape
-    return fit_bias(lambda layer: pre_softmax_logits(m.content_mean, m.scales, m.slopes, layer), t, h, n,
-                    family=family, causal=m.causal, smoothness=smoothness)
+    return fit_bias(
+        lambda layer: pre_softmax_logits(m.content_mean, m.scales, m.slopes, layer),
+        t,
+        h,
+        n,
+        family=family,
+        causal=m.causal,
+        smoothness=smoothness,
+    )

@@ -52,8 +52,10 @@ def _arrays(path: Path, names: tuple[str, ...], folder: Path) -> dict[str, np.nd
         with np.load(path, allow_pickle=False) as npz:
             missing = [k for k in names if k not in npz.files]
             if missing:
-                raise BiasFitError(f"{folder}: {path.name} has no {', '.join(missing)} (measured by an older "
-                                   "posbias? run posbias measure again)")
+                raise BiasFitError(
+                    f"{folder}: {path.name} has no {', '.join(missing)} (measured by an older "
+                    "posbias? run posbias measure again)"
+                )
             need = sum(npz.zip.getinfo(f"{k}.npy").file_size for k in names)
             reason = budget.check(f"reading {path}", need)
             if reason is not None:
@@ -88,15 +90,23 @@ def read_measurement(folder: Path) -> MeasuredLogits:
     lambdas = np.asarray(a["lambdas"], np.float64)
     for name, value, shape in (("scales", scales, (t,)), ("slopes", slopes, (h,)), ("lambdas", lambdas, (t,))):
         if value.shape != shape or not np.all(np.isfinite(value)):
-            raise BiasFitError(f"{folder}: {name} has shape {value.shape} or non-finite values, expected {shape} "
-                               "finite numbers")
+            raise BiasFitError(
+                f"{folder}: {name} has shape {value.shape} or non-finite values, expected {shape} finite numbers"
+            )
     return MeasuredLogits(content, scales, slopes, lambdas, bool(np.asarray(a["causal"]).item()))
 
 
 def fit_folder(measured: MeasuredLogits, family: str, smoothness: float) -> BiasFit:
     t, h, n, _ = measured.content.shape
-    return fit_bias(lambda layer: pre_softmax_logits(measured.content, measured.scales, measured.slopes, layer),
-                    t, h, n, family=family, causal=measured.causal, smoothness=smoothness)
+    return fit_bias(
+        lambda layer: pre_softmax_logits(measured.content, measured.scales, measured.slopes, layer),
+        t,
+        h,
+        n,
+        family=family,
+        causal=measured.causal,
+        smoothness=smoothness,
+    )
 
 
 def bias_csv(fit: BiasFit) -> str:
@@ -120,8 +130,10 @@ def run(args) -> int:
     from posbias.output import position_csv
 
     if args.config is not None:
-        raise BiasFitError(f"{args.measured}: a measurement folder takes no CONFIG (the model is the measurement's); "
-                           "give the folder alone")
+        raise BiasFitError(
+            f"{args.measured}: a measurement folder takes no CONFIG (the model is the measurement's); "
+            "give the folder alone"
+        )
     family = args.bias or "table"
     if args.smoothness is not None and family != "table":
         raise BiasFitError(f"--smoothness: applies to --bias table only, not to --bias {family}")
@@ -135,27 +147,41 @@ def run(args) -> int:
         raise BiasFitError(f"{args.measured}: the fitted stack is refused ({exc})") from None
     total = float(prof.probabilities.sum())
     if abs(total - 1) > 1e-9 or prof.unresolved().any():
-        raise BiasFitError(f"{args.measured}: the fitted stack's profile is not determined in float64 at "
-                           f"N = {fit.num_tokens}")
+        raise BiasFitError(
+            f"{args.measured}: the fitted stack's profile is not determined in float64 at N = {fit.num_tokens}"
+        )
     p = prof.probabilities / total
-    record = {"measurement": str(args.measured), **fit.summary(), "lambdas": measured.lambdas.tolist(),
-              "profile": {"first": float(p[0]), "last": float(p[-1]), "engine": prof.engine}}
+    record = {
+        "measurement": str(args.measured),
+        **fit.summary(),
+        "lambdas": measured.lambdas.tolist(),
+        "profile": {"first": float(p[0]), "last": float(p[-1]), "engine": prof.engine},
+    }
     text = json.dumps(record, indent=1, allow_nan=False) + "\n"
-    files = {"fitted_bias.json": text, "fitted_bias.csv": bias_csv(fit),
-             "fitted_bias_profile.csv": position_csv(probability=p)}
+    files = {
+        "fitted_bias.json": text,
+        "fitted_bias.csv": bias_csv(fit),
+        "fitted_bias_profile.csv": position_csv(probability=p),
+    }
     written = write_run(args.out or Path("posbias-out"), files)
     if args.json:
         print(text, end="")
         return 0
     t, h = fit.diagonal.shape
-    print(f"bias fit of {args.measured}: family {family}, T = {t}, H = {h}, N = {fit.num_tokens}, "
-          f"{'causal' if fit.causal else 'full'} mask" + (f", smoothness {smoothness:g}" if family == "table" else ""))
-    print(f"  R^2 mean {fit.r2.mean():.4f} (min {fit.r2.min():.4f}); d mean {fit.diagonal.mean():+.4g}, "
-          f"s mean {fit.sink.mean():+.4g}")
+    print(
+        f"bias fit of {args.measured}: family {family}, T = {t}, H = {h}, N = {fit.num_tokens}, "
+        f"{'causal' if fit.causal else 'full'} mask" + (f", smoothness {smoothness:g}" if family == "table" else "")
+    )
+    print(
+        f"  R^2 mean {fit.r2.mean():.4f} (min {fit.r2.min():.4f}); d mean {fit.diagonal.mean():+.4g}, "
+        f"s mean {fit.sink.mean():+.4g}"
+    )
     if family != "table":
         for k, name in enumerate(fit.parameter_names):
-            print(f"  {name} per head (mean over layers): "
-                  + ", ".join(f"{v:.4g}" for v in fit.parameters[:, :, k].mean(axis=0)))
+            print(
+                f"  {name} per head (mean over layers): "
+                + ", ".join(f"{v:.4g}" for v in fit.parameters[:, :, k].mean(axis=0))
+            )
     print(f"  fitted-stack profile: p(0) = {p[0]:.4g}, p(N-1) = {p[-1]:.4g}")
     print("  wrote " + ", ".join(str(w) for w in written))
     return 0

@@ -46,8 +46,10 @@ from posbias.numerics.stack import StackError
 
 G = sp.Symbol("g", integer=True, nonnegative=True)
 KINDS = ("alibi", "kerple-log", "kerple-power", "t5", "t5-bidirectional", "table", "window-table", "expr")
-SPECS = ("alibi:M | kerple-log:R1,R2 | kerple-power:R1,R2 | t5:NB,MD:V0,... | t5-bidirectional:NB,MD:V0,... | "
-         "table:V0,... | window-table:V0,... | expr:EXPR[;NAME=VALUE,...]; PAST|FUTURE for two sides")
+SPECS = (
+    "alibi:M | kerple-log:R1,R2 | kerple-power:R1,R2 | t5:NB,MD:V0,... | t5-bidirectional:NB,MD:V0,... | "
+    "table:V0,... | window-table:V0,... | expr:EXPR[;NAME=VALUE,...]; PAST|FUTURE for two sides"
+)
 EXPECTED_EXPR = "expected an expression in g such as -0.5*log(1+g)"
 
 
@@ -94,8 +96,9 @@ def _numbers(args: str, where: str, text: str, count: int | None = None) -> list
     try:
         values = [float(a) for a in args.split(",")]
     except ValueError:
-        raise UserError(f"{where} {text!r}: {args!r} is not a comma-separated list of numbers; "
-                        f"expected {SPECS}") from None
+        raise UserError(
+            f"{where} {text!r}: {args!r} is not a comma-separated list of numbers; expected {SPECS}"
+        ) from None
     if count is not None and len(values) != count:
         raise UserError(f"{where} {text!r}: expected {count} numbers, got {len(values)}")
     return values
@@ -112,8 +115,10 @@ def _side(spec: str, where: str, text: str):
         shape, sep, values = args.partition(":")
         nb, md = _numbers(shape, where, text, 2)
         if not sep or not (nb.is_integer() and md.is_integer()):
-            raise UserError(f"{where} {text!r}: expected {kind}:NUM_BUCKETS,MAX_DISTANCE:V0,... with integer "
-                            "bucket count and distance")
+            raise UserError(
+                f"{where} {text!r}: expected {kind}:NUM_BUCKETS,MAX_DISTANCE:V0,... with integer "
+                "bucket count and distance"
+            )
         vals = tuple(_numbers(values, where, text))
         bidirectional = kind == "t5-bidirectional"
         past = T5Buckets(int(nb), int(md), vals, bidirectional)

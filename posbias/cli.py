@@ -35,8 +35,9 @@ def _content(text: str):
     try:
         values = [float(v) for v in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or comma-separated numbers (one per layer), "
-                                         f"got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected a number or comma-separated numbers (one per layer), got {text!r}"
+        ) from None
     return values[0] if len(values) == 1 else values
 
 
@@ -73,68 +74,113 @@ def _parser() -> _Parser:
     top.add_argument("--version", action="version", version=f"posbias {_version()}")
     sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    ro = sub.add_parser("rollout", help="profile of a model: a config file, flags, or measured kernels",
-                        description="The profile p = e_{N-1}^T R^(T-1)...R^(0) of a model (which input positions "
-                                    "feed the last token), its summary and figure.",
-                        epilog=ROLLOUT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ro.add_argument("config", nargs="?", type=Path,
-                    help="rollout YAML (the reference schema); omit to build from flags")
-    ro.add_argument("--out", type=argtypes.path,
-                    help="output folder (default: the config's save_dir, else ./posbias-out)")
+    ro = sub.add_parser(
+        "rollout",
+        help="profile of a model: a config file, flags, or measured kernels",
+        description="The profile p = e_{N-1}^T R^(T-1)...R^(0) of a model (which input positions "
+        "feed the last token), its summary and figure.",
+        epilog=ROLLOUT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ro.add_argument(
+        "config", nargs="?", type=Path, help="rollout YAML (the reference schema); omit to build from flags"
+    )
+    ro.add_argument(
+        "--out", type=argtypes.path, help="output folder (default: the config's save_dir, else ./posbias-out)"
+    )
     model = ro.add_argument_group("model (without CONFIG these build it; with CONFIG they override its fields)")
     model.add_argument("--layers", type=_positive_int, metavar="T", help="number of layers")
     model.add_argument("--heads", type=_positive_int, metavar="H", help="heads per layer")
     model.add_argument("--tokens", type=_positive_int, metavar="N", help="sequence length")
     model.add_argument("--schedule", metavar="SPEC", help="lambda schedule (see below)")
-    model.add_argument("--slopes", choices=("paper", "hf"),
-                       help="ALiBi slopes generated from H: paper 2^(-8h/H), or the transformers construction "
-                            "(default without CONFIG: paper)")
-    model.add_argument("--content-diagonal", type=_content, metavar="D",
-                       help="content diagonal excess d: one number, or one per layer (comma-separated); default 0")
+    model.add_argument(
+        "--slopes",
+        choices=("paper", "hf"),
+        help="ALiBi slopes generated from H: paper 2^(-8h/H), or the transformers construction "
+        "(default without CONFIG: paper)",
+    )
+    model.add_argument(
+        "--content-diagonal",
+        type=_content,
+        metavar="D",
+        help="content diagonal excess d: one number, or one per layer (comma-separated); default 0",
+    )
     model.add_argument("--mask", metavar="MASK", help="attention mask (see below; default causal)")
-    model.add_argument("--bias", metavar="SPEC",
-                       help="a relative positional bias instead of ALiBi slopes (THEORY.md C7; see below): one spec "
-                            "for every head, or one per head separated by /")
-    model.add_argument("--sink", type=_content, metavar="S",
-                       help="with --bias (or a CONFIG with a bias): first-token logit s added where j = 0 (one number, "
-                            "or one per layer; with --periodic one per layer of the period); default 0")
-    model.add_argument("--periodic", action="store_true",
-                       help="--schedule custom:L0,...,L(p-1) lists one period of p layers, repeated up to --layers "
-                            "(any depth: the power engine squares the block product; ALiBi or --bias layers); "
-                            "constant schedules at T >= 100000 are compact without it")
-    ro.add_argument("--content-broadcast", choices=("all", "first-head"), default="all",
-                    help="a single content value in a config goes to every head (all) or, as the reference "
-                         "tool does, to head 0 only")
+    model.add_argument(
+        "--bias",
+        metavar="SPEC",
+        help="a relative positional bias instead of ALiBi slopes (THEORY.md C7; see below): one spec "
+        "for every head, or one per head separated by /",
+    )
+    model.add_argument(
+        "--sink",
+        type=_content,
+        metavar="S",
+        help="with --bias (or a CONFIG with a bias): first-token logit s added where j = 0 (one number, "
+        "or one per layer; with --periodic one per layer of the period); default 0",
+    )
+    model.add_argument(
+        "--periodic",
+        action="store_true",
+        help="--schedule custom:L0,...,L(p-1) lists one period of p layers, repeated up to --layers "
+        "(any depth: the power engine squares the block product; ALiBi or --bias layers); "
+        "constant schedules at T >= 100000 are compact without it",
+    )
+    ro.add_argument(
+        "--content-broadcast",
+        choices=("all", "first-head"),
+        default="all",
+        help="a single content value in a config goes to every head (all) or, as the reference "
+        "tool does, to head 0 only",
+    )
     ro.add_argument("--precision", choices=("float64", "float32"), default="float64")
-    ro.add_argument("--engine", choices=ENGINE_NAMES, default="auto",
-                    help="auto (default): the native structured engine on the CPU, fft at N >= 16384 elsewhere; "
-                         "re-runs with extended range where entries underflow; with --bias: bias (exact), "
-                         "bias-fft (large N, causal or window masks; auto picks it by a cost model)")
+    ro.add_argument(
+        "--engine",
+        choices=ENGINE_NAMES,
+        default="auto",
+        help="auto (default): the native structured engine on the CPU, fft at N >= 16384 elsewhere; "
+        "re-runs with extended range where entries underflow; with --bias: bias (exact), "
+        "bias-fft (large N, causal or window masks; auto picks it by a cost model)",
+    )
     ro.add_argument("--full", action="store_true", help="also form the full P by dense products (N <= 8192)")
-    ro.add_argument("--diagonal", action="store_true",
-                    help="also write P_ii = prod_t (1 - lambda_t (1 - A_ii)) in O(T N) (causal and sliding-window "
-                         "masks)")
+    ro.add_argument(
+        "--diagonal",
+        action="store_true",
+        help="also write P_ii = prod_t (1 - lambda_t (1 - A_ii)) in O(T N) (causal and sliding-window masks)",
+    )
     ro.add_argument("--kernels", type=Path, help="measured kernels (T, N, N) as .npy or .npz ('kernels', 'lambdas')")
     ro.add_argument("--causal", action="store_true", help="declare --kernels causal (checked)")
     ro.add_argument("--json", action="store_true", help="print the summary JSON instead of text")
 
-    de = sub.add_parser("demo", help="the main job on a built-in 32-layer ALiBi model",
-                        description="Three variants of a 32-layer, 32-head ALiBi model at N = 256: attention-only, "
-                                    "residual-aware, residual + content. Writes a figure and summaries.")
-    de.add_argument("--out", type=argtypes.path, default=Path("posbias-demo"),
-                    help="output folder (default ./posbias-demo)")
+    de = sub.add_parser(
+        "demo",
+        help="the main job on a built-in 32-layer ALiBi model",
+        description="Three variants of a 32-layer, 32-head ALiBi model at N = 256: attention-only, "
+        "residual-aware, residual + content. Writes a figure and summaries.",
+    )
+    de.add_argument(
+        "--out", type=argtypes.path, default=Path("posbias-demo"), help="output folder (default ./posbias-demo)"
+    )
 
     # derive/proofs parse their own arguments (posbias/derive_cli.py, posbias/proofs_cli.py); listed here for --help.
-    sub.add_parser("derive", help="symbolic derivations (posbias derive --list; posbias derive NAME --help)",
-                   add_help=False)
+    sub.add_parser(
+        "derive", help="symbolic derivations (posbias derive --list; posbias derive NAME --help)", add_help=False
+    )
     sub.add_parser("proofs", help="check every certificate the proofs cite (posbias proofs --check)", add_help=False)
     for module in SUBCOMMAND_MODULES:  # each adds its subcommands; they dispatch to its run(args)
         _add_module_commands(sub, module)
     return top
 
 
-SUBCOMMAND_MODULES = ("posbias.verify", "posbias.compare", "posbias.fit", "posbias.sweep.cli", "posbias.sweep.plot",
-                      "posbias.lm.cli", "posbias.validate")
+SUBCOMMAND_MODULES = (
+    "posbias.verify",
+    "posbias.compare",
+    "posbias.fit",
+    "posbias.sweep.cli",
+    "posbias.sweep.plot",
+    "posbias.lm.cli",
+    "posbias.validate",
+)
 """Modules with ``add_parser(subparsers)`` and ``run(args) -> int`` (imported when the parser is built:
 keep their top level light)."""
 
@@ -172,22 +218,37 @@ def _ratio(s: dict) -> str:
 def _print_summary(title: str, s: dict, written: list[Path]) -> None:
     atom = "n/a (non-causal mask)" if s["last_token_atom"] is None else f"{s['last_token_atom']:.6g}"
     heads = "" if s.get("num_heads") is None else f", H={s['num_heads']}"
-    print(f"{title}  (T={s['num_layers']}{heads}, N={s['num_tokens']}, {s['mask']}, "
-          f"engine {s['engine']} [{s['path']}], {s['precision']})")
+    print(
+        f"{title}  (T={s['num_layers']}{heads}, N={s['num_tokens']}, {s['mask']}, "
+        f"engine {s['engine']} [{s['path']}], {s['precision']})"
+    )
     shape = {True: "yes", False: "no", None: "unresolved"}[s["u_shape"]]
-    print(f"  p(0) = {_prob(s, 'first', '.6g')}   p(N-1) = {_prob(s, 'last', '.6g')}   "
-          f"argmin = {_fmt(s['argmin'], 'd')} (p = {_prob(s, 'min', '.3g')})   U-shaped: {shape}")
+    print(
+        f"  p(0) = {_prob(s, 'first', '.6g')}   p(N-1) = {_prob(s, 'last', '.6g')}   "
+        f"argmin = {_fmt(s['argmin'], 'd')} (p = {_prob(s, 'min', '.3g')})   U-shaped: {shape}"
+    )
     lost = {True: "yes", False: "no", None: "n/a"}[s["lost_in_middle"]]
-    depth = ("unresolved" if s["log_dip_depth"] is None else
-             f"{s['dip_depth']:.4g}" if s["dip_depth"] is not None else f"e^{s['log_dip_depth']:.6g}")
-    print(f"  argmin / (N-1) = {_fmt(s['argmin_relative'], '.4f')}   dip depth = {depth}   "
-          f"middle third = {_ratio(s)} x uniform   lost in the middle: {lost}")
-    print(f"  entropy = {s['entropy']:.4f} nats   sum lambda = {s['sum_lambda']:.4f}   "
-          f"sum lambda*delta = {s['sum_lambda_delta']:.4f}   last-token atom = {atom}")
+    depth = (
+        "unresolved"
+        if s["log_dip_depth"] is None
+        else f"{s['dip_depth']:.4g}"
+        if s["dip_depth"] is not None
+        else f"e^{s['log_dip_depth']:.6g}"
+    )
+    print(
+        f"  argmin / (N-1) = {_fmt(s['argmin_relative'], '.4f')}   dip depth = {depth}   "
+        f"middle third = {_ratio(s)} x uniform   lost in the middle: {lost}"
+    )
+    print(
+        f"  entropy = {s['entropy']:.4f} nats   sum lambda = {s['sum_lambda']:.4f}   "
+        f"sum lambda*delta = {s['sum_lambda_delta']:.4f}   last-token atom = {atom}"
+    )
     if s.get("matrix"):
         m = s["matrix"]
-        print(f"  P: min_i P_ii = {m['min_diagonal']:.6g}   max_i P_i0 = {m['max_first_column']:.6g}   "
-              f"mean row entropy = {m['mean_row_entropy']:.4f} nats")
+        print(
+            f"  P: min_i P_ii = {m['min_diagonal']:.6g}   max_i P_i0 = {m['max_first_column']:.6g}   "
+            f"mean row entropy = {m['mean_row_entropy']:.4f} nats"
+        )
     if written:
         print("  wrote " + ", ".join(str(p) for p in written))
 
@@ -202,27 +263,40 @@ def _model_from_args(args):
     from posbias import config as cfg
     from posbias.model import build_model
 
-    flags = dict(tokens=args.tokens, layers=args.layers, heads=args.heads, slopes=args.slopes,
-                 schedule=args.schedule, content_diagonal=args.content_diagonal, mask=args.mask)
+    flags = dict(
+        tokens=args.tokens,
+        layers=args.layers,
+        heads=args.heads,
+        slopes=args.slopes,
+        schedule=args.schedule,
+        content_diagonal=args.content_diagonal,
+        mask=args.mask,
+    )
     if args.sink is not None and args.bias is None and args.config is None:
         raise UserError("--sink: applies with --bias (a relative-bias model)")
     if args.bias is not None and args.slopes is not None:
         raise UserError("--bias: a relative bias replaces the ALiBi slopes; it does not combine with --slopes")
     if args.config is not None:
         if args.periodic:
-            raise UserError("--periodic: applies to models from flags (--layers ... --schedule custom:...), "
-                            "not to a CONFIG file")
-        return cfg.load(args.config, content_broadcast=args.content_broadcast, bias=args.bias,
-                        sink=args.sink, **flags)
+            raise UserError(
+                "--periodic: applies to models from flags (--layers ... --schedule custom:...), not to a CONFIG file"
+            )
+        return cfg.load(args.config, content_broadcast=args.content_broadcast, bias=args.bias, sink=args.sink, **flags)
     missing = [f"--{k}" for k in ("layers", "heads", "tokens", "schedule") if flags[k] is None]
     if missing:
         raise UserError(f"missing CONFIG (a rollout YAML), --kernels FILE, or model flags {' '.join(missing)}")
-    return build_model(layers=args.layers, heads=args.heads, tokens=args.tokens, schedule=args.schedule,
-                       slopes=args.slopes or "paper",
-                       content_diagonal=0.0 if args.content_diagonal is None else args.content_diagonal,
-                       mask=args.mask or "causal", periodic=args.periodic, bias=args.bias,
-                       sink=0.0 if args.sink is None else _per_layer_sink(args.sink, args.layers, args.heads,
-                                                                          args.periodic))
+    return build_model(
+        layers=args.layers,
+        heads=args.heads,
+        tokens=args.tokens,
+        schedule=args.schedule,
+        slopes=args.slopes or "paper",
+        content_diagonal=0.0 if args.content_diagonal is None else args.content_diagonal,
+        mask=args.mask or "causal",
+        periodic=args.periodic,
+        bias=args.bias,
+        sink=0.0 if args.sink is None else _per_layer_sink(args.sink, args.layers, args.heads, args.periodic),
+    )
 
 
 def _per_layer_sink(sink, layers: int, heads: int, periodic: bool = False):
@@ -251,14 +325,25 @@ def _rollout(args) -> int:
     if args.kernels is not None:
         if args.config is not None:
             raise UserError("give either CONFIG or --kernels, not both")
-        model_flags = [f for f in ("layers", "heads", "tokens", "slopes", "content_diagonal", "mask", "bias", "sink")
-                       if getattr(args, f) is not None] + (["periodic"] if args.periodic else [])
+        model_flags = [
+            f
+            for f in ("layers", "heads", "tokens", "slopes", "content_diagonal", "mask", "bias", "sink")
+            if getattr(args, f) is not None
+        ] + (["periodic"] if args.periodic else [])
         if model_flags:
-            raise UserError(f"--{model_flags[0].replace('_', '-')} describes an ALiBi model; "
-                            "it does not apply to --kernels (only --schedule does)")
+            raise UserError(
+                f"--{model_flags[0].replace('_', '-')} describes an ALiBi model; "
+                "it does not apply to --kernels (only --schedule does)"
+            )
         stack, warnings = load_kernels(args.kernels, args.schedule, args.causal)
-        result = run_stack(stack, engine=args.engine, precision=args.precision, full_matrix=args.full,
-                           diagonal=args.diagonal, show_progress=not args.json)
+        result = run_stack(
+            stack,
+            engine=args.engine,
+            precision=args.precision,
+            full_matrix=args.full,
+            diagonal=args.diagonal,
+            show_progress=not args.json,
+        )
         summary = result.summary.with_provenance(source=str(args.kernels))
         out_dir, title, schedule = args.out or Path("posbias-out"), str(args.kernels), args.schedule
         stack_lambdas = stack.lambdas
@@ -266,10 +351,16 @@ def _rollout(args) -> int:
         if args.causal:
             raise UserError("--causal applies to --kernels only")
         model = _model_from_args(args)
-        result = model.run(args.engine, precision=args.precision, full_matrix=args.full, diagonal=args.diagonal,
-                           show_progress=not args.json)
+        result = model.run(
+            args.engine,
+            precision=args.precision,
+            full_matrix=args.full,
+            diagonal=args.diagonal,
+            show_progress=not args.json,
+        )
         summary = result.summary.with_provenance(
-            content_broadcast=args.content_broadcast, slopes=args.slopes or ("file" if args.config else "paper"))
+            content_broadcast=args.content_broadcast, slopes=args.slopes or ("file" if args.config else "paper")
+        )
         out_dir = args.out or Path(model.save_dir or "posbias-out")
         title = str(args.config) if args.config else "model from flags"
         warnings, schedule = model.warnings, model.schedule
@@ -278,31 +369,41 @@ def _rollout(args) -> int:
         print(f"posbias: warning: {w}", file=sys.stderr)
     s = summary.to_dict()
     if s["mass_defect"] > 1e-12:
-        print(f"posbias: warning: profile mass differs from 1 by {s['mass_defect']:.2e} before renormalisation",
-              file=sys.stderr)
+        print(
+            f"posbias: warning: profile mass differs from 1 by {s['mass_defect']:.2e} before renormalisation",
+            file=sys.stderr,
+        )
     if s["unresolved"]:
-        print(f"posbias: warning: {s['unresolved']} profile entries are not determined by engine {s['engine']} "
-              "(below the float64 range or the engine's resolution); extremes among them are reported as "
-              "unresolved", file=sys.stderr)
+        print(
+            f"posbias: warning: {s['unresolved']} profile entries are not determined by engine {s['engine']} "
+            "(below the float64 range or the engine's resolution); extremes among them are reported as "
+            "unresolved",
+            file=sys.stderr,
+        )
 
-    files = {"profile.csv": output.position_csv(probability=result.profile),
-             "summary.json": summary.to_json() + "\n"}
+    files = {"profile.csv": output.position_csv(probability=result.profile), "summary.json": summary.to_json() + "\n"}
     if result.diagonal is not None:
         files["diagonal.csv"] = output.position_csv(P_diagonal=result.diagonal)
     if result.log_profile is not None:
         files["log_profile.csv"] = output.position_csv(log_probability=result.log_profile)
     if result.matrix_rows is not None:
         rows = result.matrix_rows
-        files["matrix.csv"] = output.position_csv(P_diagonal=rows[:, 0], P_first_column=rows[:, 1],
-                                                  row_entropy=rows[:, 2])
+        files["matrix.csv"] = output.position_csv(
+            P_diagonal=rows[:, 0], P_first_column=rows[:, 1], row_entropy=rows[:, 2]
+        )
     heads = "" if s.get("num_heads") is None else f", H={s['num_heads']}"
     label = f"T={s['num_layers']}{heads}, N={s['num_tokens']}, {s['mask']}"
     shown = result.profile if result.log_profile is None else result.log_profile
-    figure = output.profile_figure([(label, shown)], title=output.config_label(title),
-                                   subtitle=(output.lambda_label(stack_lambdas, _short(schedule))
-                                             if stack_lambdas is not None
-                                             else model.stack.lambda_label(_short(schedule))),
-                                   log_values=result.log_profile is not None)
+    figure = output.profile_figure(
+        [(label, shown)],
+        title=output.config_label(title),
+        subtitle=(
+            output.lambda_label(stack_lambdas, _short(schedule))
+            if stack_lambdas is not None
+            else model.stack.lambda_label(_short(schedule))
+        ),
+        log_values=result.log_profile is not None,
+    )
     written = write_run(out_dir, files, {"profile.png": figure})
     if args.json:
         print(json.dumps(s, indent=2))

@@ -31,7 +31,7 @@ def _names(paths: list[Path]) -> list[str]:
     names = [p.stem for p in paths]
     depth = 1
     while len(set(names)) < len(names) and depth < 8:
-        names = ["/".join(p.with_suffix("").parts[-depth - 1:]) for p in paths]
+        names = ["/".join(p.with_suffix("").parts[-depth - 1 :]) for p in paths]
         depth += 1
     return names if len(set(names)) == len(names) else [str(p) for p in paths]
 
@@ -43,8 +43,7 @@ def format_table(rows: list[Row]) -> str:
     out = [f"  {'prediction':<{width}}  {'W1/(N-1)':>10}  {'Spearman':>9}  {'TV':>8}"]
     for k, r in enumerate(rows):
         rho = "n/a" if r.spearman is None else f"{r.spearman:.4f}"
-        out.append(f"{'*' if k == best else ' '} {r.name:<{width}}  {r.w1:>10.5f}  {rho:>9}  "
-                   f"{r.total_variation:>8.5f}")
+        out.append(f"{'*' if k == best else ' '} {r.name:<{width}}  {r.w1:>10.5f}  {rho:>9}  {r.total_variation:>8.5f}")
     out.append("* smallest W1")
     return "\n".join(out)
 
@@ -62,7 +61,7 @@ def _binned(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if k == 1:
         return np.arange(n), p
     bins = n // k
-    return np.arange(bins) * k + (k - 1) / 2, p[:bins * k].reshape(bins, k).mean(axis=1)
+    return np.arange(bins) * k + (k - 1) / 2, p[: bins * k].reshape(bins, k).mean(axis=1)
 
 
 def overlay_figure(measured: np.ndarray, predictions: dict[str, np.ndarray], *, title: str):
@@ -99,15 +98,19 @@ examples:
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "compare", help="distances between a measured profile and predicted ones (W1, Spearman, TV)",
+        "compare",
+        help="distances between a measured profile and predicted ones (W1, Spearman, TV)",
         description="Compare a measured influence profile with predicted profiles: Wasserstein-1 on "
-                    "positions / (N-1), Spearman's rho, total variation. Writes compare.json and an overlay "
-                    "figure compare.png to --out.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "positions / (N-1), Spearman's rho, total variation. Writes compare.json and an overlay "
+        "figure compare.png to --out.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("measured", type=Path, help="measured profile CSV (token_position,probability)")
     p.add_argument("predicted", type=Path, nargs="+", help="predicted profile CSVs (same N)")
-    p.add_argument("--out", type=argtypes.path, default=None, help="folder for compare.json and compare.png "
-                                                          "(default: posbias-out)")
+    p.add_argument(
+        "--out", type=argtypes.path, default=None, help="folder for compare.json and compare.png (default: posbias-out)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
 
 
@@ -121,8 +124,10 @@ def run(args) -> int:
     measured = read_profile(args.measured)
     from posbias.numerics import budget
 
-    reason = budget.check(f"comparing {len(args.predicted)} profiles of N = {measured.size}",
-                          8 * measured.size * (len(args.predicted) + 1 + WORK_ARRAYS))
+    reason = budget.check(
+        f"comparing {len(args.predicted)} profiles of N = {measured.size}",
+        8 * measured.size * (len(args.predicted) + 1 + WORK_ARRAYS),
+    )
     if reason is not None:
         raise UserError(reason)
     names = _names(list(args.predicted))
@@ -134,8 +139,12 @@ def run(args) -> int:
         predictions[name] = q
     rows = compare(measured, predictions)
     best = min(rows, key=lambda r: r.w1).name
-    report = {"measured": str(args.measured), "num_tokens": int(measured.size), "best_w1": best,
-              "rows": [asdict(r) for r in rows]}
+    report = {
+        "measured": str(args.measured),
+        "num_tokens": int(measured.size),
+        "best_w1": best,
+        "rows": [asdict(r) for r in rows],
+    }
     text = json.dumps(report, indent=2, allow_nan=False) + "\n"
     figure = overlay_figure(measured, predictions, title=f"{args.measured} (N = {measured.size})")
     written = write_run(args.out or Path("posbias-out"), {"compare.json": text}, {"compare.png": figure})

@@ -131,9 +131,7 @@ SCHEDULE_TAGS = ("constant", "power_decay", "custom")
 def _per_layer_head(path, key, rows, num_layers, num_heads, *, first_head_only=False):
     """Broadcast an outer list (length 1 or T) of inner lists (length 1 or H) to (T, H)."""
     if len(rows) not in (1, num_layers):
-        raise ConfigError(
-            f"{path}: {key}: outer list has length {len(rows)}, expected 1 or num_layers = {num_layers}"
-        )
+        raise ConfigError(f"{path}: {key}: outer list has length {len(rows)}, expected 1 or num_layers = {num_layers}")
     out = np.zeros((num_layers, num_heads))
     for t in range(num_layers):
         row = rows[min(t, len(rows) - 1)]
@@ -152,15 +150,26 @@ def slopes_or_bias(att: AttentionConfig) -> AttentionConfig:
     """attention_config gives ALiBi slopes or (posbias's extension) a relative bias, exactly one of them;
     sink needs bias."""
     if (att.alibi_slopes is None) == (att.bias is None):
-        raise ValueError("expected exactly one of alibi_slopes or bias (a relative positional bias, e.g. "
-                         "kerple-log:1,0.5)")
+        raise ValueError(
+            "expected exactly one of alibi_slopes or bias (a relative positional bias, e.g. kerple-log:1,0.5)"
+        )
     if att.sink is not None and att.bias is None:
         raise ValueError("sink: applies with bias (a relative-bias model), not with alibi_slopes")
     return att
 
 
-def bias_stack_from_config(path, att: AttentionConfig, lambdas, diagonal, weights, mask, num_layers: int, h: int,
-                           bias: str | None = None, sink=None):
+def bias_stack_from_config(
+    path,
+    att: AttentionConfig,
+    lambdas,
+    diagonal,
+    weights,
+    mask,
+    num_layers: int,
+    h: int,
+    bias: str | None = None,
+    sink=None,
+):
     """The ``BiasStack`` of an attention_config with ``bias`` (one spec for every head, a list of H, or one
     string of H specs separated by /) and optional ``sink`` (broadcast like the slopes). ``bias`` and
     ``sink`` given here (the ``--bias``, ``--sink`` flags) override the file's: a spec string, and one
@@ -171,8 +180,9 @@ def bias_stack_from_config(path, att: AttentionConfig, lambdas, diagonal, weight
         bias = att.bias if isinstance(att.bias, str) else "/".join(att.bias)
     if isinstance(sink, list):
         if len(sink) != num_layers:
-            raise ConfigError(f"{path}: --sink: {len(sink)} values, expected one number or num_layers = "
-                              f"{num_layers} values")
+            raise ConfigError(
+                f"{path}: --sink: {len(sink)} values, expected one number or num_layers = {num_layers} values"
+            )
         sink = np.asarray(sink, np.float64)[:, None] * np.ones((1, h))
     elif sink is None:
         sink = 0.0 if att.sink is None else _per_layer_head(path, "attention_config.sink", att.sink, num_layers, h)
@@ -207,11 +217,21 @@ def load(
     except pydantic.ValidationError as err:
         raise ConfigError(f"{path}: {first_error(err, SCHEDULE_TAGS)}") from None
 
-    overrides = [name for name, value in (("tokens", tokens), ("layers", layers), ("heads", heads),
-                                          ("slopes", slopes), ("schedule", schedule),
-                                          ("content_diagonal", content_diagonal), ("mask", mask),
-                                          ("bias", bias), ("sink", sink))
-                 if value is not None]
+    overrides = [
+        name
+        for name, value in (
+            ("tokens", tokens),
+            ("layers", layers),
+            ("heads", heads),
+            ("slopes", slopes),
+            ("schedule", schedule),
+            ("content_diagonal", content_diagonal),
+            ("mask", mask),
+            ("bias", bias),
+            ("sink", sink),
+        )
+        if value is not None
+    ]
     num_tokens = cfg.sequence_length if tokens is None else tokens
     num_layers = cfg.num_layers if layers is None else layers
     att = cfg.attention_config
@@ -242,7 +262,11 @@ def load(
         content = cfg.content_config
         if content_diagonal is None:
             diagonal = _per_layer_head(
-                path, "content_config.diagonal_scores", content.diagonal_scores, num_layers, h,
+                path,
+                "content_config.diagonal_scores",
+                content.diagonal_scores,
+                num_layers,
+                h,
                 first_head_only=first_head,
             )
         else:
@@ -254,14 +278,16 @@ def load(
             lambdas, warnings = lambdas_of(sched, num_layers)
         chosen_mask = parse_mask(mask) if mask is not None else cfg.mask_config.build()
         if has_bias:
-            stack = bias_stack_from_config(path, att, lambdas, diagonal, weights, chosen_mask, num_layers, h,
-                                           bias, sink)
+            stack = bias_stack_from_config(
+                path, att, lambdas, diagonal, weights, chosen_mask, num_layers, h, bias, sink
+            )
         else:
             stack = AlibiStack.build(lambdas, slope_matrix, diagonal, weights, att.softmax_temperature, chosen_mask)
     except (StackError, ModelError) as exc:
         raise ConfigError(f"{path}: {exc}") from None
-    return Model(stack, int(num_tokens), str(path), warnings, tuple(overrides), cfg.save_dir,
-                 getattr(sched, "spec", None))
+    return Model(
+        stack, int(num_tokens), str(path), warnings, tuple(overrides), cfg.save_dir, getattr(sched, "spec", None)
+    )
 
 
 def _file_schedule(path, cfg, num_layers):

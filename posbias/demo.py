@@ -26,8 +26,18 @@ def variants() -> list[tuple[str, Model]]:
     ]
 
 
-COLUMNS = ("p_first", "p_last", "argmin", "p_min", "entropy", "sum_lambda", "sum_lambda_delta",
-           "last_token_atom", "u_shape", "engine")
+COLUMNS = (
+    "p_first",
+    "p_last",
+    "argmin",
+    "p_min",
+    "entropy",
+    "sum_lambda",
+    "sum_lambda_delta",
+    "last_token_atom",
+    "u_shape",
+    "engine",
+)
 
 
 def run_demo(out: Path) -> int:
@@ -46,23 +56,40 @@ def run_demo(out: Path) -> int:
     table = "\n".join("| " + " | ".join(row) + " |" for row in [rows[0], ["---"] * len(rows[0]), *rows[1:]])
     import json
 
-    fig = output.profile_figure([(t, r.profile) for t, r in results], log_scale=True,
-                                title=f"posbias demo: T={LAYERS}, H={HEADS}, N={TOKENS}, paper slopes",
-                                subtitle=output.lambda_label(variants()[1][1].stack.lambdas, SCHEDULE) + " in (b), (c)")
+    fig = output.profile_figure(
+        [(t, r.profile) for t, r in results],
+        log_scale=True,
+        title=f"posbias demo: T={LAYERS}, H={HEADS}, N={TOKENS}, paper slopes",
+        subtitle=output.lambda_label(variants()[1][1].stack.lambdas, SCHEDULE) + " in (b), (c)",
+    )
     figure, summary_md = out / "profiles.png", out / "summaries.md"
-    write_run(out, {"summaries.md": f"# posbias demo: T={LAYERS}, H={HEADS}, N={TOKENS}\n\n{table}\n",
-                    "summaries.json": json.dumps(summaries, indent=2) + "\n"}, {"profiles.png": fig})
+    write_run(
+        out,
+        {
+            "summaries.md": f"# posbias demo: T={LAYERS}, H={HEADS}, N={TOKENS}\n\n{table}\n",
+            "summaries.json": json.dumps(summaries, indent=2) + "\n",
+        },
+        {"profiles.png": fig},
+    )
 
     from rich.console import Console
     from rich.table import Table
 
-    view = Table(title=f"posbias demo: {LAYERS} layers, {HEADS} heads, N = {TOKENS}, "
-                       f"lambda_t = 0.6/(t+1)^0.5 in (b), (c)")
+    view = Table(
+        title=f"posbias demo: {LAYERS} layers, {HEADS} heads, N = {TOKENS}, lambda_t = 0.6/(t+1)^0.5 in (b), (c)"
+    )
     for c in ("variant", "p(0)", "p(N-1)", "argmin", "p_min", "entropy", "U-shaped"):
         view.add_column(c)
     for title, s in summaries.items():
-        view.add_row(title, f"{s['p_first']:.4g}", f"{s['p_last']:.4g}", str(s["argmin"]),
-                     f"{s['p_min']:.3g}", f"{s['entropy']:.3f}", "yes" if s["u_shape"] else "no")
+        view.add_row(
+            title,
+            f"{s['p_first']:.4g}",
+            f"{s['p_last']:.4g}",
+            str(s["argmin"]),
+            f"{s['p_min']:.3g}",
+            f"{s['entropy']:.3f}",
+            "yes" if s["u_shape"] else "no",
+        )
     console = Console(width=110)
     console.print(view)
     console.print(f"figure:    {figure}\nsummaries: {summary_md} (and summaries.json)")

@@ -30,12 +30,16 @@ HELP = ("-h", "--help")
 
 DEFAULT_TIME_BUDGET = 20.0  # seconds: the last-resort wall-clock guard of one query (--time-budget)
 MAX_TIME_BUDGET = 3600.0
-DERIVE_USAGE = ("usage: posbias derive --list [--format text|json] | posbias derive NAME [PARAMS...] "
-                "[--format text|latex|json] [--time-budget SECONDS] | posbias derive NAME --help")
-BUDGET_HELP = (f"--time-budget SECONDS: a last-resort wall-clock guard (default {DEFAULT_TIME_BUDGET:g} s, at most "
-               f"{MAX_TIME_BUDGET:g}); a query that runs past it is refused (exit 2, 'undecided: time budget "
-               "exceeded') and never answered by guesswork. Answers do not depend on it: each derivation's "
-               "decisions are bounded by deterministic work limits (see NAME --help).")
+DERIVE_USAGE = (
+    "usage: posbias derive --list [--format text|json] | posbias derive NAME [PARAMS...] "
+    "[--format text|latex|json] [--time-budget SECONDS] | posbias derive NAME --help"
+)
+BUDGET_HELP = (
+    f"--time-budget SECONDS: a last-resort wall-clock guard (default {DEFAULT_TIME_BUDGET:g} s, at most "
+    f"{MAX_TIME_BUDGET:g}); a query that runs past it is refused (exit 2, 'undecided: time budget "
+    "exceeded') and never answered by guesswork. Answers do not depend on it: each derivation's "
+    "decisions are bounded by deterministic work limits (see NAME --help)."
+)
 
 
 def _one_line(err: BaseException) -> str:
@@ -107,8 +111,13 @@ def _general_help() -> str:
     ders = derivations()
     width = max(len(n) for n in ders)
     lines += [f"  {name:<{width}}  {der.summary}" for name, der in ders.items()]
-    lines += ["", "posbias derive NAME --help lists NAME's parameters with their meaning, default and an example,",
-              "and NAME's limits (the sizes it refuses, deterministically).", "", BUDGET_HELP]
+    lines += [
+        "",
+        "posbias derive NAME --help lists NAME's parameters with their meaning, default and an example,",
+        "and NAME's limits (the sizes it refuses, deterministically).",
+        "",
+        BUDGET_HELP,
+    ]
     return "\n".join(lines)
 
 
@@ -142,11 +151,14 @@ def derive_command(argv: list[str]) -> int:
     except DeriveError as err:
         return _error(_one_line(err))
     except TimeLimitExceeded:
-        return _error(f"{name}: undecided: time budget exceeded ({budget:g} s, --time-budget); "
-                                "no answer was given (a wall-clock guard, not a property of the input)")
+        return _error(
+            f"{name}: undecided: time budget exceeded ({budget:g} s, --time-budget); "
+            "no answer was given (a wall-clock guard, not a property of the input)"
+        )
     except (ArithmeticError, RecursionError, MemoryError) as err:
-        return _error(f"{name}: refused: the computation left its numeric range "
-                                f"({type(err).__name__}: {_one_line(err)})")
+        return _error(
+            f"{name}: refused: the computation left its numeric range ({type(err).__name__}: {_one_line(err)})"
+        )
     except Exception as err:  # a bug, not bad input: still one line, no traceback
         print(f"posbias derive: internal error: {name}: {type(err).__name__}: {_one_line(err)}", file=sys.stderr)
         return 1

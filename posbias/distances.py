@@ -69,5 +69,7 @@ class Row:
 
 def compare(measured: np.ndarray, predictions: dict[str, np.ndarray]) -> list[Row]:
     """A ``Row`` per prediction (same order); inputs must be valid profiles of one length."""
-    return [Row(name, w1(measured, q), spearman(measured, q), total_variation(measured, q))
-            for name, q in predictions.items()]
+    return [
+        Row(name, w1(measured, q), spearman(measured, q), total_variation(measured, q))
+        for name, q in predictions.items()
+    ]

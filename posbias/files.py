@@ -41,12 +41,29 @@ DEMO_FILES = ("profiles.png", "summaries.md", "summaries.json")
 COMPARE_FILES = ("compare.json", "compare.png")
 FIT_FILES = ("fit.json", "fitted_profile.csv", "fit.png")
 BIAS_FIT_FILES = ("fitted_bias.json", "fitted_bias.csv", "fitted_bias_profile.csv")
-MEASURE_FILES = ("rollout.yaml", "kernels.npz", "attention.npz", "influence.csv", "lambda.csv", "content.csv",
-                 "measure.json", "lambda.png", "bias_fit.json")
+MEASURE_FILES = (
+    "rollout.yaml",
+    "kernels.npz",
+    "attention.npz",
+    "influence.csv",
+    "lambda.csv",
+    "content.csv",
+    "measure.json",
+    "lambda.png",
+    "bias_fit.json",
+)
 HF_MEASURE_FILES = ("config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json", "bias_fit.json")
 VALIDATE_FILES = ("report.json", "report.md", "validate.png", "profiles/*/*.csv", "kernels/*.npz")
-FILE_SETS = (ROLLOUT_FILES, DEMO_FILES, COMPARE_FILES, FIT_FILES, BIAS_FIT_FILES, MEASURE_FILES, HF_MEASURE_FILES,
-             VALIDATE_FILES)
+FILE_SETS = (
+    ROLLOUT_FILES,
+    DEMO_FILES,
+    COMPARE_FILES,
+    FIT_FILES,
+    BIAS_FIT_FILES,
+    MEASURE_FILES,
+    HF_MEASURE_FILES,
+    VALIDATE_FILES,
+)
 """The files one run of a command may write (``*``: any name within one folder, e.g. validate's
 profiles/<N>/<panel>.csv). A run that writes a file of a set removes the rest of that set left by an
 earlier run (e.g. diagonal.csv of an earlier --diagonal run, or profiles/12/ of an earlier
@@ -98,8 +115,9 @@ def _retired(out_dir: Path, names: list[str]) -> list[Path]:
     written, old = set(names), set()
     for family in FILE_SETS:
         if any(fnmatchcase(name, member) for name in names for member in family):
-            old.update(p for member in family for p in out_dir.glob(member)
-                       if p.relative_to(out_dir).as_posix() not in written)
+            old.update(
+                p for member in family for p in out_dir.glob(member) if p.relative_to(out_dir).as_posix() not in written
+            )
     return sorted(old)
 
 
@@ -147,8 +165,13 @@ def check_out(out_dir: Path, names=()) -> None:
         raise _fail(out_dir, "cannot use this path", exc) from None
 
 
-def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None,
-              binaries: dict[str, bytes] | None = None, retire=None) -> list[Path]:
+def write_run(
+    out_dir: Path,
+    texts: dict[str, str],
+    figures: dict | None = None,
+    binaries: dict[str, bytes] | None = None,
+    retire=None,
+) -> list[Path]:
     """Write ``texts`` (name -> text), ``binaries`` (name -> bytes, e.g. .npz) and ``figures``
     (name -> matplotlib Figure, PNG) into ``out_dir`` as one set; returns the written paths
     in order. On any failure raise UserError (one line) and leave ``out_dir`` as it was
@@ -182,8 +205,7 @@ def write_run(out_dir: Path, texts: dict[str, str], figures: dict | None = None,
         for name, fig in figures.items():
             with warnings.catch_warnings():  # layout notes (e.g. "constrained_layout not applied") are
                 warnings.simplefilter("ignore")  # not the user's business: stderr stays one line or empty
-                fig.savefig(staging / name, dpi=150, bbox_inches="tight", format="png",
-                            metadata={STAMP_KEY: stamp})
+                fig.savefig(staging / name, dpi=150, bbox_inches="tight", format="png", metadata={STAMP_KEY: stamp})
         for name in names:
             os.chmod(staging / name, mode)
         written = []
@@ -260,7 +282,7 @@ def locked(out_dir: Path, wait: bool = True):
 def _remove_stale_staging(out_dir: Path) -> None:
     """Remove staging folders whose writing process no longer exists (a kill -9 mid-run)."""
     for folder in out_dir.glob(STAGING_PREFIX + "*"):  # glob ignores unreadable entries
-        pid = folder.name[len(STAGING_PREFIX):].split("-", 1)[0]
+        pid = folder.name[len(STAGING_PREFIX) :].split("-", 1)[0]
         if pid.isdigit() and not alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
 

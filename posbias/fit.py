@@ -68,8 +68,10 @@ class FitSpec:
         if self.diagonal not in DIAGONAL_MODES:
             raise FitError(f"diagonal: {self.diagonal!r}, expected one of {', '.join(DIAGONAL_MODES)}")
         if self.diagonal != "none" and self.content_scale:
-            raise FitError("content scale multiplies the model's own diagonal; it cannot be fitted together with "
-                           "a free diagonal (use --diagonal none)")
+            raise FitError(
+                "content scale multiplies the model's own diagonal; it cannot be fitted together with "
+                "a free diagonal (use --diagonal none)"
+            )
         if not (self.diagonal != "none" or self.temperature or self.content_scale or self.lambda_scale):
             raise FitError("nothing to fit: free at least one of diagonal, temperature, content scale, lambda scale")
         if self.steps < 1:
@@ -101,12 +103,13 @@ class FitResult:
         """One line: which iterate was returned and why."""
         last = self.history[-1] if self.history else math.nan
         if self.stopped is not None:
-            return (f"iterate {self.returned_step} (the best finite one; {self.stopped}, "
-                    f"optimisation stopped after {self.steps_done} steps)")
+            return (
+                f"iterate {self.returned_step} (the best finite one; {self.stopped}, "
+                f"optimisation stopped after {self.steps_done} steps)"
+            )
         if self.returned_step == self.steps_done:
             return f"iterate {self.returned_step} (the last, which is the best)"
-        return (f"iterate {self.returned_step} of {self.steps_done} (the best; the last has W1/(N-1) "
-                f"{last:.4g})")
+        return f"iterate {self.returned_step} of {self.steps_done} (the best; the last has W1/(N-1) {last:.4g})"
 
 
 SECONDS_PER_ENTRY = 5e-8
@@ -185,9 +188,16 @@ def model_profile(stack, num_tokens: int, values: dict | None = None) -> np.ndar
 
     from posbias.numerics import differentiable
 
-    theta = {} if values is None else {("log_" + k if k in ("temperature", "lambda_scale") else k):
-                                       (np.log(v) if k in ("temperature", "lambda_scale") else np.asarray(v))
-                                       for k, v in values.items()}
+    theta = (
+        {}
+        if values is None
+        else {
+            ("log_" + k if k in ("temperature", "lambda_scale") else k): (
+                np.log(v) if k in ("temperature", "lambda_scale") else np.asarray(v)
+            )
+            for k, v in values.items()
+        }
+    )
     with jax.enable_x64(True):
         p = differentiable.profile(*_parameters(theta, stack), num_tokens=num_tokens, mask=stack.mask)
         return np.asarray(p, np.float64)
@@ -254,14 +264,17 @@ def fit(stack, measured: np.ndarray, spec: FitSpec = FitSpec(), *, progress=None
         before = model_profile(stack, n, _readable(start))
         after = model_profile(stack, n, values)
     if not (np.all(np.isfinite(after)) and abs(float(after.sum()) - 1.0) <= 1e-9):
-        raise FitError(f"the fitted profile is not a probability vector (sum {float(after.sum())!r}); "
-                       "try a smaller --learning-rate")
+        raise FitError(
+            f"the fitted profile is not a probability vector (sum {float(after.sum())!r}); "
+            "try a smaller --learning-rate"
+        )
     w1 = lambda p: float(np.sum(np.abs(np.cumsum(p)[:-1] - np.cumsum(measured)[:-1])) / max(n - 1, 1))  # noqa: E731
     return FitResult(values, w1(before), w1(after), tuple(history), before, after, best_step, done, stopped)
 
 
-def check_budgets(stack, num_tokens: int, heldout_tokens: int | None, steps: int, time_budget: float, *,
-                  where: str) -> None:
+def check_budgets(
+    stack, num_tokens: int, heldout_tokens: int | None, steps: int, time_budget: float, *, where: str
+) -> None:
     """Refuse (FitError, one line) a fit whose memory or time estimate exceeds its budget."""
     from posbias.numerics import budget
 
@@ -274,9 +287,11 @@ def check_budgets(stack, num_tokens: int, heldout_tokens: int | None, steps: int
         raise FitError(f"{where}: {reason}")
     seconds = seconds_estimate(t, h, num_tokens, steps)
     if seconds > time_budget:
-        raise FitError(f"{where}: {steps} steps of a fit of T = {t} layers, H = {h} heads at N = {num_tokens} would "
-                       f"take about {_duration(seconds)}, more than --time-budget {time_budget:g} s "
-                       "(fewer --steps, a shorter profile or a larger --time-budget)")
+        raise FitError(
+            f"{where}: {steps} steps of a fit of T = {t} layers, H = {h} heads at N = {num_tokens} would "
+            f"take about {_duration(seconds)}, more than --time-budget {time_budget:g} s "
+            "(fewer --steps, a shorter profile or a larger --time-budget)"
+        )
 
 
 def _duration(seconds: float) -> str:
@@ -289,8 +304,14 @@ def _duration(seconds: float) -> str:
 def _figure(measured, result: FitResult, title: str):
     from posbias.compare import overlay_figure
 
-    return overlay_figure(measured, {f"before fit (W1 {result.loss_before:.4f})": result.before,
-                                     f"after fit (W1 {result.loss_after:.4f})": result.after}, title=title)
+    return overlay_figure(
+        measured,
+        {
+            f"before fit (W1 {result.loss_before:.4f})": result.before,
+            f"after fit (W1 {result.loss_after:.4f})": result.after,
+        },
+        title=title,
+    )
 
 
 DEFAULT_TIME_BUDGET = 3600.0
@@ -307,33 +328,66 @@ examples:
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "fit", help="fit content diagonal / temperature / lambda scale to a measured profile (W1, optax)",
+        "fit",
+        help="fit content diagonal / temperature / lambda scale to a measured profile (W1, optax)",
         description="Fit the parameters the theory leaves free to a measured profile by minimising W1 / (N-1) "
-                    "with Adam (optax), gradients through the differentiable dense profile. Writes fit.json, "
-                    "fitted_profile.csv and fit.png to --out. Given a posbias measure folder instead, fit a "
-                    "relative bias to each head's mean pre-softmax logits (--bias, --smoothness).",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("measured", type=Path, help="measured profile CSV (token_position,probability); N is its length; "
-                                               "or a posbias measure folder (the relative-bias fit, --bias)")
-    p.add_argument("config", type=Path, nargs="?",
-                   help="the model: a rollout YAML (mask, slopes, lambda schedule, content); not with a folder")
+        "with Adam (optax), gradients through the differentiable dense profile. Writes fit.json, "
+        "fitted_profile.csv and fit.png to --out. Given a posbias measure folder instead, fit a "
+        "relative bias to each head's mean pre-softmax logits (--bias, --smoothness).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "measured",
+        type=Path,
+        help="measured profile CSV (token_position,probability); N is its length; "
+        "or a posbias measure folder (the relative-bias fit, --bias)",
+    )
+    p.add_argument(
+        "config",
+        type=Path,
+        nargs="?",
+        help="the model: a rollout YAML (mask, slopes, lambda schedule, content); not with a folder",
+    )
     bias = p.add_argument_group("relative-bias fit of a posbias measure folder (posbias.bias_fit, THEORY.md C7)")
-    bias.add_argument("--bias", choices=FAMILIES, metavar="FAMILY",
-                      help=f"the family of b_h(g): {', '.join(FAMILIES)} (default table)")
-    bias.add_argument("--smoothness", type=float, metavar="ALPHA",
-                      help=f"table: the second-difference penalty alpha >= 0 (default {DEFAULT_SMOOTHNESS:g})")
-    p.add_argument("--diagonal", choices=DIAGONAL_MODES, default="pooled",
-                   help="free content diagonal: one value (pooled, default), one per layer, or none")
+    bias.add_argument(
+        "--bias",
+        choices=FAMILIES,
+        metavar="FAMILY",
+        help=f"the family of b_h(g): {', '.join(FAMILIES)} (default table)",
+    )
+    bias.add_argument(
+        "--smoothness",
+        type=float,
+        metavar="ALPHA",
+        help=f"table: the second-difference penalty alpha >= 0 (default {DEFAULT_SMOOTHNESS:g})",
+    )
+    p.add_argument(
+        "--diagonal",
+        choices=DIAGONAL_MODES,
+        default="pooled",
+        help="free content diagonal: one value (pooled, default), one per layer, or none",
+    )
     p.add_argument("--no-temperature", dest="temperature", action="store_false", help="keep the temperature fixed")
-    p.add_argument("--content-scale", action="store_true", help="fit c in d = c * (the model's d); needs "
-                                                                 "--diagonal none")
+    p.add_argument(
+        "--content-scale", action="store_true", help="fit c in d = c * (the model's d); needs --diagonal none"
+    )
     p.add_argument("--lambda-scale", action="store_true", help="fit s in lambda_t' = min(1, s lambda_t)")
     p.add_argument("--steps", type=argtypes.at_least(1), default=500, help="optimiser steps (default 500)")
-    p.add_argument("--learning-rate", type=argtypes.positive_float, default=0.1,
-                   help="Adam's initial rate (cosine decay; default 0.1)")
-    p.add_argument("--time-budget", type=argtypes.positive_float, default=DEFAULT_TIME_BUDGET, metavar="SECONDS",
-                   help=f"refuse a fit estimated to take longer (default {DEFAULT_TIME_BUDGET:.0f} s; the estimate is "
-                        "O(steps T H N^2), see posbias.fit.seconds_estimate)")
+    p.add_argument(
+        "--learning-rate",
+        type=argtypes.positive_float,
+        default=0.1,
+        help="Adam's initial rate (cosine decay; default 0.1)",
+    )
+    p.add_argument(
+        "--time-budget",
+        type=argtypes.positive_float,
+        default=DEFAULT_TIME_BUDGET,
+        metavar="SECONDS",
+        help=f"refuse a fit estimated to take longer (default {DEFAULT_TIME_BUDGET:.0f} s; the estimate is "
+        "O(steps T H N^2), see posbias.fit.seconds_estimate)",
+    )
     p.add_argument("--heldout", type=Path, help="a second measured profile (any N) to evaluate the fit on")
     p.add_argument("--content-broadcast", choices=("all", "first-head"), default="all")
     p.add_argument("--out", type=argtypes.path, help="output folder (default: posbias-out)")
@@ -354,43 +408,72 @@ def run(args) -> int:
     if args.bias is not None or args.smoothness is not None:
         raise FitError(f"--bias, --smoothness: apply to a posbias measure folder, and {args.measured} is not a folder")
     if args.config is None:
-        raise FitError(f"{args.measured}: a measured profile needs CONFIG, the model's rollout YAML "
-                       "(posbias fit MEASURED.csv CONFIG)")
-    spec = FitSpec(args.diagonal, args.temperature, args.content_scale, args.lambda_scale, args.steps,
-                   args.learning_rate)
+        raise FitError(
+            f"{args.measured}: a measured profile needs CONFIG, the model's rollout YAML "
+            "(posbias fit MEASURED.csv CONFIG)"
+        )
+    spec = FitSpec(
+        args.diagonal, args.temperature, args.content_scale, args.lambda_scale, args.steps, args.learning_rate
+    )
     measured = read_profile(args.measured)
     heldout = read_profile(args.heldout) if args.heldout is not None else None
     model = cfg.load(args.config, tokens=measured.size, content_broadcast=args.content_broadcast)
-    check_budgets(model.stack, measured.size, None if heldout is None else heldout.size, spec.steps,
-                  args.time_budget, where=str(args.measured))
+    check_budgets(
+        model.stack,
+        measured.size,
+        None if heldout is None else heldout.size,
+        spec.steps,
+        args.time_budget,
+        where=str(args.measured),
+    )
     with progress_bar(not args.json, "fit", "steps") as update:
         result = fit(model.stack, measured, spec, progress=update)
     if result.stopped is not None:
         print(f"posbias fit: warning: {result.stopped}; returned {result.returned}", file=sys.stderr)
-    report = {"measured": str(args.measured), "config": str(args.config), "num_tokens": int(measured.size),
-              "free": {"diagonal": spec.diagonal, "temperature": spec.temperature,
-                       "content_scale": spec.content_scale, "lambda_scale": spec.lambda_scale},
-              "steps": spec.steps, "learning_rate": spec.learning_rate,
-              "gradient_route": "jax.grad through numerics/differentiable.py (dense vector route)",
-              "w1_before": result.loss_before, "w1_after": result.loss_after, "values": result.values,
-              "returned_iterate": result.returned_step, "steps_done": result.steps_done, "stopped": result.stopped,
-              "returned": result.returned}
+    report = {
+        "measured": str(args.measured),
+        "config": str(args.config),
+        "num_tokens": int(measured.size),
+        "free": {
+            "diagonal": spec.diagonal,
+            "temperature": spec.temperature,
+            "content_scale": spec.content_scale,
+            "lambda_scale": spec.lambda_scale,
+        },
+        "steps": spec.steps,
+        "learning_rate": spec.learning_rate,
+        "gradient_route": "jax.grad through numerics/differentiable.py (dense vector route)",
+        "w1_before": result.loss_before,
+        "w1_after": result.loss_after,
+        "values": result.values,
+        "returned_iterate": result.returned_step,
+        "steps_done": result.steps_done,
+        "stopped": result.stopped,
+        "returned": result.returned,
+    }
     if heldout is not None:
         from posbias.distances import w1
 
         n2 = int(heldout.size)
-        report["heldout"] = {"file": str(args.heldout), "num_tokens": n2,
-                             "w1_before": w1(heldout, model_profile(model.stack, n2)),
-                             "w1_after": w1(heldout, model_profile(model.stack, n2, result.values))}
+        report["heldout"] = {
+            "file": str(args.heldout),
+            "num_tokens": n2,
+            "w1_before": w1(heldout, model_profile(model.stack, n2)),
+            "w1_after": w1(heldout, model_profile(model.stack, n2, result.values)),
+        }
     text = json.dumps(report, indent=2, allow_nan=False) + "\n"  # strict JSON: fit() returns finite values only
     files = {"fit.json": text, "fitted_profile.csv": position_csv(probability=result.after)}
-    written = write_run(args.out or Path("posbias-out"), files,
-                        {"fit.png": _figure(measured, result, f"fit to {args.measured} (N = {measured.size})")})
+    written = write_run(
+        args.out or Path("posbias-out"),
+        files,
+        {"fit.png": _figure(measured, result, f"fit to {args.measured} (N = {measured.size})")},
+    )
     if args.json:
         sys.stdout.write(text)
         return 0
-    print(f"fit to {args.measured} (N = {measured.size}) of {args.config}: {result.steps_done} of {spec.steps} "
-          "Adam steps")
+    print(
+        f"fit to {args.measured} (N = {measured.size}) of {args.config}: {result.steps_done} of {spec.steps} Adam steps"
+    )
     print(f"  W1/(N-1): {result.loss_before:.4g} before -> {result.loss_after:.3g} after")
     print(f"  returned: {result.returned}")
     for name, value in result.values.items():
@@ -398,7 +481,9 @@ def run(args) -> int:
         print(f"  {name} = {shown}")
     if heldout is not None:
         h = report["heldout"]
-        print(f"  held out ({args.heldout}, N = {h['num_tokens']}): W1/(N-1) {h['w1_before']:.4g} unfitted -> "
-              f"{h['w1_after']:.3g} fitted")
+        print(
+            f"  held out ({args.heldout}, N = {h['num_tokens']}): W1/(N-1) {h['w1_before']:.4g} unfitted -> "
+            f"{h['w1_after']:.3g} fitted"
+        )
     print("  wrote " + ", ".join(str(p) for p in written))
     return 0

@@ -39,8 +39,10 @@ def _check_declared(path: Path, declared: dict) -> tuple[int, ...]:
     for name in ("kernels", "lambdas"):
         if name in declared:
             dtype = declared[name][1]
-            if not (np.issubdtype(dtype, np.floating) or (name == "lambdas" and np.issubdtype(dtype, np.integer)
-                                                           and dtype != np.bool_)):
+            if not (
+                np.issubdtype(dtype, np.floating)
+                or (name == "lambdas" and np.issubdtype(dtype, np.integer) and dtype != np.bool_)
+            ):
                 raise UserError(f"{path}: {name}: expected floating-point values, got dtype {dtype}")
     shape = declared["kernels"][0]
     if len(shape) != 3:
@@ -48,8 +50,10 @@ def _check_declared(path: Path, declared: dict) -> tuple[int, ...]:
     if shape[1] != shape[2] or shape[0] < 1 or shape[1] < 1:
         raise UserError(f"{path}: kernels must have shape (T, N, N) with T, N >= 1, got {shape}")
     if "lambdas" in declared and int(np.prod(declared["lambdas"][0], dtype=object)) != shape[0]:
-        raise UserError(f"{path}: lambdas: expected {shape[0]} finite values in [0, 1] (one per layer of "
-                        f"kernels {shape}), got shape {declared['lambdas'][0]}")
+        raise UserError(
+            f"{path}: lambdas: expected {shape[0]} finite values in [0, 1] (one per layer of "
+            f"kernels {shape}), got shape {declared['lambdas'][0]}"
+        )
     reason = budget.check(f"kernels of shape {shape}", 3 * 8 * int(np.prod(shape, dtype=object)))
     if reason:
         raise UserError(f"{path}: {reason}")
@@ -90,8 +94,10 @@ def _lambdas(path: Path, stored, schedule: str | None, num_layers: int) -> tuple
     lam = np.asarray(stored, dtype=np.float64).reshape(-1)
     bad = np.flatnonzero(~(np.isfinite(lam) & (lam >= 0) & (lam <= 1)))
     if bad.size:
-        raise UserError(f"{path}: lambdas[{bad[0]}] = {lam[bad[0]]:g}, expected a value in [0, 1] "
-                        "(or give --schedule SPEC, which clips)")
+        raise UserError(
+            f"{path}: lambdas[{bad[0]}] = {lam[bad[0]]:g}, expected a value in [0, 1] "
+            "(or give --schedule SPEC, which clips)"
+        )
     return lam, ()
 
 

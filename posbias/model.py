@@ -64,8 +64,9 @@ class Model:
         """The ``Profile`` (raw engine output, with the engine and path that ran)."""
         from posbias import numerics as nx
 
-        return nx.profile(self.stack, self.num_tokens, engine=engine,
-                          dtype=np.float64 if precision == "float64" else np.float32)
+        return nx.profile(
+            self.stack, self.num_tokens, engine=engine, dtype=np.float64 if precision == "float64" else np.float32
+        )
 
     def run(self, engine="auto", *, precision="float64", full_matrix=False, diagonal=False, show_progress=False):
         """Everything ``posbias rollout`` reports: a ``RunResult`` (renormalised profile, Summary, extras)."""
@@ -75,13 +76,24 @@ class Model:
 
         compact = _is_compact(self.stack)
         if compact and full_matrix:
-            raise ModelError(f"--full: the dense P of a compact periodic stack (T = {self.stack.num_layers}) "
-                             "is not formed; its profile comes from the power engine")
+            raise ModelError(
+                f"--full: the dense P of a compact periodic stack (T = {self.stack.num_layers}) "
+                "is not formed; its profile comes from the power engine"
+            )
         if compact and diagonal and not self.stack.causal(self.num_tokens):
-            raise ModelError(f"--diagonal: the identity P_ii = prod_t (1 - lambda_t (1 - A_ii)) needs "
-                             f"lower-triangular kernels; mask {self.stack.mask_name} reads later tokens")
-        result = run_stack(self.stack, self.num_tokens, engine=engine, precision=precision,
-                           full_matrix=full_matrix, diagonal=diagonal, show_progress=show_progress)
+            raise ModelError(
+                f"--diagonal: the identity P_ii = prod_t (1 - lambda_t (1 - A_ii)) needs "
+                f"lower-triangular kernels; mask {self.stack.mask_name} reads later tokens"
+            )
+        result = run_stack(
+            self.stack,
+            self.num_tokens,
+            engine=engine,
+            precision=precision,
+            full_matrix=full_matrix,
+            diagonal=diagonal,
+            show_progress=show_progress,
+        )
         provenance = {"source": self.source}
         if self.schedule:  # a long custom list is in the source file already
             provenance["schedule"] = self.schedule if len(self.schedule) <= 64 else self.schedule.split(":")[0]
@@ -98,8 +110,10 @@ class Model:
     def diagonal(self) -> np.ndarray:
         """(N,) P_ii by the identity prod_t (1 - lambda_t (1 - A^(t)_ii)) (C5(a)); causal masks only."""
         if not self.stack.causal(self.num_tokens):
-            raise ModelError(f"diagonal: the identity needs lower-triangular kernels; mask {self.stack.mask.name} "
-                             "reads later tokens (use matrix())")
+            raise ModelError(
+                f"diagonal: the identity needs lower-triangular kernels; mask {self.stack.mask.name} "
+                "reads later tokens (use matrix())"
+            )
         return np.exp(self.log_diagonal())
 
     def log_diagonal(self) -> np.ndarray:
@@ -113,8 +127,9 @@ class Model:
         from posbias import numerics as nx
 
         if _is_compact(self.stack):
-            raise ModelError(f"matrix: the dense P of a compact periodic stack (T = {self.stack.num_layers}) "
-                             "is not formed")
+            raise ModelError(
+                f"matrix: the dense P of a compact periodic stack (T = {self.stack.num_layers}) is not formed"
+            )
         reason = nx.Dense().supports(self.stack, self.num_tokens)
         if reason:
             raise ModelError(f"matrix: {reason}")
@@ -156,8 +171,9 @@ def check_size(num_layers: int, num_heads: int) -> None:
     """Refuse, before allocating, a stack whose parameter arrays alone exceed the memory limit."""
     from posbias.numerics import budget
 
-    reason = budget.check(f"a stack of T = {num_layers} layers and H = {num_heads} heads",
-                          budget.stack_bytes(num_layers, num_heads))
+    reason = budget.check(
+        f"a stack of T = {num_layers} layers and H = {num_heads} heads", budget.stack_bytes(num_layers, num_heads)
+    )
     if reason:
         raise ModelError(reason)
 
@@ -191,9 +207,11 @@ def slopes_of(slopes, num_heads: int) -> np.ndarray:
     if values.ndim not in (1, 2) or values.shape[-1] != num_heads:
         flat = values.ravel()
         shown = "[" + ", ".join(f"{v:g}" for v in flat[:8]) + (", ..." if flat.size > 8 else "") + "]"
-        raise ModelError(f"slopes: {values.size} explicit value{'s' * (values.size != 1)} {shown} (shape "
-                         f"{values.shape}) for heads = {num_heads}: expected one slope per head, {num_heads} "
-                         f"values, or a (T, {num_heads}) array")
+        raise ModelError(
+            f"slopes: {values.size} explicit value{'s' * (values.size != 1)} {shown} (shape "
+            f"{values.shape}) for heads = {num_heads}: expected one slope per head, {num_heads} "
+            f"values, or a (T, {num_heads}) array"
+        )
     return values
 
 
@@ -204,16 +222,19 @@ def content_of(content_diagonal, num_layers: int, num_heads: int) -> np.ndarray:
         return np.full((num_layers, num_heads), float(d))
     if d.ndim == 1:
         if d.shape[0] != num_layers:
-            raise ModelError(f"content_diagonal: {d.shape[0]} values, expected one number, "
-                             f"num_layers = {num_layers} values (per layer) or a (T, H) array")
+            raise ModelError(
+                f"content_diagonal: {d.shape[0]} values, expected one number, "
+                f"num_layers = {num_layers} values (per layer) or a (T, H) array"
+            )
         return np.repeat(d[:, None], num_heads, axis=1)
     if d.shape not in ((num_layers, num_heads), (1, num_heads), (num_layers, 1)):
         raise ModelError(f"content_diagonal: shape {d.shape}, expected (T, H) = ({num_layers}, {num_heads})")
     return np.array(np.broadcast_to(d, (num_layers, num_heads)))
 
 
-def period_of(schedule, num_layers: int, periodic: bool, slopes, content_diagonal, head_weights,
-              sink=0.0) -> int | None:
+def period_of(
+    schedule, num_layers: int, periodic: bool, slopes, content_diagonal, head_weights, sink=0.0
+) -> int | None:
     """The number of layers p of the block a compact stack repeats, or None for an ordinary stack.
 
     ``periodic``: the custom schedule lists one period (its length is p; per-layer content then
@@ -225,18 +246,22 @@ def period_of(schedule, num_layers: int, periodic: bool, slopes, content_diagona
         if isinstance(schedule, schedules.Constant):
             return 1
         if not isinstance(schedule, schedules.Custom):
-            raise ModelError(f"periodic: expected a custom:L0,L1,... schedule listing one period of lambdas, "
-                             f"got {getattr(schedule, 'spec', schedule)}")
+            raise ModelError(
+                f"periodic: expected a custom:L0,L1,... schedule listing one period of lambdas, "
+                f"got {getattr(schedule, 'spec', schedule)}"
+            )
         p = len(schedule.lambdas)
         if p > num_layers:
             raise ModelError(f"periodic: one period of {p} layers is longer than layers = {num_layers}")
         return p
     if not isinstance(schedule, schedules.Constant) or num_layers < COMPACT_FROM_LAYERS:
         return None
-    same = (isinstance(slopes, str) or np.ndim(slopes) <= 1,
-            np.ndim(content_diagonal) == 0,
-            head_weights is None or np.ndim(head_weights) <= 1,
-            np.ndim(sink) <= 1)
+    same = (
+        isinstance(slopes, str) or np.ndim(slopes) <= 1,
+        np.ndim(content_diagonal) == 0,
+        head_weights is None or np.ndim(head_weights) <= 1,
+        np.ndim(sink) <= 1,
+    )
     return 1 if all(same) else None
 
 
@@ -248,8 +273,9 @@ def bias_stack_of(bias, lambdas, heads: int, diagonal, sink, head_weights, tempe
     from posbias.numerics.stack import StackError
 
     try:
-        biases = parse_biases(bias, "bias") if isinstance(bias, str) else ([bias] if isinstance(bias, Bias)
-                                                                           else list(bias))
+        biases = (
+            parse_biases(bias, "bias") if isinstance(bias, str) else ([bias] if isinstance(bias, Bias) else list(bias))
+        )
     except UserError as exc:
         raise ModelError(str(exc)) from None
     if len(biases) == 1:
@@ -301,8 +327,9 @@ def build_model(
             raise ModelError(f"{name}: expected a positive integer, got {value!r}")
     layers = int(layers)
     sched = parse_schedule(schedule)
-    period = period_of(sched, layers, bool(periodic), slopes, content_diagonal, head_weights,
-                       sink if bias is not None else 0.0)
+    period = period_of(
+        sched, layers, bool(periodic), slopes, content_diagonal, head_weights, sink if bias is not None else 0.0
+    )
     built = layers if period is None else period
     if period is None:
         check_size(layers, heads)
@@ -310,14 +337,30 @@ def build_model(
     if bias is not None:
         if np.ndim(sink) == 2 and np.shape(sink)[0] != built:
             what = f"the {built} layers of one period" if period is not None else f"layers = {built}"
-            raise ModelError(f"sink: {np.shape(sink)[0]} rows of per-layer values, expected one number, one per "
-                             f"head or one row per layer ({what})")
-        stack = bias_stack_of(bias, lambdas, heads, content_of(content_diagonal, built, heads), sink,
-                              head_weights, temperature, parse_mask(mask))
+            raise ModelError(
+                f"sink: {np.shape(sink)[0]} rows of per-layer values, expected one number, one per "
+                f"head or one row per layer ({what})"
+            )
+        stack = bias_stack_of(
+            bias,
+            lambdas,
+            heads,
+            content_of(content_diagonal, built, heads),
+            sink,
+            head_weights,
+            temperature,
+            parse_mask(mask),
+        )
     else:
         try:
-            stack = AlibiStack.build(lambdas, slopes_of(slopes, heads), content_of(content_diagonal, built, heads),
-                                     head_weights, temperature, parse_mask(mask))
+            stack = AlibiStack.build(
+                lambdas,
+                slopes_of(slopes, heads),
+                content_of(content_diagonal, built, heads),
+                head_weights,
+                temperature,
+                parse_mask(mask),
+            )
         except StackError as exc:
             raise ModelError(str(exc)) from None
         if stack.num_heads != heads:

@@ -29,7 +29,7 @@ def config_label(path: str | os.PathLike) -> str:
         for marker in ("official-configs", "data"):
             if marker in parents:
                 k = len(parents) - 1 - parents[::-1].index(marker)
-                return "/".join(candidate.parts[k + 1:])
+                return "/".join(candidate.parts[k + 1 :])
     return str(path)
 
 
@@ -68,13 +68,13 @@ def _decade_axis(ax, values: list[np.ndarray]) -> None:
     step = next((s for s in _DECADE_STEPS if decades / s <= 8), _DECADE_STEPS[-1])
     bottom = top - decades
     ax.set_yscale("log")
-    ax.set_ylim(10.0 ** bottom, 10.0 ** top)
+    ax.set_ylim(10.0**bottom, 10.0**top)
     ax.yaxis.set_major_locator(FixedLocator([10.0 ** (top - k * step) for k in range(decades // step + 1)]))
     ax.yaxis.set_major_formatter(LogFormatterSciNotation(base=10.0))
     if step == 1 and decades <= 6:
         ax.yaxis.set_minor_locator(LogLocator(base=10.0, subs=np.arange(2, 10) * 0.1, numticks=12))
     elif step > 1 and decades <= 100:
-        ax.yaxis.set_minor_locator(FixedLocator([10.0 ** e for e in range(bottom, top + 1)]))
+        ax.yaxis.set_minor_locator(FixedLocator([10.0**e for e in range(bottom, top + 1)]))
     else:
         ax.yaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_minor_formatter(NullFormatter())
@@ -104,8 +104,10 @@ def profile_figure(
     """
     from matplotlib.figure import Figure  # no pyplot: no global figure registry, no GUI backend
 
-    fig = Figure(figsize=(panel_width * len(panels), panel_height + 0.3 * bool(title) + 0.3 * bool(subtitle)),
-                 layout="constrained")
+    fig = Figure(
+        figsize=(panel_width * len(panels), panel_height + 0.3 * bool(title) + 0.3 * bool(subtitle)),
+        layout="constrained",
+    )
     axes = fig.subplots(1, len(panels), squeeze=False)
     for ax, (name, p) in zip(axes[0], panels):
         p = np.asarray(p, dtype=np.float64)
@@ -123,11 +125,20 @@ def profile_figure(
             ax.set_ylim(0, min(1.0, 1.08 * peak) if peak > 0 else 1.0)
         k = int(np.nanargmin(p)) if np.isfinite(p).any() else 0
         if use_log and not p[k] > 0:  # exact zeros have no place on a log axis: mark it at the bottom
-            ax.plot([k], [ax.get_ylim()[0]], "v", ms=6, color="C3", clip_on=False, zorder=3,
-                    label=f"argmin j = {k}, p = 0 (zeros not drawn)")
+            ax.plot(
+                [k],
+                [ax.get_ylim()[0]],
+                "v",
+                ms=6,
+                color="C3",
+                clip_on=False,
+                zorder=3,
+                label=f"argmin j = {k}, p = 0 (zeros not drawn)",
+            )
         else:
-            ax.plot([k], [p[k]], "o", ms=5, color="C3", clip_on=False, zorder=3,
-                    label=f"argmin j = {k}, p = {p[k]:.3g}")
+            ax.plot(
+                [k], [p[k]], "o", ms=5, color="C3", clip_on=False, zorder=3, label=f"argmin j = {k}, p = {p[k]:.3g}"
+            )
         _label_axes(ax, name, "p(j)", p.size)
     if title or subtitle:
         import textwrap
@@ -161,8 +172,9 @@ def _log_panel(ax, name: str, log_p: np.ndarray) -> None:
     j, shown = envelope(log10)
     ax.plot(j, shown, lw=1.4, color="C0", label="log10 p(j)")
     k = int(np.argmin(log10))
-    ax.plot([k], [log10[k]], "o", ms=5, color="C3", clip_on=False, zorder=3,
-            label=f"argmin j = {k}, p = 10^{log10[k]:.6g}")
+    ax.plot(
+        [k], [log10[k]], "o", ms=5, color="C3", clip_on=False, zorder=3, label=f"argmin j = {k}, p = 10^{log10[k]:.6g}"
+    )
     ax.set_ylim(top=min(0.0, float(np.max(log10)) + 0.05 * (float(np.max(log10)) - float(np.min(log10)) + 1)))
     _label_axes(ax, name, "log10 p(j)", log_p.size)
 
@@ -174,5 +186,12 @@ def _label_axes(ax, name: str, ylabel: str, num_tokens: int) -> None:
     ax.set_ylabel(ylabel)
     ax.set_xlim(0, max(num_tokens - 1, 1))
     ax.grid(alpha=0.3, which="major")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=8, frameon=False,
-              handlelength=1.5, columnspacing=1.2)
+    ax.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.2),
+        ncol=2,
+        fontsize=8,
+        frameon=False,
+        handlelength=1.5,
+        columnspacing=1.2,
+    )

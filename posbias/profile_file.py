@@ -45,8 +45,10 @@ def read_profile(path: Path) -> np.ndarray:
         if stat.S_ISDIR(info.st_mode):
             raise IsADirectoryError(errno.EISDIR, "is a directory")
         if stat.S_ISREG(info.st_mode) and info.st_size > MAX_BYTES:
-            raise ProfileError(f"{path}: {info.st_size} bytes, larger than the {MAX_BYTES // 2**20} MiB a profile "
-                               f"file may hold (at most {MAX_ROWS} rows)")
+            raise ProfileError(
+                f"{path}: {info.st_size} bytes, larger than the {MAX_BYTES // 2**20} MiB a profile "
+                f"file may hold (at most {MAX_ROWS} rows)"
+            )
         with open(path, "rb") as handle:
             fast = _parse_fast(handle, path)
         if fast is not None:
@@ -78,11 +80,17 @@ def _parse_fast(handle, path: Path) -> np.ndarray | None:
     columns = [f"c{i}" for i in range(len(names))]
     try:
         reader = csv.open_csv(
-            handle, read_options=csv.ReadOptions(column_names=columns, block_size=2**20),
+            handle,
+            read_options=csv.ReadOptions(column_names=columns, block_size=2**20),
             parse_options=csv.ParseOptions(newlines_in_values=False),
-            convert_options=csv.ConvertOptions(column_types={"c0": pa.int64(), "c1": pa.float64()},
-                                               include_columns=["c0", "c1"], null_values=[],
-                                               strings_can_be_null=False, quoted_strings_can_be_null=False))
+            convert_options=csv.ConvertOptions(
+                column_types={"c0": pa.int64(), "c1": pa.float64()},
+                include_columns=["c0", "c1"],
+                null_values=[],
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
         positions, values, count = [], [], 0
         for batch in reader:
             count += batch.num_rows
@@ -123,8 +131,7 @@ def _parse(path: Path, handle) -> np.ndarray:  # noqa: C901 (one branch per bad 
         if total_bytes > MAX_BYTES:
             raise ProfileError(f"{path}: larger than the {MAX_BYTES // 2**20} MiB a profile file may hold")
         if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
-            raise ProfileError(f"{path}: line {number} is longer than {MAX_LINE} characters, expected "
-                               "'position,value'")
+            raise ProfileError(f"{path}: line {number} is longer than {MAX_LINE} characters, expected 'position,value'")
         try:
             line = raw.decode("utf-8").rstrip("\r\n")
         except UnicodeDecodeError:
@@ -134,8 +141,10 @@ def _parse(path: Path, handle) -> np.ndarray:  # noqa: C901 (one branch per bad 
         if header is None:
             header = [h.strip() for h in line.split(",")]
             if len(header) < 2 or header[0] != "token_position":
-                raise ProfileError(f"{path}: header {line!r}, expected 'token_position,<name>[,...]' (the profile "
-                                   "is the first column after token_position)")
+                raise ProfileError(
+                    f"{path}: header {line!r}, expected 'token_position,<name>[,...]' (the profile "
+                    "is the first column after token_position)"
+                )
             continue
         cells = line.split(",")
         try:
@@ -145,8 +154,9 @@ def _parse(path: Path, handle) -> np.ndarray:  # noqa: C901 (one branch per bad 
         except (ValueError, IndexError):
             raise ProfileError(f"{path}: line {number} is {line[:80]!r}, expected 'position,value'") from None
         if position != count:
-            raise ProfileError(f"{path}: line {number} has position {position}, expected {count} (positions "
-                               "0 .. N-1 in order)")
+            raise ProfileError(
+                f"{path}: line {number} has position {position}, expected {count} (positions 0 .. N-1 in order)"
+            )
         if not math.isfinite(value) or value < 0:
             raise ProfileError(f"{path}: line {number} has value {value!r}, expected a finite value >= 0")
         if count == MAX_ROWS:

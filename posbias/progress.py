@@ -16,8 +16,13 @@ def progress_bar(enabled: bool, label: str, unit: str = "layers"):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     with Progress(
-        TextColumn(label), BarColumn(), TextColumn(f"{{task.completed}}/{{task.total}} {unit}"),
-        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), transient=True,
+        TextColumn(label),
+        BarColumn(),
+        TextColumn(f"{{task.completed}}/{{task.total}} {unit}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        transient=True,
         console=Console(stderr=True),  # stdout stays the results' (pipes, --json)
     ) as bar:
         task = bar.add_task(label, total=None)

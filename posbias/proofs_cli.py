@@ -86,8 +86,10 @@ def _statement_checks(claims, problems: list[str]) -> list:
     return checks
 
 
-def proofs_command(argv: list[str],  # noqa: C901 (parsing, --list, --check; split per action; issue 20 §4)
-                   registry=None) -> int:
+def proofs_command(  # noqa: C901 (parsing, --list, --check; split per action; issue 20 §4)
+    argv: list[str],
+    registry=None,
+) -> int:
     """``posbias proofs --check|--list [--dir DIR]``; ``registry`` (a ``claims.Registry``) is for tests."""
     from posbias.theorem.claims import CLAIMS, certificate_registry, run_certificate
 
@@ -106,8 +108,10 @@ def proofs_command(argv: list[str],  # noqa: C901 (parsing, --list, --check; spl
 
     if action == "--list":
         for f in files:
-            print(f"{f.name}: claims {', '.join(covers.get(f.name, [])) or '(none)'}; "
-                  f"certificates {', '.join(cited[f.name]) or '(none)'}")
+            print(
+                f"{f.name}: claims {', '.join(covers.get(f.name, [])) or '(none)'}; "
+                f"certificates {', '.join(cited[f.name]) or '(none)'}"
+            )
         return 0
 
     reg = registry if registry is not None else certificate_registry()
@@ -146,7 +150,10 @@ def proofs_command(argv: list[str],  # noqa: C901 (parsing, --list, --check; spl
     print(f"{len(files)} proof files, {len(results)} certificates cited, {total} hold")
     print(f"{len(statements)} claim statements checked, {sum(c.holds for c in statements)} hold")
     if problems:
-        print(f"posbias proofs: error: {len(problems)} problem(s): {problems[0]}"
-              + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""), file=sys.stderr)
+        print(
+            f"posbias proofs: error: {len(problems)} problem(s): {problems[0]}"
+            + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
+            file=sys.stderr,
+        )
         return 1
     return 0

@@ -58,19 +58,25 @@ def _refuse_options(stack, num_tokens: int, engine: str, full_matrix: bool, diag
     if isinstance(stack, nx.KernelStack) and engine not in ("auto", "measured"):
         raise UserError(f"--engine {engine}: measured kernels run on the measured engine (use auto)")
     if diagonal and isinstance(getattr(stack, "block", stack), nx.BiasStack):  # periodic bias stacks too
-        raise UserError("--diagonal: the O(T N) diagonal identity is not implemented for relative biases yet "
-                        "(--full gives P's diagonal by dense products)")
+        raise UserError(
+            "--diagonal: the O(T N) diagonal identity is not implemented for relative biases yet "
+            "(--full gives P's diagonal by dense products)"
+        )
     if diagonal and not stack.causal(num_tokens):
-        raise UserError(f"--diagonal: the identity P_ii = prod_t (1 - lambda_t (1 - A_ii)) needs "
-                        f"lower-triangular kernels; mask {stack.mask_name} reads later tokens")
+        raise UserError(
+            f"--diagonal: the identity P_ii = prod_t (1 - lambda_t (1 - A_ii)) needs "
+            f"lower-triangular kernels; mask {stack.mask_name} reads later tokens"
+        )
     if full_matrix and not isinstance(stack, nx.KernelStack):
         reason = nx.Dense().supports(stack, num_tokens)
         if reason:
             raise UserError(f"--full: {reason}")
         from posbias.numerics import budget
 
-        reason = budget.check(f"--full: the dense P at N = {num_tokens}",
-                              nx.Dense().memory_bytes(stack.num_layers, stack.num_heads, num_tokens))
+        reason = budget.check(
+            f"--full: the dense P at N = {num_tokens}",
+            nx.Dense().memory_bytes(stack.num_layers, stack.num_heads, num_tokens),
+        )
         if reason:
             raise UserError(reason)
 
@@ -121,7 +127,9 @@ def run_stack(
             p_matrix = _full_matrix(stack, num_tokens, dtype)
             rows = _matrix_rows(p_matrix)
             extra["matrix"] = MatrixSummary(
-                float(rows[:, 0].min()), float(rows[:, 1].max()), float(rows[:, 2].mean()),
+                float(rows[:, 0].min()),
+                float(rows[:, 1].max()),
+                float(rows[:, 2].mean()),
                 float(np.abs(p_matrix.sum(axis=1) - 1.0).max()),
             )
     except nx.Unsupported as exc:

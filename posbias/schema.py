@@ -48,7 +48,7 @@ def refusal(message: str, at: str = "") -> pydantic_core.PydanticCustomError:
 def shown(value, width: int = 40) -> str:
     """repr of an offending value, shortened: a 400-digit number stays one readable line."""
     text = " ".join(repr(value).split())
-    return text if len(text) <= width else f"{text[:width - 12]}... ({len(text)} characters)"
+    return text if len(text) <= width else f"{text[: width - 12]}... ({len(text)} characters)"
 
 
 def _location(loc, tags: tuple[str, ...]) -> str:
@@ -67,8 +67,13 @@ def _names(quoted: str) -> list[str]:
     return [name.strip().strip("'") for name in quoted.split(",")]
 
 
-def first_error(err: pydantic.ValidationError, tags: tuple[str, ...] = (), *,
-                keys: dict[str, tuple[str, ...]] | None = None, notes: dict[str, str] | None = None) -> str:
+def first_error(
+    err: pydantic.ValidationError,
+    tags: tuple[str, ...] = (),
+    *,
+    keys: dict[str, tuple[str, ...]] | None = None,
+    notes: dict[str, str] | None = None,
+) -> str:
     """One line for the first error: ``key.path[i]: what, got VALUE``. A rule of the whole model
     (a ``model_validator`` at the top level) states its own fields and is shown as it is;
     ``tags`` are the discriminator values of the models' unions, left out of key paths.

@@ -87,12 +87,21 @@ def score(measured: np.ndarray, profiles: dict[str, np.ndarray]) -> dict[str, di
     """W1 / (N - 1), Spearman and total variation of each prediction against ``measured``."""
     from posbias.distances import spearman, total_variation, w1
 
-    return {k: {"w1": w1(measured, p), "spearman": spearman(measured, p), "tv": total_variation(measured, p)}
-            for k, p in profiles.items()}
+    return {
+        k: {"w1": w1(measured, p), "spearman": spearman(measured, p), "tv": total_variation(measured, p)}
+        for k, p in profiles.items()
+    }
 
 
-def report_markdown(report: dict, *, source: str, model_line: str, notes: tuple[str, ...] = (),
-                    lambdas: dict | None = None, sinks: dict | None = None) -> str:
+def report_markdown(
+    report: dict,
+    *,
+    source: str,
+    model_line: str,
+    notes: tuple[str, ...] = (),
+    lambdas: dict | None = None,
+    sinks: dict | None = None,
+) -> str:
     """report.md: the model, the notes, and per N the table of (a), (b), (c), (e) and the rows of
     ``posbias.validate_panels`` against (d), with whether each beats the flat baseline, and the sink
     diagnostics (``sinks``: N -> ``posbias.validate_panels.sink_diagnostics``)."""
@@ -106,8 +115,10 @@ def report_markdown(report: dict, *, source: str, model_line: str, notes: tuple[
         if lambdas is not None:
             lam = np.asarray(lambdas[n])
             lines += ["Measured lambda_t: " + ", ".join(f"{v:.4f}" for v in lam) + f" (sum {lam.sum():.4f}).", ""]
-        lines += ["| panel | prediction | W1/(N-1) vs (d) | Spearman vs (d) | TV vs (d) | beats flat |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            "| panel | prediction | W1/(N-1) vs (d) | Spearman vs (d) | TV vs (d) | beats flat |",
+            "|---|---|---|---|---|---|",
+        ]
         for key, row in rows.items():
             rho = "n/a" if row["spearman"] is None else f"{row['spearman']:.4f}"
             mark = " (best W1)" if key == best else ""
@@ -118,8 +129,10 @@ def report_markdown(report: dict, *, source: str, model_line: str, notes: tuple[
         lines += ["", f"{verdict} the attention-only rollout (a) in W1."]
         if "flat" in rows:
             winners = [f"({k})" for k, row in rows.items() if k not in BASELINES and row.get("beats_flat")]
-            lines += [f"{', '.join(winners) if winners else 'No prediction'} "
-                      f"{'beat' if len(winners) > 1 else 'beats'} the flat profile 1/N in W1."]
+            lines += [
+                f"{', '.join(winners) if winners else 'No prediction'} "
+                f"{'beat' if len(winners) > 1 else 'beats'} the flat profile 1/N in W1."
+            ]
         lines += [""]
         if sinks is not None and n in sinks:
             lines += sinks_markdown(sinks[n])
@@ -168,8 +181,9 @@ def _trained_subject(args) -> Subject:
     from posbias.lm.train import train
 
     if args.data is not None:
-        raise UserError("--data applies to Hugging Face checkpoints; a posbias train model is validated on "
-                        "its held-out topics")
+        raise UserError(
+            "--data applies to Hugging Face checkpoints; a posbias train model is validated on its held-out topics"
+        )
     if args.checkpoint is not None:
         loaded, source = ckpt.load(args.checkpoint), str(args.checkpoint)
     else:
@@ -189,13 +203,33 @@ def _trained_subject(args) -> Subject:
     def measurer():
         from posbias.lm.cli import TRAINED_BATCH_MEMORY
 
-        return lambda seqs, batch, progress: measure(loaded.params, model, seqs, precision=args.precision,
-                                                     memory=args.memory or TRAINED_BATCH_MEMORY, progress=progress)
+        return lambda seqs, batch, progress: measure(
+            loaded.params,
+            model,
+            seqs,
+            precision=args.precision,
+            memory=args.memory or TRAINED_BATCH_MEMORY,
+            progress=progress,
+        )
 
-    line = (f"Model T = {model.layers}, H = {model.heads}, width {model.width}, context {model.context}; "
-            f"S = {args.samples} held-out sequences per length; {args.precision} measurement.")
-    return Subject(source, line, (), model.context, f"context {model.context}", None, default_lengths(model.context),
-                   slopes_of(model), True, sequences, lambda lengths, samples: {n: None for n in lengths}, measurer)
+    line = (
+        f"Model T = {model.layers}, H = {model.heads}, width {model.width}, context {model.context}; "
+        f"S = {args.samples} held-out sequences per length; {args.precision} measurement."
+    )
+    return Subject(
+        source,
+        line,
+        (),
+        model.context,
+        f"context {model.context}",
+        None,
+        default_lengths(model.context),
+        slopes_of(model),
+        True,
+        sequences,
+        lambda lengths, samples: {n: None for n in lengths},
+        measurer,
+    )
 
 
 def _training_length(config: dict) -> int | None:
@@ -222,29 +256,44 @@ def _hf_subject(args) -> Subject:
     spec = ck.spec
     text, label = data.read_text(args.data)
     alibi, rotary = spec.positions == "alibi", spec.positions == "rotary"
-    context = ("ALiBi, no limit" if alibi else f"rotary, trained at {_rotary_length(ck.config)}" if rotary
-               else f"{spec.context} learned positions")
+    context = (
+        "ALiBi, no limit"
+        if alibi
+        else f"rotary, trained at {_rotary_length(ck.config)}"
+        if rotary
+        else f"{spec.context} learned positions"
+    )
     kind = "causal decoder" if spec.causal else "encoder, full mask"
-    line = (f"Hugging Face checkpoint: model_type {spec.model_type}, T = {spec.layers}, H = {spec.heads}, "
-            f"width {spec.width}, vocab {spec.vocab}, context {context} ({kind}); data: {label}; "
-            f"S = {args.samples} sequences per length; {args.precision} measurement.")
+    line = (
+        f"Hugging Face checkpoint: model_type {spec.model_type}, T = {spec.layers}, H = {spec.heads}, "
+        f"width {spec.width}, vocab {spec.vocab}, context {context} ({kind}); data: {label}; "
+        f"S = {args.samples} sequences per length; {args.precision} measurement."
+    )
     mask = "causal mask" if spec.causal else "full mask"
     notes = ()
     if rotary:
-        notes += (f"Rotary positions (RoPE): the positional term is not a separable slope, so the ALiBi "
-                  f"prediction does not apply: (a) and (b) are pure {mask} rollouts (slopes 0, as for learned "
-                  f"positions); the rotation lives in the content logits (the full pre-softmax q.k), so it reaches "
-                  f"(c) only through the measured content diagonal and (e) through the measured kernels.",)
+        notes += (
+            f"Rotary positions (RoPE): the positional term is not a separable slope, so the ALiBi "
+            f"prediction does not apply: (a) and (b) are pure {mask} rollouts (slopes 0, as for learned "
+            f"positions); the rotation lives in the content logits (the full pre-softmax q.k), so it reaches "
+            f"(c) only through the measured content diagonal and (e) through the measured kernels.",
+        )
         if spec.windows is not None:
-            notes += (f"Sliding windows {sorted({w for w in spec.windows if w is not None})}: (a)-(c) use the full "
-                      f"{mask}; (e) uses the measured (windowed) kernels.",)
+            notes += (
+                f"Sliding windows {sorted({w for w in spec.windows if w is not None})}: (a)-(c) use the full "
+                f"{mask}; (e) uses the measured (windowed) kernels.",
+            )
     elif not alibi:
-        notes += (f"Learned absolute positions: no ALiBi term (slopes 0), so (a) and (b) are pure {mask} "
-                  f"rollouts; the learned position signal lives in the content logits, so it reaches (c) only "
-                  f"through the measured content diagonal and (e) through the measured kernels.",)
+        notes += (
+            f"Learned absolute positions: no ALiBi term (slopes 0), so (a) and (b) are pure {mask} "
+            f"rollouts; the learned position signal lives in the content logits, so it reaches (c) only "
+            f"through the measured content diagonal and (e) through the measured kernels.",
+        )
     if not spec.causal:
-        notes += ("Encoder: every token reads every token; (a)-(c) and (e) use the full mask and the profile is "
-                  "the last position's row" + (" (ALiBi in (a)-(c): the symmetric -m |i - j|)." if alibi else "."),)
+        notes += (
+            "Encoder: every token reads every token; (a)-(c) and (e) use the full mask and the profile is "
+            "the last position's row" + (" (ALiBi in (a)-(c): the symmetric -m |i - j|)." if alibi else "."),
+        )
     tokenizer = ck.tokenizer()
 
     def sequences(lengths, samples):
@@ -257,19 +306,44 @@ def _hf_subject(args) -> Subject:
         budget, stored = run_budget(args.memory), checkpoint.stored_bytes(ck)
         itemsize = 8 if args.precision == "float64" else 4
         tied = ck.family.tied(ck.config)
-        return {n: memory_plan(spec, n, samples, itemsize, stored + validate_bytes(spec, n), budget, tied=tied,
-                               what=f"posbias validate of {ck.folder}").batch for n in lengths}
+        return {
+            n: memory_plan(
+                spec,
+                n,
+                samples,
+                itemsize,
+                stored + validate_bytes(spec, n),
+                budget,
+                tied=tied,
+                what=f"posbias validate of {ck.folder}",
+            ).batch
+            for n in lengths
+        }
 
     def measurer():
         params = weights.params(ck, None)
-        return lambda seqs, batch, progress: measure(params, spec, seqs, precision=args.precision, batch=batch,
-                                                     progress=progress)
+        return lambda seqs, batch, progress: measure(
+            params, spec, seqs, precision=args.precision, batch=batch, progress=progress
+        )
 
     unlimited = alibi or rotary
     lengths = ALIBI_DEFAULT_LENGTHS if unlimited else default_lengths(min(spec.context, ALIBI_DEFAULT_LENGTHS[-1]))
     trained = _training_length(ck.config) if alibi else _rotary_length(ck.config) if rotary else None
-    return Subject(str(ck.folder), line, notes, spec.context, context, trained, lengths, slopes(spec), spec.causal,
-                   sequences, plan, measurer, lambda: checkpoint.unused_note(ck))
+    return Subject(
+        str(ck.folder),
+        line,
+        notes,
+        spec.context,
+        context,
+        trained,
+        lengths,
+        slopes(spec),
+        spec.causal,
+        sequences,
+        plan,
+        measurer,
+        lambda: checkpoint.unused_note(ck),
+    )
 
 
 def validate_bytes(spec, n: int) -> int:
@@ -291,8 +365,10 @@ def _subject(args) -> Subject:
 
         return validate_subject(args, Subject)
     if kind not in ("hf", "gguf") and (backend != "jax" or getattr(args, "bos", "auto") != "auto"):
-        raise UserError("--backend and --bos apply to Hugging Face checkpoints and .gguf files, not to a "
-                        "posbias train model (bytes, no BOS token)")
+        raise UserError(
+            "--backend and --bos apply to Hugging Face checkpoints and .gguf files, not to a "
+            "posbias train model (bytes, no BOS token)"
+        )
     return _hf_subject(args) if kind in ("hf", "gguf") else _trained_subject(args)
 
 
@@ -317,39 +393,69 @@ def _lengths(text: str) -> tuple[int, ...]:
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "validate", help="the paper's experiment on a measured model: predictions (a)-(c), (e) vs influence (d)",
+        "validate",
+        help="the paper's experiment on a measured model: predictions (a)-(c), (e) vs influence (d)",
         description="Measure a model at each length and compare the rollout predictions with the measured "
-                    "influence: the model trained here (trained first if --checkpoint is not given and its run "
-                    "folder has no finished checkpoint) or a Hugging Face checkpoint folder (bert, bloom, falcon, "
-                    "gpt2, mpt). "
-                    "Writes profiles/<N>/{a,b,c,d,e}.csv, report.json, report.md and validate.png to --out.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", type=Path,
-                   help="a trained run folder or checkpoint.npz, or a Hugging Face checkpoint folder (config.json, "
-                        "*.safetensors, tokenizer.json) (default: train or resume runs/lm-<preset>)")
-    p.add_argument("--preset", choices=("default", "ci"), default="default",
-                   help="the model to train when --checkpoint is not given (default: default)")
-    p.add_argument("--lengths", type=_lengths,
-                   help="sequence lengths N (default: half the context and the context, i.e. 128,256 for the "
-                        "default model; Hugging Face checkpoints: 128,256 with ALiBi, at most the learned "
-                        "positions otherwise)")
+        "influence: the model trained here (trained first if --checkpoint is not given and its run "
+        "folder has no finished checkpoint) or a Hugging Face checkpoint folder (bert, bloom, falcon, "
+        "gpt2, mpt). "
+        "Writes profiles/<N>/{a,b,c,d,e}.csv, report.json, report.md and validate.png to --out.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="a trained run folder or checkpoint.npz, or a Hugging Face checkpoint folder (config.json, "
+        "*.safetensors, tokenizer.json) (default: train or resume runs/lm-<preset>)",
+    )
+    p.add_argument(
+        "--preset",
+        choices=("default", "ci"),
+        default="default",
+        help="the model to train when --checkpoint is not given (default: default)",
+    )
+    p.add_argument(
+        "--lengths",
+        type=_lengths,
+        help="sequence lengths N (default: half the context and the context, i.e. 128,256 for the "
+        "default model; Hugging Face checkpoints: 128,256 with ALiBi, at most the learned "
+        "positions otherwise)",
+    )
     p.add_argument("--samples", type=int, default=64, help="held-out sequences per length (default 64)")
-    p.add_argument("--data", type=Path, metavar="FILE",
-                   help="Hugging Face checkpoints: text (.txt) or JSON lines with a \"text\" field (.jsonl); "
-                        "default: the pydoc_data validation topics")
-    p.add_argument("--precision", choices=("float64", "float32"), default="float64",
-                   help="measurement precision (default float64)")
-    p.add_argument("--memory", type=size, metavar="SIZE",
-                   help="Hugging Face checkpoints: memory budget of each length's measurement, host and device "
-                        "(default and at most: 80%% of physical memory or POSBIAS_MEMORY_LIMIT), refused before any "
-                        "weight is read when one sequence per batch exceeds it; a posbias train model: budget of "
-                        "one batch of sequences (default 1G)")
-    p.add_argument("--bos", choices=("auto", "yes", "no"), default="auto",
-                   help="Hugging Face checkpoints: start every window with the model's BOS token (yes), never (no), "
-                        "or as its tokenizer does for one input (auto, default); see posbias.hf.bos")
-    p.add_argument("--backend", choices=("jax", "transformers"), default="jax",
-                   help="Hugging Face checkpoints and .gguf files: measure with posbias's JAX forward (default) or "
-                        "with transformers' eager forward and PyTorch hooks (pip install 'posbias[hf]')")
+    p.add_argument(
+        "--data",
+        type=Path,
+        metavar="FILE",
+        help='Hugging Face checkpoints: text (.txt) or JSON lines with a "text" field (.jsonl); '
+        "default: the pydoc_data validation topics",
+    )
+    p.add_argument(
+        "--precision", choices=("float64", "float32"), default="float64", help="measurement precision (default float64)"
+    )
+    p.add_argument(
+        "--memory",
+        type=size,
+        metavar="SIZE",
+        help="Hugging Face checkpoints: memory budget of each length's measurement, host and device "
+        "(default and at most: 80%% of physical memory or POSBIAS_MEMORY_LIMIT), refused before any "
+        "weight is read when one sequence per batch exceeds it; a posbias train model: budget of "
+        "one batch of sequences (default 1G)",
+    )
+    p.add_argument(
+        "--bos",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="Hugging Face checkpoints: start every window with the model's BOS token (yes), never (no), "
+        "or as its tokenizer does for one input (auto, default); see posbias.hf.bos",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("jax", "transformers"),
+        default="jax",
+        help="Hugging Face checkpoints and .gguf files: measure with posbias's JAX forward (default) or "
+        "with transformers' eager forward and PyTorch hooks (pip install 'posbias[hf]')",
+    )
     p.add_argument("--out", type=argtypes.path, help="output folder (default: posbias-out)")
     p.add_argument("--json", action="store_true", help="print report.json instead of the tables")
 
@@ -378,8 +484,10 @@ def run(args) -> int:
     notes = subject.notes
     beyond = [str(n) for n in lengths if subject.training_length is not None and n > subject.training_length]
     if beyond:
-        notes += (f"N = {', '.join(beyond)}: longer than the training length {subject.training_length} in "
-                  f"config.json (ALiBi extrapolates).",)
+        notes += (
+            f"N = {', '.join(beyond)}: longer than the training length {subject.training_length} in "
+            f"config.json (ALiBi extrapolates).",
+        )
     measure = subject.measurer()
     unused = subject.unused()
     if unused:
@@ -406,19 +514,24 @@ def run(args) -> int:
         for key in [*"abcde", *VARIANT_PREDICTIONS]:
             if key in panels:
                 texts[f"profiles/{n}/{key}.csv"] = position_csv(probability=panels[key])
-        del m   # one measurement held at a time (posbias.hf.memory.plan counts one)
+        del m  # one measurement held at a time (posbias.hf.memory.plan counts one)
     text = json.dumps({**report, "sinks": sinks}, indent=2) + "\n"
     texts["report.json"] = text
-    texts["report.md"] = report_markdown(report, source=subject.source, model_line=subject.model_line,
-                                         notes=notes, lambdas=lambdas, sinks=sinks)
-    written = write_run(out, texts,
-                        {"validate.png": variants_figure(panels_by_n, sinks_by_n,
-                                                         f"posbias validate: {subject.source}")},
-                        binaries)
+    texts["report.md"] = report_markdown(
+        report, source=subject.source, model_line=subject.model_line, notes=notes, lambdas=lambdas, sinks=sinks
+    )
+    written = write_run(
+        out,
+        texts,
+        {"validate.png": variants_figure(panels_by_n, sinks_by_n, f"posbias validate: {subject.source}")},
+        binaries,
+    )
     if args.json:
         sys.stdout.write(text)
         return 0
     print(texts["report.md"].rstrip())
-    print(f"\nwrote {len(written)} files to {args.out or 'posbias-out'}: profiles/<N>/<panel>.csv, "
-          "kernels/<N>.npz, report.json, report.md, validate.png")
+    print(
+        f"\nwrote {len(written)} files to {args.out or 'posbias-out'}: profiles/<N>/<panel>.csv, "
+        "kernels/<N>.npz, report.json, report.md, validate.png"
+    )
     return 0

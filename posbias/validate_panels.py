@@ -125,7 +125,7 @@ def sink_diagnostics(m, *, causal: bool = True) -> dict[str, list]:
     if m.kernels_value is not None:
         out["key0_mass_value_weighted"] = key0_mass(m.kernels_value, causal=causal).tolist()
     if m.value_norms is not None and m.num_tokens > 1:
-        norms = np.asarray(m.value_norms, np.float64)               # (T, H, N)
+        norms = np.asarray(m.value_norms, np.float64)  # (T, H, N)
         rest = norms[:, :, 1:].mean(axis=-1).mean(axis=-1)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = norms[:, :, 0].mean(axis=-1) / rest
@@ -141,11 +141,18 @@ def mark_flat(rows: dict[str, dict]) -> dict[str, dict]:
 
 def sinks_markdown(sinks: dict[str, list]) -> list[str]:
     """The per-layer sink table of report.md."""
-    cols = [("key0_mass", "kernel mass on key 0"), ("key0_mass_value_weighted", "value-weighted mass on key 0"),
-            ("value_norm_ratio", "value norm, token 0 / rest")]
+    cols = [
+        ("key0_mass", "kernel mass on key 0"),
+        ("key0_mass_value_weighted", "value-weighted mass on key 0"),
+        ("value_norm_ratio", "value norm, token 0 / rest"),
+    ]
     cols = [(k, label) for k, label in cols if k in sinks]
-    lines = ["Sink diagnostics per layer:", "", "| layer | " + " | ".join(label for _, label in cols) + " |",
-             "|---|" + "---|" * len(cols)]
+    lines = [
+        "Sink diagnostics per layer:",
+        "",
+        "| layer | " + " | ".join(label for _, label in cols) + " |",
+        "|---|" + "---|" * len(cols),
+    ]
     for t in range(len(sinks["key0_mass"])):
         cells = ["n/a" if sinks[k][t] is None else f"{sinks[k][t]:.4f}" for k, _ in cols]
         lines.append(f"| {t} | " + " | ".join(cells) + " |")
@@ -178,11 +185,17 @@ def figure(panels_by_n: dict[int, dict[str, np.ndarray]], sinks_by_n: dict[int, 
         ax = axes[r][4]
         ax.plot(x, panels["d"], color="C3", lw=1.6, label="(d) measured")
         for i, key in enumerate(k for k in ("e", "f", "g", "h", "i", "uniform", "flat") if k in panels):
-            ax.plot(x, panels[key], lw=1.0, ls="-" if key in ("e", "g", "i") else "--", color=f"C{(i + 4) % 10}",
-                    label=f"({key})")
+            ax.plot(
+                x,
+                panels[key],
+                lw=1.0,
+                ls="-" if key in ("e", "g", "i") else "--",
+                color=f"C{(i + 4) % 10}",
+                label=f"({key})",
+            )
         ax.set_yscale("log")
         measured = panels["d"][panels["d"] > 0]
-        if measured.size:   # the view of (d): a collapsed attention-only rollout would squash it to a line
+        if measured.size:  # the view of (d): a collapsed attention-only rollout would squash it to a line
             ax.set_ylim(bottom=measured.min() * 1e-3)
         ax.set_title(f"kernel variants, fitted bias (i) and baselines, N = {n}", fontsize=9)
         ax.set_xlabel("token position j")

@@ -153,8 +153,7 @@ def resolve_plain(value: str) -> str:
 
 # ------------------------------------------------------------------ construction
 
-_BOOL_WORDS = {"yes": True, "no": False, "y": True, "n": False,
-               "true": True, "false": False, "on": True, "off": False}
+_BOOL_WORDS = {"yes": True, "no": False, "y": True, "n": False, "true": True, "false": False, "on": True, "off": False}
 
 
 def _to_int(text: str) -> int:
@@ -205,6 +204,7 @@ def make_fast_loader(base: type) -> type:
                 return convert(text)
             except (ValueError, KeyError, IndexError, OverflowError):
                 raise ConstructorError(None, None, f"cannot read {text!r} as {kind}", node.start_mark) from None
+
         return construct
 
     class Loader(base):
@@ -227,8 +227,12 @@ def make_fast_loader(base: type) -> type:
             for key_node, value_node in node.value:
                 key = self.construct_object(key_node, deep=True)
                 if key in mapping:
-                    raise ConstructorError("while constructing a mapping", node.start_mark,
-                                           f"found duplicate key {key!r}", key_node.start_mark)
+                    raise ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"found duplicate key {key!r}",
+                        key_node.start_mark,
+                    )
                 mapping[key] = self.construct_object(value_node, deep=deep)
             return mapping
 
@@ -257,8 +261,12 @@ class _NeedsReference(Exception):
     """The fast path cannot promise ruamel's result for this document."""
 
 
-def check_graph(root, name: str, *,  # noqa: C901 (depth, alias, size checks; split per check; issue 20 §4)
-                fast: bool) -> None:
+def check_graph(  # noqa: C901 (depth, alias, size checks; split per check; issue 20 §4)
+    root,
+    name: str,
+    *,
+    fast: bool,
+) -> None:
     """Refuse documents nested deeper than MAX_DEPTH, with recursive aliases, or whose
     aliases expand past MAX_ALIAS_EXPANSION nodes. Works on composed nodes (PyYAML's or
     ruamel's), iteratively, in time linear in the number of distinct nodes.
@@ -404,8 +412,10 @@ def loads(text: str, name: str = "<string>", *, loader: str = "auto") -> Any:
         raise ValueError(f"loader must be auto, fast or reference, not {loader!r}")
     bound = node_bound(text)
     if bound > MAX_NODES:
-        raise YamlError(f"{name}: holds up to {bound} values (by its separators), more than the {MAX_NODES} "
-                        "a config file may hold; expected a config of at most a few hundred thousand numbers")
+        raise YamlError(
+            f"{name}: holds up to {bound} values (by its separators), more than the {MAX_NODES} "
+            "a config file may hold; expected a config of at most a few hundred thousand numbers"
+        )
     if loader != "reference":
         try:
             return load_fast(text, name)
@@ -467,8 +477,9 @@ def read_yaml(path: str | Path) -> dict:
         with open(path, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
             if size > MAX_BYTES:
-                raise YamlError(f"{path}: {size} bytes, larger than the {MAX_BYTES // 2**20} MB limit "
-                                "for a config file")
+                raise YamlError(
+                    f"{path}: {size} bytes, larger than the {MAX_BYTES // 2**20} MB limit for a config file"
+                )
             raw = handle.read(MAX_BYTES + 1)  # also bounds pipes and devices, whose size is 0
     except FileNotFoundError:
         raise YamlError(f"{path}: no such file") from None
@@ -482,9 +493,7 @@ def read_yaml(path: str | Path) -> dict:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
-        raise YamlError(
-            f"{path}: line {line}: byte 0x{raw[exc.start]:02x} is not UTF-8, expected UTF-8 text"
-        ) from None
+        raise YamlError(f"{path}: line {line}: byte 0x{raw[exc.start]:02x} is not UTF-8, expected UTF-8 text") from None
     data = loads(text, str(path))
     if not isinstance(data, dict):
         got = "an empty file" if data is None else f"a {type(data).__name__}"

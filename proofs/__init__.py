@@ -2,6 +2,7 @@
 checks every certificate they cite."""
 
 if __name__ != "posbias.proofs":  # the source folder imported from the checkout as a top-level module
-    raise ImportError(f"this folder is the package posbias.proofs; import posbias.proofs (got {__name__!r}: "
-                      "a second copy beside the installed one would not share its classes)")
-
+    raise ImportError(
+        f"this folder is the package posbias.proofs; import posbias.proofs (got {__name__!r}: "
+        "a second copy beside the installed one would not share its classes)"
+    )

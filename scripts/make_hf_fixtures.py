@@ -42,8 +42,21 @@ from pathlib import Path
 
 import numpy as np
 
-FAMILIES = ("bert", "bloom", "falcon", "falcon-mq", "falcon-grouped", "gpt2", "mpt",
-            "llama", "llama-linear", "llama-dynamic", "llama-llama3", "mistral", "qwen2")
+FAMILIES = (
+    "bert",
+    "bloom",
+    "falcon",
+    "falcon-mq",
+    "falcon-grouped",
+    "gpt2",
+    "mpt",
+    "llama",
+    "llama-linear",
+    "llama-dynamic",
+    "llama-llama3",
+    "mistral",
+    "qwen2",
+)
 # The Llama family's fixtures (model_type, config fields): grouped-query attention with H/G = 2 and an untied
 # head; one of each rope_scaling type (dynamic with max_position_embeddings < NUM_TOKENS, so the NTK base is
 # recomputed; llama3 with a frequency in each of its three bands), with biases, multi-query keys, a head_dim
@@ -51,23 +64,61 @@ FAMILIES = ("bert", "bloom", "falcon", "falcon-mq", "falcon-grouped", "gpt2", "m
 # sliding window on its second layer only, both windows shorter than NUM_TOKENS.
 LLAMA_FIXTURES = {
     "llama": ("llama", dict(num_key_value_heads=2, rope_parameters={"rope_type": "default", "rope_theta": 500.0})),
-    "llama-linear": ("llama", dict(num_key_value_heads=1, head_dim=12, attention_bias=True, mlp_bias=True,
-                                   tie_word_embeddings=True,
-                                   rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0})),
-    "llama-dynamic": ("llama", dict(num_key_value_heads=4, max_position_embeddings=8,
-                                    rope_parameters={"rope_type": "dynamic", "factor": 3.0, "rope_theta": 10000.0})),
-    "llama-llama3": ("llama", dict(num_key_value_heads=2, max_position_embeddings=256,
-                                   rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 64,
-                                                    "rope_theta": 10000.0})),
-    "mistral": ("mistral", dict(num_key_value_heads=2, sliding_window=5,
-                                rope_parameters={"rope_type": "default", "rope_theta": 1000.0})),
-    "qwen2": ("qwen2", dict(num_key_value_heads=2, use_sliding_window=True, sliding_window=6, max_window_layers=1,
-                            tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1000.0})),
+    "llama-linear": (
+        "llama",
+        dict(
+            num_key_value_heads=1,
+            head_dim=12,
+            attention_bias=True,
+            mlp_bias=True,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0},
+        ),
+    ),
+    "llama-dynamic": (
+        "llama",
+        dict(
+            num_key_value_heads=4,
+            max_position_embeddings=8,
+            rope_parameters={"rope_type": "dynamic", "factor": 3.0, "rope_theta": 10000.0},
+        ),
+    ),
+    "llama-llama3": (
+        "llama",
+        dict(
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            rope_parameters={
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+                "rope_theta": 10000.0,
+            },
+        ),
+    ),
+    "mistral": (
+        "mistral",
+        dict(num_key_value_heads=2, sliding_window=5, rope_parameters={"rope_type": "default", "rope_theta": 1000.0}),
+    ),
+    "qwen2": (
+        "qwen2",
+        dict(
+            num_key_value_heads=2,
+            use_sliding_window=True,
+            sliding_window=6,
+            max_window_layers=1,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000.0},
+        ),
+    ),
 }
 MPT_CLIP = 1.0
-TEXT = ("The attention of a transformer reads earlier positions; ALiBi subtracts a slope times the "
-        "distance from each logit, so nearby tokens weigh more than distant ones.")
+TEXT = (
+    "The attention of a transformer reads earlier positions; ALiBi subtracts a slope times the "
+    "distance from each logit, so nearby tokens weigh more than distant ones."
+)
 NUM_TOKENS = 16
 VOCAB = 320
 SEED = 1234
@@ -93,8 +144,12 @@ def build_tokenizer(vocab_size: int = VOCAB):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  special_tokens=["<eos>"], show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=["<eos>"],
+        show_progress=False,
+    )
     tok.train_from_iterator([corpus_text()], trainer=trainer)
     return tok
 
@@ -104,48 +159,114 @@ def _config(family: str, vocab: int):
         from transformers import BloomConfig
 
         # 6 heads: not a power of two, so the extra-slope branch of BLOOM's construction is exercised
-        return BloomConfig(vocab_size=vocab, hidden_size=48, n_layer=2, n_head=6, layer_norm_epsilon=1e-5,
-                           initializer_range=0.2, hidden_dropout=0.0, attention_dropout=0.0,
-                           bos_token_id=0, eos_token_id=0)
+        return BloomConfig(
+            vocab_size=vocab,
+            hidden_size=48,
+            n_layer=2,
+            n_head=6,
+            layer_norm_epsilon=1e-5,
+            initializer_range=0.2,
+            hidden_dropout=0.0,
+            attention_dropout=0.0,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
     if family == "gpt2":
         from transformers import GPT2Config
 
-        return GPT2Config(vocab_size=vocab, n_positions=32, n_embd=32, n_layer=2, n_head=4,
-                          activation_function="gelu_new", initializer_range=0.2, resid_pdrop=0.0,
-                          embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+        return GPT2Config(
+            vocab_size=vocab,
+            n_positions=32,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            activation_function="gelu_new",
+            initializer_range=0.2,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
     if family == "mpt":
         from transformers import MptConfig
 
         # 6 heads: MPT's interleaved slopes for a head count that is not a power of two; clip_qkv active
-        return MptConfig(vocab_size=vocab, d_model=48, n_heads=6, n_layers=2, max_seq_len=32, expansion_ratio=4,
-                         layer_norm_epsilon=1e-5, initializer_range=0.2, resid_pdrop=0.0, emb_pdrop=0.0,
-                         attn_config={"clip_qkv": MPT_CLIP, "alibi_bias_max": 8, "attn_pdrop": 0})
+        return MptConfig(
+            vocab_size=vocab,
+            d_model=48,
+            n_heads=6,
+            n_layers=2,
+            max_seq_len=32,
+            expansion_ratio=4,
+            layer_norm_epsilon=1e-5,
+            initializer_range=0.2,
+            resid_pdrop=0.0,
+            emb_pdrop=0.0,
+            attn_config={"clip_qkv": MPT_CLIP, "alibi_bias_max": 8, "attn_pdrop": 0},
+        )
     if family.startswith("falcon"):
         from transformers import FalconConfig
 
         # 16 heads: 2^(-h/2) slopes, not exact in bfloat16, so Falcon's rounding is exercised
-        layout = {"falcon": dict(parallel_attn=False, multi_query=False, bias=True),        # Falcon-RW
-                  "falcon-mq": dict(parallel_attn=True, multi_query=True, bias=False),
-                  "falcon-grouped": dict(new_decoder_architecture=True, num_kv_heads=4, bias=False,
-                                         num_ln_in_parallel_attn=2)}[family]
-        return FalconConfig(vocab_size=vocab, hidden_size=64, num_hidden_layers=2, num_attention_heads=16,
-                            alibi=True, ffn_hidden_size=96, layer_norm_epsilon=1e-5, initializer_range=0.2,
-                            hidden_dropout=0.0, attention_dropout=0.0, bos_token_id=0, eos_token_id=0, **layout)
+        layout = {
+            "falcon": dict(parallel_attn=False, multi_query=False, bias=True),  # Falcon-RW
+            "falcon-mq": dict(parallel_attn=True, multi_query=True, bias=False),
+            "falcon-grouped": dict(
+                new_decoder_architecture=True, num_kv_heads=4, bias=False, num_ln_in_parallel_attn=2
+            ),
+        }[family]
+        return FalconConfig(
+            vocab_size=vocab,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=16,
+            alibi=True,
+            ffn_hidden_size=96,
+            layer_norm_epsilon=1e-5,
+            initializer_range=0.2,
+            hidden_dropout=0.0,
+            attention_dropout=0.0,
+            bos_token_id=0,
+            eos_token_id=0,
+            **layout,
+        )
     if family == "bert":
         from transformers import BertConfig
 
-        return BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                          intermediate_size=80, hidden_act="gelu", max_position_embeddings=32,
-                          initializer_range=0.2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                          layer_norm_eps=1e-12, pad_token_id=0)
+        return BertConfig(
+            vocab_size=vocab,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=80,
+            hidden_act="gelu",
+            max_position_embeddings=32,
+            initializer_range=0.2,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            layer_norm_eps=1e-12,
+            pad_token_id=0,
+        )
     if family in LLAMA_FIXTURES:
         from transformers import AutoConfig
 
         model_type, fields = LLAMA_FIXTURES[family]
-        base = dict(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                    num_attention_heads=4, max_position_embeddings=32, rms_norm_eps=1e-5, initializer_range=0.2,
-                    hidden_act="silu", attention_dropout=0.0, tie_word_embeddings=False, bos_token_id=0,
-                    eos_token_id=0)
+        base = dict(
+            vocab_size=vocab,
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=32,
+            rms_norm_eps=1e-5,
+            initializer_range=0.2,
+            hidden_act="silu",
+            attention_dropout=0.0,
+            tie_word_embeddings=False,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
         return AutoConfig.for_model(model_type, **{**base, **fields})
     raise ValueError(f"unknown family {family!r}; expected one of {FAMILIES}")
 
@@ -190,16 +311,21 @@ def _content(family: str, attn, fused, config, rotary=None) -> np.ndarray:
 def _modules(family: str, model):
     """Per block: (attention module, output projection, [QKV projection(s)])."""
     if family == "bert":
-        return [(lay.attention.self, lay.attention.output.dense, [lay.attention.self.query, lay.attention.self.key])
-                for lay in model.encoder.layer]
+        return [
+            (lay.attention.self, lay.attention.output.dense, [lay.attention.self.query, lay.attention.self.key])
+            for lay in model.encoder.layer
+        ]
     if family in LLAMA_FIXTURES:
-        return [(lay.self_attn, lay.self_attn.o_proj, [lay.self_attn.q_proj, lay.self_attn.k_proj])
-                for lay in model.model.layers]
+        return [
+            (lay.self_attn, lay.self_attn.o_proj, [lay.self_attn.q_proj, lay.self_attn.k_proj])
+            for lay in model.model.layers
+        ]
     out = []
-    for block in (model.transformer.blocks if family == "mpt" else model.transformer.h):
+    for block in model.transformer.blocks if family == "mpt" else model.transformer.h:
         attn = block.attn if family in ("gpt2", "mpt") else block.self_attention
-        names = {"bloom": ("dense", "query_key_value"), "gpt2": ("c_proj", "c_attn"),
-                 "mpt": ("out_proj", "Wqkv")}.get(family, ("dense", "query_key_value"))
+        names = {"bloom": ("dense", "query_key_value"), "gpt2": ("c_proj", "c_attn"), "mpt": ("out_proj", "Wqkv")}.get(
+            family, ("dense", "query_key_value")
+        )
         out.append((attn, getattr(attn, names[0]), [getattr(attn, names[1])]))
     return out
 
@@ -264,8 +390,10 @@ def make_fixture(family: str, folder) -> Path:
         if family == "bert":
             logits, attentions, hidden = out.last_hidden_state, out.attentions, out.hidden_states
         elif family.startswith("falcon"):
-            extra = {"transformers_logits": out.logits[0].numpy().astype(np.float32),
-                     "transformers_attentions": np.stack([a[0].numpy() for a in out.attentions]).astype(np.float32)}
+            extra = {
+                "transformers_logits": out.logits[0].numpy().astype(np.float32),
+                "transformers_attentions": np.stack([a[0].numpy() for a in out.attentions]).astype(np.float32),
+            }
             attn_out.clear()
             qkv.clear()
             logits, attentions, hidden = _falcon_single_alibi(model, inputs)
@@ -276,18 +404,33 @@ def make_fixture(family: str, folder) -> Path:
     per = len(modules[0][2])
     rotary = model.model.rotary_emb if family in LLAMA_FIXTURES else None
     with torch.no_grad():
-        content = np.stack([_content(family, attn, qkv[per * t:per * (t + 1)], config, rotary)
-                            for t, (attn, _, _) in enumerate(modules)]).astype(np.float32)
+        content = np.stack(
+            [
+                _content(family, attn, qkv[per * t : per * (t + 1)], config, rotary)
+                for t, (attn, _, _) in enumerate(modules)
+            ]
+        ).astype(np.float32)
     np.savez_compressed(
         folder / "expected.npz",
-        input_ids=np.asarray(ids, np.int64), text=np.asarray(TEXT),
+        input_ids=np.asarray(ids, np.int64),
+        text=np.asarray(TEXT),
         logits=logits[0].numpy().astype(np.float32),
         attentions=np.stack([a[0].numpy() for a in attentions]).astype(np.float32),
         hidden_states=np.stack([h[0].numpy() for h in hidden]).astype(np.float32),
-        attention_outputs=np.stack([a.numpy() for a in attn_out]).astype(np.float32), content=content, **extra)
-    versions = {"torch": torch.__version__, "transformers": transformers.__version__,
-                "tokenizers": tokenizers.__version__, "safetensors": safetensors.__version__,
-                "numpy": np.__version__, "seed": SEED, "dtype": "float32", "attn_implementation": "eager"}
+        attention_outputs=np.stack([a.numpy() for a in attn_out]).astype(np.float32),
+        content=content,
+        **extra,
+    )
+    versions = {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+        "safetensors": safetensors.__version__,
+        "numpy": np.__version__,
+        "seed": SEED,
+        "dtype": "float32",
+        "attn_implementation": "eager",
+    }
     (folder / "versions.json").write_text(json.dumps(versions, indent=1) + "\n")
     return folder
 

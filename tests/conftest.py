@@ -26,12 +26,19 @@ jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 settings.register_profile(
-    "ci", derandomize=True, database=None, deadline=None, max_examples=40,
+    "ci",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    max_examples=40,
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("fast", settings.get_profile("ci"), max_examples=10)  # scripts/test --fast only
 settings.register_profile(
-    "deep", deadline=None, max_examples=2000, suppress_health_check=[HealthCheck.too_slow],
+    "deep",
+    deadline=None,
+    max_examples=2000,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # hypothesis writes its home folder (./.hypothesis: caches, even with no database) into the working
@@ -42,6 +49,7 @@ configuration.set_hypothesis_home_dir(HYPOTHESIS_HOME)
 
 def pytest_unconfigure(config):
     shutil.rmtree(HYPOTHESIS_HOME, ignore_errors=True)
+
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -90,6 +98,8 @@ SLOW_FILES = {
 # Single tests ("file::name" marks every parametrization, "file::name[id]" one of them), measured in
 # one fast-tier run: each costs seconds (or gigabytes) where most of the tier's tests cost milliseconds.
 _PROOFS_RUN = "a whole proofs --check (claims/test_proofs.py keeps the repository's in the fast tier)"
+# Kept unformatted: one entry a line pair, the node id and then why.
+# fmt: off
 SLOW_TESTS = {
     "claims/test_claims_statements.py::test_sabotaged_c5c_fails_the_statement_check_and_proofs_check":
         "a whole proofs --check on each of six sabotaged copies",
@@ -133,6 +143,7 @@ SLOW_TESTS = {
     "numerics/test_engines.py::test_fft_engine_at_moderate_n": "FFT against dense at N in the hundreds",
     "numerics/test_engines.py::test_large_n_structured_equals_dense": "dense references at N in the thousands",
 }
+# fmt: on
 
 
 def _relative_id(item) -> tuple[str, str]:

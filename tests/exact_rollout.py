@@ -20,8 +20,9 @@ def periodic_profile(lambdas, kernels, layers: int) -> list[Fraction]:
     """e_{N-1}^T R^(T-1) ... R^(0) with R^(t) = (1 - lambda_t) I + lambda_t A^(t), the block of
     (lambdas, kernels) repeated up to ``layers`` (the top layer acts first), in exact arithmetic."""
     n = len(kernels[0])
-    rs = [[[(1 - lam) * (i == j) + lam * k[i][j] for j in range(n)] for i in range(n)]
-          for lam, k in zip(lambdas, kernels)]
+    rs = [
+        [[(1 - lam) * (i == j) + lam * k[i][j] for j in range(n)] for i in range(n)] for lam, k in zip(lambdas, kernels)
+    ]
     row = [Fraction(int(j == n - 1)) for j in range(n)]
     for layer in reversed(range(layers)):
         r = rs[layer % len(rs)]
@@ -36,10 +37,10 @@ def log_matmul(a, b):
     out = np.empty((a.shape[0], b.shape[1]))
     with np.errstate(divide="ignore", invalid="ignore"):
         for r in range(0, a.shape[0], 16):
-            x = a[r:r + 16, :, None] + b[None]
+            x = a[r : r + 16, :, None] + b[None]
             top = x.max(axis=1)
             safe = np.where(np.isfinite(top), top, 0.0)
-            out[r:r + 16] = safe + np.log(np.exp(x - safe[:, None, :]).sum(axis=1))
+            out[r : r + 16] = safe + np.log(np.exp(x - safe[:, None, :]).sum(axis=1))
     return out
 
 

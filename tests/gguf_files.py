@@ -15,10 +15,19 @@ from pathlib import Path
 
 import numpy as np
 
-HF_TO_GGUF = {"embed_tokens": "token_embd", "norm": "output_norm", "input_layernorm": "attn_norm",
-              "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
-              "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate",
-              "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+HF_TO_GGUF = {
+    "embed_tokens": "token_embd",
+    "norm": "output_norm",
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
 
 
 def gguf_name(hf: str) -> str:
@@ -57,8 +66,18 @@ def tokenizer_fields(folder: Path) -> tuple[list, list, list]:
     return tokens, merges, [3 if i in special else 1 for i in range(len(tokens))]
 
 
-def write(folder: Path, path: Path, qtype=None, *, arch: str | None = None, pre: str = "default",
-          add_bos: bool = False, extra: dict | None = None, tokenizer_model: str = "gpt2", skip=()) -> Path:
+def write(
+    folder: Path,
+    path: Path,
+    qtype=None,
+    *,
+    arch: str | None = None,
+    pre: str = "default",
+    add_bos: bool = False,
+    extra: dict | None = None,
+    tokenizer_model: str = "gpt2",
+    skip=(),
+) -> Path:
     """Convert the Hugging Face folder ``folder`` to the GGUF file ``path``: 2-D weights in ``qtype``
     (a ``gguf.GGMLQuantizationType``; None: F32) where their rows split into whole blocks, F32 otherwise;
     ``extra``: GGUF name -> array added as is; ``skip``: Hugging Face names left out."""

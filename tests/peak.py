@@ -23,14 +23,21 @@ print(os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024)
 """
 
 
-def peak_rss(argv: list[str], *, cwd: Path, env: dict[str, str] | None = None,
-             timeout: float = 600) -> tuple[int, str, int]:
+def peak_rss(
+    argv: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 600
+) -> tuple[int, str, int]:
     """(exit code, stderr, peak resident bytes) of ``argv`` run in ``cwd`` with the environment
     ``env`` (this process's when None). The stderr file lives beside ``cwd``, so ``cwd`` stays as
     the command left it."""
     err = Path(cwd).parent / f".{Path(cwd).name}.peak-stderr"
-    done = subprocess.run([sys.executable, "-c", LAUNCHER, str(err), *argv], cwd=cwd,
-                          env=os.environ if env is None else env, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, str(err), *argv],
+        cwd=cwd,
+        env=os.environ if env is None else env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert done.returncode == 0, done.stderr
     code, peak = done.stdout.split()[-2:]
     text = err.read_text()

@@ -111,8 +111,21 @@ _FLAGS = {"skip", "skip-output", "output", "reflow"}
 _VALUED = {"rtol", "atol", "timeout"}
 
 # Top-level entries of the checkout not mirrored into the scratch folder.
-_NOT_MIRRORED = {".git", "build", "dist", "out", "posbias-demo", "posbias-out", "results", "runs",
-                 ".pytest_cache", ".hypothesis", "__pycache__", ".mypy_cache", ".ruff_cache"}
+_NOT_MIRRORED = {
+    ".git",
+    "build",
+    "dist",
+    "out",
+    "posbias-demo",
+    "posbias-out",
+    "results",
+    "runs",
+    ".pytest_cache",
+    ".hypothesis",
+    "__pycache__",
+    ".mypy_cache",
+    ".ruff_cache",
+}
 
 
 class ReadmeFormatError(ValueError):
@@ -276,9 +289,7 @@ def parse(markdown: str) -> tuple[list[Block], list[str]]:
             block.options = _parse_options(d.group(1), start) if d else {}
             if block.options.get("output"):
                 if pending_output_for is None:
-                    raise ReadmeFormatError(
-                        f"line {start + 1}: 'output' block does not directly follow a python block"
-                    )
+                    raise ReadmeFormatError(f"line {start + 1}: 'output' block does not directly follow a python block")
                 pending_output_for.expected_output = [ln for ln in body if ln.strip()]
                 last_nonblank, pending_output_for = "```", None
                 continue
@@ -376,8 +387,12 @@ def compare(expected: list[str], actual: list[str], rtol: float, atol: float) ->
 
 def _show(exp: list[str], act: list[str], limit: int = 40) -> str:
     cut = lambda ls: ls[:limit] + ([f"... ({len(ls) - limit} more lines)"] if len(ls) > limit else [])  # noqa: E731
-    return "  --- expected\n" + "".join(f"  | {ln}\n" for ln in cut(exp)) + \
-        "  --- actual\n" + "".join(f"  | {ln}\n" for ln in cut(act))
+    return (
+        "  --- expected\n"
+        + "".join(f"  | {ln}\n" for ln in cut(exp))
+        + "  --- actual\n"
+        + "".join(f"  | {ln}\n" for ln in cut(act))
+    )
 
 
 # --------------------------------------------------------------------------- running
@@ -413,8 +428,9 @@ def command_env() -> dict:
 
 def _run(argv: list[str], cwd: Path, timeout: float) -> tuple[int, list[str]]:
     try:
-        done = subprocess.run(argv, cwd=cwd, env=command_env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, timeout=timeout)
+        done = subprocess.run(
+            argv, cwd=cwd, env=command_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout
+        )
     except subprocess.TimeoutExpired as exc:
         text = (exc.stdout or b"").decode("utf-8", "replace")
         return -1, text.splitlines() + [f"<timed out after {timeout:g} s>"]

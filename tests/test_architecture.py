@@ -48,13 +48,22 @@ def _private_reaches(name: str, path: Path) -> list[str]:
                     aliases[a.asname or a.name.split(".")[0]] = a.name
     found = []
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
-                and isinstance(node.value, ast.Name) and node.value.id in aliases):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+        ):
             found.append(f"{name}: {node.value.id}.{node.attr}")
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("posbias"):
-            found += [f"{name}: from {node.module} import {a.name}" for a in node.names
-                      if a.name.startswith("_") and not a.name.startswith("__")
-                      and not _package_private_module(name, node.module, a.name)]
+            found += [
+                f"{name}: from {node.module} import {a.name}"
+                for a in node.names
+                if a.name.startswith("_")
+                and not a.name.startswith("__")
+                and not _package_private_module(name, node.module, a.name)
+            ]
     return found
 
 
@@ -66,17 +75,23 @@ def test_no_module_reaches_into_another_modules_private_names():
 def test_the_shared_recurrence_is_used_only_by_the_engines_that_share_it():
     def imports_recurrence(path):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        return any(isinstance(node, ast.ImportFrom) and (node.module or "").endswith("numerics")
-                   and any(a.name == "_recurrence" for a in node.names) for node in ast.walk(tree))
+        return any(
+            isinstance(node, ast.ImportFrom)
+            and (node.module or "").endswith("numerics")
+            and any(a.name == "_recurrence" for a in node.names)
+            for node in ast.walk(tree)
+        )
 
     users = sorted(name for name, path in _module_files() if imports_recurrence(path))
     assert users == ["posbias.numerics.fft", "posbias.numerics.structured"]
 
 
 def test_numerics_never_imports_sympy():
-    code = ("import sys, posbias.numerics as nx, numpy as np\n"
-            "s = nx.AlibiStack.build([0.5, 0.5], [0.5]); nx.summarize(nx.profile(s, 8), s)\n"
-            "print(any(m == 'sympy' or m.startswith('sympy.') for m in sys.modules))\n")
+    code = (
+        "import sys, posbias.numerics as nx, numpy as np\n"
+        "s = nx.AlibiStack.build([0.5, 0.5], [0.5]); nx.summarize(nx.profile(s, 8), s)\n"
+        "print(any(m == 'sympy' or m.startswith('sympy.') for m in sys.modules))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -99,8 +114,16 @@ def test_source_folders_cannot_load_as_top_level_modules(folder):
     done = subprocess.run([sys.executable, "-c", f"import {folder}"], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 1
     assert f"ImportError: this folder is the package posbias.{folder}; import posbias.{folder}" in done.stderr
-    ok = subprocess.run([sys.executable, "-c", f"import posbias.{folder}, posbias.numerics.masks as m; "
-                         "import posbias; assert posbias.Causal is m.Causal"], cwd=REPO, capture_output=True, text=True)
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import posbias.{folder}, posbias.numerics.masks as m; import posbias; assert posbias.Causal is m.Causal",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert ok.returncode == 0, ok.stderr
 
 
@@ -123,8 +146,11 @@ def _product_only_uses(path: Path) -> list[str]:
             names = [node.module.split(".")[0]]
         else:
             continue
-        found += [f"{path.name}: imports {n}" for n in names if n in PRODUCT_ONLY_MODULES
-                  and not (n == "argparse" and path.name in ARGPARSE_ALLOWED)]
+        found += [
+            f"{path.name}: imports {n}"
+            for n in names
+            if n in PRODUCT_ONLY_MODULES and not (n == "argparse" and path.name in ARGPARSE_ALLOWED)
+        ]
     return found
 
 

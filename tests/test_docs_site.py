@@ -26,16 +26,34 @@ def _hook():
 def site(tmp_path_factory):
     assert MKDOCS.exists(), f"{MKDOCS} missing: install the docs extra (pip install -e '.[docs]')"
     out = tmp_path_factory.mktemp("site")
-    done = subprocess.run([str(MKDOCS), "build", "--strict", "--site-dir", str(out)], cwd=REPO,
-                          capture_output=True, text=True, env={"NO_MKDOCS_2_WARNING": "1", "PATH": str(MKDOCS.parent)
-                                                               + ":/usr/bin:/bin", "HOME": str(out)})
+    done = subprocess.run(
+        [str(MKDOCS), "build", "--strict", "--site-dir", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={"NO_MKDOCS_2_WARNING": "1", "PATH": str(MKDOCS.parent) + ":/usr/bin:/bin", "HOME": str(out)},
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out
 
 
 def test_every_guide_and_the_api_reference_are_built(site):
-    for page in ["rollout", "engines", "relative-bias", "sweeps", "derive", "verify", "trained-model",
-                 "huggingface", "compare-fit", "theory", "reference", "benchmarks", "architecture", "api"]:
+    for page in [
+        "rollout",
+        "engines",
+        "relative-bias",
+        "sweeps",
+        "derive",
+        "verify",
+        "trained-model",
+        "huggingface",
+        "compare-fit",
+        "theory",
+        "reference",
+        "benchmarks",
+        "architecture",
+        "api",
+    ]:
         assert (site / page / "index.html").exists(), page
     api = (site / "api" / "index.html").read_text()
     for name in ["build_model", "AlibiStack", "BiasEngine", "profile_batch", "summarize_columns"]:
@@ -56,18 +74,26 @@ def test_benchmarks_page_shows_the_results_files(site):
 
 def test_hook_tables_and_refusals(tmp_path):
     hook = _hook()
-    (tmp_path / "r.json").write_text(json.dumps({"runs": [{"a": 1, "b": 0.123456}, {"a": 20000, "b": "x|y"}],
-                                                 "one": {"k": 2.5}, "v": 3}))
+    (tmp_path / "r.json").write_text(
+        json.dumps({"runs": [{"a": 1, "b": 0.123456}, {"a": 20000, "b": "x|y"}], "one": {"k": 2.5}, "v": 3})
+    )
     got = hook.expand("x\n<!-- bench: r.json runs b,a -->\ny <!-- bench: r.json v -->", tmp_path)
     assert got == "x\n| b | a |\n|---|---|\n| 0.1235 | 1 |\n| x\\|y | 20,000 |\ny 3"
     assert hook.expand("<!-- bench: r.json one -->", tmp_path) == "| quantity | value |\n|---|---|\n| k | 2.5 |"
-    for bad, why in [("<!-- bench: none.json v -->", "no file"), ("<!-- bench: r.json w -->", "has no w"),
-                     ("<!-- bench: r.json runs a,c -->", "has no c")]:
+    for bad, why in [
+        ("<!-- bench: none.json v -->", "no file"),
+        ("<!-- bench: r.json w -->", "has no w"),
+        ("<!-- bench: r.json runs a,c -->", "has no c"),
+    ]:
         with pytest.raises(hook.BenchmarkDirectiveError, match=why):
             hook.expand(bad, tmp_path, page="p.md")
 
 
 def test_mkdocs_is_not_needed_to_import_posbias():
-    done = subprocess.run([sys.executable, "-c", "import sys, posbias; assert 'mkdocs' not in sys.modules"],
-                          capture_output=True, text=True, cwd="/")
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, posbias; assert 'mkdocs' not in sys.modules"],
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
     assert done.returncode == 0, done.stderr

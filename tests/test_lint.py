@@ -1,6 +1,7 @@
 """The linters' configurations (pyproject.toml [tool.ruff], [tool.pyright]) hold: zero findings.
 
-ruff on the whole repository; pyright (basic mode) on the library's numerics/ and theorem/ folders,
+ruff (lint, and its formatter changing nothing) on the whole repository;
+pyright (basic mode) on the library's numerics/ and theorem/ folders,
 resolved as the installed posbias.numerics / posbias.theorem through the .pyright symlink tree.
 """
 
@@ -24,14 +25,29 @@ def test_ruff_finds_nothing():
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 
+def test_ruff_format_changes_nothing():
+    done = subprocess.run(
+        [str(_tool("ruff")), "format", "--check", "--no-cache", "."], cwd=REPO, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
 def _pyright_errors(folder: str) -> str:
     """pyright's errors on one folder ("" when none), with this interpreter's packages (not whatever .venv
     holds); every source file of the folder analysed (an unresolved import is an error too)."""
-    done = subprocess.run([str(_tool("pyright")), "--outputjson", "--pythonpath", sys.executable, folder],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [str(_tool("pyright")), "--outputjson", "--pythonpath", sys.executable, folder],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     report = json.loads(done.stdout)
-    errors = [f"{d['file']}:{d['range']['start']['line'] + 1}: {d['message']}"
-              for d in report["generalDiagnostics"] if d["severity"] == "error"]
+    errors = [
+        f"{d['file']}:{d['range']['start']['line'] + 1}: {d['message']}"
+        for d in report["generalDiagnostics"]
+        if d["severity"] == "error"
+    ]
     assert report["summary"]["filesAnalyzed"] == len(list((REPO / folder).rglob("*.py"))), report["summary"]
     assert report["summary"]["errorCount"] == len(errors)
     return "\n".join(errors)[:6000]

@@ -88,38 +88,51 @@ def test_runner_passes_matching_examples(tmp_path):
     report = _run(PASSING, tmp_path)
     assert report.ok, report.summary(verbose=True)
     assert [r.status for r in report.results] == [
-        "passed", "passed", "passed", "passed", "skipped", "not-a-session", "passed"]
+        "passed",
+        "passed",
+        "passed",
+        "passed",
+        "skipped",
+        "not-a-session",
+        "passed",
+    ]
     assert report.executed == 5
     assert "1 skipped" in report.summary() and "1 console blocks without commands" in report.summary()
     assert not (REPO / "out" / "v.txt").exists()  # outputs land in the scratch folder
 
 
-@pytest.mark.parametrize("block, reason", [
-    ("```console\n$ echo 'p(0) = 0.0202892'\np(0) = 0.0202893\n```", "relative difference"),
-    ("```console\n$ echo 'U-shaped: no'\nU-shaped: yes\n```", "text differs"),
-    ("```console\n$ echo one\none\ntwo\n```", "expected line 2 is missing"),
-    ("```console\n$ printf 'one\\ntwo\\n'\none\n```", "unexpected extra output"),
-    ("```console\n$ sh -c 'echo x; exit 2'\nx\n```", "exit status 2, expected 0"),
-    ("```console\n$ echo x\nx\nexit status 2\n```", "exit status 0, expected 2"),
-    ("```console\n$ printf 'a\\nb\\n'\n...\nc\n```", "around an '...' line"),
-    ("<!-- readme-test: rtol=1e-3 -->\n```console\n$ echo 1.0\n1.01\n```", "relative difference"),
-    ("```python\nraise SystemExit(3)\n```", "exit status 3, expected 0"),
-    ("```python\nprint(2.0)\n```\n<!-- readme-test: output -->\n```\n3.0\n```", "relative difference"),
-    ("<!-- readme-test: reflow -->\n```console\n$ printf 'a\\nb\\n'\na c\n```", "text differs"),
-])
+@pytest.mark.parametrize(
+    "block, reason",
+    [
+        ("```console\n$ echo 'p(0) = 0.0202892'\np(0) = 0.0202893\n```", "relative difference"),
+        ("```console\n$ echo 'U-shaped: no'\nU-shaped: yes\n```", "text differs"),
+        ("```console\n$ echo one\none\ntwo\n```", "expected line 2 is missing"),
+        ("```console\n$ printf 'one\\ntwo\\n'\none\n```", "unexpected extra output"),
+        ("```console\n$ sh -c 'echo x; exit 2'\nx\n```", "exit status 2, expected 0"),
+        ("```console\n$ echo x\nx\nexit status 2\n```", "exit status 0, expected 2"),
+        ("```console\n$ printf 'a\\nb\\n'\n...\nc\n```", "around an '...' line"),
+        ("<!-- readme-test: rtol=1e-3 -->\n```console\n$ echo 1.0\n1.01\n```", "relative difference"),
+        ("```python\nraise SystemExit(3)\n```", "exit status 3, expected 0"),
+        ("```python\nprint(2.0)\n```\n<!-- readme-test: output -->\n```\n3.0\n```", "relative difference"),
+        ("<!-- readme-test: reflow -->\n```console\n$ printf 'a\\nb\\n'\na c\n```", "text differs"),
+    ],
+)
 def test_runner_catches_mismatch(tmp_path, block, reason):
     report = _run("# Synthetic\n\n" + block + "\n", tmp_path)
     assert not report.ok and report.executed == 1
     assert reason in report.summary(), report.summary()
 
 
-@pytest.mark.parametrize("block, reason", [
-    ("```\n$ echo x\nx\n```", "only ```console blocks are run"),
-    ("```bash\n$ echo x\nx\n```", "only ```console blocks are run"),
-    ("<!-- readme-test: rtool=1e-3 -->\n```console\n$ echo 1\n1\n```", "unknown readme-test option"),
-    ("```console\nx\n$ echo x\n```", "output before its first"),
-    ("<!-- readme-test: output -->\n```\nx\n```", "does not directly follow a python block"),
-])
+@pytest.mark.parametrize(
+    "block, reason",
+    [
+        ("```\n$ echo x\nx\n```", "only ```console blocks are run"),
+        ("```bash\n$ echo x\nx\n```", "only ```console blocks are run"),
+        ("<!-- readme-test: rtool=1e-3 -->\n```console\n$ echo 1\n1\n```", "unknown readme-test option"),
+        ("```console\nx\n$ echo x\n```", "output before its first"),
+        ("<!-- readme-test: output -->\n```\nx\n```", "does not directly follow a python block"),
+    ],
+)
 def test_runner_rejects_unchecked_blocks(tmp_path, block, reason):
     report = _run("# Synthetic\n\n" + block + "\n", tmp_path)
     assert not report.ok and reason in report.summary(), report.summary()
@@ -180,8 +193,9 @@ def _executable(page: Path) -> int:
     """Blocks the runner executes on ``page``: console sessions and python blocks, none skipped."""
     blocks, errors = rr.parse(page.read_text(encoding="utf-8"))
     assert not errors, errors
-    return sum(1 for b in blocks if (b.kind == "python" or (b.kind == "console" and b.commands))
-               and "skip" not in b.options)
+    return sum(
+        1 for b in blocks if (b.kind == "python" or (b.kind == "console" and b.commands)) and "skip" not in b.options
+    )
 
 
 @pytest.mark.parametrize("page", DOC_PAGES, ids=[p.name for p in DOC_PAGES])

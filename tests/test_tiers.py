@@ -18,8 +18,11 @@ def _test_names(path: Path) -> set[str]:
         if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
             names.add(node.name)
         elif isinstance(node, ast.ClassDef):
-            names |= {f"{node.name}::{f.name}" for f in node.body
-                      if isinstance(f, ast.FunctionDef) and f.name.startswith("test")}
+            names |= {
+                f"{node.name}::{f.name}"
+                for f in node.body
+                if isinstance(f, ast.FunctionDef) and f.name.startswith("test")
+            }
     return names
 
 

@@ -21,20 +21,38 @@ from tests.readme_runner import first_python_block
 REPO = Path(__file__).resolve().parents[1]
 
 # Folders never copied into the build tree (outputs of earlier builds and runs).
-_NOT_SOURCE = {".git", ".venv", "build", "dist", "posbias-demo", "posbias-out", "results",
-               "__pycache__", ".pytest_cache", ".hypothesis"}
+_NOT_SOURCE = {
+    ".git",
+    ".venv",
+    "build",
+    "dist",
+    "posbias-demo",
+    "posbias-out",
+    "results",
+    "__pycache__",
+    ".pytest_cache",
+    ".hypothesis",
+}
 
 
 def _source_files() -> list[Path]:
     """Tracked and untracked-but-not-ignored files (what a clean checkout plus new files holds)."""
     try:
-        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                             cwd=REPO, capture_output=True, check=True).stdout
+        out = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=REPO,
+            capture_output=True,
+            check=True,
+        ).stdout
         files = [Path(p) for p in out.decode().split("\0") if p]
     except (OSError, subprocess.CalledProcessError):  # not a git checkout: walk, minus outputs
-        files = [p.relative_to(REPO) for p in REPO.rglob("*")
-                 if p.is_file() and not _NOT_SOURCE & set(p.relative_to(REPO).parts)
-                 and not any(part.endswith(".egg-info") for part in p.parts)]
+        files = [
+            p.relative_to(REPO)
+            for p in REPO.rglob("*")
+            if p.is_file()
+            and not _NOT_SOURCE & set(p.relative_to(REPO).parts)
+            and not any(part.endswith(".egg-info") for part in p.parts)
+        ]
     return [f for f in files if (REPO / f).is_file()]
 
 
@@ -45,10 +63,11 @@ def _clean_env(**extra) -> dict:
 
 
 def _run(argv, cwd, env, timeout):
-    done = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    assert done.returncode == 0, (f"{' '.join(map(str, argv))} exited {done.returncode}\n"
-                                  f"--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}")
+    done = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, (
+        f"{' '.join(map(str, argv))} exited {done.returncode}\n"
+        f"--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}"
+    )
     return done.stdout
 
 
@@ -59,8 +78,7 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path):
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, src / rel)
     dist = tmp_path / "dist"
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", dist, src],
-         tmp_path, _clean_env(), 600)
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", dist, src], tmp_path, _clean_env(), 600)
     (wheel,) = dist.glob("posbias-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "posbias/numerics/native/alibi_layer.c" in names and "posbias/proofs/C1.md" in names
@@ -78,8 +96,9 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path):
     # 3. From a working directory outside the repository.
     work = tmp_path / "work"
     work.mkdir()
-    installed = _run([python, "-c", "import importlib.metadata as m; print(m.version('posbias'))"],
-                     work, env, 60).strip()
+    installed = _run(
+        [python, "-c", "import importlib.metadata as m; print(m.version('posbias'))"], work, env, 60
+    ).strip()
     version = _run([bin_dir / "posbias", "--version"], work, env, 120)
     assert installed and installed in version, (installed, version)
 
@@ -98,12 +117,25 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path):
     _run([python, example], work, env, 300)
 
     # 4. The installed layout: one namespace, resolved from the venv, nothing at top level.
-    where = json.loads(_run([python, "-c", (
-        "import importlib.util, json, sysconfig, posbias, posbias.numerics, posbias.theorem, posbias.proofs\n"
-        "print(json.dumps({'numerics': posbias.numerics.__file__, 'theorem': posbias.theorem.__file__,\n"
-        "  'purelib': sysconfig.get_paths()['purelib'],\n"
-        "  'top': {m: importlib.util.find_spec(m) is not None for m in ('numerics', 'theorem', 'proofs')}}))"
-    )], work, env, 120))
+    where = json.loads(
+        _run(
+            [
+                python,
+                "-c",
+                (
+                    "import importlib.util, json, sysconfig\n"
+                    "import posbias, posbias.numerics, posbias.theorem, posbias.proofs\n"
+                    "print(json.dumps({'numerics': posbias.numerics.__file__, 'theorem': posbias.theorem.__file__,\n"
+                    "  'purelib': sysconfig.get_paths()['purelib'],\n"
+                    "  'top': {m: importlib.util.find_spec(m) is not None\n"
+                    "          for m in ('numerics', 'theorem', 'proofs')}}))"
+                ),
+            ],
+            work,
+            env,
+            120,
+        )
+    )
     site = Path(where["purelib"]).resolve()
     assert site.is_relative_to(env_dir.resolve())
     for key in ("numerics", "theorem"):

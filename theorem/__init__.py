@@ -23,6 +23,7 @@ posbias/time_limit.py.
 """
 
 if __name__ != "posbias.theorem":  # the source folder imported from the checkout as a top-level module
-    raise ImportError(f"this folder is the package posbias.theorem; import posbias.theorem (got {__name__!r}: "
-                      "a second copy beside the installed one would not share its classes)")
-
+    raise ImportError(
+        f"this folder is the package posbias.theorem; import posbias.theorem (got {__name__!r}: "
+        "a second copy beside the installed one would not share its classes)"
+    )

@@ -37,9 +37,11 @@ MAX_ROW = 4096  # the row's closed forms are substituted, never expanded, above 
 EXPANDED_ROWS = 12  # rows up to this are shown as factored polynomials in r (the defining sums, expanded)
 MAX_LOGIT = 700.0  # |m|, |d| at most this: e^{±700} is still a float64 (e^710 overflows)
 VALUE_DPS = 30  # the row's values are computed in mpmath with this many digits, then rounded to float64
-LIMITS = (f"--row <= {MAX_ROW} (rows above {EXPANDED_ROWS} are shown by their closed forms, not expanded; "
-          f"the values take O(i) work), 0 <= --slope <= {MAX_LOGIT:g} and |--diag| <= {MAX_LOGIT:g} (e^±700 stays "
-          f"within float64); values in mpmath with {VALUE_DPS} digits; about 2 s at --row {MAX_ROW}")
+LIMITS = (
+    f"--row <= {MAX_ROW} (rows above {EXPANDED_ROWS} are shown by their closed forms, not expanded; "
+    f"the values take O(i) work), 0 <= --slope <= {MAX_LOGIT:g} and |--diag| <= {MAX_LOGIT:g} (e^±700 stays "
+    f"within float64); values in mpmath with {VALUE_DPS} digits; about 2 s at --row {MAX_ROW}"
+)
 
 i, j, k, g = sp.symbols("i j k g", integer=True, nonnegative=True)
 r = sp.Symbol("r", positive=True)
@@ -140,12 +142,25 @@ class AlibiRowParams(Params):
     """Which row, slope and content diagonal to show; each left out stays symbolic."""
 
     name = NAME
-    row: int | None = param(None, meaning="the row i of the kernel", example="3", minimum=0, maximum=MAX_ROW,
-                            default_text="symbolic i")
-    slope: float | None = param(None, meaning="the ALiBi slope m >= 0 (r = e^-m)", example="0.5", minimum=0.0,
-                                maximum=MAX_LOGIT, default_text="symbolic m")
-    diag: float | None = param(None, meaning="the content diagonal d (self-logit excess)", example="-1",
-                               minimum=-MAX_LOGIT, maximum=MAX_LOGIT, default_text="symbolic d")
+    row: int | None = param(
+        None, meaning="the row i of the kernel", example="3", minimum=0, maximum=MAX_ROW, default_text="symbolic i"
+    )
+    slope: float | None = param(
+        None,
+        meaning="the ALiBi slope m >= 0 (r = e^-m)",
+        example="0.5",
+        minimum=0.0,
+        maximum=MAX_LOGIT,
+        default_text="symbolic m",
+    )
+    diag: float | None = param(
+        None,
+        meaning="the content diagonal d (self-logit excess)",
+        example="-1",
+        minimum=-MAX_LOGIT,
+        maximum=MAX_LOGIT,
+        default_text="symbolic d",
+    )
 
 
 def _at_r1(expr_sum: sp.Expr) -> sp.Expr:
@@ -204,12 +219,14 @@ def compute(params: AlibiRowParams = AlibiRowParams()) -> Result:
         data["row"] = vals
         data["self_weight"] = vals[-1]
         data["expected_position"] = float(sum(c * v for c, v in enumerate(vals)))
-    latex = r",\quad ".join([
-        r"Z_i = e^{d} + \sum_{g=1}^{i} r^{g} = " + sp.latex(items["Z_i"]),
-        r"\alpha_i(d) = " + sp.latex(items["alpha_i"]),
-        r"F_i(k) = " + sp.latex(items["F_i(k) (d=0)"]),
-        r"\mathbb{E}_i = " + sp.latex(items["E_i"]),
-    ])
+    latex = r",\quad ".join(
+        [
+            r"Z_i = e^{d} + \sum_{g=1}^{i} r^{g} = " + sp.latex(items["Z_i"]),
+            r"\alpha_i(d) = " + sp.latex(items["alpha_i"]),
+            r"F_i(k) = " + sp.latex(items["F_i(k) (d=0)"]),
+            r"\mathbb{E}_i = " + sp.latex(items["E_i"]),
+        ]
+    )
     return Result(NAME, "\n".join(lines), latex, data)
 
 

@@ -86,7 +86,7 @@ def parse_bias(text: str, where: str) -> Bias:
     """``text`` as a Bias (see the module docstring); a one-line DeriveError otherwise."""
     src = text.strip()
     if src.startswith("weights:"):
-        return Bias(src, None, (), _table(src[len("weights:"):], where))
+        return Bias(src, None, (), _table(src[len("weights:") :], where))
     if re.search(r"(?<![A-Za-z0-9_])t(?![A-Za-z0-9_])", src):
         raise DeriveError(f"{where}: {text!r} uses t; a bias is a function of the distance g; {EXPECTED}")
     expr = parse(src, where, positive_names=False)
@@ -103,8 +103,9 @@ def parse_bias(text: str, where: str) -> Bias:
 def _table(body: str, where: str) -> tuple[Fraction, ...]:
     items = [x for x in body.split(",")]
     if not body.strip() or len(items) > MAX_TABLE:
-        raise DeriveError(f"{where}: weights: expects 1 to {MAX_TABLE} comma-separated numbers, e.g. "
-                          "weights:1,0.1,0.1,5")
+        raise DeriveError(
+            f"{where}: weights: expects 1 to {MAX_TABLE} comma-separated numbers, e.g. weights:1,0.1,0.1,5"
+        )
     out = tuple(exact_number(x, f"{where}: weights entry {a}") for a, x in enumerate(items))
     bad = [a for a, x in enumerate(out) if x < 0]
     if bad:
@@ -114,12 +115,15 @@ def _table(body: str, where: str) -> tuple[Fraction, ...]:
     return out
 
 
-_BOUND = re.compile(r"^\s*(?:(?P<lo>[^<>=]+?)\s*<=\s*)?(?P<name>[A-Za-z][A-Za-z0-9_]*)"
-                    r"\s*(?:(?P<op><=|>=)\s*(?P<v>[^<>=]+?))?\s*$")
+_BOUND = re.compile(
+    r"^\s*(?:(?P<lo>[^<>=]+?)\s*<=\s*)?(?P<name>[A-Za-z][A-Za-z0-9_]*)"
+    r"\s*(?:(?P<op><=|>=)\s*(?P<v>[^<>=]+?))?\s*$"
+)
 
 
-def parse_ranges(text: str | None, names: tuple[str, ...],
-                 where: str) -> dict[str, tuple[Fraction | None, Fraction | None]]:
+def parse_ranges(
+    text: str | None, names: tuple[str, ...], where: str
+) -> dict[str, tuple[Fraction | None, Fraction | None]]:
     """name -> (lo, hi) (None: unbounded) from "m>=0, 0<=a<=2, c<=1"; a name not given gets (0, None)."""
     out: dict[str, tuple[Fraction | None, Fraction | None]] = {}
     for part in [p for p in re.split(r"[,;]", text or "") if p.strip()]:
@@ -128,8 +132,9 @@ def parse_ranges(text: str | None, names: tuple[str, ...],
             raise DeriveError(f"{where}: {part.strip()!r} is not a range; expected NAME>=LO, NAME<=HI or LO<=NAME<=HI")
         name = m.group("name")
         if name not in names:
-            raise DeriveError(f"{where}: {name!r} is not a parameter of the bias (parameters: "
-                              f"{', '.join(names) or 'none'})")
+            raise DeriveError(
+                f"{where}: {name!r} is not a parameter of the bias (parameters: {', '.join(names) or 'none'})"
+            )
         lo = exact_number(m.group("lo"), f"{where}: lower bound of {name}") if m.group("lo") else None
         hi = None
         if m.group("op") == ">=":
@@ -168,13 +173,15 @@ def parse_point(text: str, bias: Bias, ranges, where: str) -> dict[str, Fraction
         name, eq, value = part.partition("=")
         name = name.strip()
         if not eq or name not in bias.names:
-            raise DeriveError(f"{where}: {part.strip()!r}: expected NAME=VALUE with NAME one of "
-                              f"{', '.join(bias.names) or '(none)'}")
+            raise DeriveError(
+                f"{where}: {part.strip()!r}: expected NAME=VALUE with NAME one of {', '.join(bias.names) or '(none)'}"
+            )
         out[name] = exact_number(value, f"{where}: value of {name}")
     missing = [n for n in bias.names if n not in out]
     if missing:
-        raise DeriveError(f"{where}: no value for {', '.join(missing)}; expected every parameter, "
-                          f"e.g. {missing[0]}=1/2")
+        raise DeriveError(
+            f"{where}: no value for {', '.join(missing)}; expected every parameter, e.g. {missing[0]}=1/2"
+        )
     for name, v in out.items():
         lo, hi = ranges[name]
         if (lo is not None and v < lo) or (hi is not None and v > hi):
@@ -275,7 +282,7 @@ def _iv(e: sp.Basic, env: dict) -> Interval:  # noqa: C901 - one branch per node
             n = int(e.exp)
             if n < 0 and base.a <= 0 <= base.b:
                 raise NotCertified("pole")
-            return base ** n
+            return base**n
         if base.a == 0 and base.b == 0:  # 0^x: 0 for x > 0, 1 for x = 0 (SymPy's convention)
             ex = _iv(e.exp, env)
             if ex.a > 0:

@@ -25,8 +25,10 @@ from posbias.theorem.bias_expr import Bias, describe_ranges, parse_bias, parse_p
 from posbias.theorem.derivation import Derivation, DeriveError, Result
 from posbias.theorem.params import Params, param, parse_params
 
-BIAS_MEANING = ("the bias b(g) on distances g >= 0: an expression in g with parameters (e.g. -m*g, "
-                "-r1*log(1+r2*g), -r1*g^r2, -m*g+a*cos(g)) or weights:W0,W1,... (exact weights, zero beyond)")
+BIAS_MEANING = (
+    "the bias b(g) on distances g >= 0: an expression in g with parameters (e.g. -m*g, "
+    "-r1*log(1+r2*g), -r1*g^r2, -m*g+a*cos(g)) or weights:W0,W1,... (exact weights, zero beyond)"
+)
 RANGES_MEANING = "parameter ranges, e.g. 'm>=0, 0<=a<=2' (a parameter not named is taken >= 0)"
 AT_MEANING = "check only this rational parameter point, e.g. 'm=1/2, a=3' (default: a grid inside the ranges)"
 UP_TO_MEANING = "exact (certified) check of every N <= this"
@@ -90,8 +92,9 @@ class OrderParams(Params):
     """``derive order``: do rows under --bias sit later than under --than?"""
 
     name = "order"
-    bias: str = param(None, meaning=BIAS_MEANING + "; the one whose rows should sit later", example="-2*m*g",
-                      default_text="required")
+    bias: str = param(
+        None, meaning=BIAS_MEANING + "; the one whose rows should sit later", example="-2*m*g", default_text="required"
+    )
     than: str = param(None, meaning="the reference bias (same syntax)", example="-m*g", default_text="required")
     ranges: str | None = param(None, meaning=RANGES_MEANING, example="'m>=0'", default_text="every parameter >= 0")
     at: str | None = param(None, meaning=AT_MEANING, example="'m=1/2'", default_text="a grid")
@@ -113,8 +116,9 @@ def _witness_text(q: rb.Query) -> list[str]:
     if not w:
         return []
     point = ", ".join(f"{k} = {v}" for k, v in w["point"].items()) or "(no parameters)"
-    lines = [f"  witness: {point}; N = {w['N']}"
-             + (f", n = {w['n']}" if "n" in w else f", row i = {w['i']}, k = {w['k']}")]
+    lines = [
+        f"  witness: {point}; N = {w['N']}" + (f", n = {w['n']}" if "n" in w else f", row i = {w['i']}, k = {w['k']}")
+    ]
     if "w" in w:
         lines.append("  weights w(0..N-1) = " + ", ".join(show(x) for x in w["w"]))
         lines.append(f"  W(n)^2 - W(n-1) W(n+1) = {show(w['gap'])} < 0")
@@ -140,12 +144,22 @@ def _result(name: str, head: list[str], q: rb.Query, up_to: int, latex: str, ext
     if q.region:
         lines.append(f"  sufficient (b non-increasing on g >= 1) where {q.region}")
     c = q.checked
-    lines.append(f"exact check, every N <= {up_to}, {c.get('points', 0)} rational point(s): "
-                 + ("a failure (above)" if c.get("failure") else "no failure")
-                 + (f"; {len(c['unsure'])} point(s) undecided by interval arithmetic" if c.get("unsure") else ""))
-    data = {"verdict": q.verdict.value, "reason": q.reason, "proof": q.proof, "region": q.region,
-            "witness": _json_witness(q), "up_to": up_to, "points": c.get("points", 0),
-            "undecided_points": len(c.get("unsure", [])), **extra}
+    lines.append(
+        f"exact check, every N <= {up_to}, {c.get('points', 0)} rational point(s): "
+        + ("a failure (above)" if c.get("failure") else "no failure")
+        + (f"; {len(c['unsure'])} point(s) undecided by interval arithmetic" if c.get("unsure") else "")
+    )
+    data = {
+        "verdict": q.verdict.value,
+        "reason": q.reason,
+        "proof": q.proof,
+        "region": q.region,
+        "witness": _json_witness(q),
+        "up_to": up_to,
+        "points": c.get("points", 0),
+        "undecided_points": len(c.get("unsure", [])),
+        **extra,
+    }
     return Result(name, "\n".join(lines), latex, data)
 
 
@@ -166,27 +180,37 @@ def monotone_result(p: MonotoneBias) -> Result:
     if bias.table is not None and p.diag != 0:
         raise DeriveError("monotone: --diag: a weights table already carries w(0); put e^d into the first weight")
     q = rb.monotone(bias, ranges, p.up_to, at, p.diag)
-    head = [f"bias b(g) = {bias.expr if bias.expr is not None else bias.text}; weights w(g) = e^(b(g)), "
-            f"W(n) = sum_(g<=n) w(g); ranges: {describe_ranges(ranges)}",
-            "C7(b): the N-token kernel is stochastically monotone iff W(n)^2 >= W(n-1) W(n+1), 1 <= n <= N-2"]
+    head = [
+        f"bias b(g) = {bias.expr if bias.expr is not None else bias.text}; weights w(g) = e^(b(g)), "
+        f"W(n) = sum_(g<=n) w(g); ranges: {describe_ranges(ranges)}",
+        "C7(b): the N-token kernel is stochastically monotone iff W(n)^2 >= W(n-1) W(n+1), 1 <= n <= N-2",
+    ]
     latex = r"W(n)^2 \ge W(n-1)\,W(n+1)\ (1 \le n \le N-2) \iff \text{stochastically monotone}"
-    return _result("monotone", head, q, p.up_to, latex, {"claims": ["C7(b)"], "bias": bias.text,
-                                                         "ranges": describe_ranges(ranges)})
+    return _result(
+        "monotone", head, q, p.up_to, latex, {"claims": ["C7(b)"], "bias": bias.text, "ranges": describe_ranges(ranges)}
+    )
 
 
 def row_compute(p: RowParams) -> Result:
     """C7(a): W(n) and F_i(k) = 1 - W(i-k-1)/W(i) (k < i), closed where SymPy sums them."""
     bias = parse_bias(p.bias, "row: --bias")
     forms = rb.row_forms(bias)
-    lines = [f"bias b(g) = {bias.expr if bias.expr is not None else bias.text}",
-             f"w(g) = {forms.weight}",
-             f"W(n) = {forms.W}" + ("" if forms.closed else "   (no closed form found: left as a sum)"),
-             f"F_i(k) = {forms.F}   (k < i; F_i(k) = 1 for k >= i)   [C7(a)]"]
+    lines = [
+        f"bias b(g) = {bias.expr if bias.expr is not None else bias.text}",
+        f"w(g) = {forms.weight}",
+        f"W(n) = {forms.W}" + ("" if forms.closed else "   (no closed form found: left as a sum)"),
+        f"F_i(k) = {forms.F}   (k < i; F_i(k) = 1 for k >= i)   [C7(a)]",
+    ]
     if forms.W.has(sp.zeta) and not forms.W.has(sp.harmonic):
         lines.append("  (Hurwitz zeta form, valid for exponent != 1)")
     latex = rf"W(n) = {sp.latex(forms.W)},\quad F_i(k) = {sp.latex(forms.F)}"
-    data = {"claims": ["C7(a)"], "weight": str(forms.weight), "W": str(forms.W), "F": str(forms.F),
-            "closed": forms.closed}
+    data = {
+        "claims": ["C7(a)"],
+        "weight": str(forms.weight),
+        "W": str(forms.W),
+        "F": str(forms.F),
+        "closed": forms.closed,
+    }
     return Result("row", "\n".join(lines), latex, data)
 
 
@@ -197,24 +221,40 @@ def order_compute(p: OrderParams) -> Result:
     if (bias.table is not None or than.table is not None) and p.diag != 0:
         raise DeriveError("order: --diag: a weights table already carries w(0); give --diag 0")
     q = rb.order(bias, than, ranges, p.up_to, at, p.diag)
-    head = [f"--bias b(g) = {bias.expr if bias.expr is not None else bias.text};  "
-            f"--than b0(g) = {than.expr if than.expr is not None else than.text}; ranges: {describe_ranges(ranges)}",
-            "C7(c): w/w0 non-increasing in g => A_b0(i,.) ≼ A_b(i,.) for every row (rows under --bias sit later)"]
+    head = [
+        f"--bias b(g) = {bias.expr if bias.expr is not None else bias.text};  "
+        f"--than b0(g) = {than.expr if than.expr is not None else than.text}; ranges: {describe_ranges(ranges)}",
+        "C7(c): w/w0 non-increasing in g => A_b0(i,.) ≼ A_b(i,.) for every row (rows under --bias sit later)",
+    ]
     latex = r"\frac{w(g)}{w_0(g)} \downarrow \Rightarrow A_{0}(i,\cdot) \preceq A(i,\cdot)"
     return _result("order", head, q, p.up_to, latex, {"claims": ["C7(c)"], "bias": bias.text, "than": than.text})
 
 
-LIMITS = (f"--up-to <= {rb.MAX_UP_TO} tokens; at most 81 grid points and 4 parameters; expressions within "
-          "theorem.expr_guard's limits (200 characters, 80 nodes); interval arithmetic at 50 digits")
+LIMITS = (
+    f"--up-to <= {rb.MAX_UP_TO} tokens; at most 81 grid points and 4 parameters; expressions within "
+    "theorem.expr_guard's limits (200 characters, 80 nodes); interval arithmetic at 50 digits"
+)
 
 ROW_DERIVATION = Derivation(
-    name="row", summary="W(n) and the row CDF F_i(k) = 1 - W(i-k-1)/W(i) of any relative bias b(g) (C7(a))",
-    claims=("C7(a)",), params=RowParams, compute=row_compute, parse=parser_for(RowParams), limits=LIMITS,
-    examples=ROW_EXAMPLES)
+    name="row",
+    summary="W(n) and the row CDF F_i(k) = 1 - W(i-k-1)/W(i) of any relative bias b(g) (C7(a))",
+    claims=("C7(a)",),
+    params=RowParams,
+    compute=row_compute,
+    parse=parser_for(RowParams),
+    limits=LIMITS,
+    examples=ROW_EXAMPLES,
+)
 
 ORDER_DERIVATION = Derivation(
-    name="order", summary="likelihood-ratio order of two biases: do rows under --bias sit later? (C7(c))",
-    claims=("C7(c)",), params=OrderParams, compute=order_compute, parse=parser_for(OrderParams), limits=LIMITS,
-    examples=ORDER_EXAMPLES)
+    name="order",
+    summary="likelihood-ratio order of two biases: do rows under --bias sit later? (C7(c))",
+    claims=("C7(c)",),
+    params=OrderParams,
+    compute=order_compute,
+    parse=parser_for(OrderParams),
+    limits=LIMITS,
+    examples=ORDER_EXAMPLES,
+)
 
 DERIVATION = ROW_DERIVATION  # the registry reads one DERIVATION per module; ORDER is in bias_order

@@ -62,12 +62,17 @@ def row_cdf() -> Check:
     # W(i) - W(i-k-1) = sum_{g=i-k}^{i} w(g): the split identity on k < i (finite instances below)
     ws = sp.symbols(f"w0:{MAX_N}")
     W = _cum(ws)
-    finite = all(sp.expand(sum(ws[r - c] for c in range(kk + 1))
-                           - (W[r] - (W[r - kk - 1] if r - kk - 1 >= 0 else 0))) == 0
-                 for r in range(MAX_N) for kk in range(r))
+    finite = all(
+        sp.expand(sum(ws[r - c] for c in range(kk + 1)) - (W[r] - (W[r - kk - 1] if r - kk - 1 >= 0 else 0))) == 0
+        for r in range(MAX_N)
+        for kk in range(r)
+    )
     ok = general and finite and isinstance(split, sp.Expr)
-    return check(ok, "C7(a): sum_{j<=k} w(i-j) = sum_{g=i-k}^{i} w(g) = W(i) - W(i-k-1), so F_i(k) = 1 - W(i-k-1)/W(i)",
-                 f"change of index g = i - j (symbolic i, k): {general}; symbolic weights, every i < {MAX_N}: {finite}")
+    return check(
+        ok,
+        "C7(a): sum_{j<=k} w(i-j) = sum_{g=i-k}^{i} w(g) = W(i) - W(i-k-1), so F_i(k) = 1 - W(i-k-1)/W(i)",
+        f"change of index g = i - j (symbolic i, k): {general}; symbolic weights, every i < {MAX_N}: {finite}",
+    )
 
 
 @certificate("relative-bias:consecutive-rows", claims=("C7(b)",))
@@ -83,9 +88,12 @@ def consecutive_rows() -> Check:
     step = sp.simplify((Wn / Wm1 - Wn1 / Wn) - (Wn**2 - Wm1 * Wn1) / (Wm1 * Wn)) == 0
     # k = i: F_{i+1}(i) = 1 - W(0)/W(i+1) <= 1 = F_i(i)
     ok = identity and rho and step
-    return check(ok, "C7(b): F_i(k) - F_(i+1)(k) has the sign of rho_a - rho_i (rho_n = W(n+1)/W(n), a < i), and "
-                 "rho non-increasing <=> W(n)^2 >= W(n-1)W(n+1): monotone iff W log-concave on {0..N-1}",
-                 f"row difference: {identity}; rho form: {rho}; consecutive rho step: {step}")
+    return check(
+        ok,
+        "C7(b): F_i(k) - F_(i+1)(k) has the sign of rho_a - rho_i (rho_n = W(n+1)/W(n), a < i), and "
+        "rho non-increasing <=> W(n)^2 >= W(n-1)W(n+1): monotone iff W log-concave on {0..N-1}",
+        f"row difference: {identity}; rho form: {rho}; consecutive rho step: {step}",
+    )
 
 
 def _monotone_exact(ws) -> bool:
@@ -117,8 +125,11 @@ def monotone_iff_log_concave(samples: int = 3000, seed: int = 7) -> Check:
         if mono != lc:
             disagree.append(ws)
     ok = not disagree and counts[True] > 0 and counts[False] > 0
-    return check(ok, f"exact: monotone <=> log-concave W on {samples} random rational weight vectors (N <= 7)",
-                 f"log-concave: {counts[True]}, not: {counts[False]}; disagreements: {disagree[:2]}")
+    return check(
+        ok,
+        f"exact: monotone <=> log-concave W on {samples} random rational weight vectors (N <= 7)",
+        f"log-concave: {counts[True]}, not: {counts[False]}; disagreements: {disagree[:2]}",
+    )
 
 
 @certificate("relative-bias:non-increasing-sufficient", claims=("C7(b)",))
@@ -129,8 +140,12 @@ def non_increasing_sufficient() -> Check:
     identity = sp.expand(Wn**2 - Wm1 * Wn1 - (Wm1 * (wn - wn1) + wn**2)) == 0
     e = sp.Symbol("e", nonnegative=True)  # w(n) - w(n+1) >= 0
     sign = bool((Wm1 * e + wn**2).is_positive)
-    return check(identity and sign, "C7(b) sufficient: b non-increasing on g >= 1 (any d) gives W(n)^2 - W(n-1)W(n+1) "
-                 "= W(n-1)(w(n) - w(n+1)) + w(n)^2 > 0", f"identity: {identity}; sign with w(n) - w(n+1) >= 0: {sign}")
+    return check(
+        identity and sign,
+        "C7(b) sufficient: b non-increasing on g >= 1 (any d) gives W(n)^2 - W(n-1)W(n+1) "
+        "= W(n-1)(w(n) - w(n+1)) + w(n)^2 > 0",
+        f"identity: {identity}; sign with w(n) - w(n+1) >= 0: {sign}",
+    )
 
 
 @certificate("relative-bias:bumped-table", claims=("C7(b)",))
@@ -139,10 +154,11 @@ def bumped_table() -> Check:
     ws = [Fraction(1), Fraction(1, 10), Fraction(1, 10), Fraction(5)]
     W = _cum(ws)
     gap = W[2] ** 2 - W[1] * W[3]
-    return check(gap < 0 and not _monotone_exact(ws) and not _log_concave(ws),
-                 "the bumped table w = (1, 0.1, 0.1, 5) is not log-concave (n = 2) and its 4-token kernel is not "
-                 "monotone",
-                 f"W(2)^2 - W(1)W(3) = {gap}")
+    return check(
+        gap < 0 and not _monotone_exact(ws) and not _log_concave(ws),
+        "the bumped table w = (1, 0.1, 0.1, 5) is not log-concave (n = 2) and its 4-token kernel is not monotone",
+        f"W(2)^2 - W(1)W(3) = {gap}",
+    )
 
 
 @certificate("relative-bias:likelihood-ratio", claims=("C7(c)",))
@@ -160,8 +176,12 @@ def likelihood_ratio() -> Check:
             scaled = sum(wp[:s]) * W - sum(ws[:s]) * Wp
             pairs = sum(ws[a] * ws[b] * (rho[a] - rho[b]) for a in range(s) for b in range(s, r + 1))
             ok = ok and sp.expand(scaled - pairs) == 0
-    return check(ok, "C7(c): F_i(k) - F'_i(k) = sum_{a<s<=b} w_a w_b (rho_a - rho_b)/(W W'), each term >= 0 when "
-                 "rho = w'/w is non-increasing: rows under w' sit later", f"symbolic weights, every i < {MAX_N}, k < i")
+    return check(
+        ok,
+        "C7(c): F_i(k) - F'_i(k) = sum_{a<s<=b} w_a w_b (rho_a - rho_b)/(W W'), each term >= 0 when "
+        "rho = w'/w is non-increasing: rows under w' sit later",
+        f"symbolic weights, every i < {MAX_N}, k < i",
+    )
 
 
 @certificate("relative-bias:instances", claims=("C7(c)",))
@@ -180,6 +200,9 @@ def instances() -> Check:
     diag_ratio = sp.exp(dp - d).subs(dp, d + e)  # d' = d + e >= d
     # e^{e} - 1 vanishes at e = 0 and has the positive derivative e^{e}: it is >= 0 for e >= 0
     diag = (diag_ratio - 1).subs(e, 0) == 0 and bool(sp.diff(diag_ratio - 1, e).is_positive)
-    return check(step and steeper and diag, "C3(b) (w = r^g, w' = r'^g, r' <= r) and C4(b) (w'(0) = e^{d'-d} w(0), "
-                 "d' >= d) are likelihood-ratio orders, so C7(c) gives their row orders",
-                 f"rho(g+1)/rho(g) = r'/r: {step}; r'/r <= 1: {steeper}; e^(d'-d) >= 1 = rho(g >= 1): {diag}")
+    return check(
+        step and steeper and diag,
+        "C3(b) (w = r^g, w' = r'^g, r' <= r) and C4(b) (w'(0) = e^{d'-d} w(0), "
+        "d' >= d) are likelihood-ratio orders, so C7(c) gives their row orders",
+        f"rho(g+1)/rho(g) = r'/r: {step}; r'/r <= 1: {steeper}; e^(d'-d) >= 1 = rho(g >= 1): {diag}",
+    )

@@ -37,10 +37,12 @@ from posbias.theorem.derivation import Derivation, DeriveError, Result
 from posbias.theorem.params import Params, param
 
 MAX_WORK = 2 * 10**9  # word operations (estimated_work): about 3 s; N = 1024, T = 64, λ = 1/2 needs 1.6e9
-LIMITS = (f"--tokens <= {MAX_TOKENS}, --layers <= {MAX_LAYERS}, and at most 2e9 big-integer word operations, "
-          "estimated from the parameters before anything is built (the common denominator has T bits(lcm(1..N)) "
-          "plus the bits of every λ_t's denominator; a geometric q = a/b adds t bits(b) at layer t); about 3 s at "
-          "the limit (N = 1024, T = 64, λ = 1/2 fits); decimals in a schedule: at most 60 digits, exponents within ±60")
+LIMITS = (
+    f"--tokens <= {MAX_TOKENS}, --layers <= {MAX_LAYERS}, and at most 2e9 big-integer word operations, "
+    "estimated from the parameters before anything is built (the common denominator has T bits(lcm(1..N)) "
+    "plus the bits of every λ_t's denominator; a geometric q = a/b adds t bits(b) at layer t); about 3 s at "
+    "the limit (N = 1024, T = 64, λ = 1/2 fits); decimals in a schedule: at most 60 digits, exponents within ±60"
+)
 
 
 def _parse_bounded(spec: str) -> schedules.Schedule:
@@ -60,11 +62,21 @@ class CesaroParams(Params):
 
     name = "cesaro-rollout"
     tokens: int = param(64, meaning="the number of tokens N", example="128", minimum=1, maximum=MAX_TOKENS)
-    layers: int | None = param(None, meaning="the number of layers T", example="8", minimum=0, maximum=MAX_LAYERS,
-                               default_text=f"{DEFAULT_LAYERS}; a custom schedule: its length")
+    layers: int | None = param(
+        None,
+        meaning="the number of layers T",
+        example="8",
+        minimum=0,
+        maximum=MAX_LAYERS,
+        default_text=f"{DEFAULT_LAYERS}; a custom schedule: its length",
+    )
     schedule: schedules.Schedule = param(
-        schedules.Constant(0.5), convert=_parse_bounded, metavar="SCHEDULE", example="power_decay:0.9,1",
-        meaning="the λ schedule: constant:L, power_decay:L0,BETA, geometric:L0,Q or custom:L0,L1,...")
+        schedules.Constant(0.5),
+        convert=_parse_bounded,
+        metavar="SCHEDULE",
+        example="power_decay:0.9,1",
+        meaning="the λ schedule: constant:L, power_decay:L0,BETA, geometric:L0,Q or custom:L0,L1,...",
+    )
     certify: bool = param(False, meaning="also run the certificates behind the closed form", example="--certify")
 
 
@@ -79,9 +91,11 @@ def compute(params: CesaroParams = CesaroParams()) -> Result:
     work, bits = estimated_work(params.schedule, n, params.layers)
     if work > MAX_WORK:
         t_est = layer_count(params.schedule, params.layers)
-        raise DeriveError(f"cesaro-rollout: --tokens {n} --layers {t_est} --schedule {params.schedule.spec}: the "
-                          f"exact evaluation needs about {work:.3g} word operations (denominator of {bits} bits); "
-                          f"expected at most {MAX_WORK:.0e}")
+        raise DeriveError(
+            f"cesaro-rollout: --tokens {n} --layers {t_est} --schedule {params.schedule.spec}: the "
+            f"exact evaluation needs about {work:.3g} word operations (denominator of {bits} bits); "
+            f"expected at most {MAX_WORK:.0e}"
+        )
     sched = exact_schedule(params.schedule, params.layers)
     t_count = len(sched.lambdas)
     prof = exact_profile(sched.lambdas, n)
@@ -95,9 +109,12 @@ def compute(params: CesaroParams = CesaroParams()) -> Result:
     atom_num, atom_den = moment_parts(n - 1, sched.lambdas)
     assert atom_num * prof.denominator == prof.numerators[-1] * atom_den  # C2(c): p(N-1) = mu_{N-1}
 
-    exactness = ("exact" if not sched.rounded else
-                 f"exact for λ_t rounded to {ROUND_DIGITS} decimals in {sched.rounded} layers; "
-                 f"l1 distance to the true profile <= {float(sched.rounding_bound):.1e}")
+    exactness = (
+        "exact"
+        if not sched.rounded
+        else f"exact for λ_t rounded to {ROUND_DIGITS} decimals in {sched.rounded} layers; "
+        f"l1 distance to the true profile <= {float(sched.rounding_bound):.1e}"
+    )
     shown = list(range(n)) if n <= 16 else sorted({0, 1, 2, 3, 4, j_min, n - 5, n - 4, n - 3, n - 2, n - 1})
     lines = [
         f"cesaro-rollout: uniform causal attention C[i,j] = 1/(i+1) (j <= i), N = {n}, T = {t_count}",

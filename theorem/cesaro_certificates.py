@@ -48,9 +48,10 @@ def hausdorff_of_cesaro(max_n: int = 8) -> Check:
         and hausdorff_matrix([1] * n) == sp.eye(n)
         for n in range(1, max_n + 1)
     )
-    return check(general and finite,
-                f"H(1/(k+1))[i, j] = 1/(i+1) for j <= i, symbolic i, j; H(1/(k+1)) = C and H(1) = I exactly for "
-                f"N = 1..{max_n}")
+    return check(
+        general and finite,
+        f"H(1/(k+1))[i, j] = 1/(i+1) for j <= i, symbolic i, j; H(1/(k+1)) = C and H(1) = I exactly for N = 1..{max_n}",
+    )
 
 
 @certificate("cesaro:hausdorff-product-rule", claims=("cesaro",))
@@ -62,8 +63,7 @@ def hausdorff_product_rule(max_n: int = 6) -> Check:
         b = sp.symbols(f"b0:{n}")
         ab = [a[k] * b[k] for k in range(n)]
         ok &= _is_zero_matrix(hausdorff_matrix(a) * hausdorff_matrix(b) - hausdorff_matrix(ab))
-    return check(bool(ok),
-                f"H(a) H(b) = H(a·b) for symbolic sequences a, b, N = 1..{max_n} (hence H's commute)")
+    return check(bool(ok), f"H(a) H(b) = H(a·b) for symbolic sequences a, b, N = 1..{max_n} (hence H's commute)")
 
 
 @certificate("cesaro:hausdorff-factorisation", claims=("cesaro",))
@@ -109,17 +109,30 @@ def residual_layer(max_n: int = 6) -> Check:
     a_seq, b_seq = sp.Function("a"), sp.Function("b")
     alpha, beta = sp.symbols("alpha beta")
     h_entry = lambda f: sp.binomial(j + n, j) * sp.Sum((-1) ** m * sp.binomial(n, m) * f(j + m), (m, 0, n))  # noqa: E731
-    linear = sp.simplify(h_entry(lambda q: alpha * a_seq(q) + beta * b_seq(q))
-                         - alpha * h_entry(a_seq) - beta * h_entry(b_seq)) == 0
-    moment = sp.simplify((1 - lam) + lam / (k + 1) - layer_moment(k, lam)) == 0
-    ok = linear and moment and all(
-        _is_zero_matrix((1 - lam) * sp.eye(n) + lam * cesaro_matrix(n)
-                        - hausdorff_matrix([layer_moment(k, lam) for k in range(n)]))
-        for n in range(1, max_n + 1)
+    linear = (
+        sp.simplify(
+            h_entry(lambda q: alpha * a_seq(q) + beta * b_seq(q)) - alpha * h_entry(a_seq) - beta * h_entry(b_seq)
+        )
+        == 0
     )
-    return check(ok,
-                f"H is linear in its moments and (1-λ)·1 + λ/(k+1) = 1 - λk/(k+1) (symbolic); "
-                f"(1-λ) I + λ C = H(1 - λ k/(k+1)) for symbolic λ, N = 1..{max_n}")
+    moment = sp.simplify((1 - lam) + lam / (k + 1) - layer_moment(k, lam)) == 0
+    ok = (
+        linear
+        and moment
+        and all(
+            _is_zero_matrix(
+                (1 - lam) * sp.eye(n)
+                + lam * cesaro_matrix(n)
+                - hausdorff_matrix([layer_moment(k, lam) for k in range(n)])
+            )
+            for n in range(1, max_n + 1)
+        )
+    )
+    return check(
+        ok,
+        f"H is linear in its moments and (1-λ)·1 + λ/(k+1) = 1 - λk/(k+1) (symbolic); "
+        f"(1-λ) I + λ C = H(1 - λ k/(k+1)) for symbolic λ, N = 1..{max_n}",
+    )
 
 
 @certificate("cesaro:rollout-closed-form", claims=("cesaro",))
@@ -133,9 +146,11 @@ def rollout_closed_form(max_n: int = 5, num_layers: int = 3) -> Check:
             p = ((1 - lam) * sp.eye(n) + lam * cesaro_matrix(n)) * p
         ok &= _is_zero_matrix(p - hausdorff_matrix([moment_expr(k, lams) for k in range(n)]))
         ok &= _is_zero_matrix(p[n - 1, :] - sp.Matrix([profile_exprs(n, lams)]))
-    return check(bool(ok),
-                f"R^(2) R^(1) R^(0) = H(mu), mu_k = Π_t (1 - λ_t k/(k+1)), and its last row is the "
-                f"p(j) formula, symbolic λ_0..λ_{num_layers - 1}, N = 1..{max_n}")
+    return check(
+        bool(ok),
+        f"R^(2) R^(1) R^(0) = H(mu), mu_k = Π_t (1 - λ_t k/(k+1)), and its last row is the "
+        f"p(j) formula, symbolic λ_0..λ_{num_layers - 1}, N = 1..{max_n}",
+    )
 
 
 @certificate("cesaro:layer-order-irrelevant", claims=("cesaro",))
@@ -145,8 +160,7 @@ def layer_order_irrelevant(n: int = 6) -> Check:
     r0 = (1 - l0) * sp.eye(n) + l0 * cesaro_matrix(n)
     r1 = (1 - l1) * sp.eye(n) + l1 * cesaro_matrix(n)
     ok = _is_zero_matrix(r0 * r1 - r1 * r0)
-    return check(ok,
-                f"R(λ_0) R(λ_1) = R(λ_1) R(λ_0) symbolically (N = {n}); in general mu is symmetric in λ_t")
+    return check(ok, f"R(λ_0) R(λ_1) = R(λ_1) R(λ_0) symbolically (N = {n}); in general mu is symmetric in λ_t")
 
 
 @certificate("cesaro:collapse-iff-divergence", claims=("cesaro",))
@@ -162,10 +176,12 @@ def collapse_iff_divergence(max_n: int = 8) -> Check:
         [hausdorff_matrix([1] + [0] * (n - 1))[n - 1, q] for q in range(n)] == [1] + [0] * (n - 1)
         for n in range(1, max_n + 1)
     )
-    return check(sandwich and point_mass,
-                "for k >= 1, λ_t/2 <= λ_t k/(k+1) <= λ_t (so mu_k -> 0 iff Σλ_t = ∞ by the product bounds "
-                "1-x <= e^{-x}, 1-x >= e^{-x/(1-x)} of theorem.dichotomy_certificates), and H(1,0,...,0) has last row "
-                f"e_0 (N = 1..{max_n}): collapse p -> e_0 iff Σλ_t = ∞ (C5(c))")
+    return check(
+        sandwich and point_mass,
+        "for k >= 1, λ_t/2 <= λ_t k/(k+1) <= λ_t (so mu_k -> 0 iff Σλ_t = ∞ by the product bounds "
+        "1-x <= e^{-x}, 1-x >= e^{-x/(1-x)} of theorem.dichotomy_certificates), and H(1,0,...,0) has last row "
+        f"e_0 (N = 1..{max_n}): collapse p -> e_0 iff Σλ_t = ∞ (C5(c))",
+    )
 
 
 @certificate("cesaro:integer-evaluator", claims=("cesaro",))
@@ -179,6 +195,8 @@ def integer_evaluator(n: int = 7) -> Check:
         p = ((1 - q) * sp.eye(n) + q * cm) * p
     want = [Fraction(int(v.p), int(v.q)) for v in p[n - 1, :]]
     got = exact_profile(lams, n).fractions()
-    return check(got == want,
-                f"the integer difference-table evaluator equals the exact matrix product (N = {n}, "
-                f"λ = {', '.join(map(str, lams))})")
+    return check(
+        got == want,
+        f"the integer difference-table evaluator equals the exact matrix product (N = {n}, "
+        f"λ = {', '.join(map(str, lams))})",
+    )

@@ -106,7 +106,6 @@ def exact_profile(lambdas: Sequence[Fraction | int], num_tokens: int) -> ExactPr
     return ExactProfile(numerators, denominator)
 
 
-
 def estimated_work(schedule: schedules.Schedule, num_tokens: int, num_layers: int | None) -> tuple[int, int]:
     """(word operations, bits B of the common denominator) of ``exact_profile``, bounded from the
     parameters before anything is built: per token k a product of T layer factors (4 N Σ_t ⌈B_t/64⌉
@@ -124,4 +123,3 @@ def estimated_work(schedule: schedules.Schedule, num_tokens: int, num_layers: in
         products += -(-so_far // 64) * -(-b // 64)
     bits = t_count * lcm_bits + sum(layer) + 1
     return 4 * n * products + n * n * -(-bits // 64), bits
-

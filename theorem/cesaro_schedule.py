@@ -53,7 +53,6 @@ def _to_fraction(x: sp.Rational) -> Fraction:
     return Fraction(int(x.p), int(x.q))
 
 
-
 def layer_count(schedule: schedules.Schedule, num_layers: int | None) -> int:
     """T: a custom schedule's length, else ``num_layers``, else ``DEFAULT_LAYERS``."""
     if isinstance(schedule, schedules.Custom):
@@ -159,7 +158,6 @@ def _layer_values(schedule: schedules.Schedule, t_count: int) -> tuple[list[Frac
     return values, rounded
 
 
-
 def layer_bits(schedule: schedules.Schedule, t_count: int) -> list[int]:
     """Upper bounds on the bits of each λ_t's denominator, from the parameters alone (nothing built)."""
     rounded = ROUND_DIGITS * 4  # a rounded λ_t: denominator 10^40 < 2^133
@@ -179,12 +177,10 @@ def layer_bits(schedule: schedules.Schedule, t_count: int) -> list[int]:
     return [rounded] * t_count
 
 
-
 def parse_schedule(spec: str, num_layers: int | None = None) -> ExactSchedule:
     """``constant:L``, ``power_decay:L0,BETA`` (λ_t = L0/(t+1)^BETA), ``geometric:L0,Q`` or
     ``custom:L0,L1,...`` (posbias.numerics.schedules.parse), evaluated exactly by ``exact_schedule``."""
     return exact_schedule(_parse(spec), num_layers)
-
 
 
 def _parse(spec: str) -> schedules.Schedule:

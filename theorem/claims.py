@@ -199,103 +199,140 @@ def _cesaro(p, lambdas, tol=1e-9) -> bool:
 # --------------------------------------------------------------------------------- claims
 _CLAIMS = [
     Claim(
-        "C1", "causal mask -> primacy drift",
+        "C1",
+        "causal mask -> primacy drift",
         "For every causal row-stochastic K and every distribution mu: mu K ≼ mu.",
         r"\mu K \preceq \mu \quad (K \text{ causal, row-stochastic})",
         ("K row-stochastic", "K causal: K[i, j] = 0 for j > i", "mu a distribution on {0, ..., N-1}"),
-        _c1, "(K, mu, tol)", "proofs/C1.md",
+        _c1,
+        "(K, mu, tol)",
+        "proofs/C1.md",
     ),
     Claim(
-        "C2(a)", "residual step sits between identity and attention",
+        "C2(a)",
+        "residual step sits between identity and attention",
         "mu A ≼ mu R_lambda ≼ mu, and mu R_lambda is ≼-decreasing in lambda (F_{mu R_lambda} = (1-lambda) F_mu + "
         "lambda F_{mu A}).",
         r"\mu A \preceq \mu R_\lambda \preceq \mu,\quad F_{\mu R_\lambda} = (1-\lambda) F_\mu + \lambda F_{\mu A}",
         ("A causal row-stochastic", "lambda in [0, 1]"),
-        _c2a, "(A, mu, lam, lam_hi=None, tol)", "proofs/C2.md",
+        _c2a,
+        "(A, mu, lam, lam_hi=None, tol)",
+        "proofs/C2.md",
     ),
     Claim(
-        "C2(b)", "residual -> recency",
+        "C2(b)",
+        "residual -> recency",
         "If every A^(t) is causal and stochastically monotone, p is ≼-non-increasing in each lambda_t; "
         "without monotonicity this can fail.",
         r"\lambda_t \le \lambda_t' \Rightarrow p(\lambda') \preceq p(\lambda):\ p \text{ is } "
         r"\preceq\text{-non-increasing in each } \lambda_t",
         ("every A^(t) causal row-stochastic", "every A^(t) stochastically monotone"),
-        _c2b, "(kernels, lambdas, layer, new_lambda, tol)", "proofs/C2.md",
+        _c2b,
+        "(kernels, lambdas, layer, new_lambda, tol)",
+        "proofs/C2.md",
     ),
     Claim(
-        "C2(c)", "last-token atom",
+        "C2(c)",
+        "last-token atom",
         "p(N-1) = prod_t (1 - lambda_t (1 - A^(t)[N-1, N-1])).",
         r"p(N-1) = \prod_t \bigl(1 - \lambda_t (1 - A^{(t)}[N-1, N-1])\bigr)",
         ("every A^(t) causal (lower-triangular)",),
-        _c2c, "(p, kernels, lambdas, tol)", "proofs/C2.md",
+        _c2c,
+        "(p, kernels, lambdas, tol)",
+        "proofs/C2.md",
     ),
     Claim(
-        "C3(a)", "ALiBi kernel is stochastically monotone",
+        "C3(a)",
+        "ALiBi kernel is stochastically monotone",
         "For every slope m >= 0 (and every content diagonal d) the ALiBi kernel is stochastically monotone: "
         "for k < i, F_i(k) = r^{i-k}(1 - r^{k+1})/(1 - r^{i+1}) (d = 0) is decreasing in i.",
         r"F_i(k) = r^{i-k}(1-r^{k+1}) / (1-r^{i+1}) \text{ decreasing in } i",
         ("causal mask", "m >= 0, r = e^{-m}"),
-        orders.is_monotone, "(K, tol)", "proofs/C3.md",
+        orders.is_monotone,
+        "(K, tol)",
+        "proofs/C3.md",
     ),
     Claim(
-        "C3(b)", "slopes order rows",
+        "C3(b)",
+        "slopes order rows",
         "m <= m' implies A^(m)(i, ·) ≼ A^(m')(i, ·) for every row i (every d).",
         r"m \le m' \Rightarrow A^{(m)}(i,\cdot) \preceq A^{(m')}(i,\cdot)",
         ("causal mask", "0 <= m <= m'"),
-        _c3b, "(K_flat, K_steep, tol)", "proofs/C3.md",
+        _c3b,
+        "(K_flat, K_steep, tol)",
+        "proofs/C3.md",
     ),
     Claim(
-        "C3(c)", "steeper slopes give later profiles",
+        "C3(c)",
+        "steeper slopes give later profiles",
         "Under C2(b)'s monotonicity, steeper slopes at any layer give a ≼-later p (m_t <= m_t' at one layer, "
         "the rest fixed).",
         r"m_t \le m_t' \Rightarrow p(m) \preceq p(m'):\ \text{steeper slopes at any layer give a } "
         r"\preceq\text{-later } p",
         ("every layer an ALiBi + content kernel (monotone by C3(a))", "causal mask"),
-        _c3c, "(p_flat, p_steep, tol)", "proofs/C3.md",
+        _c3c,
+        "(p_flat, p_steep, tol)",
+        "proofs/C3.md",
     ),
     Claim(
-        "C4(a)", "background cancels",
+        "C4(a)",
+        "background cancels",
         "A row-constant background b cancels from every masked row softmax.",
         r"\operatorname{softmax}(x + b\mathbb{1}) = \operatorname{softmax}(x)\ (b \text{ cancels})",
         ("b constant along the row",),
-        _c4a, "(logits, background, mask=None, tol)", "proofs/C4.md",
+        _c4a,
+        "(logits, background, mask=None, tol)",
+        "proofs/C4.md",
     ),
     Claim(
-        "C4(b)", "content diagonal modulates",
+        "C4(b)",
+        "content diagonal modulates",
         "Row i of A^(m,d) is alpha_i(d) e_i + (1 - alpha_i(d)) (ALiBi on the strict past), alpha_i increasing in d; "
         "raising d moves every row later and, under monotonicity, p is ≼-non-decreasing in d.",
         r"A^{(m,d)}(i,\cdot) = \alpha_i(d) e_i + (1-\alpha_i(d)) B(i,\cdot),\ \alpha_i(d) = \frac{e^d}{e^d + "
         r"\sum_{g=1}^{i} r^g},\ "
         r"\alpha_i \text{ increasing in } d",
         ("causal mask", "m >= 0", "d <= d'"),
-        _c4b, "(K_low_d, K_high_d, p_low=None, p_high=None, tol)", "proofs/C4.md",
+        _c4b,
+        "(K_low_d, K_high_d, p_low=None, p_high=None, tol)",
+        "proofs/C4.md",
     ),
     Claim(
-        "C5(a)", "no collapse under summable attention",
+        "C5(a)",
+        "no collapse under summable attention",
         "P[i, i] = prod_t (1 - lambda_t (1 - A^(t)[i, i])) >= prod_t (1 - lambda_t delta_t); if sum lambda_t delta_t "
         "< oo (every lambda_t delta_t < 1) then inf_T min_i P[i, i] > 0: no collapse.",
         r"P[i, i] = \prod_t \bigl(1-\lambda_t(1-A^{(t)}[i, i])\bigr) \ge \prod_t (1-\lambda_t\delta_t)",
         ("every A^(t) lower-triangular (causal)", "lambda_t delta_t < 1"),
-        _c5a, "(P, kernels, lambdas, tol)", "proofs/C5.md",
+        _c5a,
+        "(P, kernels, lambdas, tol)",
+        "proofs/C5.md",
     ),
     Claim(
-        "C5(b)", "collapse onto token 0",
+        "C5(b)",
+        "collapse onto token 0",
         "If A^(t)[i, 0] >= eps_t for all i and sum lambda_t eps_t = oo, then P[i, 0] >= 1 - prod_t (1 - lambda_t "
         "eps_t) -> 1.",
         r"P[i, 0] \ge 1 - \prod_t (1 - \lambda_t \varepsilon_t) \to 1",
         ("every A^(t) causal row-stochastic", "A^(t)[i, 0] >= eps_t for all i"),
-        _c5b, "(P, kernels, lambdas, tol)", "proofs/C5.md",
+        _c5b,
+        "(P, kernels, lambdas, tol)",
+        "proofs/C5.md",
     ),
     Claim(
-        "C5(c)", "dichotomy under uniform bounds",
+        "C5(c)",
+        "dichotomy under uniform bounds",
         "If every allowed entry is >= eps > 0, then collapse iff sum_t lambda_t = oo (collapse: P[i, 0] -> 1 "
         "for all i).",
         r"\text{collapse} \iff \sum_t \lambda_t = \infty",
         ("every A^(t) causal row-stochastic", "every allowed entry >= eps > 0"),
-        _c5c, "(P, kernels, lambdas, tol)", "proofs/C5.md",
+        _c5c,
+        "(P, kernels, lambdas, tol)",
+        "proofs/C5.md",
     ),
     Claim(
-        "C6", "finite depth: broad, often U-shaped profiles",
+        "C6",
+        "finite depth: broad, often U-shaped profiles",
         "Causal mask (primacy) plus residuals (recency) give profiles whose minimum is interior for wide parameter "
         "ranges, not for all: at depth 1 no profile is U-shaped, and steep slopes do not make the profile monotone "
         "at depth: N = 8, r = 1/5, d = 0, T = 8, lambda = 3/4 gives a profile ending 0.2136, 0.3078, 0.2725 (a hump "
@@ -303,42 +340,58 @@ _CLAIMS = [
         r"\arg\min_j p(j) \in \{1, \dots, N-2\},\ p(0), p(N-1) > \min_j p(j);\ "
         r"\text{a hump, not monotone, at } N = 8,\ r = 1/5,\ d = 0,\ T = 8,\ \lambda = 3/4",
         ("ALiBi + content stacks, causal mask", "parameter-dependent: see proofs/C6.md"),
-        _c6, "(p,)", "proofs/C6.md", status="partly observed",
+        _c6,
+        "(p,)",
+        "proofs/C6.md",
+        status="partly observed",
     ),
     Claim(
-        "cesaro", "exact closed form for uniform causal attention",
+        "cesaro",
+        "exact closed form for uniform causal attention",
         "For the Cesàro kernel and any lambda schedule, P = H(mu) with mu_k = prod_t (1 - lambda_t k/(k+1)) and "
         "p(j) = C(N-1, j) sum_{i=0}^{N-1-j} (-1)^i C(N-1-j, i) mu_{j+i}.",
         r"p(j) = \binom{N-1}{j} \sum_{i=0}^{N-1-j} (-1)^i \binom{N-1-j}{i} \mu_{j+i},\ "
         r"\mu_k = \prod_t \bigl(1 - \lambda_t k/(k+1)\bigr)",
         ("A^(t) = C, C[i, j] = 1/(i+1) for j <= i", "any lambda_t in [0, 1]"),
-        _cesaro, "(p, lambdas, tol)", "proofs/cesaro.md",
+        _cesaro,
+        "(p, lambdas, tol)",
+        "proofs/cesaro.md",
     ),
     Claim(
-        "C7(a)", "any relative bias: the row CDF",
+        "C7(a)",
+        "any relative bias: the row CDF",
         "For any bias b(g) with weights w(g) = e^{b(g)} (w(0) also carries e^d) and W(n) = sum_{g=0}^{n} w(g): "
         "F_i(k) = 1 − W(i − k − 1) / W(i) for k < i.",
         r"F_i(k) = 1 - W(i - k - 1) / W(i)\ (k < i),\ W(n) = \sum_{g=0}^{n} w(g)",
         ("causal mask", "head logits b(i - j) + d [i = j]", "w(g) = e^{b(g)} > 0"),
-        c7_predicates.c7a, "(K, weights, tol)", "proofs/C7.md",
+        c7_predicates.c7a,
+        "(K, weights, tol)",
+        "proofs/C7.md",
     ),
     Claim(
-        "C7(b)", "any relative bias: monotone iff log-concave",
+        "C7(b)",
+        "any relative bias: monotone iff log-concave",
         "The N-token kernel is stochastically monotone iff W is log-concave on {0, ..., N-1} "
         "(W(n)^2 >= W(n-1) W(n+1)); sufficient: b non-increasing on g ≥ 1, with any d.",
         r"\text{stochastically monotone} \iff W \text{ is log-concave}:\ W(n)^2 \ge W(n-1) W(n+1)",
         ("causal mask", "w(g) = e^{b(g)} > 0 for g < N"),
-        c7_predicates.c7b, "(K, weights, tol)", "proofs/C7.md",
+        c7_predicates.c7b,
+        "(K, weights, tol)",
+        "proofs/C7.md",
     ),
     Claim(
-        "C7(c)", "any relative bias: likelihood-ratio order orders rows",
+        "C7(c)",
+        "any relative bias: likelihood-ratio order orders rows",
         "If w′(g)/w(g) is non-increasing in g, every row under w′ sits later than under w (A(i,·) ≼ A′(i,·)); "
         "under C2(b)'s monotonicity a ≼-later p follows.",
         r"w'(g)/w(g) \text{ non-increasing} \Rightarrow A(i,\cdot) \preceq A'(i,\cdot)",
         ("causal mask", "w, w' > 0", "w'(g)/w(g) non-increasing in g"),
-        c7_predicates.c7c, "(K, K_later, tol)", "proofs/C7.md",
+        c7_predicates.c7c,
+        "(K, K_later, tol)",
+        "proofs/C7.md",
     ),
 ]
+
 
 def _index(claims: list[Claim]) -> dict[str, Claim]:
     """label -> Claim; a label listed twice is an error naming it."""
@@ -377,8 +430,10 @@ def certificate_registry(modules: tuple[str, ...] = CERTIFICATE_MODULES) -> Regi
     for name, cert in found.items():
         unknown = [label for label in cert.claims if label not in CLAIMS]
         if unknown:
-            raise ValueError(f"certificate {name!r} names unknown claim(s) {', '.join(unknown)}; "
-                             f"expected labels from {', '.join(CLAIMS)}")
+            raise ValueError(
+                f"certificate {name!r} names unknown claim(s) {', '.join(unknown)}; "
+                f"expected labels from {', '.join(CLAIMS)}"
+            )
     return Registry({n: c.run for n, c in found.items()}, missing, {n: c.claims for n, c in found.items()})
 
 

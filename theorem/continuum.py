@@ -61,19 +61,28 @@ def _log_terms(s: float, num_layers: int, lam: float):
     for k in range(1, num_layers + 1):
         if lam == 0 or (lam == 1 and k < num_layers) or (s == 0 and k > 1):
             continue
-        log_term = (math.log(math.comb(num_layers, k)) + k * math.log(lam) - math.lgamma(k)
-                    + ((num_layers - k) * math.log1p(-lam) if k < num_layers else 0.0)
-                    + ((k - 1) * math.log(s) if k > 1 else 0.0))
+        log_term = (
+            math.log(math.comb(num_layers, k))
+            + k * math.log(lam)
+            - math.lgamma(k)
+            + ((num_layers - k) * math.log1p(-lam) if k < num_layers else 0.0)
+            + ((k - 1) * math.log(s) if k > 1 else 0.0)
+        )
         yield math.exp(log_term)
 
 
 def density_expr(num_layers: int, lam) -> sp.Expr:
     """f as a SymPy expression in ``X`` (x > 0)."""
-    return sp.Add(*[
-        sp.binomial(num_layers, k) * lam**k * (1 - lam) ** (num_layers - k) * (-sp.log(X)) ** (k - 1)
-        / sp.factorial(k - 1)
-        for k in range(1, num_layers + 1)
-    ])
+    return sp.Add(
+        *[
+            sp.binomial(num_layers, k)
+            * lam**k
+            * (1 - lam) ** (num_layers - k)
+            * (-sp.log(X)) ** (k - 1)
+            / sp.factorial(k - 1)
+            for k in range(1, num_layers + 1)
+        ]
+    )
 
 
 def jax_density(num_layers: int, lam) -> Callable:
@@ -110,10 +119,14 @@ def continuum_error(num_tokens: int, num_layers: int, lam, window: float = 0.1) 
     j_i = max(interior, key=lambda j: err[j]) if n > 2 else -1
     l1 = math.fsum(abs(p[j] - f[j] / n) for j in interior) + abs(p[-1] - atom - f[-1] / n)
     return ContinuumError(
-        n, window,
-        err[j_w] if j_w >= 0 else math.nan, j_w,
-        err[j_i] if j_i >= 0 else math.nan, j_i,
-        abs(p[-1] - atom), l1,
+        n,
+        window,
+        err[j_w] if j_w >= 0 else math.nan,
+        j_w,
+        err[j_i] if j_i >= 0 else math.nan,
+        j_i,
+        abs(p[-1] - atom),
+        l1,
     )
 
 
@@ -124,8 +137,8 @@ def moments_are_cesaro(max_layers: int = 5) -> Check:
     s, k, lam = sp.Symbol("s", positive=True), sp.Symbol("k", positive=True), sp.Symbol("lambda")
     # ∫_0^1 x^k (-ln x)^m / m! dx = ∫_0^∞ e^{-(k+1)s} s^m / m! ds  (x = e^{-s})  = (k+1)^{-(m+1)}
     gamma_ok = all(
-        sp.simplify(sp.integrate(sp.exp(-(k + 1) * s) * s**m / sp.factorial(m), (s, 0, sp.oo))
-                    * (k + 1) ** (m + 1)) == 1
+        sp.simplify(sp.integrate(sp.exp(-(k + 1) * s) * s**m / sp.factorial(m), (s, 0, sp.oo)) * (k + 1) ** (m + 1))
+        == 1
         for m in range(max_layers)
     )
     moments_ok = all(
@@ -133,12 +146,15 @@ def moments_are_cesaro(max_layers: int = 5) -> Check:
             (1 - lam) ** t
             + sum(sp.binomial(t, m) * lam**m * (1 - lam) ** (t - m) / (k + 1) ** m for m in range(1, t + 1))
             - (1 - lam * k / (k + 1)) ** t
-        ) == 0
+        )
+        == 0
         for t in range(1, max_layers + 1)
     )
-    return check(bool(gamma_ok and moments_ok),
-                f"∫ x^k (-ln x)^m/m! dx = (k+1)^-(m+1) (m < {max_layers}) and (1-λ)^T + ∫ x^k f = "
-                f"(1 - λk/(k+1))^T = μ_k (T <= {max_layers}, symbolic k, λ): ν has the Cesàro moments")
+    return check(
+        bool(gamma_ok and moments_ok),
+        f"∫ x^k (-ln x)^m/m! dx = (k+1)^-(m+1) (m < {max_layers}) and (1-λ)^T + ∫ x^k f = "
+        f"(1 - λk/(k+1))^T = μ_k (T <= {max_layers}, symbolic k, λ): ν has the Cesàro moments",
+    )
 
 
 @certificate("continuum:total-mass")
@@ -147,12 +163,13 @@ def total_mass(max_layers: int = 5) -> Check:
     lam = sp.Symbol("lambda")
     s = sp.Symbol("s", positive=True)
     ok = all(
-        sp.simplify(sp.integrate(density_expr(t, lam).subs(X, sp.exp(-s)) * sp.exp(-s), (s, 0, sp.oo))
-                    + (1 - lam) ** t - 1) == 0
+        sp.simplify(
+            sp.integrate(density_expr(t, lam).subs(X, sp.exp(-s)) * sp.exp(-s), (s, 0, sp.oo)) + (1 - lam) ** t - 1
+        )
+        == 0
         for t in range(1, max_layers + 1)
     )
-    return check(bool(ok),
-                f"∫_0^1 f + (1-λ)^T = 1 for T = 1..{max_layers}, symbolic λ")
+    return check(bool(ok), f"∫_0^1 f + (1-λ)^T = 1 for T = 1..{max_layers}, symbolic λ")
 
 
 THREE_TENTHS = sp.Rational(3, 10)  # binomial_mixture's default lambda, built once (an immutable SymPy number)
@@ -166,9 +183,11 @@ def binomial_mixture(n: int = 6, num_layers: int = 3, lam=THREE_TENTHS) -> Check
     got[-1] += (1 - lam) ** num_layers
     want = exact_profile([Fraction(str(lam))] * num_layers, n).fractions()
     ok = [Fraction(int(g.p), int(g.q)) if g.is_Rational else None for g in got] == want
-    return check(ok,
-                f"p(j) = ∫ C(N-1,j) x^j (1-x)^(N-1-j) dν exactly (N = {n}, T = {num_layers}, λ = {lam}; "
-                "SymPy integrals vs the exact Cesàro profile)")
+    return check(
+        ok,
+        f"p(j) = ∫ C(N-1,j) x^j (1-x)^(N-1-j) dν exactly (N = {n}, T = {num_layers}, λ = {lam}; "
+        "SymPy integrals vs the exact Cesàro profile)",
+    )
 
 
 # ---------------------------------------------------------------------------- derivation
@@ -177,13 +196,14 @@ class ContinuumParams(Params):
     """Sequence length, depth, constant λ and comparison window of the continuum check."""
 
     name = "continuum-profile"
-    tokens: int = param(256, meaning="the number of tokens N (the exact profile is evaluated at N and 2N)",
-                        example="128", minimum=8)
+    tokens: int = param(
+        256, meaning="the number of tokens N (the exact profile is evaluated at N and 2N)", example="128", minimum=8
+    )
     layers: int = param(8, meaning="the number of layers T", example="6", minimum=1, maximum=256)
-    lam: Fraction = param(Fraction(3, 10), meaning="the constant mixing coefficient λ (exact)", example="0.3",
-                          minimum=0, maximum=1)
-    window: Fraction = param(Fraction(1, 10), meaning="compare on x_j = j/N in [W, 1 - W], 0 < W < 1/2",
-                             example="0.2")
+    lam: Fraction = param(
+        Fraction(3, 10), meaning="the constant mixing coefficient λ (exact)", example="0.3", minimum=0, maximum=1
+    )
+    window: Fraction = param(Fraction(1, 10), meaning="compare on x_j = j/N in [W, 1 - W], 0 < W < 1/2", example="0.2")
 
     def __post_init__(self):
         super().__post_init__()
@@ -191,8 +211,10 @@ class ContinuumParams(Params):
             raise DeriveError(f"continuum-profile: --window {self.window}: expected 0 < W < 1/2")
         n, t = self.tokens, self.layers
         if (2 * n) ** 3 * t > MAX_COST:
-            raise DeriveError(f"continuum-profile: --tokens {n} --layers {t}: expected N >= 8 and (2N)^3 T <= "
-                              f"{MAX_COST} (the exact profile is evaluated at N and 2N)")
+            raise DeriveError(
+                f"continuum-profile: --tokens {n} --layers {t}: expected N >= 8 and (2N)^3 T <= "
+                f"{MAX_COST} (the exact profile is evaluated at N and 2N)"
+            )
 
 
 def compute(params: ContinuumParams = ContinuumParams()) -> Result:
@@ -219,16 +241,24 @@ def compute(params: ContinuumParams = ContinuumParams()) -> Result:
         "       N   window max |N p(j) - f(x_j)|   interior max (1<=j<=N-2)   |p(N-1) - (1-λ)^T|   l1 (j >= 1)",
     ]
     for e in errs:
-        lines.append(f"  {e.tokens:>6}   {e.window_max:>28.6g}   {e.interior_max:>12.6g} at j = {e.interior_argmax:<6}"
-                     f"   {e.atom_error:>18.6g}   {e.l1:.6g}")
+        lines.append(
+            f"  {e.tokens:>6}   {e.window_max:>28.6g}   {e.interior_max:>12.6g} at j = {e.interior_argmax:<6}"
+            f"   {e.atom_error:>18.6g}   {e.l1:.6g}"
+        )
     lines.append(f"window error ratio err(2N)/err(N) = {ratio:.4f}  (O(1/N) predicts about 1/2)")
-    lines.append("note: f has a (-ln x)^(T-1) singularity at x = 0, so the interior max near j = 1 "
-                 "does not vanish as N grows; the window error does")
-    latex = (r"p(xN)\approx(1-\lambda)^T[x=1]+\frac1N\sum_{k=1}^{T}\binom{T}{k}\lambda^k(1-\lambda)^{T-k}"
-             r"\frac{(-\ln x)^{k-1}}{(k-1)!}"
-             + f"\\quad(\\lambda={sp.latex(lam)},\\ T={t}):\\ "
-             + r"\max_{x_j\in[" + f"{window},{1 - window}" + r"]}|Np(j)-f(x_j)|="
-             + f"{errs[0].window_max:.4g}\\ (N={n}),\\ {errs[1].window_max:.4g}\\ (N={2 * n})")
+    lines.append(
+        "note: f has a (-ln x)^(T-1) singularity at x = 0, so the interior max near j = 1 "
+        "does not vanish as N grows; the window error does"
+    )
+    latex = (
+        r"p(xN)\approx(1-\lambda)^T[x=1]+\frac1N\sum_{k=1}^{T}\binom{T}{k}\lambda^k(1-\lambda)^{T-k}"
+        r"\frac{(-\ln x)^{k-1}}{(k-1)!}"
+        + f"\\quad(\\lambda={sp.latex(lam)},\\ T={t}):\\ "
+        + r"\max_{x_j\in["
+        + f"{window},{1 - window}"
+        + r"]}|Np(j)-f(x_j)|="
+        + f"{errs[0].window_max:.4g}\\ (N={n}),\\ {errs[1].window_max:.4g}\\ (N={2 * n})"
+    )
     data = {
         "lam": float(lam_q),
         "layers": t,
@@ -236,9 +266,15 @@ def compute(params: ContinuumParams = ContinuumParams()) -> Result:
         "window": [float(window), float(1 - window)],
         "density_samples": {str(x): density(x, t, lam_f) for x in xs},
         "errors": [
-            {"tokens": e.tokens, "window_max": e.window_max, "window_argmax": e.window_argmax,
-             "interior_max": e.interior_max, "interior_argmax": e.interior_argmax,
-             "atom_error": e.atom_error, "l1": e.l1}
+            {
+                "tokens": e.tokens,
+                "window_max": e.window_max,
+                "window_argmax": e.window_argmax,
+                "interior_max": e.interior_max,
+                "interior_argmax": e.interior_argmax,
+                "atom_error": e.atom_error,
+                "l1": e.l1,
+            }
             for e in errs
         ],
         "window_ratio": ratio,
@@ -252,7 +288,9 @@ DERIVATION = Derivation(
     claims=("C6",),
     params=ContinuumParams,
     compute=compute,
-    limits=(f"--layers <= 256 and (2N)^3 T <= {MAX_COST} (1024^3 * 64; the exact profile is evaluated at N and 2N), "
-            "checked before anything is built; --lam and --window exact with at most 60 digits and decimal exponents "
-            "within ±60; about 4 s at the limit (N = 512, T = 64)"),
+    limits=(
+        f"--layers <= 256 and (2N)^3 T <= {MAX_COST} (1024^3 * 64; the exact profile is evaluated at N and 2N), "
+        "checked before anything is built; --lam and --window exact with at most 60 digits and decimal exponents "
+        "within ±60; about 4 s at the limit (N = 512, T = 64)"
+    ),
 )

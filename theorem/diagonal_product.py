@@ -86,7 +86,7 @@ def telescoping_bound(max_layers: int = 5) -> Check:
     for t in range(1, max_layers + 1):
         xs, ys = sp.symbols(f"x0:{t}"), sp.symbols(f"y0:{t}")
         lhs = sp.Mul(*xs) - sp.Mul(*ys)
-        rhs = sum(sp.Mul(*ys[:s]) * (xs[s] - ys[s]) * sp.Mul(*xs[s + 1:]) for s in range(t))
+        rhs = sum(sp.Mul(*ys[:s]) * (xs[s] - ys[s]) * sp.Mul(*xs[s + 1 :]) for s in range(t))
         ok = ok and sp.expand(lhs - rhs) == 0
     lm, a_ii, delta = sp.symbols("lambda a_ii delta")
     factor_gap = sp.expand((1 - lm * (1 - a_ii)) - (1 - lm * delta) - lm * (delta - (1 - a_ii))) == 0
@@ -102,10 +102,8 @@ class DiagonalProductParams(Params):
     """Size of the symbolic product R^(T-1) ... R^(0)."""
 
     name = NAME
-    layers: int = param(3, meaning="the number of layers T of the symbolic product", example="5", minimum=1,
-                        maximum=5)
-    tokens: int = param(3, meaning="the number of tokens N of the symbolic product", example="5", minimum=1,
-                        maximum=5)
+    layers: int = param(3, meaning="the number of layers T of the symbolic product", example="5", minimum=1, maximum=5)
+    tokens: int = param(3, meaning="the number of tokens N of the symbolic product", example="5", minimum=1, maximum=5)
 
 
 def compute(params: DiagonalProductParams = DiagonalProductParams()) -> Result:
@@ -142,10 +140,10 @@ def compute(params: DiagonalProductParams = DiagonalProductParams()) -> Result:
 DERIVATION = Derivation(
     name=NAME,
     summary="P_ii = prod_t (1 - lambda_t (1 - A^(t)_ii)) >= prod_t (1 - lambda_t delta_t) for causal stacks (C2(c), "
-            "C5(a))",
+    "C5(a))",
     claims=("C2(c)", "C5(a)"),
     params=DiagonalProductParams,
     compute=compute,
     limits="--layers <= 5 and --tokens <= 5 (a fully symbolic product of T N x N causal matrices); under 1 s at the "
-           "maximum",
+    "maximum",
 )

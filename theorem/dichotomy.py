@@ -36,12 +36,23 @@ class DichotomyParams(Params):
     """The schedule λ_t (t = 0, 1, 2, ...) and δ = 1 - A[N-1, N-1] of the last row."""
 
     name = NAME
-    schedule: Schedule = param(meaning=f"the λ schedule: {SPECS}", example="0.5/(t+1)**1.5", positional=True,
-                               convert=parse_schedule, metavar="SCHEDULE")
-    delta: Delta | None = param(None, meaning="δ = 1 - A[N-1, N-1], the off-diagonal mass of the last row: a number "
-                                "0 <= δ < 1 read exactly (0.3 is 3/10; δ = 1 is outside C5(c)'s uniform bounds), or a "
-                                "δ_t schedule in t with sup δ_t < 1 (non-increasing)", example="1/2",
-                                convert=parse_delta, metavar="DELTA", default_text="symbolic δ with 0 < δ < 1")
+    schedule: Schedule = param(
+        meaning=f"the λ schedule: {SPECS}",
+        example="0.5/(t+1)**1.5",
+        positional=True,
+        convert=parse_schedule,
+        metavar="SCHEDULE",
+    )
+    delta: Delta | None = param(
+        None,
+        meaning="δ = 1 - A[N-1, N-1], the off-diagonal mass of the last row: a number "
+        "0 <= δ < 1 read exactly (0.3 is 3/10; δ = 1 is outside C5(c)'s uniform bounds), or a "
+        "δ_t schedule in t with sup δ_t < 1 (non-increasing)",
+        example="1/2",
+        convert=parse_delta,
+        metavar="DELTA",
+        default_text="symbolic δ with 0 < δ < 1",
+    )
 
     def __post_init__(self):
         if self.delta is not None and not isinstance(self.delta, (Delta, str)):
@@ -54,8 +65,9 @@ def compute(params: DichotomyParams) -> Result:
     last-token atom Π_t (1 - λ_t δ_t): its limit, a certified lower bound when the series converges
     (C5(a)), and its numerical value with a certified bracket of the tail."""
     analysis = analyse(params.schedule, params.delta)
-    return Result(NAME, dichotomy_format.text(analysis), dichotomy_format.latex(analysis),
-                  dichotomy_format.data(analysis))
+    return Result(
+        NAME, dichotomy_format.text(analysis), dichotomy_format.latex(analysis), dichotomy_format.data(analysis)
+    )
 
 
 DERIVATION = Derivation(

@@ -63,19 +63,22 @@ from posbias.theorem.sympy_types import as_expr, sum_of
 
 MAX_OPS = 30  # SymPy's general tests (is_convergent, summation, is_decreasing) only on λ_t this small
 CHECKED_TERMS = 200  # every t < CHECKED_TERMS is a sample point (checked exactly near 0 and 1)
-SAMPLE_POINTS = tuple(range(CHECKED_TERMS)) + tuple(sorted(
-    {2**k for k in range(8, 61)} | {10**k for k in range(3, 19)} | {3 * 10**k for k in range(2, 18)}))
+SAMPLE_POINTS = tuple(range(CHECKED_TERMS)) + tuple(
+    sorted({2**k for k in range(8, 61)} | {10**k for k in range(3, 19)} | {3 * 10**k for k in range(2, 18)})
+)
 NUMERIC_TERMS = 2000  # the numerical atom multiplies this many factors, then brackets the tail
 NUMERIC_DPS = 30
 DELTA = sp.Symbol("delta", positive=True)  # the default δ: 0 < δ < 1 (C5(c)'s uniform bounds)
-LIMITS = (f"expressions: at most {expr_guard.MAX_TEXT} characters and {expr_guard.MAX_NODES} syntax nodes, "
-          f"literals of at most {expr_guard.MAX_DIGITS} digits with decimal exponents within "
-          f"±{expr_guard.MAX_EXPONENT}, "
-          f"numeric powers <= {expr_guard.MAX_POWER}, numeric factorial/gamma arguments <= {expr_guard.MAX_FACTORIAL}, "
-          f"no nested factorial/gamma, constants within 10^±{expr_guard.MAX_CONSTANT_LOG10}; SymPy's general "
-          f"convergence test only for λ_t with at most {MAX_OPS} operations (else 'undecided'); λ_t ∈ [0, 1] proved "
-          f"or checked at {len(SAMPLE_POINTS)} points t (said so); numerical atom from {NUMERIC_TERMS} factors; "
-          "δ in [0, 1) (δ = 1 is outside C5(c)); typically under 3 s")
+LIMITS = (
+    f"expressions: at most {expr_guard.MAX_TEXT} characters and {expr_guard.MAX_NODES} syntax nodes, "
+    f"literals of at most {expr_guard.MAX_DIGITS} digits with decimal exponents within "
+    f"±{expr_guard.MAX_EXPONENT}, "
+    f"numeric powers <= {expr_guard.MAX_POWER}, numeric factorial/gamma arguments <= {expr_guard.MAX_FACTORIAL}, "
+    f"no nested factorial/gamma, constants within 10^±{expr_guard.MAX_CONSTANT_LOG10}; SymPy's general "
+    f"convergence test only for λ_t with at most {MAX_OPS} operations (else 'undecided'); λ_t ∈ [0, 1] proved "
+    f"or checked at {len(SAMPLE_POINTS)} points t (said so); numerical atom from {NUMERIC_TERMS} factors; "
+    "δ in [0, 1) (δ = 1 is outside C5(c)); typically under 3 s"
+)
 
 
 class Verdict(enum.Enum):
@@ -127,8 +130,7 @@ def parse_delta(value) -> Delta:
     if isinstance(value, (int, float, Fraction, sp.Rational)):
         if isinstance(value, float):
             value = Fraction(repr(value))
-        frac = Fraction(int(value.p), int(value.q)) if isinstance(value, sp.Rational) \
-            else Fraction(value)
+        frac = Fraction(int(value.p), int(value.q)) if isinstance(value, sp.Rational) else Fraction(value)
         return _constant_delta(str(frac), sp.Rational(frac.numerator, frac.denominator))
     if not isinstance(value, str):
         raise DeriveError(f"{where} expects a number in [0, 1) or an expression in t, got {value!r}")
@@ -146,16 +148,21 @@ def parse_delta(value) -> Delta:
     sup = _sup_if_nonincreasing(expr, recognise(expr))
     low = _is_nonnegative(expr)
     if sup is None or not low or (sup < 1) is not sp.true:
-        raise DeriveError(f"{where}: δ_t = {expr}: could not prove 0 <= δ_t and sup_t δ_t < 1 (proved only for "
-                          "non-increasing schedules); expected a number in [0, 1) or such a δ_t")
+        raise DeriveError(
+            f"{where}: δ_t = {expr}: could not prove 0 <= δ_t and sup_t δ_t < 1 (proved only for "
+            "non-increasing schedules); expected a number in [0, 1) or such a δ_t"
+        )
     return Delta(value.strip(), expr, "schedule", sup)
 
 
 def _constant_delta(text: str, value: sp.Expr) -> Delta:
     inside = (value >= 0) & (value < 1)
     if inside is not sp.true:
-        extra = (" (δ = 1 means A[N-1, N-1] = 0, outside C5(c)'s uniform bounds, which give δ <= 1 - ε)"
-                 if value == 1 else "")
+        extra = (
+            " (δ = 1 means A[N-1, N-1] = 0, outside C5(c)'s uniform bounds, which give δ <= 1 - ε)"
+            if value == 1
+            else ""
+        )
         raise DeriveError(f"dichotomy: --delta {text}: expected 0 <= δ < 1{extra}")
     return Delta(text, value, "constant", value)
 
@@ -191,7 +198,7 @@ class Analysis:
 
     @property
     def verdict_text(self) -> str:
-        """"collapse", "no collapse", "undecided" or "collapse iff <condition>"."""
+        """ "collapse", "no collapse", "undecided" or "collapse iff <condition>"."""
         if self.verdict is Verdict.CONDITIONAL:
             return f"collapse iff {self.collapse_condition}"
         return self.verdict.value
@@ -241,8 +248,14 @@ def general_test(expr: sp.Expr) -> tuple[bool | None, str, str]:
     """SymPy's ``Sum.is_convergent`` on a small expression (<= MAX_OPS operations): (True/False/None, how, reason)."""
     ops = sp.count_ops(expr)
     if ops > MAX_OPS:
-        return None, "", (f"λ_t has {ops} operations; SymPy's general convergence test is run only up to {MAX_OPS} "
-                          "(a deterministic work limit)")
+        return (
+            None,
+            "",
+            (
+                f"λ_t has {ops} operations; SymPy's general convergence test is run only up to {MAX_OPS} "
+                "(a deterministic work limit)"
+            ),
+        )
     try:
         answer = sum_of(expr, (T, 0, sp.oo)).is_convergent()
     except Exception as exc:  # SymPy raises NotImplementedError, TypeError, ... when it cannot decide
@@ -325,24 +338,28 @@ def check_range(schedule: Schedule, expr: sp.Expr, family: Family) -> tuple[bool
             skipped += 1
             continue
         except (bounded_eval.Unevaluable, ZeroDivisionError, ValueError):
-            raise DeriveError(f"schedule {name!r}: λ_{t} is not a real number (a pole or a complex value); "
-                              "expected 0 <= λ_t <= 1") from None
+            raise DeriveError(
+                f"schedule {name!r}: λ_{t} is not a real number (a pole or a complex value); expected 0 <= λ_t <= 1"
+            ) from None
         if tiny < v < 1 - tiny:
             continue
         if -tiny <= v <= tiny or 1 - tiny <= v <= 1 + tiny:
             if t < CHECKED_TERMS:
                 if not _exact_in_unit(expr, t):
-                    raise DeriveError(f"schedule {name!r}: λ_{t} = {expr.subs(T, t)} is not in [0, 1]; "
-                                      "expected 0 <= λ_t <= 1")
+                    raise DeriveError(
+                        f"schedule {name!r}: λ_{t} = {expr.subs(T, t)} is not in [0, 1]; expected 0 <= λ_t <= 1"
+                    )
             else:
                 undecided += 1
             continue
         raise DeriveError(f"schedule {name!r}: λ_{t} ≈ {mpmath.nstr(v, 6)} is not in [0, 1]; expected 0 <= λ_t <= 1")
     if proved:
         return True, []
-    note = (f"λ_t ∈ [0, 1] could not be proved symbolically; only a finite check was possible: checked at "
-            f"{len(SAMPLE_POINTS) - skipped - undecided} points (t < {CHECKED_TERMS}, and t = 2^k, 10^k, 3·10^k up "
-            f"to 2^60); the verdict assumes it for every t")
+    note = (
+        f"λ_t ∈ [0, 1] could not be proved symbolically; only a finite check was possible: checked at "
+        f"{len(SAMPLE_POINTS) - skipped - undecided} points (t < {CHECKED_TERMS}, and t = 2^k, 10^k, 3·10^k up "
+        f"to 2^60); the verdict assumes it for every t"
+    )
     if skipped or undecided:
         note += f" ({skipped + undecided} sample points too large or too close to 0 or 1 to decide were skipped)"
     return False, [note]
@@ -369,13 +386,12 @@ def _num(expr: sp.Expr) -> bounded_eval.MpReal | None:
 
 
 def approx_text(expr: sp.Expr) -> str:
-    """" ≈ <6 digits>" of a closed-form number (mpmath, any magnitude), or "" when it cannot be evaluated."""
+    """ " ≈ <6 digits>" of a closed-form number (mpmath, any magnitude), or "" when it cannot be evaluated."""
     v = _num(expr)
     return "" if v is None else f" ≈ {mpmath.nstr(v, 6)}"
 
 
-def numeric_atom(expr: sp.Expr, c: sp.Expr, total: sp.Expr | None,
-                 nonincreasing: bool) -> tuple[float, float] | None:
+def numeric_atom(expr: sp.Expr, c: sp.Expr, total: sp.Expr | None, nonincreasing: bool) -> tuple[float, float] | None:
     """(value, half-width) of Π_t (1 - c λ_t): the first NUMERIC_TERMS factors in mpmath times the tail
     Π_{t>=M} (1 - c λ_t), which lies in [exp(-c S_M/(1 - c λ_M)), exp(-c S_M)] (S_M = S - Σ_{t<M} λ_t,
     λ non-increasing). None when S or any factor cannot be evaluated (deterministic: no clock)."""
@@ -396,7 +412,7 @@ def numeric_atom(expr: sp.Expr, c: sp.Expr, total: sp.Expr | None,
         except (bounded_eval.TooLarge, bounded_eval.Unevaluable, ZeroDivisionError, ValueError):
             return None
         tail = s - partial
-        if tail < -mpmath.mpf(10) ** -(NUMERIC_DPS - 8) or cv * lam_m >= 1:
+        if tail < -(mpmath.mpf(10) ** -(NUMERIC_DPS - 8)) or cv * lam_m >= 1:
             return None
         tail = max(tail, mpmath.mpf(0))
         hi = prod * mpmath.exp(-cv * tail)
@@ -404,8 +420,10 @@ def numeric_atom(expr: sp.Expr, c: sp.Expr, total: sp.Expr | None,
         return float((hi + lo) / 2), float((hi - lo) / 2)
 
 
-def analyse(schedule: Schedule,  # noqa: C901 (split the atom bound from the verdict; issue 20 §4)
-            delta=None) -> Analysis:
+def analyse(  # noqa: C901 (split the atom bound from the verdict; issue 20 §4)
+    schedule: Schedule,
+    delta=None,
+) -> Analysis:
     """Decide convergence and the verdict; bound the last-token atom Π_t (1 - λ_t δ_t) (C2(c), C5(a)).
 
     ``delta``: None (symbolic 0 < δ < 1), a number 0 <= δ < 1, a δ_t expression string or a ``Delta``.
@@ -421,8 +439,10 @@ def analyse(schedule: Schedule,  # noqa: C901 (split the atom bound from the ver
         series = "Σ_t λ_t δ_t"
         expr = sp.simplify(lam_expr * dl.expr) if _small(lam_expr * dl.expr) else lam_expr * dl.expr
         fam = recognise(expr)
-        notes.append("with a δ_t schedule the verdict is about Σ_t λ_t δ_t, the series that decides the atom; "
-                     "under C5(c)'s uniform bounds (inf δ_t > 0) it is the verdict of Σ_t λ_t")
+        notes.append(
+            "with a δ_t schedule the verdict is about Σ_t λ_t δ_t, the series that decides the atom; "
+            "under C5(c)'s uniform bounds (inf δ_t > 0) it is the verdict of Σ_t λ_t"
+        )
     else:
         series = "Σ_t λ_t"
         expr, fam = lam_expr, family
@@ -430,8 +450,11 @@ def analyse(schedule: Schedule,  # noqa: C901 (split the atom bound from the ver
     reason = ""
     if fam.kind == "expression":
         if params:
-            reason = ("free parameters " + ", ".join(map(str, params))
-                      + " in an expression outside the recognised families (constant, c (t+a)^(-β), c q^t)")
+            reason = (
+                "free parameters "
+                + ", ".join(map(str, params))
+                + " in an expression outside the recognised families (constant, c (t+a)^(-β), c q^t)"
+            )
         else:
             converges, how, reason = general_test(expr)
             total = _closed_sum(expr) if converges is True else (sp.oo if converges is False else None)
@@ -444,10 +467,31 @@ def analyse(schedule: Schedule,  # noqa: C901 (split the atom bound from the ver
         basis = "δ = 0: the last row keeps all its mass on itself, so p = e_{N-1} at every depth (whatever Σλ_t does)"
         bound, numeric, numeric_err = sp.Integer(1), 1.0, 0.0
         atom = "≡ 1 (δ = 0)"
-        return Analysis(schedule, lam_expr, family, dl, series, converges, how, reason, total, atom, bound, numeric,
-                        numeric_err, verdict, basis, condition, range_proved, tuple(notes))
-    basis = ("C5(c) (uniform bounds, 0 < δ < 1): collapse iff Σλ_t = ∞" if dl.kind != "schedule"
-             else "C5(a)/(b) on the atom: collapse iff Σ_t λ_t δ_t = ∞ (every λ_t δ_t <= sup δ_t < 1)")
+        return Analysis(
+            schedule,
+            lam_expr,
+            family,
+            dl,
+            series,
+            converges,
+            how,
+            reason,
+            total,
+            atom,
+            bound,
+            numeric,
+            numeric_err,
+            verdict,
+            basis,
+            condition,
+            range_proved,
+            tuple(notes),
+        )
+    basis = (
+        "C5(c) (uniform bounds, 0 < δ < 1): collapse iff Σλ_t = ∞"
+        if dl.kind != "schedule"
+        else "C5(a)/(b) on the atom: collapse iff Σ_t λ_t δ_t = ∞ (every λ_t δ_t <= sup δ_t < 1)"
+    )
     # the largest step x_t = λ_t δ_t: δ sup λ (sup λ <= 1 by the range check) or sup δ_t
     if dl.kind == "schedule":
         x_sup, c_series = dl.sup, sp.Integer(1)  # λ_t δ_t <= sup δ_t < 1
@@ -458,8 +502,11 @@ def analyse(schedule: Schedule,  # noqa: C901 (split the atom bound from the ver
         atom = "undecided (convergence of the series undecided)"
     elif converges is False:
         verdict = Verdict.COLLAPSE
-        atom = f"→ 0: Π_t (1 - λ_t δ_t) <= exp(-{series.replace('Σ_t', 'Σ_{t<T}')}" + \
-            ("" if dl.kind == "schedule" else " δ") + ") → 0"
+        atom = (
+            f"→ 0: Π_t (1 - λ_t δ_t) <= exp(-{series.replace('Σ_t', 'Σ_{t<T}')}"
+            + ("" if dl.kind == "schedule" else " δ")
+            + ") → 0"
+        )
         numeric = 0.0
     elif converges is True:
         verdict = Verdict.NO_COLLAPSE
@@ -475,8 +522,10 @@ def analyse(schedule: Schedule,  # noqa: C901 (split the atom bound from the ver
                 if got is not None:
                     numeric, numeric_err = got
         else:
-            atom = (f"> 0 (C5(a): {series} < ∞ and every λ_t δ_t <= {x_sup} < 1); no closed-form bound: "
-                    f"{series} not found in closed form")
+            atom = (
+                f"> 0 (C5(a): {series} < ∞ and every λ_t δ_t <= {x_sup} < 1); no closed-form bound: "
+                f"{series} not found in closed form"
+            )
     else:
         cond = converges
         verdict = Verdict.CONDITIONAL
@@ -492,5 +541,23 @@ def analyse(schedule: Schedule,  # noqa: C901 (split the atom bound from the ver
             atom = f"→ 0 if {condition}; > 0 if {cond} (C5(a))"
     if not range_proved and verdict in (Verdict.COLLAPSE, Verdict.NO_COLLAPSE):
         basis += "; assumes λ_t ∈ [0, 1] for every t (only a finite check was possible)"
-    return Analysis(schedule, lam_expr, family, dl, series, converges, how, reason, total, atom, bound, numeric,
-                    numeric_err, verdict, basis, condition, range_proved, tuple(notes))
+    return Analysis(
+        schedule,
+        lam_expr,
+        family,
+        dl,
+        series,
+        converges,
+        how,
+        reason,
+        total,
+        atom,
+        bound,
+        numeric,
+        numeric_err,
+        verdict,
+        basis,
+        condition,
+        range_proved,
+        tuple(notes),
+    )

@@ -37,19 +37,25 @@ def power_decay_threshold() -> Check:
     (t+1)^(-β) >= (t+1)^(-1) for β <= 1."""
     beta, x = sp.Symbol("beta", positive=True), sp.Symbol("x", positive=True)
     integral = sp.integrate(x ** (-beta), (x, 1, sp.oo))  # integral test
-    converges_beyond_1 = (isinstance(integral, sp.Piecewise) and integral.args[0].args[1] == (beta > 1)
-                          and sp.simplify(as_expr(integral.args[0].args[0]) - 1 / (beta - 1)) == 0)
+    converges_beyond_1 = (
+        isinstance(integral, sp.Piecewise)
+        and integral.args[0].args[1] == (beta > 1)
+        and sp.simplify(as_expr(integral.args[0].args[0]) - 1 / (beta - 1)) == 0
+    )
     harmonic = sp.summation(1 / (T + 1), (T, 0, sp.oo)) is sp.oo
     # β <= 1: (t+1)^(-β) >= (t+1)^(-1) since (t+1)^(1-β) >= 1; compare with the harmonic series.
     gamma = sp.Symbol("gamma", nonnegative=True)  # 1 - β = γ >= 0
-    comparison = (sp.powsimp((T + 1) ** (-(1 - gamma)) / (T + 1) ** (-1)) - 1).subs(T, 0) == 0 and \
-        sp.diff((T + 1) ** gamma, T).is_nonnegative
+    comparison = (sp.powsimp((T + 1) ** (-(1 - gamma)) / (T + 1) ** (-1)) - 1).subs(T, 0) == 0 and sp.diff(
+        (T + 1) ** gamma, T
+    ).is_nonnegative
     zeta_sum = sp.summation(1 / (T + 1) ** beta, (T, 0, sp.oo))
     zeta_ok = isinstance(zeta_sum, sp.Piecewise) and zeta_sum.args[0] == (sp.zeta(beta), beta > 1)
     ok = bool(converges_beyond_1 and harmonic and comparison and zeta_ok)
-    return check(ok,
-                 "∫_1^∞ x^(-β) dx = 1/(β-1) iff β > 1 (integral test), Σ (t+1)^(-β) = ζ(β) for β > 1, "
-                 "Σ 1/(t+1) = ∞ and (t+1)^(-β) >= (t+1)^(-1) for β <= 1: λ_0 (t+1)^(-β) collapses iff β <= 1")
+    return check(
+        ok,
+        "∫_1^∞ x^(-β) dx = 1/(β-1) iff β > 1 (integral test), Σ (t+1)^(-β) = ζ(β) for β > 1, "
+        "Σ 1/(t+1) = ∞ and (t+1)^(-β) >= (t+1)^(-1) for β <= 1: λ_0 (t+1)^(-β) collapses iff β <= 1",
+    )
 
 
 @certificate("dichotomy:geometric-threshold", claims=("C5(c)",))
@@ -71,9 +77,11 @@ def product_upper_bound() -> Check:
     # x = log(1+u) ranges over [0, ∞) as u does; there g'(x) = u/(1+u) >= 0
     dg_u = sp.simplify(dg.subs(x, sp.log(1 + u)))
     ok = g.subs(x, 0) == 0 and sp.simplify(dg_u - u / (1 + u)) == 0 and (u / (1 + u)).is_nonnegative
-    return check(ok,
-                 "1 - x <= e^{-x} for x >= 0 (g = e^{-x} - 1 + x, g(0) = 0, g'(log(1+u)) = u/(1+u) >= 0), "
-                 "so Π_t (1 - λ_t δ) <= exp(-δ Σλ_t) → 0 when Σλ_t = ∞ (C5(b), C2(c))")
+    return check(
+        ok,
+        "1 - x <= e^{-x} for x >= 0 (g = e^{-x} - 1 + x, g(0) = 0, g'(log(1+u)) = u/(1+u) >= 0), "
+        "so Π_t (1 - λ_t δ) <= exp(-δ Σλ_t) → 0 when Σλ_t = ∞ (C5(b), C2(c))",
+    )
 
 
 @certificate("dichotomy:product-lower-bound", claims=("C5(a)", "C5(c)"))
@@ -84,7 +92,9 @@ def product_lower_bound() -> Check:
     h = sp.log(1 - x) + x / (1 - x)  # = u - log(1+u)
     dh = sp.simplify(sp.diff(h, u))
     ok = sp.simplify(h.subs(u, 0)) == 0 and sp.simplify(dh - u / (1 + u)) == 0 and (u / (1 + u)).is_nonnegative
-    return check(ok,
-                 "1 - x >= e^{-x/(1-x)} on [0, 1) (with x = u/(1+u): h = log(1-x) + x/(1-x) = u - log(1+u), "
-                 "h(0) = 0, h' = u/(1+u) >= 0), so Π_t (1 - λ_t δ) >= exp(-δ S/(1 - δ sup λ)) > 0 when S < ∞ "
-                 "(C5(a))")
+    return check(
+        ok,
+        "1 - x >= e^{-x/(1-x)} on [0, 1) (with x = u/(1+u): h = log(1-x) + x/(1-x) = u - log(1+u), "
+        "h(0) = 0, h' = u/(1+u) >= 0), so Π_t (1 - λ_t δ) >= exp(-δ S/(1 - δ sup λ)) > 0 when S < ∞ "
+        "(C5(a))",
+    )

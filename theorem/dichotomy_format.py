@@ -56,8 +56,10 @@ def text(a: Analysis) -> str:
         lines.append(f"S = {a.series} = {a.total}{approx}")
     lines.append(f"last-token atom Π_t (1 - λ_t δ_t) (C2(c), C5(a)): {a.atom}")
     if a.atom_numeric is not None and a.verdict is Verdict.NO_COLLAPSE and a.atom_numeric_error:
-        lines.append(f"  numerical value: {a.atom_numeric:.6g} ± {a.atom_numeric_error:.1e} (first "
-                     f"{NUMERIC_TERMS} factors in mpmath, the tail bracketed by the product bounds)")
+        lines.append(
+            f"  numerical value: {a.atom_numeric:.6g} ± {a.atom_numeric_error:.1e} (first "
+            f"{NUMERIC_TERMS} factors in mpmath, the tail bracketed by the product bounds)"
+        )
     lines.append(f"verdict: {a.verdict_text}   ({a.verdict_basis})")
     lines += [f"note: {n}" for n in a.notes]
     return "\n".join(lines)
@@ -70,8 +72,19 @@ def latex(a: Analysis) -> str:
         conv = r"<\infty\iff " + sp.latex(a.converges)
     series = r"\sum_{t\ge0}\lambda_t\delta_t" if a.delta.kind == "schedule" else r"\sum_{t\ge0}\lambda_t"
     bound = (r",\quad\prod_t(1-\lambda_t\delta_t)\ge " + sp.latex(a.atom_bound)) if a.atom_bound is not None else ""
-    return (r"\lambda_t=" + sp.latex(a.expr) + r",\quad\delta=" + sp.latex(a.delta.expr) + r",\quad" + series
-            + conv + bound + r"\quad\text{(" + a.verdict_text + ")}")
+    return (
+        r"\lambda_t="
+        + sp.latex(a.expr)
+        + r",\quad\delta="
+        + sp.latex(a.delta.expr)
+        + r",\quad"
+        + series
+        + conv
+        + bound
+        + r"\quad\text{("
+        + a.verdict_text
+        + ")}"
+    )
 
 
 def data(a: Analysis) -> dict[str, Any]:

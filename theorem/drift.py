@@ -160,16 +160,45 @@ class DriftParams(Params):
     and the largest N of the symbolic C1 / C2(a) identities."""
 
     name = NAME
-    row: int | None = param(None, meaning="the row i of the ALiBi + content kernel", example="6", minimum=0,
-                            maximum=MAX_ROW, default_text="symbolic i")
-    slope: float | None = param(None, meaning="the ALiBi slope m >= 0 (r = e^-m)", example="0.3", minimum=0.0,
-                                maximum=MAX_LOGIT, default_text="symbolic m")
-    diag: float | None = param(None, meaning="the content diagonal d", example="1.5", minimum=-MAX_LOGIT,
-                               maximum=MAX_LOGIT, default_text="symbolic d")
-    lam: float | None = param(None, meaning="the mixing coefficient lambda of R = (1 - lambda) I + lambda A",
-                              example="0.4", minimum=0.0, maximum=1.0, default_text="symbolic lambda")
-    tokens: int = param(8, meaning="check the C1 and C2(a) identities symbolically for every N <= this",
-                        example="6", minimum=1, maximum=8)
+    row: int | None = param(
+        None,
+        meaning="the row i of the ALiBi + content kernel",
+        example="6",
+        minimum=0,
+        maximum=MAX_ROW,
+        default_text="symbolic i",
+    )
+    slope: float | None = param(
+        None,
+        meaning="the ALiBi slope m >= 0 (r = e^-m)",
+        example="0.3",
+        minimum=0.0,
+        maximum=MAX_LOGIT,
+        default_text="symbolic m",
+    )
+    diag: float | None = param(
+        None,
+        meaning="the content diagonal d",
+        example="1.5",
+        minimum=-MAX_LOGIT,
+        maximum=MAX_LOGIT,
+        default_text="symbolic d",
+    )
+    lam: float | None = param(
+        None,
+        meaning="the mixing coefficient lambda of R = (1 - lambda) I + lambda A",
+        example="0.4",
+        minimum=0.0,
+        maximum=1.0,
+        default_text="symbolic lambda",
+    )
+    tokens: int = param(
+        8,
+        meaning="check the C1 and C2(a) identities symbolically for every N <= this",
+        example="6",
+        minimum=1,
+        maximum=8,
+    )
 
 
 def compute(params: DriftParams = DriftParams()) -> Result:
@@ -214,11 +243,13 @@ def compute(params: DriftParams = DriftParams()) -> Result:
 DERIVATION = Derivation(
     name=NAME,
     summary="one-step CDF identities behind C1 and C2(a); sign of the expected-position drift of an ALiBi + "
-            "content row",
+    "content row",
     claims=("C1", "C2(a)", "C4(b)"),
     params=DriftParams,
     compute=compute,
-    limits=(f"--row <= {MAX_ROW} (rows above {EXPANDED_ROWS} shown by the closed form, value in O(i) work), "
-            f"0 <= --slope <= {MAX_LOGIT:g}, |--diag| <= {MAX_LOGIT:g}, --tokens <= 8 (symbolic identities); "
-            "about 3 s at the maximum"),
+    limits=(
+        f"--row <= {MAX_ROW} (rows above {EXPANDED_ROWS} shown by the closed form, value in O(i) work), "
+        f"0 <= --slope <= {MAX_LOGIT:g}, |--diag| <= {MAX_LOGIT:g}, --tokens <= 8 (symbolic identities); "
+        "about 3 s at the maximum"
+    ),
 )

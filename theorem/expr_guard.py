@@ -60,9 +60,19 @@ MAX_FACTORIAL = 400  # numeric argument of factorial / gamma (400! is about 10^8
 MAX_CONSTANT_LOG10 = 1000  # every constant sub-expression lies in [10^-1000, 10^1000] (or is 0)
 
 FUNCTIONS = {
-    "exp": sp.exp, "log": sp.log, "sqrt": sp.sqrt, "sin": sp.sin, "cos": sp.cos, "tan": sp.tan,
-    "atan": sp.atan, "Abs": sp.Abs, "abs": sp.Abs, "factorial": sp.factorial, "gamma": sp.gamma,
-    "floor": sp.floor, "ceiling": sp.ceiling,
+    "exp": sp.exp,
+    "log": sp.log,
+    "sqrt": sp.sqrt,
+    "sin": sp.sin,
+    "cos": sp.cos,
+    "tan": sp.tan,
+    "atan": sp.atan,
+    "Abs": sp.Abs,
+    "abs": sp.Abs,
+    "factorial": sp.factorial,
+    "gamma": sp.gamma,
+    "floor": sp.floor,
+    "ceiling": sp.ceiling,
 }
 CONSTANTS = {"pi": sp.pi, "E": sp.E}
 GROWTH = ("factorial", "gamma")  # may not be nested
@@ -103,8 +113,9 @@ def _refuse(text: str, where: str, why: str, expected: str = EXPECTED) -> Derive
     return DeriveError(f"{where}: {text!r} {why}; {expected}")
 
 
-def parse(text: str, where: str, positive_names: bool = True, variable: sp.Symbol = T,
-          expected: str = EXPECTED) -> sp.Expr:
+def parse(
+    text: str, where: str, positive_names: bool = True, variable: sp.Symbol = T, expected: str = EXPECTED
+) -> sp.Expr:
     """An expression in ``T`` (and parameter names, positive symbols) under the allow-list above.
 
     ``variable``: the symbol the name of which is the free variable (default ``T``, named t; the
@@ -143,8 +154,9 @@ class _Builder:
 
     BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow)
 
-    def __init__(self, text: str, src: str, where: str, positive_names: bool, variable: sp.Symbol = T,
-                 expected: str = EXPECTED):
+    def __init__(
+        self, text: str, src: str, where: str, positive_names: bool, variable: sp.Symbol = T, expected: str = EXPECTED
+    ):
         self.text, self.src, self.where, self.positive = text, src, where, positive_names
         self.variable, self.expected = variable, expected
 
@@ -166,8 +178,16 @@ class _Builder:
         if isinstance(node, ast.Call):
             return self.call(node, inside_growth)
         kind = type(node).__name__
-        words = {"Lambda": "a lambda", "Subscript": "a subscript", "Compare": "a comparison", "BoolOp": "and/or",
-                 "IfExp": "an if-expression", "Tuple": "a tuple", "List": "a list", "Starred": "a star"}
+        words = {
+            "Lambda": "a lambda",
+            "Subscript": "a subscript",
+            "Compare": "a comparison",
+            "BoolOp": "and/or",
+            "IfExp": "an if-expression",
+            "Tuple": "a tuple",
+            "List": "a list",
+            "Starred": "a star",
+        }
         raise self.refuse(f"uses {words.get(kind, kind)}, which is not allowed")
 
     def literal(self, node: ast.Constant) -> sp.Expr:

@@ -37,9 +37,7 @@ def hausdorff_matrix(moments: Sequence) -> sp.Matrix:
     def entry(i, j):
         if j > i:
             return sp.Integer(0)
-        return sp.binomial(i, j) * sum(
-            (-1) ** m * sp.binomial(i - j, m) * mu[j + m] for m in range(i - j + 1)
-        )
+        return sp.binomial(i, j) * sum((-1) ** m * sp.binomial(i - j, m) * mu[j + m] for m in range(i - j + 1))
 
     return sp.Matrix(n, n, entry)
 

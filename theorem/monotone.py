@@ -150,9 +150,10 @@ def preserves_dominance(max_tokens: int = 8) -> Check:
     rmat = (1 - lam) * sp.eye(n) + lam * a
     a_cdf = lambda p, kk: sp.Add(*[as_expr(a[p, q]) for q in range(kk + 1)])  # noqa: E731
     mix = all(
-        sp.expand(sum(rmat[p, q] for q in range(kk + 1))
-                  - ((1 - lam) * (1 if p <= kk else 0) + lam * a_cdf(p, kk))) == 0
-        for p in range(n) for kk in range(n)
+        sp.expand(sum(rmat[p, q] for q in range(kk + 1)) - ((1 - lam) * (1 if p <= kk else 0) + lam * a_cdf(p, kk)))
+        == 0
+        for p in range(n)
+        for kk in range(n)
     )
     return check(
         ok and mix,
@@ -234,19 +235,40 @@ class MonotoneParams(Params):
     """How far the exact slope-order check (C3(b)) goes."""
 
     name = NAME
-    max_row: int = param(8, meaning="check the coefficient signs of dF_i(k)/dr exactly for every row i <= this",
-                         example="10", minimum=1, maximum=16)
-    bias: str | None = param(None, meaning="C7(b) mode: any relative bias b(g), an expression in g with parameters "
-                             "or weights:W0,W1,... (see the examples below)", example="'-r1*log(1+r2*g)'",
-                             default_text="ALiBi (C3)")
-    ranges: str | None = param(None, meaning="--bias mode: parameter ranges, e.g. 'm>=0, 0<=a<=2' (unnamed: >= 0)",
-                               example="'m>=1, 0<=a<=1'", default_text="every parameter >= 0")
-    at: str | None = param(None, meaning="--bias mode: check only this rational point, e.g. 'm=1/2'",
-                           example="'m=1/2'", default_text="a grid inside the ranges")
-    up_to: int = param(32, meaning="--bias mode: exact (certified) check of every N <= this", example="64",
-                       minimum=2, maximum=256)
-    diag: Fraction = param(Fraction(0), meaning="--bias mode: content diagonal d of the exact check (the proof holds "
-                           "for every d)", example="1/2")
+    max_row: int = param(
+        8,
+        meaning="check the coefficient signs of dF_i(k)/dr exactly for every row i <= this",
+        example="10",
+        minimum=1,
+        maximum=16,
+    )
+    bias: str | None = param(
+        None,
+        meaning="C7(b) mode: any relative bias b(g), an expression in g with parameters "
+        "or weights:W0,W1,... (see the examples below)",
+        example="'-r1*log(1+r2*g)'",
+        default_text="ALiBi (C3)",
+    )
+    ranges: str | None = param(
+        None,
+        meaning="--bias mode: parameter ranges, e.g. 'm>=0, 0<=a<=2' (unnamed: >= 0)",
+        example="'m>=1, 0<=a<=1'",
+        default_text="every parameter >= 0",
+    )
+    at: str | None = param(
+        None,
+        meaning="--bias mode: check only this rational point, e.g. 'm=1/2'",
+        example="'m=1/2'",
+        default_text="a grid inside the ranges",
+    )
+    up_to: int = param(
+        32, meaning="--bias mode: exact (certified) check of every N <= this", example="64", minimum=2, maximum=256
+    )
+    diag: Fraction = param(
+        Fraction(0),
+        meaning="--bias mode: content diagonal d of the exact check (the proof holds for every d)",
+        example="1/2",
+    )
 
 
 def compute(params: MonotoneParams = MonotoneParams()) -> Result:
@@ -293,13 +315,13 @@ def _bias_examples() -> str:
 DERIVATION = Derivation(
     name=NAME,
     summary="ALiBi kernel is stochastically monotone for all m >= 0; slopes and d order rows (C3(a), C3(b), C4(b)); "
-            "--bias EXPR: any relative bias, proved / refuted / undecided (C7(b))",
+    "--bias EXPR: any relative bias, proved / refuted / undecided (C7(b))",
     claims=("C3(a)", "C3(b)", "C4(b)", "C7(b)"),
     params=MonotoneParams,
     compute=compute,
     limits="--max-row <= 16 (exact coefficient-sign checks of dF_i(k)/dr for every row up to it); about 3 s at the "
-           "maximum; "
-           "--bias mode: --up-to <= 256, at most 81 grid points and 4 parameters",
+    "maximum; "
+    "--bias mode: --up-to <= 256, at most 81 grid points and 4 parameters",
     examples=_bias_examples(),
     parse=lambda argv: _bias_parser()(argv),
 )
@@ -367,8 +389,7 @@ def head_mixture() -> Check:
     head_cdfs = lambda i_: sum_of(w(h) * sp.Sum(K(h, i_, col), (col, 0, kk)), (h, 1, H))  # noqa: E731
     swapped = mix_cdf(row).reorder((0, 1))
     # SymPy annotates Sum.limits as a 1-tuple; a double sum has two (pyright is wrong here)
-    nested = sp.Sum(sp.factor_terms(sum_of(swapped.function, swapped.limits[0])),
-                    swapped.limits[1])  # pyright: ignore[reportGeneralTypeIssues]
+    nested = sp.Sum(sp.factor_terms(sum_of(swapped.function, swapped.limits[0])), swapped.limits[1])  # pyright: ignore[reportGeneralTypeIssues]
     exchange = nested == head_cdfs(row)
     i2 = sp.Symbol("i'", integer=True, nonnegative=True)
     per_head = sum_of(w(h) * (sum_of(K(h, row, col), (col, 0, kk)) - sum_of(K(h, i2, col), (col, 0, kk))), (h, 1, H))
@@ -376,19 +397,26 @@ def head_mixture() -> Check:
     nonneg = bool(sp.Sum(w(h) * gap(h), (h, 1, H)).is_nonnegative)
     # exact cross-check
     weights = (sp.Rational(1, 2), sp.Rational(1, 3), sp.Rational(1, 6))
-    flat = [exact_kernel(6, rv, dv)
-            for rv, dv in ((1, 1), (sp.Rational(1, 2), sp.Rational(1, 5)), (sp.Rational(1, 5), 5))]
-    steep = [exact_kernel(6, rv, dv) for rv, dv in ((sp.Rational(1, 2), 1), (sp.Rational(1, 5), sp.Rational(1, 5)),
-                                                     (sp.Rational(1, 10), 5))]
+    flat = [
+        exact_kernel(6, rv, dv) for rv, dv in ((1, 1), (sp.Rational(1, 2), sp.Rational(1, 5)), (sp.Rational(1, 5), 5))
+    ]
+    steep = [
+        exact_kernel(6, rv, dv)
+        for rv, dv in ((sp.Rational(1, 2), 1), (sp.Rational(1, 5), sp.Rational(1, 5)), (sp.Rational(1, 10), 5))
+    ]
     mixed, mixed_steep = sp.zeros(6, 6), sp.zeros(6, 6)
     for wt, a, a_steep in zip(weights, flat, steep):
         mixed, mixed_steep = mixed + wt * a, mixed_steep + wt * a_steep
     rows = lambda mat: [list(mat.row(q)) for q in range(mat.rows)]  # noqa: E731
-    exact_ok = (exact_monotone(mixed) and exact_monotone(mixed_steep)
-                and all(exact_dominated(p, q) for p, q in zip(rows(mixed), rows(mixed_steep))))
+    exact_ok = (
+        exact_monotone(mixed)
+        and exact_monotone(mixed_steep)
+        and all(exact_dominated(p, q) for p, q in zip(rows(mixed), rows(mixed_steep)))
+    )
     lams = [sp.Rational(1, 2), sp.Rational(1, 3)]
-    exact_ok = exact_ok and exact_dominated(exact_profile([mixed, mixed], lams),
-                                            exact_profile([mixed_steep, mixed], lams))
+    exact_ok = exact_ok and exact_dominated(
+        exact_profile([mixed, mixed], lams), exact_profile([mixed_steep, mixed], lams)
+    )
     ok = exchange and linear and nonneg and exact_ok
     return check(
         ok,

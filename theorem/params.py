@@ -83,9 +83,18 @@ class ArgParser(argparse.ArgumentParser):
             raise DeriveError(f"{self.prog}: {exc}") from None
 
 
-def param(default: Any = MISSING, *, meaning: str, example: str, minimum: Any = None, maximum: Any = None,
-          positional: bool = False, convert: Callable[[str], Any] | None = None, metavar: str | None = None,
-          default_text: str | None = None) -> Any:
+def param(
+    default: Any = MISSING,
+    *,
+    meaning: str,
+    example: str,
+    minimum: Any = None,
+    maximum: Any = None,
+    positional: bool = False,
+    convert: Callable[[str], Any] | None = None,
+    metavar: str | None = None,
+    default_text: str | None = None,
+) -> Any:
     """A ``Params`` field: its default, what it means, an example value, inclusive bounds.
 
     ``positional``: given on the command line without a flag; ``convert``: string ->
@@ -93,8 +102,16 @@ def param(default: Any = MISSING, *, meaning: str, example: str, minimum: Any = 
     when a Python caller passes a string); ``default_text``: how to show the default
     (e.g. "symbolic" for ``None``).
     """
-    meta = {"meaning": meaning, "example": example, "minimum": minimum, "maximum": maximum,
-            "positional": positional, "convert": convert, "metavar": metavar, "default_text": default_text}
+    meta = {
+        "meaning": meaning,
+        "example": example,
+        "minimum": minimum,
+        "maximum": maximum,
+        "positional": positional,
+        "convert": convert,
+        "metavar": metavar,
+        "default_text": default_text,
+    }
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -160,8 +177,11 @@ class Params:
                 object.__setattr__(self, f.name, checked)
 
 
-def _check(name: str, f: _Field,  # noqa: C901 (one branch per parameter kind; split per kind; issue 20 §4)
-           value: Any) -> Any:
+def _check(  # noqa: C901 (one branch per parameter kind; split per kind; issue 20 §4)
+    name: str,
+    f: _Field,
+    value: Any,
+) -> Any:
     """The value of field ``f`` after type checks and exact conversion, or a DeriveError."""
     where = f"{name}: {f.flag}"
     if value is None:
@@ -302,8 +322,18 @@ def describe(params_type: type[Params]) -> list[ParamInfo]:
         else:
             default = _show(f.default)
         bound = lambda v: None if v is None else _show(v)  # noqa: E731
-        out.append(ParamInfo(f.name, f.flag, "flag" if f.kind is bool else f.metavar, f.meta["meaning"], default,
-                             f.meta["example"], bound(f.meta["minimum"]), bound(f.meta["maximum"])))
+        out.append(
+            ParamInfo(
+                f.name,
+                f.flag,
+                "flag" if f.kind is bool else f.metavar,
+                f.meta["meaning"],
+                default,
+                f.meta["example"],
+                bound(f.meta["minimum"]),
+                bound(f.meta["maximum"]),
+            )
+        )
     return out
 
 
@@ -325,8 +355,13 @@ DEFAULT_TIME_BUDGET_TEXT = "20"  # posbias.derive_cli.DEFAULT_TIME_BUDGET, as --
 
 def help_text(params_type: type[Params], summary: str, claims: Sequence[str], limits: str = "") -> str:
     """The text of ``posbias derive NAME --help``."""
-    lines = [f"usage: {usage(params_type)} [--format text|latex|json] [--time-budget SECONDS]", "", summary,
-             f"claims: {', '.join(claims)}", ""]
+    lines = [
+        f"usage: {usage(params_type)} [--format text|latex|json] [--time-budget SECONDS]",
+        "",
+        summary,
+        f"claims: {', '.join(claims)}",
+        "",
+    ]
     if limits:
         lines += [f"limits: {limits}", ""]
     infos = describe(params_type)
@@ -353,7 +388,9 @@ def help_text(params_type: type[Params], summary: str, claims: Sequence[str], li
     lines.append("  --format text|latex|json")
     lines.append("      output format (default text)")
     lines.append("  --time-budget SECONDS")
-    lines.append(f"      last-resort wall-clock guard (default {DEFAULT_TIME_BUDGET_TEXT} s): past it the query is "
-                 "refused "
-                 "(exit 2, 'undecided: time budget exceeded'); it never changes an answer")
+    lines.append(
+        f"      last-resort wall-clock guard (default {DEFAULT_TIME_BUDGET_TEXT} s): past it the query is "
+        "refused "
+        "(exit 2, 'undecided: time budget exceeded'); it never changes an answer"
+    )
     return "\n".join(lines)

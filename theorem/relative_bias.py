@@ -193,8 +193,7 @@ def cumulative(bias: Bias) -> sp.Expr:
     """W(n) = sum_{g=0}^{n} w(g), in closed form where SymPy (or the Hurwitz rule) sums it."""
     if bias.table is not None:
         terms = [sp.Rational(x.numerator, x.denominator) for x in bias.table]
-        return sp.Piecewise(*[(sum(terms[: a + 1]), sp.Eq(N_, a)) for a in range(len(terms) - 1)],
-                            (sum(terms), True))
+        return sp.Piecewise(*[(sum(terms[: a + 1]), sp.Eq(N_, a)) for a in range(len(terms) - 1)], (sum(terms), True))
     w = bias.weight_expr()
     closed = summed(w, (G, 0, N_))
     if not closed.has(sp.Sum):
@@ -320,8 +319,7 @@ def check_rows(later: Bias, earlier: Bias, points, up_to: int, diag: Fraction) -
                         done = True
                         break
                     if s > 0:
-                        cand = {"point": point, "i": i, "k": k, "N": i + 1,
-                                "gap": _row_cdf_gap(we, wl, i, k)}
+                        cand = {"point": point, "i": i, "k": k, "N": i + 1, "gap": _row_cdf_gap(we, wl, i, k)}
                         if failure is None or cand["N"] < failure["N"]:
                             failure = cand
                         done = True
@@ -344,10 +342,19 @@ def monotone(bias: Bias, ranges, up_to: int = 32, at: dict | None = None, diag: 
         checked = check_logconcave(bias, points, up, Fraction(0))
         fail = checked["failure"]
         if fail is not None:
-            return Query(Answer.REFUTED, f"W(n)^2 < W(n-1) W(n+1) at n = {fail['n']} (exact rationals)",
-                         witness=fail, checked=checked)
-        return Query(Answer.PROVED, f"W is log-concave on {{0, ..., {len(bias.table) - 1}}} (exact) and constant "
-                     "beyond (w = 0 there, a window), so for every N", proof="exact check of every n", checked=checked)
+            return Query(
+                Answer.REFUTED,
+                f"W(n)^2 < W(n-1) W(n+1) at n = {fail['n']} (exact rationals)",
+                witness=fail,
+                checked=checked,
+            )
+        return Query(
+            Answer.PROVED,
+            f"W is log-concave on {{0, ..., {len(bias.table) - 1}}} (exact) and constant "
+            "beyond (w = 0 there, a window), so for every N",
+            proof="exact check of every n",
+            checked=checked,
+        )
     checked = check_logconcave(bias, points, up_to, diag)
     expr = bias.expr
     assert expr is not None  # a bias without a table is an expression
@@ -358,17 +365,28 @@ def monotone(bias: Bias, ranges, up_to: int = 32, at: dict | None = None, diag: 
     if ok:
         if fail is not None:  # cannot happen if both routes are right: refuse to answer
             raise ArithmeticError(f"proof and exact check disagree at {fail['point']}, n = {fail['n']}")
-        return Query(Answer.PROVED, "b is non-increasing on g >= 1 for every parameter in range "
-                     f"({describe_ranges(ranges)}), sufficient for log-concave W with any d (C7(b))",
-                     proof=how, checked=checked)
+        return Query(
+            Answer.PROVED,
+            "b is non-increasing on g >= 1 for every parameter in range "
+            f"({describe_ranges(ranges)}), sufficient for log-concave W with any d (C7(b))",
+            proof=how,
+            checked=checked,
+        )
     region = sufficient_region(deriv.subs(X, 1 + Y), bias, ranges)
     if fail is not None:
         where = ", ".join(f"{k}={v}" for k, v in fail["point"].items()) or "(no parameters)"
-        return Query(Answer.REFUTED, f"at {where}: W(n)^2 < W(n-1) W(n+1) for n = {fail['n']}, so the "
-                     f"{fail['N']}-token kernel is not stochastically monotone (certified interval arithmetic)",
-                     witness=fail, checked=checked, region=region)
-    reason = ("b(g+1) - b(g) <= 0 on g >= 1 could not be decided for every parameter in range, and no "
-              f"failure of log-concavity was found for N <= {up_to} at {len(points)} rational point(s)")
+        return Query(
+            Answer.REFUTED,
+            f"at {where}: W(n)^2 < W(n-1) W(n+1) for n = {fail['n']}, so the "
+            f"{fail['N']}-token kernel is not stochastically monotone (certified interval arithmetic)",
+            witness=fail,
+            checked=checked,
+            region=region,
+        )
+    reason = (
+        "b(g+1) - b(g) <= 0 on g >= 1 could not be decided for every parameter in range, and no "
+        f"failure of log-concavity was found for N <= {up_to} at {len(points)} rational point(s)"
+    )
     if checked["unsure"]:
         first = checked["unsure"][0]
         why = first.get("why") or f"the sign of the gap at n = {first.get('n')} is within the interval's width"
@@ -376,8 +394,9 @@ def monotone(bias: Bias, ranges, up_to: int = 32, at: dict | None = None, diag: 
     return Query(Answer.UNDECIDED, reason, checked=checked, region=region)
 
 
-def order(bias: Bias, than: Bias, ranges, up_to: int = 32, at: dict | None = None,
-          diag: Fraction = Fraction(0)) -> Query:
+def order(
+    bias: Bias, than: Bias, ranges, up_to: int = 32, at: dict | None = None, diag: Fraction = Fraction(0)
+) -> Query:
     """C7(c): do rows under ``bias`` sit later than under ``than`` (A_than(i,.) ≼ A_bias(i,.)) for every N?"""
     both = joint(bias, than)
     points = [{}] if both.table is not None or not both.params else _points(both, ranges, at)
@@ -401,20 +420,36 @@ def order(bias: Bias, than: Bias, ranges, up_to: int = 32, at: dict | None = Non
     if proved:
         if fail is not None:
             raise ArithmeticError(f"proof and exact check disagree at {fail['point']}, row {fail['i']}")
-        return Query(Answer.PROVED, "w_bias/w_than is non-increasing in g >= 0 (likelihood-ratio order), so every "
-                     "row under --bias sits later than under --than, every N (C7(c))", proof=how, checked=checked)
+        return Query(
+            Answer.PROVED,
+            "w_bias/w_than is non-increasing in g >= 0 (likelihood-ratio order), so every "
+            "row under --bias sits later than under --than, every N (C7(c))",
+            proof=how,
+            checked=checked,
+        )
     if fail is not None:
         where = ", ".join(f"{k}={v}" for k, v in fail["point"].items()) or "(no parameters)"
-        return Query(Answer.REFUTED, f"at {where}: row i = {fail['i']} has F_bias({fail['k']}) > F_than({fail['k']}), "
-                     f"so the row under --bias does not sit later (N = {fail['N']}; certified)", witness=fail,
-                     checked=checked)
-    return Query(Answer.UNDECIDED, "the likelihood ratio w_bias/w_than could not be shown non-increasing for every "
-                 f"parameter in range, and no row order failure was found for N <= {up_to} at {len(points)} point(s)",
-                 checked=checked)
+        return Query(
+            Answer.REFUTED,
+            f"at {where}: row i = {fail['i']} has F_bias({fail['k']}) > F_than({fail['k']}), "
+            f"so the row under --bias does not sit later (N = {fail['N']}; certified)",
+            witness=fail,
+            checked=checked,
+        )
+    return Query(
+        Answer.UNDECIDED,
+        "the likelihood ratio w_bias/w_than could not be shown non-increasing for every "
+        f"parameter in range, and no row order failure was found for N <= {up_to} at {len(points)} point(s)",
+        checked=checked,
+    )
 
 
 def joint(a: Bias, b: Bias) -> Bias:
     """A Bias whose parameters are the union of a's and b's (for ranges and grids)."""
     params = tuple(sorted(set(a.params) | set(b.params), key=lambda s: s.name))
-    return Bias(f"{a.text} | {b.text}", None if a.expr is None or b.expr is None else a.expr - b.expr, params,
-                a.table if a.table is not None and b.table is not None else None)
+    return Bias(
+        f"{a.text} | {b.text}",
+        None if a.expr is None or b.expr is None else a.expr - b.expr,
+        params,
+        a.table if a.table is not None and b.table is not None else None,
+    )

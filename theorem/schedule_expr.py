@@ -46,8 +46,11 @@ from posbias.theorem.expr_guard import FUNCTIONS  # noqa: F401  (re-exported: th
 from posbias.theorem.sympy_types import as_rational, as_symbol
 
 KINDS = ("constant", "power_decay", "geometric")
-SPECS = ("constant:L | power_decay:L0,BETA | geometric:L0,Q (numbers or parameter names) | "
-         "an expression in t, e.g. 0.5/(t+1)**1.5 or lambda_0/(t+1)**beta")
+SPECS = (
+    "constant:L | power_decay:L0,BETA | geometric:L0,Q (numbers or parameter names) | "
+    "an expression in t, e.g. 0.5/(t+1)**1.5 or lambda_0/(t+1)**beta"
+)
+
 
 @dataclass(frozen=True)
 class Family:
@@ -147,8 +150,9 @@ def parse_schedule(text: str) -> Schedule:
     kind, sep, rest = text.partition(":")
     kind = kind.strip()
     if sep and kind == "custom":
-        raise DeriveError(f"schedule {text!r}: a custom schedule is a finite stack (Σλ_t < ∞ trivially); "
-                          f"expected {SPECS}")
+        raise DeriveError(
+            f"schedule {text!r}: a custom schedule is a finite stack (Σλ_t < ∞ trivially); expected {SPECS}"
+        )
     if sep and kind in KINDS:
         args = rest.split(",")
         want = {"constant": 1, "power_decay": 2, "geometric": 2}[kind]
@@ -164,8 +168,9 @@ def parse_schedule(text: str) -> Schedule:
             return parsed
         values = [parse_expression(a, f"schedule {text!r}") for a in args]
         if any(T in v.free_symbols for v in values):
-            raise DeriveError(f"schedule {text!r}: {kind} parameters must not depend on t; "
-                              "expected numbers or parameter names")
+            raise DeriveError(
+                f"schedule {text!r}: {kind} parameters must not depend on t; expected numbers or parameter names"
+            )
         if kind == "constant":
             return ExpressionSchedule(text, values[0], Family(kind, {"lambda": values[0]}))
         lam0, second = values
@@ -197,8 +202,10 @@ def family_of(schedule: Schedule) -> Family:
     if isinstance(schedule, schedules.Constant):
         return Family("constant", {"lambda": exact_decimal(schedule.value)})
     if isinstance(schedule, schedules.PowerDecay):
-        return Family("power_decay", {"lambda_0": exact_decimal(schedule.lambda_0),
-                                      "beta": exact_decimal(schedule.beta), "a": sp.Integer(1)})
+        return Family(
+            "power_decay",
+            {"lambda_0": exact_decimal(schedule.lambda_0), "beta": exact_decimal(schedule.beta), "a": sp.Integer(1)},
+        )
     if isinstance(schedule, schedules.Geometric):
         return Family("geometric", {"lambda_0": exact_decimal(schedule.lambda_0), "q": exact_decimal(schedule.q)})
     if isinstance(schedule, ExpressionSchedule):
@@ -209,4 +216,3 @@ def family_of(schedule: Schedule) -> Family:
 def parameters_of(schedule: Schedule) -> list[sp.Symbol]:
     """The named parameters of ``schedule`` (none for the numerics types)."""
     return schedule.parameters if isinstance(schedule, ExpressionSchedule) else []
-

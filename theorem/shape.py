@@ -40,8 +40,20 @@ from posbias.theorem.alibi_row import exact_kernel
 from posbias.theorem.certificate import Check, certificate, check
 from posbias.theorem.exact import exact_profile
 
-__all__ = ["FIRST_HUMP", "HUMP_CASES", "STEEP", "U_CASES", "depth_one_profile", "exact_profile_of",
-           "non_decreasing", "single_layer", "steep_hump", "steep_witnesses", "u_shape", "u_witnesses"]
+__all__ = [
+    "FIRST_HUMP",
+    "HUMP_CASES",
+    "STEEP",
+    "U_CASES",
+    "depth_one_profile",
+    "exact_profile_of",
+    "non_decreasing",
+    "single_layer",
+    "steep_hump",
+    "steep_witnesses",
+    "u_shape",
+    "u_witnesses",
+]
 
 
 def depth_one_profile(n, q, lam, m, d, b) -> sp.Expr:
@@ -77,9 +89,13 @@ def single_layer(max_tokens: int = 6) -> Check:
     matrix_ok = True
     for size in range(2, max_tokens + 1):
         logits = sp.Matrix(size, size, lambda a, c: b + (d if a == c else 0) - m * (a - c))
-        kernel = sp.Matrix(size, size,
-                           lambda a, c, logits=logits: sp.exp(logits[a, c])
-                           / sum(sp.exp(logits[a, e]) for e in range(a + 1)) if c <= a else 0)
+        kernel = sp.Matrix(
+            size,
+            size,
+            lambda a, c, logits=logits: (
+                sp.exp(logits[a, c]) / sum(sp.exp(logits[a, e]) for e in range(a + 1)) if c <= a else 0
+            ),
+        )
         row = ((1 - lam) * sp.eye(size) + lam * kernel)[size - 1, :]
         want = [depth_one_profile(sp.Integer(size), sp.Integer(c), lam, m, d, b).doit() for c in range(size)]
         matrix_ok &= all(sp.simplify(got - w) == 0 for got, w in zip(row, want))
@@ -161,7 +177,8 @@ def steep_witnesses() -> Check:
         not fails,
         "C6: with the steep slope r = 1/5 (m = log 5), N = 8, d = 0 the profile is non-decreasing only at shallow "
         "depth: for every T < T*(λ) and not at T*(λ) = 24, 12, 8, 5 (λ = 1/4, 1/2, 3/4, 1), exact",
-        f"failures: {fails}" if fails
+        f"failures: {fails}"
+        if fails
         else "T*(λ) Σλ = 6, 6, 6, 5: the hump appears once Σλ_t reaches 5-6 (these cases)",
     )
 

@@ -91,13 +91,15 @@ def compute(params: SoftmaxShiftParams = SoftmaxShiftParams()) -> Result:
     den_f = factored(den)
     verified = background_cancels()
     diff = difference()
-    text = "\n".join([
-        "C4(a): a row-constant background cancels from a masked row softmax (symbolic N).",
-        f"  numerator    {num}  =  {factored(num)}",
-        f"  denominator  {den}  =  {den_f}",
-        f"  softmax_j(x + b) - softmax_j(x)  simplifies to  {diff}",
-        f"  verified: {'yes' if verified.holds else 'NO'} (symbolic N; every causal row for N = 1..6 explicitly)",
-    ])
+    text = "\n".join(
+        [
+            "C4(a): a row-constant background cancels from a masked row softmax (symbolic N).",
+            f"  numerator    {num}  =  {factored(num)}",
+            f"  denominator  {den}  =  {den_f}",
+            f"  softmax_j(x + b) - softmax_j(x)  simplifies to  {diff}",
+            f"  verified: {'yes' if verified.holds else 'NO'} (symbolic N; every causal row for N = 1..6 explicitly)",
+        ]
+    )
     latex = (
         r"\frac{M_j e^{x_j+b}}{\sum_{l=0}^{N-1} M_l e^{x_l+b}}"
         r" = \frac{e^{b} M_j e^{x_j}}{e^{b}\sum_{l=0}^{N-1} M_l e^{x_l}}"

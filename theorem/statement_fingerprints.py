@@ -24,16 +24,54 @@ from posbias.theorem.certificate import Check
 
 # --------------------------------------------------------------------------- normalising
 _LATEX = {
-    "preceq": "≼", "lambda": "λ", "mu": "μ", "sum": "Σ", "prod": "Π", "infty": "∞", "iff": "⇔",
-    "Leftrightarrow": "⇔", "le": "≤", "leq": "≤", "ge": "≥", "geq": "≥", "varepsilon": "ε", "epsilon": "ε",
-    "delta": "δ", "alpha": "α", "to": "→", "Rightarrow": "⇒", "cdot": "·", "dots": "…", "ldots": "…",
-    "downarrow": "↓", "quad": " ", "qquad": " ",
+    "preceq": "≼",
+    "lambda": "λ",
+    "mu": "μ",
+    "sum": "Σ",
+    "prod": "Π",
+    "infty": "∞",
+    "iff": "⇔",
+    "Leftrightarrow": "⇔",
+    "le": "≤",
+    "leq": "≤",
+    "ge": "≥",
+    "geq": "≥",
+    "varepsilon": "ε",
+    "epsilon": "ε",
+    "delta": "δ",
+    "alpha": "α",
+    "to": "→",
+    "Rightarrow": "⇒",
+    "cdot": "·",
+    "dots": "…",
+    "ldots": "…",
+    "downarrow": "↓",
+    "quad": " ",
+    "qquad": " ",
 }
 _WRAPPERS = {"text", "operatorname", "mathrm", "mathbb", "bigl", "bigr", "Bigl", "Bigr", "left", "right"}
 _UNICODE = {
-    "≼": "≼", "λ": "lambda", "μ": "mu", "Σ": "sum", "Π": "prod", "∞": "oo", "⇔": "iff", "≤": "<=", "≥": ">=",
-    "ε": "eps", "δ": "delta", "α": "alpha", "→": "->", "⇒": "=>", "·": "", "…": "...", "⋯": "...", "−": "-",
-    "′": "'", "ᵀ": "^T", "×": "x",
+    "≼": "≼",
+    "λ": "lambda",
+    "μ": "mu",
+    "Σ": "sum",
+    "Π": "prod",
+    "∞": "oo",
+    "⇔": "iff",
+    "≤": "<=",
+    "≥": ">=",
+    "ε": "eps",
+    "δ": "delta",
+    "α": "alpha",
+    "→": "->",
+    "⇒": "=>",
+    "·": "",
+    "…": "...",
+    "⋯": "...",
+    "−": "-",
+    "′": "'",
+    "ᵀ": "^T",
+    "×": "x",
 }
 
 
@@ -43,8 +81,9 @@ def normalise(text: str) -> str:
     Unicode mapped to ASCII words (λ -> lambda, Σ -> sum, ∞ -> oo, ⇔ -> iff), the subscript of a sum or
     product dropped (Σ_t -> sum), then braces, blanks and case."""
     text = re.sub(r"\\([ ,;:!])", " ", text)
-    text = re.sub(r"\\([A-Za-z]+)", lambda mt: "" if mt.group(1) in _WRAPPERS else _LATEX.get(mt.group(1), mt.group(1)),
-                  text)
+    text = re.sub(
+        r"\\([A-Za-z]+)", lambda mt: "" if mt.group(1) in _WRAPPERS else _LATEX.get(mt.group(1), mt.group(1)), text
+    )
     text = "".join(_UNICODE.get(ch, ch) for ch in text)
     text = re.sub(r"(sum|prod)_(\{[^{}]*\}|[A-Za-z0-9])", r"\1", text)
     text = text.replace("{", "").replace("}", "")
@@ -83,7 +122,7 @@ def theory_sections(text: str) -> dict[str, str]:
             pos = mark.end()
         for a, mark in enumerate(marks):
             end = marks[a + 1].start() if a + 1 < len(marks) else len(item)
-            out[f"{base}({mark.group(1)})"] = item[mark.start():end]
+            out[f"{base}({mark.group(1)})"] = item[mark.start() : end]
     closed = re.search(r"^## An exact closed form.*?(?=^## |\Z)", text, re.M | re.S)
     if closed:
         out["cesaro"] = closed.group(0)
@@ -109,18 +148,25 @@ FINGERPRINTS: dict[str, Fingerprint] = {
     "C3(c)": Fingerprint("steeper slopes at any layer give a ≼-later p"),
     "C4(a)": Fingerprint("b cancels"),
     "C4(b)": Fingerprint("α_i increasing in d", ("(ALiBi on the strict past)", "p is ≼-non-decreasing in d")),
-    "C5(a)": Fingerprint("P[i, i] = Π_t (1 − λ_t (1 − A^(t)[i, i])) ≥ Π_t (1 − λ_t δ_t)",
-                         ("Σ_t λ_t δ_t < ∞", "no collapse")),
+    "C5(a)": Fingerprint(
+        "P[i, i] = Π_t (1 − λ_t (1 − A^(t)[i, i])) ≥ Π_t (1 − λ_t δ_t)", ("Σ_t λ_t δ_t < ∞", "no collapse")
+    ),
     "C5(b)": Fingerprint("P[i, 0] ≥ 1 − Π_t (1 − λ_t ε_t) → 1", ("Σ_t λ_t ε_t = ∞", "A^(t)[i, 0] ≥ ε_t")),
     "C5(c)": Fingerprint("collapse ⇔ Σ λ_t = ∞", ("every allowed entry",)),
-    "C6": Fingerprint("N = 8, r = 1/5, d = 0, T = 8, λ = 3/4",
-                      ("at depth 1 no profile is U-shaped", "0.2136, 0.3078, 0.2725",
-                       "u_shape = argmin interior and both ends above the minimum")),
+    "C6": Fingerprint(
+        "N = 8, r = 1/5, d = 0, T = 8, λ = 3/4",
+        (
+            "at depth 1 no profile is U-shaped",
+            "0.2136, 0.3078, 0.2725",
+            "u_shape = argmin interior and both ends above the minimum",
+        ),
+    ),
     "C7(a)": Fingerprint("F_i(k) = 1 − W(i − k − 1) / W(i)", ("for k < i",)),
     "C7(b)": Fingerprint("W is log-concave", ("stochastically monotone iff", "b non-increasing on g ≥ 1")),
     "C7(c)": Fingerprint("A(i,·) ≼ A′(i,·)", ("w′(g)/w(g) is non-increasing in g",)),
-    "cesaro": Fingerprint("μ_k = Π_t (1 − λ_t · k/(k+1))",
-                          ("p(j) = C(N−1, j) Σ_{i=0}^{N−1−j} (−1)^i C(N−1−j, i) μ_{j+i}", "P = H(μ)")),
+    "cesaro": Fingerprint(
+        "μ_k = Π_t (1 − λ_t · k/(k+1))", ("p(j) = C(N−1, j) Σ_{i=0}^{N−1−j} (−1)^i C(N−1−j, i) μ_{j+i}", "P = H(μ)")
+    ),
 }
 
 
@@ -144,7 +190,10 @@ def fingerprint_check(claim, theory: str | None) -> Check:
         if section is None:
             missing.append(f"THEORY.md has no text for {label}")
         else:
-            missing += [f"THEORY.md's {label} lacks {frag!r}" for frag in (fp.formula, *fp.phrases)
-                        if normalise(frag) not in normalise(section)]
+            missing += [
+                f"THEORY.md's {label} lacks {frag!r}"
+                for frag in (fp.formula, *fp.phrases)
+                if normalise(frag) not in normalise(section)
+            ]
     where = "THEORY.md, statement and LaTeX" if read else "statement and LaTeX (THEORY.md not found: not compared)"
     return Check(name, not missing, f"{label}: key formula {fp.formula!r} in {where}", "; ".join(missing))

@@ -97,6 +97,7 @@ def two_token(lambdas) -> list[list[Fraction]]:
 CONSTANT = [HALF] * 64  # sum = 32: divergent in the limit; (3/4)^64 < 1e-7 already
 SUMMABLE = [F(1, 2 ** (t + 1)) for t in range(64)]  # sum < 1: P[1, 1] >= prod (1 - 2^-(t+2)) > 1/2
 
+
 def bias_kernel_exact(ws) -> list[list[Fraction]]:
     """A(i, j) = w(i-j)/W(i), j <= i, in Fractions (C7)."""
     n = len(ws)
@@ -110,22 +111,35 @@ FLAT3 = _vec([1, 1, 1])
 INSTANCES: dict[str, tuple[Instance, ...]] = {
     "C1": (
         Instance((UNIFORM2, _vec([0, 1])), True, "mu K = [1/2, 1/2]: F = [1/2, 1] >= F_mu = [0, 1]"),
-        Instance((UNIFORM3, _vec([THIRD] * 3)), True,
-                 "mu K = [11/18, 5/18, 1/9]: F = [11/18, 8/9, 1] >= [1/3, 2/3, 1]"),
+        Instance(
+            (UNIFORM3, _vec([THIRD] * 3)), True, "mu K = [11/18, 5/18, 1/9]: F = [11/18, 8/9, 1] >= [1/3, 2/3, 1]"
+        ),
         Instance((ANTICAUSAL2, _vec([1, 0])), False, "not causal: mu K = [0, 1], F = [0, 1] < F_mu = [1, 1]"),
     ),
     "C2(a)": (
-        Instance((UNIFORM2, _vec([0, 1]), HALF, F(1)), True,
-                 "mu A = [1/2, 1/2], mu R = [1/4, 3/4], mu: F = [1/2, 1] >= [1/4, 1] >= [0, 1]; lam_hi = 1 gives mu A"),
+        Instance(
+            (UNIFORM2, _vec([0, 1]), HALF, F(1)),
+            True,
+            "mu A = [1/2, 1/2], mu R = [1/4, 3/4], mu: F = [1/2, 1] >= [1/4, 1] >= [0, 1]; lam_hi = 1 gives mu A",
+        ),
         Instance((ANTICAUSAL2, _vec([1, 0]), HALF), False, "not causal: mu A = [0, 1] is later than mu R = [1/2, 1/2]"),
-        Instance((UNIFORM2, _vec([0, 1]), F(1), F(0)), False,
-                 "lam_hi = 0 < lam = 1: mu R_0 = mu = [0, 1] is not earlier than mu R_1 = [1/2, 1/2]"),
+        Instance(
+            (UNIFORM2, _vec([0, 1]), F(1), F(0)),
+            False,
+            "lam_hi = 0 < lam = 1: mu R_0 = mu = [0, 1] is not earlier than mu R_1 = [1/2, 1/2]",
+        ),
     ),
     "C2(b)": (
-        Instance(([UNIFORM2, UNIFORM2], _vec([HALF, HALF]), 0, F(1)), True,
-                 "p(1) = (3/4)^2 = 9/16 becomes (3/4)(1/2) = 3/8: more attention, earlier p"),
-        Instance(([NOT_MONOTONE3, TOP3], _vec([1, QUARTER]), 1, F(3, 4)), False,
-                 "A^(0) not monotone: p = (1 - lam_1) e_0 + lam_1 e_1 moves later as lam_1 grows"),
+        Instance(
+            ([UNIFORM2, UNIFORM2], _vec([HALF, HALF]), 0, F(1)),
+            True,
+            "p(1) = (3/4)^2 = 9/16 becomes (3/4)(1/2) = 3/8: more attention, earlier p",
+        ),
+        Instance(
+            ([NOT_MONOTONE3, TOP3], _vec([1, QUARTER]), 1, F(3, 4)),
+            False,
+            "A^(0) not monotone: p = (1 - lam_1) e_0 + lam_1 e_1 moves later as lam_1 grows",
+        ),
     ),
     "C2(c)": (
         Instance((P_UNIFORM2[1], [UNIFORM2, UNIFORM2], _vec([HALF, HALF])), True, "p(1) = 9/16 = (1 - (1/2)(1/2))^2"),
@@ -137,83 +151,136 @@ INSTANCES: dict[str, tuple[Instance, ...]] = {
         Instance((NOT_MONOTONE3,), False, "row 2 = e_0 sits earlier than row 1 = e_1"),
     ),
     "C3(b)": (
-        Instance((UNIFORM3, ALIBI_HALF3), True,
-                 "r = 1 -> 1/2: row 1 F(0) 1/2 >= 1/3; row 2 F = [1/3, 2/3] >= [1/7, 3/7]"),
+        Instance(
+            (UNIFORM3, ALIBI_HALF3), True, "r = 1 -> 1/2: row 1 F(0) 1/2 >= 1/3; row 2 F = [1/3, 2/3] >= [1/7, 3/7]"
+        ),
         Instance((ALIBI_HALF3, UNIFORM3), False, "reversed: the flatter kernel's rows are earlier, not later"),
     ),
     "C3(c)": (
-        Instance((_vec([THIRD] * 3), _vec([F(1, 7), F(2, 7), F(4, 7)])), True,
-                 "T = 1, lambda = 1: p = last rows; F = [1/3, 2/3] >= [1/7, 3/7]"),
+        Instance(
+            (_vec([THIRD] * 3), _vec([F(1, 7), F(2, 7), F(4, 7)])),
+            True,
+            "T = 1, lambda = 1: p = last rows; F = [1/3, 2/3] >= [1/7, 3/7]",
+        ),
         Instance((_vec([F(1, 7), F(2, 7), F(4, 7)]), _vec([THIRD] * 3)), False, "reversed"),
     ),
     "C4(a)": (
         Instance((_mat([[0, 0], [1, 2]]), _vec([5, -1])), True, "one constant per row cancels"),
-        Instance((_mat([[0, 0], [1, 2]]), _mat([[0, 1], [0, 0]])), False,
-                 "row 0 shifted by [0, 1]: softmax [1/2, 1/2] becomes [1/(1+e), e/(1+e)]"),
-        Instance((_mat([[0, 0], [1, 2]]), _mat([[3, 9], [4, 4]])), True,
-                 "masked: row 0 sees only column 0, where the shift is the constant 3",
-                 {"mask": [[True, False], [True, True]]}),
+        Instance(
+            (_mat([[0, 0], [1, 2]]), _mat([[0, 1], [0, 0]])),
+            False,
+            "row 0 shifted by [0, 1]: softmax [1/2, 1/2] becomes [1/(1+e), e/(1+e)]",
+        ),
+        Instance(
+            (_mat([[0, 0], [1, 2]]), _mat([[3, 9], [4, 4]])),
+            True,
+            "masked: row 0 sees only column 0, where the shift is the constant 3",
+            {"mask": [[True, False], [True, True]]},
+        ),
     ),
     "C4(b)": (
-        Instance((UNIFORM2, CONTENT2, UNIFORM2[1], CONTENT2[1]), True,
-                 "e^d 1 -> 3: row 1 [1/2, 1/2] -> [1/4, 3/4], self-weight 1/2 -> 3/4; T = 1, lambda = 1 profiles "
-                 "likewise"),
+        Instance(
+            (UNIFORM2, CONTENT2, UNIFORM2[1], CONTENT2[1]),
+            True,
+            "e^d 1 -> 3: row 1 [1/2, 1/2] -> [1/4, 3/4], self-weight 1/2 -> 3/4; T = 1, lambda = 1 profiles likewise",
+        ),
         Instance((CONTENT2, UNIFORM2), False, "reversed: lowering d moves row 1 earlier"),
     ),
     "C5(a)": (
-        Instance((P_UNIFORM2, [UNIFORM2, UNIFORM2], _vec([HALF, HALF])), True,
-                 "diag P = [1, 9/16] = prod_t (1 - lambda_t (1 - A_ii)) >= (1 - (1/2)(1/2))^2 = 9/16"),
-        Instance((_mat([[1, 0], [HALF, HALF]]), [UNIFORM2, UNIFORM2], _vec([HALF, HALF])), False,
-                 "P[1, 1] = 1/2 != 9/16"),
+        Instance(
+            (P_UNIFORM2, [UNIFORM2, UNIFORM2], _vec([HALF, HALF])),
+            True,
+            "diag P = [1, 9/16] = prod_t (1 - lambda_t (1 - A_ii)) >= (1 - (1/2)(1/2))^2 = 9/16",
+        ),
+        Instance(
+            (_mat([[1, 0], [HALF, HALF]]), [UNIFORM2, UNIFORM2], _vec([HALF, HALF])), False, "P[1, 1] = 1/2 != 9/16"
+        ),
     ),
     "C5(b)": (
-        Instance((P_UNIFORM2, [UNIFORM2, UNIFORM2], _vec([HALF, HALF])), True,
-                 "P[i, 0] in {1, 7/16} >= 1 - (3/4)^2 = 7/16"),
-        Instance((_mat([[1, 0], [QUARTER, F(3, 4)]]), [UNIFORM2, UNIFORM2], _vec([HALF, HALF])), False,
-                 "P[1, 0] = 1/4 < 7/16"),
+        Instance(
+            (P_UNIFORM2, [UNIFORM2, UNIFORM2], _vec([HALF, HALF])), True, "P[i, 0] in {1, 7/16} >= 1 - (3/4)^2 = 7/16"
+        ),
+        Instance(
+            (_mat([[1, 0], [QUARTER, F(3, 4)]]), [UNIFORM2, UNIFORM2], _vec([HALF, HALF])),
+            False,
+            "P[1, 0] = 1/4 < 7/16",
+        ),
     ),
     "C5(c)": (
-        Instance((two_token(CONSTANT), [UNIFORM2] * 64, CONSTANT), True,
-                 "eps = 1/2, lambda = 1/2 (sum diverges): 1 - P[1, 0] = (3/4)^64, collapse under way"),
-        Instance((two_token(SUMMABLE), [UNIFORM2] * 64, SUMMABLE), True,
-                 "eps = 1/2, lambda_t = 2^-(t+1) (summable): P[1, 1] = prod (1 - 2^-(t+2)) > 1/2, no collapse"),
-        Instance((_mat([[1, 0], [HALF, HALF]]), [UNIFORM2] * 64, CONSTANT), False,
-                 "no collapse under a divergent schedule: 1 - P[1, 0] = 1/2 > (3/4)^64"),
-        Instance((_mat([[1, 0], [1, 0]]), [UNIFORM2] * 64, SUMMABLE), False,
-                 "collapse under a summable schedule: P[1, 1] = 0 < prod (1 - lambda_t / 2)"),
+        Instance(
+            (two_token(CONSTANT), [UNIFORM2] * 64, CONSTANT),
+            True,
+            "eps = 1/2, lambda = 1/2 (sum diverges): 1 - P[1, 0] = (3/4)^64, collapse under way",
+        ),
+        Instance(
+            (two_token(SUMMABLE), [UNIFORM2] * 64, SUMMABLE),
+            True,
+            "eps = 1/2, lambda_t = 2^-(t+1) (summable): P[1, 1] = prod (1 - 2^-(t+2)) > 1/2, no collapse",
+        ),
+        Instance(
+            (_mat([[1, 0], [HALF, HALF]]), [UNIFORM2] * 64, CONSTANT),
+            False,
+            "no collapse under a divergent schedule: 1 - P[1, 0] = 1/2 > (3/4)^64",
+        ),
+        Instance(
+            (_mat([[1, 0], [1, 0]]), [UNIFORM2] * 64, SUMMABLE),
+            False,
+            "collapse under a summable schedule: P[1, 1] = 0 < prod (1 - lambda_t / 2)",
+        ),
     ),
     "C6": (
-        Instance((_vec([F(23, 72), F(17, 72), F(32, 72)]),), True,
-                 "N = 3, m = 0, T = 2, lambda = 1/2: mu = (1, 9/16, 4/9), p = [23, 17, 32]/72, interior minimum"),
-        Instance((_vec([F(1, 6), F(1, 6), F(2, 3)]),), False,
-                 "depth 1 (N = 3, m = 0, lambda = 1/2): p = [1/6, 1/6, 2/3], no interior point below p(0)"),
+        Instance(
+            (_vec([F(23, 72), F(17, 72), F(32, 72)]),),
+            True,
+            "N = 3, m = 0, T = 2, lambda = 1/2: mu = (1, 9/16, 4/9), p = [23, 17, 32]/72, interior minimum",
+        ),
+        Instance(
+            (_vec([F(1, 6), F(1, 6), F(2, 3)]),),
+            False,
+            "depth 1 (N = 3, m = 0, lambda = 1/2): p = [1/6, 1/6, 2/3], no interior point below p(0)",
+        ),
         Instance((_vec([F(1, 10), F(3, 10), F(2, 5), F(1, 5)]),), False, "a hump, not a U: the minimum is p(0)"),
     ),
     "C7(a)": (
-        Instance((ALIBI_HALF3, GEOMETRIC3), True,
-                 "w = (1, 1/2, 1/4): row 2 = [1/7, 2/7, 4/7], F_2(0) = 1 - W(1)/W(2) = 1/7"),
-        Instance((bias_kernel_exact(BUMPED4), BUMPED4), True,
-                 "row 3 = [5, 1/10, 1/10, 1]/(31/5): F_3(0) = 1 - W(2)/W(3) = 25/31"),
+        Instance(
+            (ALIBI_HALF3, GEOMETRIC3), True, "w = (1, 1/2, 1/4): row 2 = [1/7, 2/7, 4/7], F_2(0) = 1 - W(1)/W(2) = 1/7"
+        ),
+        Instance(
+            (bias_kernel_exact(BUMPED4), BUMPED4),
+            True,
+            "row 3 = [5, 1/10, 1/10, 1]/(31/5): F_3(0) = 1 - W(2)/W(3) = 25/31",
+        ),
         Instance((UNIFORM3, GEOMETRIC3), False, "uniform rows are not w(i-j)/W(i) for w = 2^-g: F_2(0) = 1/3 != 1/7"),
     ),
     "C7(b)": (
-        Instance((bias_kernel_exact(BUMPED4), BUMPED4), True,
-                 "both fail: W(2)^2 = 36/25 < W(1)W(3) = 341/50, row 3 earlier"),
+        Instance(
+            (bias_kernel_exact(BUMPED4), BUMPED4), True, "both fail: W(2)^2 = 36/25 < W(1)W(3) = 341/50, row 3 earlier"
+        ),
         Instance((ALIBI_HALF3, GEOMETRIC3), True, "both hold: W = (1, 3/2, 7/4), 9/4 >= 7/4; ALiBi is monotone"),
         Instance((UNIFORM3, BUMPED4), False, "a monotone kernel paired with a non-log-concave W"),
     ),
     "C7(c)": (
-        Instance((bias_kernel_exact(FLAT3), bias_kernel_exact(GEOMETRIC3)), True,
-                 "w' / w = 2^-g non-increasing: row 2 F = [1/3, 2/3] >= [1/7, 3/7]"),
+        Instance(
+            (bias_kernel_exact(FLAT3), bias_kernel_exact(GEOMETRIC3)),
+            True,
+            "w' / w = 2^-g non-increasing: row 2 F = [1/3, 2/3] >= [1/7, 3/7]",
+        ),
         Instance((bias_kernel_exact(GEOMETRIC3), bias_kernel_exact(FLAT3)), False, "reversed: w'/w = 2^g increases"),
     ),
     "cesaro": (
-        Instance((_vec([F(1, 6), F(1, 6), F(2, 3)]), _vec([HALF])), True,
-                 "N = 3, lambda = 1/2: mu = (1, 3/4, 2/3), p = [1 - 3/2 + 2/3, 2 (3/4 - 2/3), 2/3]"),
-        Instance((_vec([F(23, 72), F(17, 72), F(32, 72)]), _vec([HALF, HALF])), True,
-                 "N = 3, lambda = (1/2, 1/2): mu = (1, 9/16, 4/9)"),
-        Instance((_vec([F(1, 6), F(1, 6), F(2, 3)]), _vec([HALF, HALF])), False,
-                 "the depth-1 profile is not the depth-2 one"),
+        Instance(
+            (_vec([F(1, 6), F(1, 6), F(2, 3)]), _vec([HALF])),
+            True,
+            "N = 3, lambda = 1/2: mu = (1, 3/4, 2/3), p = [1 - 3/2 + 2/3, 2 (3/4 - 2/3), 2/3]",
+        ),
+        Instance(
+            (_vec([F(23, 72), F(17, 72), F(32, 72)]), _vec([HALF, HALF])),
+            True,
+            "N = 3, lambda = (1/2, 1/2): mu = (1, 9/16, 4/9)",
+        ),
+        Instance(
+            (_vec([F(1, 6), F(1, 6), F(2, 3)]), _vec([HALF, HALF])), False, "the depth-1 profile is not the depth-2 one"
+        ),
     ),
 }
 
@@ -315,9 +382,23 @@ def _t_c7b(k, ws, **_):
 
 
 _DECIDERS: dict[str, Callable[..., bool]] = {
-    "C1": _t_c1, "C2(a)": _t_c2a, "C2(b)": _t_c2b, "C2(c)": _t_c2c, "C3(a)": _t_c3a, "C3(b)": _t_rows,
-    "C3(c)": _t_c3c, "C4(a)": _t_c4a, "C4(b)": _t_c4b, "C5(a)": _t_c5a, "C5(b)": _t_c5b, "C5(c)": _t_c5c,
-    "C6": _t_c6, "cesaro": _t_cesaro, "C7(a)": _t_c7a, "C7(b)": _t_c7b, "C7(c)": _t_rows,
+    "C1": _t_c1,
+    "C2(a)": _t_c2a,
+    "C2(b)": _t_c2b,
+    "C2(c)": _t_c2c,
+    "C3(a)": _t_c3a,
+    "C3(b)": _t_rows,
+    "C3(c)": _t_c3c,
+    "C4(a)": _t_c4a,
+    "C4(b)": _t_c4b,
+    "C5(a)": _t_c5a,
+    "C5(b)": _t_c5b,
+    "C5(c)": _t_c5c,
+    "C6": _t_c6,
+    "cesaro": _t_cesaro,
+    "C7(a)": _t_c7a,
+    "C7(b)": _t_c7b,
+    "C7(c)": _t_rows,
 }
 
 
@@ -348,12 +429,14 @@ def instance_check(claim) -> Check:
     for n, case in enumerate(cases):
         exact = exact_truth(label, case)
         try:
-            got = claim.predicate(*(_as_float(a) for a in case.args),
-                                  **{k: _as_float(v) for k, v in case.kwargs.items()})
+            got = claim.predicate(
+                *(_as_float(a) for a in case.args), **{k: _as_float(v) for k, v in case.kwargs.items()}
+            )
         except Exception as err:  # a crashing predicate does not decide the case
             got = f"raised {type(err).__name__}"
         decided = isinstance(got, (bool, np.bool_)) and bool(got) == case.expected
         if exact != case.expected or not decided:
             bad.append(f"#{n} ({case.why}): expected {case.expected}, exact {exact}, predicate {got}")
-    return Check(name, not bad, f"{label}: predicate decides {len(cases)} exact instances as the statement does",
-                 "; ".join(bad))
+    return Check(
+        name, not bad, f"{label}: predicate decides {len(cases)} exact instances as the statement does", "; ".join(bad)
+    )

@@ -45,8 +45,20 @@ from posbias.theorem.statement_fingerprints import (
 )
 from posbias.theorem.statement_instances import INSTANCES, Instance, exact_truth, instance_check
 
-__all__ = ["FINGERPRINTS", "INSTANCES", "Fingerprint", "Instance", "exact_truth", "fingerprint_check",
-           "instance_check", "normalise", "statement_check", "statement_checks", "theory_path", "theory_sections"]
+__all__ = [
+    "FINGERPRINTS",
+    "INSTANCES",
+    "Fingerprint",
+    "Instance",
+    "exact_truth",
+    "fingerprint_check",
+    "instance_check",
+    "normalise",
+    "statement_check",
+    "statement_checks",
+    "theory_path",
+    "theory_sections",
+]
 
 
 def statement_check(label: str, claims=None, theory: str | None | Literal[True] = True) -> Check:

@@ -31,7 +31,7 @@ def leading_token(tokenizer) -> int | None:
     probe = "The"
     plain = tokenizer.encode(probe, add_special_tokens=False).ids
     full = tokenizer.encode(probe).ids
-    if len(full) > len(plain) and full[1:1 + len(plain)] == plain:
+    if len(full) > len(plain) and full[1 : 1 + len(plain)] == plain:
         return int(full[0])
     return None
 
@@ -49,8 +49,9 @@ def bos_id(tokenizer, config: dict, mode: str, where: str) -> int | None:
     if isinstance(value, list) and len(value) == 1:
         value = value[0]
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise MeasureError(f"--bos yes: {where} names no BOS token (its tokenizer adds none and bos_token_id is "
-                           f"{value!r})")
+        raise MeasureError(
+            f"--bos yes: {where} names no BOS token (its tokenizer adds none and bos_token_id is {value!r})"
+        )
     return value
 
 

@@ -56,8 +56,10 @@ def is_checkpoint(folder) -> bool:
         return False
 
 
-ACCEPTS = ("a posbias train run folder or its checkpoint.npz, a Hugging Face checkpoint folder (config.json, "
-           "*.safetensors, tokenizer.json) or a .gguf file")
+ACCEPTS = (
+    "a posbias train run folder or its checkpoint.npz, a Hugging Face checkpoint folder (config.json, "
+    "*.safetensors, tokenizer.json) or a .gguf file"
+)
 """What ``posbias measure`` and ``validate --checkpoint`` read, for the refusal of anything else."""
 
 TRAINED_FORMAT = "posbias-lm-checkpoint/"
@@ -83,7 +85,7 @@ def route(path) -> str:
             return "gguf"
         return "trained" if zipfile.is_zipfile(path) else "other"
     if not path.is_dir():
-        return "trained"   # absent: posbias.lm.checkpoint names the path
+        return "trained"  # absent: posbias.lm.checkpoint names the path
     if (path / "checkpoint.npz").exists():
         return "trained"
     config = path / "config.json"
@@ -99,8 +101,13 @@ def route(path) -> str:
 
 def refuse_other(path, flag: str) -> None:
     """The one line for a path ``route`` calls ``"other"`` (``flag``: the argument that named it)."""
-    kind = {".yaml": "a YAML file", ".yml": "a YAML file", ".json": "a JSON file", ".csv": "a CSV file",
-            ".npy": "a .npy array"}.get(Path(path).suffix.lower(), "not a checkpoint")
+    kind = {
+        ".yaml": "a YAML file",
+        ".yml": "a YAML file",
+        ".json": "a JSON file",
+        ".csv": "a CSV file",
+        ".npy": "a .npy array",
+    }.get(Path(path).suffix.lower(), "not a checkpoint")
     raise CheckpointError(f"{flag} {path}: {kind}; expected {ACCEPTS}")
 
 
@@ -122,8 +129,9 @@ def _weight_map(folder: Path) -> dict:
         return out
     files = sorted(folder.glob("*.safetensors"))
     if not files:
-        raise CheckpointError(f"{folder}: no *.safetensors file (pytorch_model.bin is not read: convert it "
-                              f"to safetensors)")
+        raise CheckpointError(
+            f"{folder}: no *.safetensors file (pytorch_model.bin is not read: convert it to safetensors)"
+        )
     out = {}
     for path in files:
         try:
@@ -142,9 +150,9 @@ class Checkpoint:
     config: dict
     spec: Spec
     family: Family
-    files: dict                   # tensor name -> Path
+    files: dict  # tensor name -> Path
     prefix: str
-    read: set = field(default_factory=set, compare=False, repr=False)   # full names ``tensor`` returned
+    read: set = field(default_factory=set, compare=False, repr=False)  # full names ``tensor`` returned
 
     def has(self, name: str) -> bool:
         return self.prefix + name in self.files
@@ -155,8 +163,9 @@ class Checkpoint:
 
         full = self.prefix + name
         if full not in self.files:
-            raise CheckpointError(f"{self.folder}: tensor {full} is missing (a {self.spec.model_type} checkpoint "
-                                  f"should have it)")
+            raise CheckpointError(
+                f"{self.folder}: tensor {full} is missing (a {self.spec.model_type} checkpoint should have it)"
+            )
         with safe_open(str(self.files[full]), framework="numpy") as f:
             value = f.get_tensor(full)
         self.read.add(full)
@@ -191,15 +200,19 @@ def load(folder) -> Checkpoint:
     if "model_type" not in config:
         from posbias.hf.families import supported_line
 
-        raise CheckpointError(f"{config_path}: no model_type key (expected a Hugging Face config.json naming the "
-                              f"architecture; {supported_line()})")
+        raise CheckpointError(
+            f"{config_path}: no model_type key (expected a Hugging Face config.json naming the "
+            f"architecture; {supported_line()})"
+        )
     family = family_of(config.get("model_type"), str(config_path))
     spec = spec_of(config, str(config_path))
     files = _weight_map(folder)
     prefix = next((p for p in family.base_prefixes if p + family.embed in files), None)
     if prefix is None:
-        raise CheckpointError(f"{folder}: no {family.embed} tensor (with or without a 'transformer.' prefix): "
-                              f"not a {family.model_type} checkpoint")
+        raise CheckpointError(
+            f"{folder}: no {family.embed} tensor (with or without a 'transformer.' prefix): "
+            f"not a {family.model_type} checkpoint"
+        )
     _check_layers(folder, family, spec, files, prefix)
     return Checkpoint(folder, config, spec, family, files, prefix)
 
@@ -208,14 +221,17 @@ def _check_layers(folder: Path, family: Family, spec: Spec, files: dict, prefix:
     """Refuse files holding layers beyond config.json's count: measuring their first T layers would
     be a truncated model (a missing layer is refused when its tensor is read)."""
     pattern = re.compile(re.escape(prefix + family.layer).replace(re.escape("{i}"), r"(\d+)"))
-    beyond = [(int(m.group(1)), name) for name in files if (m := pattern.match(name))
-              and int(m.group(1)) >= spec.layers]
+    beyond = [
+        (int(m.group(1)), name) for name in files if (m := pattern.match(name)) and int(m.group(1)) >= spec.layers
+    ]
     if beyond:
         top = max(i for i, _ in beyond)
         name = min(n for i, n in beyond if i == top)
-        raise CheckpointError(f"{folder}: tensor {name} belongs to layer {top}, but config.json gives "
-                              f"{spec.layers} layer{'s' * (spec.layers != 1)}: the files hold a {top + 1}-layer "
-                              f"model (refusing to measure a truncated one)")
+        raise CheckpointError(
+            f"{folder}: tensor {name} belongs to layer {top}, but config.json gives "
+            f"{spec.layers} layer{'s' * (spec.layers != 1)}: the files hold a {top + 1}-layer "
+            f"model (refusing to measure a truncated one)"
+        )
 
 
 def stored_bytes(ckpt) -> int:
@@ -241,8 +257,7 @@ def unused(ckpt: Checkpoint) -> list[str]:
     used. Call after ``params``; transformers ignores such tensors too (with a warning)."""
     head = ckpt.family.lm_head
     tied = ckpt.family.tied(ckpt.config)
-    used = set(ckpt.read) | ({head} if head in ckpt.files and not tied
-                             else set())
+    used = set(ckpt.read) | ({head} if head in ckpt.files and not tied else set())
     return sorted(n for n in ckpt.files if n not in used and not n.endswith(BUFFERS))
 
 
@@ -251,8 +266,10 @@ def unused_note(ckpt: Checkpoint) -> str | None:
     names = unused(ckpt)
     if not names:
         return None
-    return (f"{len(names)} tensor{'s' * (len(names) != 1)} in {ckpt.folder} not used by config.json's model "
-            f"(e.g. {names[0]}): not measured")
+    return (
+        f"{len(names)} tensor{'s' * (len(names) != 1)} in {ckpt.folder} not used by config.json's model "
+        f"(e.g. {names[0]}): not measured"
+    )
 
 
 def _load_gguf(path: Path):
@@ -261,6 +278,8 @@ def _load_gguf(path: Path):
     import importlib.util
 
     if importlib.util.find_spec("posbias.hf.gguf") is None:
-        raise CheckpointError(f"{path}: GGUF support not available in this posbias (expected a Hugging Face "
-                              f"checkpoint folder: config.json, *.safetensors, tokenizer.json)")
+        raise CheckpointError(
+            f"{path}: GGUF support not available in this posbias (expected a Hugging Face "
+            f"checkpoint folder: config.json, *.safetensors, tokenizer.json)"
+        )
     return importlib.import_module("posbias.hf.gguf").load(path)

@@ -24,22 +24,31 @@ def family_notes(spec) -> list[str]:
     """What a reader of report.json must know about how this family's measurement relates to the theory."""
     notes = []
     if spec.positions == "rotary":
-        notes.append("rotary positions (RoPE): not a separable slope, so the slopes in config.yaml are 0 and the "
-                     "ALiBi prediction does not apply; the content logits are the full pre-softmax q.k (rotation "
-                     "included)")
+        notes.append(
+            "rotary positions (RoPE): not a separable slope, so the slopes in config.yaml are 0 and the "
+            "ALiBi prediction does not apply; the content logits are the full pre-softmax q.k (rotation "
+            "included)"
+        )
         if spec.windows is not None:
-            notes.append(f"sliding-window attention (per layer: {list(spec.windows)}): a query reads only its W "
-                         f"latest keys; the kernels are measured with it")
+            notes.append(
+                f"sliding-window attention (per layer: {list(spec.windows)}): a query reads only its W "
+                f"latest keys; the kernels are measured with it"
+            )
     elif spec.positions != "alibi":
-        notes.append("learned absolute positions: the slopes in config.yaml are 0; the position signal is in "
-                     "the content logits")
+        notes.append(
+            "learned absolute positions: the slopes in config.yaml are 0; the position signal is in the content logits"
+        )
     if spec.alibi_rounding == "bfloat16":
-        notes.append(f"Falcon ALiBi: the slopes in config.yaml are bf16(m_h) * {spec.alibi_scale:.6g} (the term is "
-                     f"added before the 1/sqrt(d_head) scaling), as the softmax sees them; the model rounds m_h j "
-                     f"to bfloat16 (8 significant bits), so its term is linear in j only up to that rounding")
+        notes.append(
+            f"Falcon ALiBi: the slopes in config.yaml are bf16(m_h) * {spec.alibi_scale:.6g} (the term is "
+            f"added before the 1/sqrt(d_head) scaling), as the softmax sees them; the model rounds m_h j "
+            f"to bfloat16 (8 significant bits), so its term is linear in j only up to that rounding"
+        )
     if not spec.causal:
-        notes.append("encoder: every token reads every token (config.yaml mask_type full); influence is the "
-                     "Frobenius norm ||d y / d e_j|| of the final hidden state y at the last position")
+        notes.append(
+            "encoder: every token reads every token (config.yaml mask_type full); influence is the "
+            "Frobenius norm ||d y / d e_j|| of the final hidden state y at the last position"
+        )
     return notes
 
 
@@ -70,8 +79,16 @@ def run_measure(args) -> int:
     check_out(out, outputs.FILES)
     itemsize = 8 if args.precision == "float64" else 4
     tied = ck.family.tied(ck.config)
-    memory = plan(spec, n, args.samples, itemsize, checkpoint.stored_bytes(ck), run_budget(args.memory),
-                  tied=tied, what=f"posbias measure of {ck.folder}")
+    memory = plan(
+        spec,
+        n,
+        args.samples,
+        itemsize,
+        checkpoint.stored_bytes(ck),
+        run_budget(args.memory),
+        tied=tied,
+        what=f"posbias measure of {ck.folder}",
+    )
     text, label = data.read_text(getattr(args, "data", None))
     seqs = data.sequences(ck.tokenizer(), text, n, args.samples, label)
     params = weights.params(ck, None)  # as stored: the measurement casts to its precision (posbias.hf.measure)
@@ -82,15 +99,25 @@ def run_measure(args) -> int:
         notes.append(unused)
     with progress_bar(not args.quiet, "measure", "sequences") as update:
         m = measure(params, spec, seqs, precision=args.precision, batch=memory.batch, progress=update)
-    meta = {"model_type": spec.model_type, "layers": spec.layers, "heads": spec.heads, "width": spec.width,
-            "vocab": spec.vocab, "data": label, "notes": notes,
-            "params_bytes": params_bytes(spec, itemsize, tied=tied),
-            "memory_estimate": {"host": memory.host, "device": memory.device, "batch": memory.batch}}
-    files = outputs.render(m, source=str(ck.folder), content_scale=args.content_scale, meta=meta,
-                           causal=spec.causal)
+    meta = {
+        "model_type": spec.model_type,
+        "layers": spec.layers,
+        "heads": spec.heads,
+        "width": spec.width,
+        "vocab": spec.vocab,
+        "data": label,
+        "notes": notes,
+        "params_bytes": params_bytes(spec, itemsize, tied=tied),
+        "memory_estimate": {"host": memory.host, "device": memory.device, "batch": memory.batch},
+    }
+    files = outputs.render(m, source=str(ck.folder), content_scale=args.content_scale, meta=meta, causal=spec.causal)
     written = write_run(Path(out), {}, binaries=files)
-    print_summary(f"{ck.folder} ({spec.model_type}, T={spec.layers}, H={spec.heads}, D={spec.width}), "
-                  f"N = {n}, S = {args.samples}, {args.precision}", m, written)
+    print_summary(
+        f"{ck.folder} ({spec.model_type}, T={spec.layers}, H={spec.heads}, D={spec.width}), "
+        f"N = {n}, S = {args.samples}, {args.precision}",
+        m,
+        written,
+    )
     return 0
 
 
@@ -99,8 +126,10 @@ def print_summary(title: str, m, written) -> None:
     lam = "  ".join(f"{v:.3f}±{s:.3f}" for v, s in zip(m.lambdas, m.lambda_std))
     print(f"posbias measure: {title}")
     print(f"  lambda_t (± std over sequences): {lam}   sum = {m.lambdas.sum():.3f}")
-    print(f"  influence: p(0) = {m.influence[0]:.4g}   p(N-1) = {m.influence[-1]:.4g}   "
-          f"argmin = {int(m.influence.argmin())}")
+    print(
+        f"  influence: p(0) = {m.influence[0]:.4g}   p(N-1) = {m.influence[-1]:.4g}   "
+        f"argmin = {int(m.influence.argmin())}"
+    )
     print("  wrote " + ", ".join(str(p) for p in written))
 
 

@@ -24,7 +24,8 @@ def read_text(path: Path | None) -> tuple[str, str]:
 
         corpus = load_corpus()
         return corpus.validation.tobytes().decode("utf-8"), "pydoc_data validation topics " + ", ".join(
-            corpus.validation_topics)
+            corpus.validation_topics
+        )
     path = Path(path)
     try:
         raw = path.read_text(encoding="utf-8")
@@ -43,7 +44,7 @@ def read_text(path: Path | None) -> tuple[str, str]:
         except json.JSONDecodeError as exc:
             raise MeasureError(f"--data {path}: line {number} is not JSON ({exc.msg})") from None
         if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-            raise MeasureError(f"--data {path}: line {number}: expected an object with a string \"text\"")
+            raise MeasureError(f'--data {path}: line {number}: expected an object with a string "text"')
         docs.append(record["text"])
     return "\n\n".join(docs), str(path)
 
@@ -62,8 +63,9 @@ def windows(ids: np.ndarray, num_tokens: int, samples: int, label: str, length_f
         raise MeasureError(f"--data {label}: {ids.size} tokens, fewer than {length_flag} {num_tokens}")
     available = ids.size - num_tokens + 1
     if samples > available:
-        raise MeasureError(f"--samples {samples}: {label} has {ids.size} tokens, only {available} windows "
-                           f"of N = {num_tokens}")
+        raise MeasureError(
+            f"--samples {samples}: {label} has {ids.size} tokens, only {available} windows of N = {num_tokens}"
+        )
     return heldout_sequences(ids, num_tokens, samples)
 
 

@@ -86,31 +86,31 @@ class Family:
 
     model_type: str
     summary: str
-    base_prefixes: tuple          # where the base model's names start: "transformer." (a *ForCausalLM save) or ""
+    base_prefixes: tuple  # where the base model's names start: "transformer." (a *ForCausalLM save) or ""
     embed: str
-    embed_norm: tuple | None      # (gain, bias) of a LayerNorm on the embeddings
-    position_embed: str | None    # learned absolute positions
+    embed_norm: tuple | None  # (gain, bias) of a LayerNorm on the embeddings
+    position_embed: str | None  # learned absolute positions
     layer: str
     ln1: tuple
-    qkv: tuple                    # fused: (weight, bias); separate: (w_q, b_q, w_k, b_k, w_v, b_v)
+    qkv: tuple  # fused: (weight, bias); separate: (w_q, b_q, w_k, b_k, w_v, b_v)
     qkv_layout: str
     attn_out: tuple
     ln2: tuple
     mlp_in: tuple
     mlp_out: tuple
-    final_norm: tuple | None      # None: the last block's output is the final hidden state (BERT)
-    lm_head: str | None           # absent from the files when tied to ``embed``; None: an encoder without one
+    final_norm: tuple | None  # None: the last block's output is the final hidden state (BERT)
+    lm_head: str | None  # absent from the files when tied to ``embed``; None: an encoder without one
     linear_layout: str
-    positions: str                # "alibi" or "learned"
-    layers_key: tuple             # config keys, first present wins
+    positions: str  # "alibi" or "learned"
+    layers_key: tuple  # config keys, first present wins
     heads_key: tuple
     width_key: tuple
     eps_key: str = "layer_norm_epsilon"
     optional_biases: bool = False  # a bias absent from the files is zero (MPT saves none)
     token_type_embed: str | None = None  # BERT: type 0 is added at every position
     mlp_gate: tuple | None = None  # SwiGLU: (weight, bias) of the gate projection (``mlp_in`` is the up projection)
-    tied_default: bool = True      # tie_word_embeddings when config.json does not say
-    eps_default: float = 1e-5      # the norm epsilon when config.json does not say
+    tied_default: bool = True  # tie_word_embeddings when config.json does not say
+    eps_default: float = 1e-5  # the norm epsilon when config.json does not say
 
     def tied(self, config: dict) -> bool:
         """Whether the output projection is the token embedding: config.json's tie_word_embeddings, else
@@ -121,78 +121,164 @@ class Family:
 
 
 BLOOM = Family(
-    model_type="bloom", summary="BLOOM (ALiBi, fused per-head QKV, embedding LayerNorm)",
-    base_prefixes=("transformer.", ""), embed="word_embeddings.weight",
-    embed_norm=("word_embeddings_layernorm.weight", "word_embeddings_layernorm.bias"), position_embed=None,
-    layer="h.{i}.", ln1=("input_layernorm.weight", "input_layernorm.bias"),
-    qkv=("self_attention.query_key_value.weight", "self_attention.query_key_value.bias"), qkv_layout="grouped",
+    model_type="bloom",
+    summary="BLOOM (ALiBi, fused per-head QKV, embedding LayerNorm)",
+    base_prefixes=("transformer.", ""),
+    embed="word_embeddings.weight",
+    embed_norm=("word_embeddings_layernorm.weight", "word_embeddings_layernorm.bias"),
+    position_embed=None,
+    layer="h.{i}.",
+    ln1=("input_layernorm.weight", "input_layernorm.bias"),
+    qkv=("self_attention.query_key_value.weight", "self_attention.query_key_value.bias"),
+    qkv_layout="grouped",
     attn_out=("self_attention.dense.weight", "self_attention.dense.bias"),
     ln2=("post_attention_layernorm.weight", "post_attention_layernorm.bias"),
     mlp_in=("mlp.dense_h_to_4h.weight", "mlp.dense_h_to_4h.bias"),
     mlp_out=("mlp.dense_4h_to_h.weight", "mlp.dense_4h_to_h.bias"),
-    final_norm=("ln_f.weight", "ln_f.bias"), lm_head="lm_head.weight", linear_layout="out-in",
-    positions="alibi", layers_key=("n_layer",), heads_key=("n_head",), width_key=("hidden_size",))
+    final_norm=("ln_f.weight", "ln_f.bias"),
+    lm_head="lm_head.weight",
+    linear_layout="out-in",
+    positions="alibi",
+    layers_key=("n_layer",),
+    heads_key=("n_head",),
+    width_key=("hidden_size",),
+)
 
 GPT2 = Family(
-    model_type="gpt2", summary="GPT-2 (learned absolute positions, Conv1D weights)",
-    base_prefixes=("transformer.", ""), embed="wte.weight", embed_norm=None, position_embed="wpe.weight",
-    layer="h.{i}.", ln1=("ln_1.weight", "ln_1.bias"), qkv=("attn.c_attn.weight", "attn.c_attn.bias"),
-    qkv_layout="blocks", attn_out=("attn.c_proj.weight", "attn.c_proj.bias"), ln2=("ln_2.weight", "ln_2.bias"),
-    mlp_in=("mlp.c_fc.weight", "mlp.c_fc.bias"), mlp_out=("mlp.c_proj.weight", "mlp.c_proj.bias"),
-    final_norm=("ln_f.weight", "ln_f.bias"), lm_head="lm_head.weight", linear_layout="in-out",
-    positions="learned", layers_key=("n_layer",), heads_key=("n_head",), width_key=("n_embd",))
+    model_type="gpt2",
+    summary="GPT-2 (learned absolute positions, Conv1D weights)",
+    base_prefixes=("transformer.", ""),
+    embed="wte.weight",
+    embed_norm=None,
+    position_embed="wpe.weight",
+    layer="h.{i}.",
+    ln1=("ln_1.weight", "ln_1.bias"),
+    qkv=("attn.c_attn.weight", "attn.c_attn.bias"),
+    qkv_layout="blocks",
+    attn_out=("attn.c_proj.weight", "attn.c_proj.bias"),
+    ln2=("ln_2.weight", "ln_2.bias"),
+    mlp_in=("mlp.c_fc.weight", "mlp.c_fc.bias"),
+    mlp_out=("mlp.c_proj.weight", "mlp.c_proj.bias"),
+    final_norm=("ln_f.weight", "ln_f.bias"),
+    lm_head="lm_head.weight",
+    linear_layout="in-out",
+    positions="learned",
+    layers_key=("n_layer",),
+    heads_key=("n_head",),
+    width_key=("n_embd",),
+)
 
 MPT = Family(
-    model_type="mpt", summary="MPT (ALiBi with MPT's slopes, bias-free layers, clip_qkv)",
-    base_prefixes=("transformer.", ""), embed="wte.weight", embed_norm=None, position_embed=None,
-    layer="blocks.{i}.", ln1=("norm_1.weight", "norm_1.bias"), qkv=("attn.Wqkv.weight", "attn.Wqkv.bias"),
-    qkv_layout="blocks", attn_out=("attn.out_proj.weight", "attn.out_proj.bias"),
-    ln2=("norm_2.weight", "norm_2.bias"), mlp_in=("ffn.up_proj.weight", "ffn.up_proj.bias"),
-    mlp_out=("ffn.down_proj.weight", "ffn.down_proj.bias"), final_norm=("norm_f.weight", "norm_f.bias"),
-    lm_head="lm_head.weight", linear_layout="out-in", positions="alibi", layers_key=("n_layers",),
-    heads_key=("n_heads",), width_key=("d_model",), optional_biases=True)
+    model_type="mpt",
+    summary="MPT (ALiBi with MPT's slopes, bias-free layers, clip_qkv)",
+    base_prefixes=("transformer.", ""),
+    embed="wte.weight",
+    embed_norm=None,
+    position_embed=None,
+    layer="blocks.{i}.",
+    ln1=("norm_1.weight", "norm_1.bias"),
+    qkv=("attn.Wqkv.weight", "attn.Wqkv.bias"),
+    qkv_layout="blocks",
+    attn_out=("attn.out_proj.weight", "attn.out_proj.bias"),
+    ln2=("norm_2.weight", "norm_2.bias"),
+    mlp_in=("ffn.up_proj.weight", "ffn.up_proj.bias"),
+    mlp_out=("ffn.down_proj.weight", "ffn.down_proj.bias"),
+    final_norm=("norm_f.weight", "norm_f.bias"),
+    lm_head="lm_head.weight",
+    linear_layout="out-in",
+    positions="alibi",
+    layers_key=("n_layers",),
+    heads_key=("n_heads",),
+    width_key=("d_model",),
+    optional_biases=True,
+)
 
 # Falcon keeps BLOOM's tensor names (its code descends from BLOOM's); no embedding LayerNorm, optional biases
 FALCON = replace(
-    BLOOM, model_type="falcon", summary="Falcon with ALiBi (Falcon-RW; sequential or parallel attention/MLP, "
-                                        "multi-query or grouped keys)",
-    embed_norm=None, layers_key=("num_hidden_layers", "n_layer"), heads_key=("num_attention_heads", "n_head"),
-    width_key=("hidden_size", "n_embed"), optional_biases=True)
+    BLOOM,
+    model_type="falcon",
+    summary="Falcon with ALiBi (Falcon-RW; sequential or parallel attention/MLP, multi-query or grouped keys)",
+    embed_norm=None,
+    layers_key=("num_hidden_layers", "n_layer"),
+    heads_key=("num_attention_heads", "n_head"),
+    width_key=("hidden_size", "n_embed"),
+    optional_biases=True,
+)
 
 BERT = Family(
-    model_type="bert", summary="BERT (encoder: full attention, post-LN, learned absolute positions)",
-    base_prefixes=("bert.", ""), embed="embeddings.word_embeddings.weight",
+    model_type="bert",
+    summary="BERT (encoder: full attention, post-LN, learned absolute positions)",
+    base_prefixes=("bert.", ""),
+    embed="embeddings.word_embeddings.weight",
     embed_norm=("embeddings.LayerNorm.weight", "embeddings.LayerNorm.bias"),
-    position_embed="embeddings.position_embeddings.weight", layer="encoder.layer.{i}.",
+    position_embed="embeddings.position_embeddings.weight",
+    layer="encoder.layer.{i}.",
     ln1=("attention.output.LayerNorm.weight", "attention.output.LayerNorm.bias"),
-    qkv=("attention.self.query.weight", "attention.self.query.bias", "attention.self.key.weight",
-         "attention.self.key.bias", "attention.self.value.weight", "attention.self.value.bias"),
-    qkv_layout="separate", attn_out=("attention.output.dense.weight", "attention.output.dense.bias"),
+    qkv=(
+        "attention.self.query.weight",
+        "attention.self.query.bias",
+        "attention.self.key.weight",
+        "attention.self.key.bias",
+        "attention.self.value.weight",
+        "attention.self.value.bias",
+    ),
+    qkv_layout="separate",
+    attn_out=("attention.output.dense.weight", "attention.output.dense.bias"),
     ln2=("output.LayerNorm.weight", "output.LayerNorm.bias"),
     mlp_in=("intermediate.dense.weight", "intermediate.dense.bias"),
-    mlp_out=("output.dense.weight", "output.dense.bias"), final_norm=None, lm_head=None,
-    linear_layout="out-in", positions="learned", layers_key=("num_hidden_layers",),
-    heads_key=("num_attention_heads",), width_key=("hidden_size",), eps_key="layer_norm_eps",
-    token_type_embed="embeddings.token_type_embeddings.weight")
+    mlp_out=("output.dense.weight", "output.dense.bias"),
+    final_norm=None,
+    lm_head=None,
+    linear_layout="out-in",
+    positions="learned",
+    layers_key=("num_hidden_layers",),
+    heads_key=("num_attention_heads",),
+    width_key=("hidden_size",),
+    eps_key="layer_norm_eps",
+    token_type_embed="embeddings.token_type_embeddings.weight",
+)
 
 LLAMA = Family(
-    model_type="llama", summary="Llama (RoPE with default/linear/dynamic/llama3 scaling, RMSNorm, SwiGLU, GQA)",
-    base_prefixes=("model.", ""), embed="embed_tokens.weight", embed_norm=None, position_embed=None,
-    layer="layers.{i}.", ln1=("input_layernorm.weight", None),
-    qkv=("self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight", "self_attn.k_proj.bias",
-         "self_attn.v_proj.weight", "self_attn.v_proj.bias"), qkv_layout="separate",
-    attn_out=("self_attn.o_proj.weight", "self_attn.o_proj.bias"), ln2=("post_attention_layernorm.weight", None),
-    mlp_in=("mlp.up_proj.weight", "mlp.up_proj.bias"), mlp_out=("mlp.down_proj.weight", "mlp.down_proj.bias"),
-    final_norm=("norm.weight", None), lm_head="lm_head.weight", linear_layout="out-in", positions="rotary",
-    layers_key=("num_hidden_layers",), heads_key=("num_attention_heads",), width_key=("hidden_size",),
-    eps_key="rms_norm_eps", optional_biases=True, mlp_gate=("mlp.gate_proj.weight", "mlp.gate_proj.bias"),
-    tied_default=False, eps_default=1e-6)
+    model_type="llama",
+    summary="Llama (RoPE with default/linear/dynamic/llama3 scaling, RMSNorm, SwiGLU, GQA)",
+    base_prefixes=("model.", ""),
+    embed="embed_tokens.weight",
+    embed_norm=None,
+    position_embed=None,
+    layer="layers.{i}.",
+    ln1=("input_layernorm.weight", None),
+    qkv=(
+        "self_attn.q_proj.weight",
+        "self_attn.q_proj.bias",
+        "self_attn.k_proj.weight",
+        "self_attn.k_proj.bias",
+        "self_attn.v_proj.weight",
+        "self_attn.v_proj.bias",
+    ),
+    qkv_layout="separate",
+    attn_out=("self_attn.o_proj.weight", "self_attn.o_proj.bias"),
+    ln2=("post_attention_layernorm.weight", None),
+    mlp_in=("mlp.up_proj.weight", "mlp.up_proj.bias"),
+    mlp_out=("mlp.down_proj.weight", "mlp.down_proj.bias"),
+    final_norm=("norm.weight", None),
+    lm_head="lm_head.weight",
+    linear_layout="out-in",
+    positions="rotary",
+    layers_key=("num_hidden_layers",),
+    heads_key=("num_attention_heads",),
+    width_key=("hidden_size",),
+    eps_key="rms_norm_eps",
+    optional_biases=True,
+    mlp_gate=("mlp.gate_proj.weight", "mlp.gate_proj.bias"),
+    tied_default=False,
+    eps_default=1e-6,
+)
 MISTRAL = replace(LLAMA, model_type="mistral", summary="Mistral (Llama with a sliding window)")
 QWEN2 = replace(LLAMA, model_type="qwen2", summary="Qwen2 (Llama with q/k/v biases and optional sliding windows)")
 
 FAMILIES = {f.model_type: f for f in (BERT, BLOOM, FALCON, GPT2, LLAMA, MISTRAL, MPT, QWEN2)}
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
-BIASES = ("bq", "bk", "bv", "bo", "b1", "bg", "b2")   # the canonical biases (``posbias.hf.weights``)
+BIASES = ("bq", "bk", "bv", "bo", "b1", "bg", "b2")  # the canonical biases (``posbias.hf.weights``)
 ACTIVATIONS = {"gelu_new": "gelu-tanh", "gelu_pytorch_tanh": "gelu-tanh", "gelu_fast": "gelu-tanh", "gelu": "gelu-erf"}
 
 
@@ -230,9 +316,9 @@ class Rope:
     theta: float = 10000.0
     kind: str = "default"
     factor: float = 1.0
-    max_positions: int | None = None          # dynamic: max_position_embeddings
-    low_freq_factor: float = 1.0              # llama3
-    high_freq_factor: float = 4.0             # llama3
+    max_positions: int | None = None  # dynamic: max_position_embeddings
+    low_freq_factor: float = 1.0  # llama3
+    high_freq_factor: float = 4.0  # llama3
     original_max_positions: int | None = None  # llama3
 
 
@@ -246,30 +332,30 @@ class Spec:
     width: int
     vocab: int
     eps: float
-    activation: str               # "gelu-bloom", "gelu-tanh" or "gelu-erf"
-    positions: str                # "alibi" or "learned"
+    activation: str  # "gelu-bloom", "gelu-tanh" or "gelu-erf"
+    positions: str  # "alibi" or "learned"
     embed_norm: bool
-    context: int | None           # learned positions: the longest input; ALiBi: None
+    context: int | None  # learned positions: the longest input; ALiBi: None
     residual_post_ln: bool = False
     inverse_layer_scale: bool = False
     scale_attn: bool = True
-    slope_convention: str = "hf"     # "hf" (BLOOM, Falcon) or "mpt" (MPT's interleaved construction)
+    slope_convention: str = "hf"  # "hf" (BLOOM, Falcon) or "mpt" (MPT's interleaved construction)
     alibi_bias_max: float = 8.0
     softmax_scale: float | None = None  # MPT: replaces 1/sqrt(d_head)
-    clip_qkv: float | None = None       # MPT: q, k, v clamped to [-c, c]
-    causal: bool = True                 # False for encoders (BERT): every token reads every token
-    block: str = "pre-ln"               # "pre-ln", "parallel", "parallel-2ln" (Falcon ln_mlp) or "post-ln"
-    kv_groups: int | None = None        # grouped QKV layout: G key/value groups (None: one per head)
-    mlp_width: int | None = None        # None: 4 D
-    alibi_scale: float = 1.0            # Falcon: 1/sqrt(d_head) (module docstring)
-    alibi_rounding: str | None = None   # Falcon: "bfloat16"
-    lm_head: bool = True                # False: an encoder whose output is the final hidden state
-    norm: str = "layer"                 # "layer" (LayerNorm) or "rms" (RMSNorm: no mean, no bias)
-    glu: bool = False                   # SwiGLU MLP: (act(u W_gate) * u W_up) W_down
-    head_width: int | None = None       # head_dim given by the config (None: width / heads)
-    rope: Rope | None = None            # rotary positions
-    windows: tuple | None = None        # per layer: sliding window W (None: the full causal mask)
-    biases: tuple | None = None         # canonical biases the files must hold (None: the family's rule)
+    clip_qkv: float | None = None  # MPT: q, k, v clamped to [-c, c]
+    causal: bool = True  # False for encoders (BERT): every token reads every token
+    block: str = "pre-ln"  # "pre-ln", "parallel", "parallel-2ln" (Falcon ln_mlp) or "post-ln"
+    kv_groups: int | None = None  # grouped QKV layout: G key/value groups (None: one per head)
+    mlp_width: int | None = None  # None: 4 D
+    alibi_scale: float = 1.0  # Falcon: 1/sqrt(d_head) (module docstring)
+    alibi_rounding: str | None = None  # Falcon: "bfloat16"
+    lm_head: bool = True  # False: an encoder whose output is the final hidden state
+    norm: str = "layer"  # "layer" (LayerNorm) or "rms" (RMSNorm: no mean, no bias)
+    glu: bool = False  # SwiGLU MLP: (act(u W_gate) * u W_up) W_down
+    head_width: int | None = None  # head_dim given by the config (None: width / heads)
+    rope: Rope | None = None  # rotary positions
+    windows: tuple | None = None  # per layer: sliding window W (None: the full causal mask)
+    biases: tuple | None = None  # canonical biases the files must hold (None: the family's rule)
 
     @property
     def head_dim(self) -> int:
@@ -311,8 +397,9 @@ def spec_of(config: dict, where: str = "config.json") -> Spec:
     width = _int(config, family.width_key, where)
     vocab = _int(config, "vocab_size", where)
     if width % heads and not (family.positions == "rotary" and config.get("head_dim") is not None):
-        raise UserError(f"{where}: {family.width_key[0]} = {width} is not a multiple of "
-                        f"{family.heads_key[0]} = {heads}")
+        raise UserError(
+            f"{where}: {family.width_key[0]} = {width} is not a multiple of {family.heads_key[0]} = {heads}"
+        )
     eps = config.get(family.eps_key, family.eps_default)
     if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
         raise UserError(f"{where}: {family.eps_key} must be a positive number, got {eps!r}")
@@ -320,8 +407,15 @@ def spec_of(config: dict, where: str = "config.json") -> Spec:
     if family is BLOOM:
         if config.get("pretraining_tp", 1) > 1 and config.get("slow_but_exact", False):
             raise UnsupportedModel(f"{where}: BLOOM with slow_but_exact tensor-parallel slicing is not supported")
-        return Spec("bloom", *shape, "gelu-bloom", "alibi", True, None,
-                    residual_post_ln=bool(config.get("apply_residual_connection_post_layernorm", False)))
+        return Spec(
+            "bloom",
+            *shape,
+            "gelu-bloom",
+            "alibi",
+            True,
+            None,
+            residual_post_ln=bool(config.get("apply_residual_connection_post_layernorm", False)),
+        )
     if family is MPT:
         return _mpt_spec(config, *shape, where)
     if family is FALCON:
@@ -332,15 +426,23 @@ def spec_of(config: dict, where: str = "config.json") -> Spec:
         return _llama_spec(family, config, *shape, where)
     act = config.get("activation_function", "gelu_new")
     if act not in ACTIVATIONS:
-        raise UnsupportedModel(f"{where}: GPT-2 activation_function {act!r} is not supported; "
-                               f"expected one of {sorted(ACTIVATIONS)}")
+        raise UnsupportedModel(
+            f"{where}: GPT-2 activation_function {act!r} is not supported; expected one of {sorted(ACTIVATIONS)}"
+        )
     if config.get("n_inner") not in (None, 4 * width):
         raise UnsupportedModel(f"{where}: GPT-2 n_inner = {config['n_inner']} (only 4 * n_embd is supported)")
     if config.get("add_cross_attention", False):
         raise UnsupportedModel(f"{where}: GPT-2 with cross-attention is not supported")
-    return Spec("gpt2", *shape, ACTIVATIONS[act], "learned", False, _int(config, "n_positions", where),
-                inverse_layer_scale=bool(config.get("scale_attn_by_inverse_layer_idx", False)),
-                scale_attn=bool(config.get("scale_attn_weights", True)))
+    return Spec(
+        "gpt2",
+        *shape,
+        ACTIVATIONS[act],
+        "learned",
+        False,
+        _int(config, "n_positions", where),
+        inverse_layer_scale=bool(config.get("scale_attn_by_inverse_layer_idx", False)),
+        scale_attn=bool(config.get("scale_attn_weights", True)),
+    )
 
 
 def _mpt_spec(config: dict, layers: int, heads: int, width: int, vocab: int, eps: float, where: str) -> Spec:
@@ -362,18 +464,32 @@ def _mpt_spec(config: dict, layers: int, heads: int, width: int, vocab: int, eps
     bias_max = attn.get("alibi_bias_max", 8)
     if isinstance(bias_max, bool) or not isinstance(bias_max, (int, float)) or bias_max <= 0:
         raise UserError(f"{where}: attn_config.alibi_bias_max must be a positive number, got {bias_max!r}")
-    return Spec("mpt", layers, heads, width, vocab, eps, "gelu-erf", "alibi", False, None,
-                slope_convention="mpt", alibi_bias_max=float(bias_max), **numbers)
+    return Spec(
+        "mpt",
+        layers,
+        heads,
+        width,
+        vocab,
+        eps,
+        "gelu-erf",
+        "alibi",
+        False,
+        None,
+        slope_convention="mpt",
+        alibi_bias_max=float(bias_max),
+        **numbers,
+    )
 
 
 def _falcon_spec(config: dict, layers: int, heads: int, width: int, vocab: int, eps: float, where: str) -> Spec:
     if not _flag(config, "alibi", False, where):
-        raise UnsupportedModel(f"{where}: Falcon with rotary position embeddings (alibi: false, e.g. falcon-7b) is "
-                               f"not supported: its positional term is not separable from the content logits; "
-                               f"the ALiBi Falcons (falcon-rw-*) are")
+        raise UnsupportedModel(
+            f"{where}: Falcon with rotary position embeddings (alibi: false, e.g. falcon-7b) is "
+            f"not supported: its positional term is not separable from the content logits; "
+            f"the ALiBi Falcons (falcon-rw-*) are"
+        )
     if config.get("activation", "gelu") != "gelu":
-        raise UnsupportedModel(f"{where}: Falcon activation {config['activation']!r} is not supported "
-                               f"(only 'gelu')")
+        raise UnsupportedModel(f"{where}: Falcon activation {config['activation']!r} is not supported (only 'gelu')")
     new = _flag(config, "new_decoder_architecture", False, where)
     parallel = _flag(config, "parallel_attn", True, where)
     if new:
@@ -389,24 +505,54 @@ def _falcon_spec(config: dict, layers: int, heads: int, width: int, vocab: int, 
         raise UserError(f"{where}: num_attention_heads = {heads} is not a multiple of num_kv_heads = {groups}")
     ffn = config.get("ffn_hidden_size")
     mlp = _int(config, "ffn_hidden_size", where) if ffn is not None else 4 * width
-    return Spec("falcon", layers, heads, width, vocab, eps, "gelu-erf", "alibi", False, None, block=block,
-                kv_groups=groups, mlp_width=mlp, alibi_scale=1.0 / math.sqrt(width // heads),
-                alibi_rounding="bfloat16")
+    return Spec(
+        "falcon",
+        layers,
+        heads,
+        width,
+        vocab,
+        eps,
+        "gelu-erf",
+        "alibi",
+        False,
+        None,
+        block=block,
+        kv_groups=groups,
+        mlp_width=mlp,
+        alibi_scale=1.0 / math.sqrt(width // heads),
+        alibi_rounding="bfloat16",
+    )
 
 
 def _bert_spec(config: dict, layers: int, heads: int, width: int, vocab: int, eps: float, where: str) -> Spec:
     act = config.get("hidden_act", "gelu")
     if act not in ACTIVATIONS:
-        raise UnsupportedModel(f"{where}: BERT hidden_act {act!r} is not supported; expected one of "
-                               f"{sorted(ACTIVATIONS)}")
+        raise UnsupportedModel(
+            f"{where}: BERT hidden_act {act!r} is not supported; expected one of {sorted(ACTIVATIONS)}"
+        )
     if config.get("position_embedding_type", "absolute") != "absolute":
-        raise UnsupportedModel(f"{where}: BERT position_embedding_type {config['position_embedding_type']!r} "
-                               f"is not supported (only 'absolute')")
+        raise UnsupportedModel(
+            f"{where}: BERT position_embedding_type {config['position_embedding_type']!r} "
+            f"is not supported (only 'absolute')"
+        )
     if _flag(config, "is_decoder", False, where) or _flag(config, "add_cross_attention", False, where):
         raise UnsupportedModel(f"{where}: BERT as a decoder (is_decoder / add_cross_attention) is not supported")
-    return Spec("bert", layers, heads, width, vocab, eps, ACTIVATIONS[act], "learned", True,
-                _int(config, "max_position_embeddings", where), causal=False, block="post-ln",
-                mlp_width=_int(config, "intermediate_size", where), lm_head=False)
+    return Spec(
+        "bert",
+        layers,
+        heads,
+        width,
+        vocab,
+        eps,
+        ACTIVATIONS[act],
+        "learned",
+        True,
+        _int(config, "max_position_embeddings", where),
+        causal=False,
+        block="post-ln",
+        mlp_width=_int(config, "intermediate_size", where),
+        lm_head=False,
+    )
 
 
 def _number(value, what: str, where: str, *, minimum: float = 0.0) -> float:
@@ -446,8 +592,11 @@ def rope_of(config: dict, where: str = "config.json") -> Rope:
     if not high > low:
         raise UserError(f"{where}: llama3 high_freq_factor = {high} must exceed low_freq_factor = {low}")
     original = params.get("original_max_position_embeddings", config.get("original_max_position_embeddings"))
-    original = max_positions if original is None else _int({"original_max_position_embeddings": original},
-                                                             "original_max_position_embeddings", where)
+    original = (
+        max_positions
+        if original is None
+        else _int({"original_max_position_embeddings": original}, "original_max_position_embeddings", where)
+    )
     return Rope(theta, kind, factor, low_freq_factor=low, high_freq_factor=high, original_max_positions=original)
 
 
@@ -461,12 +610,17 @@ def _windows(family: Family, config: dict, layers: int, where: str) -> tuple | N
         kinds = config.get("layer_types")
         if kinds is None:
             first = config.get("max_window_layers", 28)
-            kinds = ["sliding_attention" if window is not None and t >= first else "full_attention"
-                     for t in range(layers)]
-        if not isinstance(kinds, list) or len(kinds) != layers or \
-                any(k not in ("sliding_attention", "full_attention") for k in kinds):
-            raise UnsupportedModel(f"{where}: layer_types must list {layers} of 'full_attention' or "
-                                   f"'sliding_attention', got {kinds!r}")
+            kinds = [
+                "sliding_attention" if window is not None and t >= first else "full_attention" for t in range(layers)
+            ]
+        if (
+            not isinstance(kinds, list)
+            or len(kinds) != layers
+            or any(k not in ("sliding_attention", "full_attention") for k in kinds)
+        ):
+            raise UnsupportedModel(
+                f"{where}: layer_types must list {layers} of 'full_attention' or 'sliding_attention', got {kinds!r}"
+            )
         per_layer = [window if k == "sliding_attention" else None for k in kinds]
     else:
         return None
@@ -475,8 +629,9 @@ def _windows(family: Family, config: dict, layers: int, where: str) -> tuple | N
     return tuple(None if w is None else _int({"sliding_window": w}, "sliding_window", where) for w in per_layer)
 
 
-def _llama_spec(family: Family, config: dict, layers: int, heads: int, width: int, vocab: int, eps: float,
-                where: str) -> Spec:
+def _llama_spec(
+    family: Family, config: dict, layers: int, heads: int, width: int, vocab: int, eps: float, where: str
+) -> Spec:
     act = config.get("hidden_act", "silu")
     if act != "silu":
         raise UnsupportedModel(f"{where}: {family.model_type} hidden_act {act!r} is not supported (only 'silu')")
@@ -489,12 +644,29 @@ def _llama_spec(family: Family, config: dict, layers: int, heads: int, width: in
     elif family is MISTRAL:
         biases = ()
     else:
-        biases = (("bq", "bk", "bv", "bo") if _flag(config, "attention_bias", False, where) else ()) + \
-                 (("b1", "bg", "b2") if _flag(config, "mlp_bias", False, where) else ())
-    return Spec(family.model_type, layers, heads, width, vocab, eps, "silu", "rotary", False, None,
-                kv_groups=kv, mlp_width=_int(config, "intermediate_size", where), norm="rms", glu=True,
-                head_width=head_dim, rope=rope_of(config, where), windows=_windows(family, config, layers, where),
-                biases=biases)
+        biases = (("bq", "bk", "bv", "bo") if _flag(config, "attention_bias", False, where) else ()) + (
+            ("b1", "bg", "b2") if _flag(config, "mlp_bias", False, where) else ()
+        )
+    return Spec(
+        family.model_type,
+        layers,
+        heads,
+        width,
+        vocab,
+        eps,
+        "silu",
+        "rotary",
+        False,
+        None,
+        kv_groups=kv,
+        mlp_width=_int(config, "intermediate_size", where),
+        norm="rms",
+        glu=True,
+        head_width=head_dim,
+        rope=rope_of(config, where),
+        windows=_windows(family, config, layers, where),
+        biases=biases,
+    )
 
 
 def layer_norm_names(family: Family, spec: Spec) -> tuple[tuple, tuple]:
@@ -512,10 +684,10 @@ def split_qkv(family: Family, spec: Spec, weight, bias):
     (3, D, H, d_head) weights and (3, H, d_head) biases for q, k, v (module docstring, ``qkv_layout``);
     grouped keys and values are repeated for the H/G query heads of their group."""
     d, h, k = spec.width, spec.heads, spec.head_dim
-    if family.qkv_layout == "blocks":          # output index s * D + h * K + k
+    if family.qkv_layout == "blocks":  # output index s * D + h * K + k
         return weight.reshape(d, 3, h, k).transpose(1, 0, 2, 3), bias.reshape(3, h, k)
     g = spec.groups
-    per = h // g                               # output index (g, per + 2, K)
+    per = h // g  # output index (g, per + 2, K)
     w = weight.reshape(d, g, per + 2, k)
     b = bias.reshape(g, per + 2, k)
     q_w, q_b = w[:, :, :per].reshape(d, h, k), b[:, :per].reshape(h, k)

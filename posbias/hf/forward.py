@@ -116,7 +116,7 @@ def inv_freq(spec: Spec, num_tokens: int) -> np.ndarray:
     if rope.kind == "dynamic":
         length = max(num_tokens, rope.max_positions)
         theta = theta * (rope.factor * length / rope.max_positions - (rope.factor - 1)) ** (dim / (dim - 2))
-    w = 1.0 / theta ** exponents
+    w = 1.0 / theta**exponents
     if rope.kind == "linear":
         return w / rope.factor
     if rope.kind == "llama3":
@@ -180,8 +180,9 @@ def position_term(spec: Spec, num_tokens: int, dtype):
 
         m = _base_slopes(spec).astype(ml_dtypes.bfloat16)
         term = (m[:, None] * np.arange(num_tokens).astype(ml_dtypes.bfloat16)[None, :]).astype(np.float64)
-        bias = jnp.broadcast_to(jnp.asarray(term * spec.alibi_scale, dtype)[:, None, :],
-                                (spec.heads, num_tokens, num_tokens))
+        bias = jnp.broadcast_to(
+            jnp.asarray(term * spec.alibi_scale, dtype)[:, None, :], (spec.heads, num_tokens, num_tokens)
+        )
     else:
         bias = -jnp.asarray(slopes(spec), dtype)[:, None, None] * distance[None]
     if not spec.causal:
@@ -200,8 +201,16 @@ def softmax_scales(spec: Spec) -> np.ndarray:
     return base / (t + 1.0) if spec.inverse_layer_scale else np.full(spec.layers, base)
 
 
-def forward(params: dict, ids, spec: Spec,  # noqa: C901 (embedding, blocks, capture; split the capture; issue 20 §4)
-            *, capture: bool = False, embedded=None, remat: bool = False, last_only: bool = False):
+def forward(  # noqa: C901 (embedding, blocks, capture; split the capture; issue 20 §4)
+    params: dict,
+    ids,
+    spec: Spec,
+    *,
+    capture: bool = False,
+    embedded=None,
+    remat: bool = False,
+    last_only: bool = False,
+):
     """Logits (N, V) of one sequence of N token ids; with ``capture`` also the dict of the module
     docstring. ``embedded`` (N, D) replaces the token-embedding lookup e_j (for gradients with
     respect to the input embeddings; GPT-2's position embeddings are still added). ``remat``
@@ -280,6 +289,13 @@ def forward(params: dict, ids, spec: Spec,  # noqa: C901 (embedding, blocks, cap
     if not capture:
         return logits
     xs, a, probs, content, value_norms = ys
-    return logits, {"x": xs, "a": a, "probs": probs, "content": content, "value_norms": value_norms,
-                    "scale": scales, "position": pos,
-                    "hidden": hidden}
+    return logits, {
+        "x": xs,
+        "a": a,
+        "probs": probs,
+        "content": content,
+        "value_norms": value_norms,
+        "scale": scales,
+        "position": pos,
+        "hidden": hidden,
+    }

@@ -51,14 +51,21 @@ import numpy as np
 from posbias.hf.checkpoint import Checkpoint, CheckpointError
 from posbias.hf.families import UnsupportedModel, family_of, spec_of
 
-ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2"}   # general.architecture -> model_type
-PERMUTED = ("llama",)                                   # architectures whose q/k rows llama.cpp interleaved
+ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2"}  # general.architecture -> model_type
+PERMUTED = ("llama",)  # architectures whose q/k rows llama.cpp interleaved
 
 TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
-BLOCK_NAMES = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-               "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-               "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-               "ffn_down": "mlp.down_proj"}
+BLOCK_NAMES = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
 _BLOCK = re.compile(r"blk\.(\d+)\.([a-z_]+)\.(weight|bias)")
 _TOP = re.compile(r"([a-z_]+)\.(weight|bias)")
 
@@ -66,16 +73,19 @@ _TOP = re.compile(r"([a-z_]+)\.(weight|bias)")
 def hf_name(name: str, where: str) -> str:
     """The Hugging Face name of GGUF tensor ``name`` (module docstring), or one line refusing it."""
     if name == "rope_freqs.weight":
-        raise UnsupportedModel(f"{where}: tensor rope_freqs.weight (Llama 3.1-style rope frequency factors) is not "
-                               f"supported")
+        raise UnsupportedModel(
+            f"{where}: tensor rope_freqs.weight (Llama 3.1-style rope frequency factors) is not supported"
+        )
     block = _BLOCK.fullmatch(name)
     if block and block.group(2) in BLOCK_NAMES:
         return f"model.layers.{block.group(1)}.{BLOCK_NAMES[block.group(2)]}.{block.group(3)}"
     top = _TOP.fullmatch(name)
     if top and top.group(1) in TOP_NAMES:
         return f"{TOP_NAMES[top.group(1)]}.{top.group(2)}"
-    raise UnsupportedModel(f"{where}: tensor {name} is not part of a Llama-family model this reader maps "
-                           f"(expected token_embd, output_norm, output and blk.N.{{{', '.join(BLOCK_NAMES)}}})")
+    raise UnsupportedModel(
+        f"{where}: tensor {name} is not part of a Llama-family model this reader maps "
+        f"(expected token_embd, output_norm, output and blk.N.{{{', '.join(BLOCK_NAMES)}}})"
+    )
 
 
 def unpermute(rows: np.ndarray, heads: int) -> np.ndarray:
@@ -83,8 +93,9 @@ def unpermute(rows: np.ndarray, heads: int) -> np.ndarray:
     stored row h K + 2 c + s -> row h K + s K/2 + c (module docstring)."""
     k = rows.shape[0] // heads
     if k * heads != rows.shape[0] or k % 2:
-        raise CheckpointError(f"a q/k projection with {rows.shape[0]} rows does not split into {heads} heads "
-                              f"of an even head_dim")
+        raise CheckpointError(
+            f"a q/k projection with {rows.shape[0]} rows does not split into {heads} heads of an even head_dim"
+        )
     return rows.reshape(heads, k // 2, 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
 
 
@@ -103,22 +114,30 @@ def config_of(meta: dict, tensor_names, where: str) -> dict:
     """The Hugging Face config.json of a GGUF file's metadata ``meta`` and tensor names (module docstring)."""
     arch = meta.get("general.architecture")
     if arch not in ARCHITECTURES:
-        raise UnsupportedModel(f"{where}: general.architecture {arch!r} is not supported; supported GGUF "
-                               f"architectures: {', '.join(sorted(ARCHITECTURES))}")
+        raise UnsupportedModel(
+            f"{where}: general.architecture {arch!r} is not supported; supported GGUF "
+            f"architectures: {', '.join(sorted(ARCHITECTURES))}"
+        )
 
     def get(key, default=None):
         return meta.get(f"{arch}.{key}", default)
 
     heads = get("attention.head_count")
     hidden = get("embedding_length")
-    config = {"model_type": ARCHITECTURES[arch], "architectures": ["LlamaForCausalLM" if arch == "llama"
-                                                                   else "Qwen2ForCausalLM"],
-              "num_hidden_layers": get("block_count"), "hidden_size": hidden,
-              "intermediate_size": get("feed_forward_length"), "num_attention_heads": heads,
-              "num_key_value_heads": get("attention.head_count_kv", heads),
-              "rms_norm_eps": get("attention.layer_norm_rms_epsilon"), "rope_theta": get("rope.freq_base", 10000.0),
-              "max_position_embeddings": get("context_length"), "hidden_act": "silu",
-              "tie_word_embeddings": "output.weight" not in tensor_names}
+    config = {
+        "model_type": ARCHITECTURES[arch],
+        "architectures": ["LlamaForCausalLM" if arch == "llama" else "Qwen2ForCausalLM"],
+        "num_hidden_layers": get("block_count"),
+        "hidden_size": hidden,
+        "intermediate_size": get("feed_forward_length"),
+        "num_attention_heads": heads,
+        "num_key_value_heads": get("attention.head_count_kv", heads),
+        "rms_norm_eps": get("attention.layer_norm_rms_epsilon"),
+        "rope_theta": get("rope.freq_base", 10000.0),
+        "max_position_embeddings": get("context_length"),
+        "hidden_act": "silu",
+        "tie_word_embeddings": "output.weight" not in tensor_names,
+    }
     tokens = meta.get("tokenizer.ggml.tokens")
     config["vocab_size"] = get("vocab_size", len(tokens) if isinstance(tokens, list) else None)
     key_length, rope_dim = get("attention.key_length"), get("rope.dimension_count")
@@ -128,8 +147,10 @@ def config_of(meta: dict, tensor_names, where: str) -> dict:
     if head_dim is None and isinstance(heads, int) and isinstance(hidden, int) and heads > 0:
         head_dim = hidden // heads
     if rope_dim is not None and rope_dim != head_dim:
-        raise UnsupportedModel(f"{where}: {arch}.rope.dimension_count = {rope_dim} rotates part of head_dim = "
-                               f"{head_dim} (partial rotary embeddings are not supported)")
+        raise UnsupportedModel(
+            f"{where}: {arch}.rope.dimension_count = {rope_dim} rotates part of head_dim = "
+            f"{head_dim} (partial rotary embeddings are not supported)"
+        )
     config["head_dim"] = head_dim
     scaling = get("rope.scaling.type", "none")
     if scaling == "linear":
@@ -163,8 +184,9 @@ def _check_types(reader, where: str) -> None:
                 raise NotImplementedError
             dequantize(np.zeros((1, size), np.uint8), qtype)
         except NotImplementedError:
-            raise UnsupportedModel(f"{where}: tensor {name} is stored as {qtype.name}, a type gguf "
-                                   f"{_gguf_version()} cannot dequantize") from None
+            raise UnsupportedModel(
+                f"{where}: tensor {name} is stored as {qtype.name}, a type gguf {_gguf_version()} cannot dequantize"
+            ) from None
 
 
 def _gguf_version() -> str:
@@ -193,8 +215,9 @@ class GGUFCheckpoint(Checkpoint):
         from gguf.quants import dequantize
 
         if full not in self.files:
-            raise CheckpointError(f"{self.folder}: tensor {full} is missing (a {self.spec.model_type} checkpoint "
-                                  f"should have it)")
+            raise CheckpointError(
+                f"{self.folder}: tensor {full} is missing (a {self.spec.model_type} checkpoint should have it)"
+            )
         t = self.files[full]
         self.read.add(full)
         shape = tuple(int(n) for n in reversed(t.shape.tolist()))
@@ -238,12 +261,15 @@ def load(path) -> GGUFCheckpoint:
         files[name] = t
         block = _BLOCK.fullmatch(t.name)
         if block and int(block.group(1)) >= spec.layers:
-            raise CheckpointError(f"{where}: tensor {t.name} belongs to layer {block.group(1)}, but "
-                                  f"{meta['general.architecture']}.block_count is {spec.layers} (refusing to measure a "
-                                  f"truncated model)")
+            raise CheckpointError(
+                f"{where}: tensor {t.name} belongs to layer {block.group(1)}, but "
+                f"{meta['general.architecture']}.block_count is {spec.layers} (refusing to measure a "
+                f"truncated model)"
+            )
     _check_types(reader, where)
     prefix = next((p for p in family.base_prefixes if p + family.embed in files), None)
     if prefix is None:
         raise CheckpointError(f"{where}: no token_embd.weight tensor: not a {family.model_type} model")
-    return GGUFCheckpoint(path, config, spec, family, files, prefix, meta=meta,
-                          permuted=meta.get("general.architecture") in PERMUTED)
+    return GGUFCheckpoint(
+        path, config, spec, family, files, prefix, meta=meta, permuted=meta.get("general.architecture") in PERMUTED
+    )

@@ -33,12 +33,30 @@ from posbias.errors import UserError
 CONTROL, USER_DEFINED = 3, 4
 
 # Pre-tokenizer splits (the patterns of the models' own tokenizer.json files).
-_LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-_QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-SPLITS = {name: _LLAMA3 for name in ("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral",
-                                     "midm-2.0", "lfm2", "jina-v5-nano", "dbrx", "smaug-bpe")}
+_LLAMA3 = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2 = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+SPLITS = {
+    name: _LLAMA3
+    for name in (
+        "llama3",
+        "llama-v3",
+        "llama-bpe",
+        "falcon3",
+        "falcon-h1",
+        "pixtral",
+        "midm-2.0",
+        "lfm2",
+        "jina-v5-nano",
+        "dbrx",
+        "smaug-bpe",
+    )
+}
 SPLITS.update({name: _QWEN2 for name in ("qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez")})
 # ``pre`` values transformers 5.24 splits with patterns not read here (refused rather than mis-split)
 UNREAD_SPLITS = ("tekken", "qwen35", "gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2")
@@ -72,8 +90,10 @@ def build(meta: dict, where: str):
         raise UserError(f"{where}: a gpt2 tokenizer needs tokenizer.ggml.tokens and tokenizer.ggml.merges")
     pre = meta.get("tokenizer.ggml.pre")
     if pre in UNREAD_SPLITS:
-        raise UserError(f"{where}: tokenizer.ggml.pre {pre!r} is not supported (supported: the default "
-                        f"byte-level split, {', '.join(sorted(SPLITS))})")
+        raise UserError(
+            f"{where}: tokenizer.ggml.pre {pre!r} is not supported (supported: the default "
+            f"byte-level split, {', '.join(sorted(SPLITS))})"
+        )
     spelling = byte_alphabet()
     alphabet = set(spelling.values())
     vocab = {}
@@ -86,22 +106,34 @@ def build(meta: dict, where: str):
         if len(parts) != 2:
             raise UserError(f"{where}: tokenizer.ggml.merges entry {merge!r} is not two tokens")
         pairs.append((parts[0], parts[1]))
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, dropout=None, continuing_subword_prefix="",
-                               end_of_word_suffix="", fuse_unk=False))
+    tok = Tokenizer(
+        models.BPE(
+            vocab=vocab, merges=pairs, dropout=None, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False
+        )
+    )
     if pre in SPLITS:
-        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(SPLITS[pre]), behavior="isolated"),
-                                                     pre_tokenizers.ByteLevel(add_prefix_space=False,
-                                                                              use_regex=False)])
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(SPLITS[pre]), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
     else:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     types = meta.get("tokenizer.ggml.token_type") or []
-    control = [AddedToken(t, normalized=False, special=True) for t, k in zip(tokens, types)
-               if k == CONTROL and set(t) <= alphabet]
+    control = [
+        AddedToken(t, normalized=False, special=True)
+        for t, k in zip(tokens, types)
+        if k == CONTROL and set(t) <= alphabet
+    ]
     if control:
         tok.add_special_tokens(control)
-    user = [AddedToken(t, normalized=False, special=False) for t, k in zip(tokens, types)
-            if k == USER_DEFINED and t in vocab]
+    user = [
+        AddedToken(t, normalized=False, special=False)
+        for t, k in zip(tokens, types)
+        if k == USER_DEFINED and t in vocab
+    ]
     if user:
         tok.add_tokens(user)
     tok.post_processor = _post_processor(meta, tokens, where, processors)
@@ -111,8 +143,10 @@ def build(meta: dict, where: str):
 def _post_processor(meta: dict, tokens: list, where: str, processors):
     """BOS before / EOS after each sequence where the file's add_bos_token / add_eos_token say so."""
     ends = []
-    for flag, key in (("tokenizer.ggml.add_bos_token", "tokenizer.ggml.bos_token_id"),
-                      ("tokenizer.ggml.add_eos_token", "tokenizer.ggml.eos_token_id")):
+    for flag, key in (
+        ("tokenizer.ggml.add_bos_token", "tokenizer.ggml.bos_token_id"),
+        ("tokenizer.ggml.add_eos_token", "tokenizer.ggml.eos_token_id"),
+    ):
         if meta.get(flag, False):
             index = meta.get(key)
             if not isinstance(index, int) or not 0 <= index < len(tokens):
@@ -126,6 +160,8 @@ def _post_processor(meta: dict, tokens: list, where: str, processors):
     pair_head = [f"{bos[0]}:1"] if bos else []
     pair_tail = [f"{eos[0]}:1"] if eos else []
     special = [e for e in (bos, eos) if e]
-    return processors.TemplateProcessing(single=[*head, "$A:0", *tail],
-                                         pair=[*head, "$A:0", *tail, *pair_head, "$B:1", *pair_tail],
-                                         special_tokens=list(dict.fromkeys(special)))
+    return processors.TemplateProcessing(
+        single=[*head, "$A:0", *tail],
+        pair=[*head, "$A:0", *tail, *pair_head, "$B:1", *pair_tail],
+        special_tokens=list(dict.fromkeys(special)),
+    )

@@ -50,8 +50,13 @@ def capture_fn(spec: Spec, dtype=np.float32):
 
     def one(params, ids):
         _, cap = forward(params, ids, spec, capture=True, embedded=params["embed"][ids].astype(dtype), last_only=True)
-        return (*lambda_ratios(cap), cap["probs"], cap["content"], value_weighted(cap["probs"], cap["value_norms"]),
-                cap["value_norms"])
+        return (
+            *lambda_ratios(cap),
+            cap["probs"],
+            cap["content"],
+            value_weighted(cap["probs"], cap["value_norms"]),
+            cap["value_norms"],
+        )
 
     return batch_capture(one)
 
@@ -76,12 +81,13 @@ def influence_fn(spec: Spec, dtype=np.float32):
 
     def encoder(params, ids):
         embedded = params["embed"][ids].astype(dtype)
-        y, pullback = jax.vjp(lambda e: forward(params, ids, spec, embedded=e, remat=True, last_only=True)[-1],
-                              embedded)
+        y, pullback = jax.vjp(
+            lambda e: forward(params, ids, spec, embedded=e, remat=True, last_only=True)[-1], embedded
+        )
 
         def add(total, basis):
             (g,) = pullback(basis)
-            return total + (g ** 2).sum(axis=-1), None
+            return total + (g**2).sum(axis=-1), None
 
         total, _ = jax.lax.scan(add, jnp.zeros(embedded.shape[0], dtype), jnp.eye(y.shape[0], dtype=dtype))
         return jnp.sqrt(total)
@@ -108,8 +114,17 @@ def device_params(params_np: dict, dtype, *, keep_narrow: bool | None = None) ->
     return jax.tree_util.tree_map(place, params_np)
 
 
-def measure(params_np: dict, spec: Spec, sequences, *, precision: str = "float64", memory: int = 2**30,
-            progress=None, influence: bool = True, batch: int | None = None) -> Measurement:
+def measure(
+    params_np: dict,
+    spec: Spec,
+    sequences,
+    *,
+    precision: str = "float64",
+    memory: int = 2**30,
+    progress=None,
+    influence: bool = True,
+    batch: int | None = None,
+) -> Measurement:
     """Every measurement of the module docstring on (S, N) token ids; ``params_np`` from
     ``posbias.hf.weights.params`` (any dtype: see the module docstring); batches of as many
     sequences as fit ``memory`` bytes by ``posbias.hf.memory``, or of ``batch`` sequences where given."""
@@ -127,13 +142,22 @@ def measure(params_np: dict, spec: Spec, sequences, *, precision: str = "float64
         raise MeasureError(f"token ids must lie in [0, {spec.vocab}) (the model's vocab_size)")
     x64 = precision == "float64"
     dtype = np.float64 if x64 else np.float32
-    if batch is None:   # else the caller's (posbias.hf.memory.plan)
+    if batch is None:  # else the caller's (posbias.hf.memory.plan)
         batch = batch_size(estimate(spec, n, np.dtype(dtype).itemsize), memory, s, influence)
     batch = int(max(1, min(batch, s)))
     with jax.enable_x64(x64):
-        m = accumulate(capture_fn(spec, dtype), influence_fn(spec, dtype) if influence else None,
-                       device_params(params_np, dtype), sequences, batch=batch, precision=precision,
-                       slopes=slopes(spec), scales=softmax_scales(spec), causal=spec.causal, progress=progress)
+        m = accumulate(
+            capture_fn(spec, dtype),
+            influence_fn(spec, dtype) if influence else None,
+            device_params(params_np, dtype),
+            sequences,
+            batch=batch,
+            precision=precision,
+            slopes=slopes(spec),
+            scales=softmax_scales(spec),
+            causal=spec.causal,
+            progress=progress,
+        )
     return dataclasses.replace(m, logits_note=window_note(spec, n))
 
 

@@ -56,22 +56,63 @@ from posbias.errors import UserError
 from posbias.hf.families import Spec, family_of, spec_of
 
 FLOAT64 = 8
-KNOWN = {   # the config.json fields spec_of reads, as published for these checkpoints
-    "bloom-7b1": {"model_type": "bloom", "n_layer": 30, "n_head": 32, "hidden_size": 4096, "vocab_size": 250880,
-                  "layer_norm_epsilon": 1e-5},
-    "mpt-7b": {"model_type": "mpt", "n_layers": 32, "n_heads": 32, "d_model": 4096, "vocab_size": 50432,
-               "attn_config": {"alibi": True, "alibi_bias_max": 8, "clip_qkv": None}},
-    "falcon-rw-7b": {"model_type": "falcon", "n_layer": 36, "n_head": 64, "hidden_size": 4096, "vocab_size": 65024,
-                     "alibi": True, "bias": True, "multi_query": False, "parallel_attn": False,
-                     "new_decoder_architecture": False},
-    "smollm2-135m": {"model_type": "llama", "num_hidden_layers": 30, "num_attention_heads": 9,
-                     "num_key_value_heads": 3, "hidden_size": 576, "head_dim": 64, "intermediate_size": 1536,
-                     "vocab_size": 49152, "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "tie_word_embeddings": True,
-                     "max_position_embeddings": 8192},
-    "mistral-7b": {"model_type": "mistral", "num_hidden_layers": 32, "num_attention_heads": 32,
-                   "num_key_value_heads": 8, "hidden_size": 4096, "intermediate_size": 14336, "vocab_size": 32000,
-                   "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "sliding_window": 4096, "tie_word_embeddings": False,
-                   "max_position_embeddings": 32768},
+KNOWN = {  # the config.json fields spec_of reads, as published for these checkpoints
+    "bloom-7b1": {
+        "model_type": "bloom",
+        "n_layer": 30,
+        "n_head": 32,
+        "hidden_size": 4096,
+        "vocab_size": 250880,
+        "layer_norm_epsilon": 1e-5,
+    },
+    "mpt-7b": {
+        "model_type": "mpt",
+        "n_layers": 32,
+        "n_heads": 32,
+        "d_model": 4096,
+        "vocab_size": 50432,
+        "attn_config": {"alibi": True, "alibi_bias_max": 8, "clip_qkv": None},
+    },
+    "falcon-rw-7b": {
+        "model_type": "falcon",
+        "n_layer": 36,
+        "n_head": 64,
+        "hidden_size": 4096,
+        "vocab_size": 65024,
+        "alibi": True,
+        "bias": True,
+        "multi_query": False,
+        "parallel_attn": False,
+        "new_decoder_architecture": False,
+    },
+    "smollm2-135m": {
+        "model_type": "llama",
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "hidden_size": 576,
+        "head_dim": 64,
+        "intermediate_size": 1536,
+        "vocab_size": 49152,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 100000.0,
+        "tie_word_embeddings": True,
+        "max_position_embeddings": 8192,
+    },
+    "mistral-7b": {
+        "model_type": "mistral",
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "vocab_size": 32000,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "sliding_window": 4096,
+        "tie_word_embeddings": False,
+        "max_position_embeddings": 32768,
+    },
 }
 
 
@@ -133,7 +174,7 @@ def _vectors(spec: Spec, n: int) -> int:
 
 
 def _block(spec: Spec, n: int) -> int:
-    mlp = (4 if spec.glu else 2) * n * spec.mlp   # pre-activation(s), activation (and the SwiGLU product)
+    mlp = (4 if spec.glu else 2) * n * spec.mlp  # pre-activation(s), activation (and the SwiGLU product)
     return 3 * spec.heads * n * n + _vectors(spec, n) + mlp
 
 
@@ -142,8 +183,9 @@ def _residuals(spec: Spec, n: int) -> int:
     return 2 * h * n * n + 2 * h * n + _vectors(spec, n) + (10 if spec.glu else 8) * n * spec.mlp
 
 
-def estimate(spec: Spec, num_tokens: int, compute_itemsize: int = 4, weight_itemsize: int | None = None, *,
-             tied: bool = False) -> Estimate:
+def estimate(
+    spec: Spec, num_tokens: int, compute_itemsize: int = 4, weight_itemsize: int | None = None, *, tied: bool = False
+) -> Estimate:
     """The figures of the module docstring for N = ``num_tokens`` (weights at ``weight_itemsize``,
     default the compute itemsize)."""
     if num_tokens < 1:
@@ -161,7 +203,8 @@ def estimate(spec: Spec, num_tokens: int, compute_itemsize: int = 4, weight_item
         gradient_no_remat=c * (kept + t * _residuals(spec, n) + 2 * _block(spec, n) + 2 * logits),
         workspace=c * (weights + (0 if spec.lm_head else d * d)),
         sums=c * 2 * stacked,
-        host=FLOAT64 * 2 * stacked + c * stacked)
+        host=FLOAT64 * 2 * stacked + c * stacked,
+    )
 
 
 def batch_size(est: Estimate, memory: int, samples: int, influence: bool = True) -> int:
@@ -215,8 +258,18 @@ def run_budget(memory: int | None) -> tuple[int, str]:
     return limit, f"the machine's limit {describe(limit)} (80% of physical memory or POSBIAS_MEMORY_LIMIT{above})"
 
 
-def plan(spec: Spec, num_tokens: int, samples: int, compute_itemsize: int, stored: int, budget: tuple[int, str], *,
-         influence: bool = True, tied: bool = True, what: str = "the measurement") -> Plan:
+def plan(
+    spec: Spec,
+    num_tokens: int,
+    samples: int,
+    compute_itemsize: int,
+    stored: int,
+    budget: tuple[int, str],
+    *,
+    influence: bool = True,
+    tied: bool = True,
+    what: str = "the measurement",
+) -> Plan:
     """The largest batch B <= S whose host + device bytes fit ``budget`` (``run_budget``); UserError (one
     line, with the figures at B = 1) when even one sequence per batch does not. Weights on the device at
     the compute itemsize (the CPU casts them up: ``posbias.hf.measure.device_params``)."""
@@ -228,17 +281,28 @@ def plan(spec: Spec, num_tokens: int, samples: int, compute_itemsize: int, store
     host = host_bytes(spec, num_tokens, compute_itemsize, stored, samples)
     one = Plan(1, host, est.device(1, influence))
     if one.total > budget:
-        raise UserError(f"{what} at N = {num_tokens} needs about {describe(one.total)} (host {describe(one.host)}, "
-                        f"device {describe(one.device)} at one sequence per batch), more than {label}: "
-                        f"lower the length" + (" or raise --memory" if label.startswith("--memory") else ""))
+        raise UserError(
+            f"{what} at N = {num_tokens} needs about {describe(one.total)} (host {describe(one.host)}, "
+            f"device {describe(one.device)} at one sequence per batch), more than {label}: "
+            f"lower the length" + (" or raise --memory" if label.startswith("--memory") else "")
+        )
     room = budget - host - est.params - est.workspace - est.sums
     batch = int(max(1, min(samples, room // est.per_sequence(influence))))
     return Plan(batch, host, est.device(batch, influence))
 
 
-COLUMNS = ("model", "N", "parameters bf16", "parameters f32", "capture / sequence", "gradient / sequence",
-           "gradient / sequence, no remat", "device, B = 1, bf16 weights", "device, B = 1, f32 weights",
-           "host accumulators")
+COLUMNS = (
+    "model",
+    "N",
+    "parameters bf16",
+    "parameters f32",
+    "capture / sequence",
+    "gradient / sequence",
+    "gradient / sequence, no remat",
+    "device, B = 1, bf16 weights",
+    "device, B = 1, f32 weights",
+    "host accumulators",
+)
 
 
 def table_rows(name: str, spec: Spec, tokens, *, tied: bool) -> list[str]:
@@ -248,8 +312,16 @@ def table_rows(name: str, spec: Spec, tokens, *, tied: bool) -> list[str]:
     rows = []
     for n in tokens:
         bf, f32 = estimate(spec, n, 4, 2, tied=tied), estimate(spec, n, 4, 4, tied=tied)
-        values = (bf.params, f32.params, bf.capture, bf.gradient, bf.gradient_no_remat, bf.device(1), f32.device(1),
-                  bf.host)
+        values = (
+            bf.params,
+            f32.params,
+            bf.capture,
+            bf.gradient,
+            bf.gradient_no_remat,
+            bf.device(1),
+            f32.device(1),
+            bf.host,
+        )
         rows.append("| " + " | ".join([name, str(n)] + [describe(v) for v in values]) + " |")
     return rows
 
@@ -260,8 +332,9 @@ def main(argv=None) -> int:
     import json
     from pathlib import Path
 
-    parser = argparse.ArgumentParser(prog="python -m posbias.hf.memory",
-                                     description="Memory a posbias measurement of a Hugging Face model needs.")
+    parser = argparse.ArgumentParser(
+        prog="python -m posbias.hf.memory", description="Memory a posbias measurement of a Hugging Face model needs."
+    )
     parser.add_argument("models", nargs="+", metavar="MODEL", help=f"{' or '.join(KNOWN)}, or a checkpoint folder")
     parser.add_argument("--tokens", type=int, nargs="+", default=[256, 2048], metavar="N")
     args = parser.parse_args(argv)
@@ -277,8 +350,9 @@ def main(argv=None) -> int:
                     raise UserError(f"{model}/config.json: not readable JSON ({exc})") from None
             else:
                 raise UserError(f"{model}: expected {' or '.join(KNOWN)} or a folder with a config.json")
-            rows += table_rows(model, spec_of(config, model), args.tokens,
-                               tied=family_of(config.get("model_type"), model).tied(config))
+            rows += table_rows(
+                model, spec_of(config, model), args.tokens, tied=family_of(config.get("model_type"), model).tied(config)
+            )
     except UserError as exc:
         print(f"python -m posbias.hf.memory: error: {exc}", file=sys.stderr)
         return 2

@@ -38,28 +38,55 @@ def render(m, *, source: str, content_scale: str, meta: dict, causal: bool = Tru
     sem = m.grad_norms.std(axis=0, ddof=1) / np.sqrt(s) if s > 1 else np.full(m.num_tokens, np.nan)
     buf = io.BytesIO()
     variants = {} if m.kernels_value is None else {"kernels_value": m.kernels_value, "value_norms": m.value_norms}
-    np.savez(buf, kernels=m.kernels, lambdas=m.lambdas, per_head=m.kernels_per_head,
-             content_logits=m.content_mean, slopes=m.slopes, scales=m.scales, causal=np.asarray(m.causal),
-             logits_note=np.asarray(m.logits_note), **variants)
+    np.savez(
+        buf,
+        kernels=m.kernels,
+        lambdas=m.lambdas,
+        per_head=m.kernels_per_head,
+        content_logits=m.content_mean,
+        slopes=m.slopes,
+        scales=m.scales,
+        causal=np.asarray(m.causal),
+        logits_note=np.asarray(m.logits_note),
+        **variants,
+    )
     lam = ["layer,mean,std"] + [f"{i},{float(m.lambdas[i])!r},{float(m.lambda_std[i])!r}" for i in range(t)]
     fit = m.content
-    report = {**meta, "source": source, "num_tokens": m.num_tokens, "samples": m.samples,
-              "precision": m.precision, "batch": m.batch, "content_scale_in_yaml": content_scale,
-              "slopes": m.slopes.tolist(), "lambdas": m.lambdas.tolist(), "lambda_std": m.lambda_std.tolist(),
-              "lambda_std_positions": m.lambda_std_positions.tolist(), "sum_lambda": float(m.lambdas.sum()),
-              "content": {"background_scaled": fit.background_scaled.tolist(),
-                          "diagonal_scaled": fit.diagonal_scaled.tolist(), "r2": fit.r2.tolist(),
-                          "mean_r2": float(fit.r2.mean())},
-              "influence": {"first": float(m.influence[0]), "last": float(m.influence[-1]),
-                            "argmin": int(np.argmin(m.influence))},
-              "max_row_sum_error": float(np.abs(m.kernels.astype(np.float64).sum(axis=-1) - 1).max()),
-              "sinks": sink_diagnostics(m, causal=causal)}
+    report = {
+        **meta,
+        "source": source,
+        "num_tokens": m.num_tokens,
+        "samples": m.samples,
+        "precision": m.precision,
+        "batch": m.batch,
+        "content_scale_in_yaml": content_scale,
+        "slopes": m.slopes.tolist(),
+        "lambdas": m.lambdas.tolist(),
+        "lambda_std": m.lambda_std.tolist(),
+        "lambda_std_positions": m.lambda_std_positions.tolist(),
+        "sum_lambda": float(m.lambdas.sum()),
+        "content": {
+            "background_scaled": fit.background_scaled.tolist(),
+            "diagonal_scaled": fit.diagonal_scaled.tolist(),
+            "r2": fit.r2.tolist(),
+            "mean_r2": float(fit.r2.mean()),
+        },
+        "influence": {
+            "first": float(m.influence[0]),
+            "last": float(m.influence[-1]),
+            "argmin": int(np.argmin(m.influence)),
+        },
+        "max_row_sum_error": float(np.abs(m.kernels.astype(np.float64).sum(axis=-1) - 1).max()),
+        "sinks": sink_diagnostics(m, causal=causal),
+    }
     return {
-        "config.yaml": rollout_yaml(m, content_scale=content_scale, source=source,
-                                    mask="causal" if causal else "full").encode(),
+        "config.yaml": rollout_yaml(
+            m, content_scale=content_scale, source=source, mask="causal" if causal else "full"
+        ).encode(),
         "kernels.npz": buf.getvalue(),
-        "influence.csv": position_csv(influence=m.influence, grad_norm_mean=m.grad_norms.mean(axis=0),
-                                      grad_norm_sem=sem).encode(),
+        "influence.csv": position_csv(
+            influence=m.influence, grad_norm_mean=m.grad_norms.mean(axis=0), grad_norm_sem=sem
+        ).encode(),
         "lambdas.csv": ("\n".join(lam) + "\n").encode(),
         "report.json": (json.dumps(report, indent=1) + "\n").encode(),
         "bias_fit.json": bias_fit_json(m),

@@ -40,8 +40,7 @@ def path() -> Path:
 def main(argv=None) -> int:
     """Print the path (exit 0) or the one-line reason it is unavailable (stderr, exit 2)."""
     if argv if argv is not None else sys.argv[1:]:
-        print(f"usage: python -m posbias.hf.smollm2   (prints the path of {FILE}; takes no arguments)",
-              file=sys.stderr)
+        print(f"usage: python -m posbias.hf.smollm2   (prints the path of {FILE}; takes no arguments)", file=sys.stderr)
         return 2
     try:
         print(path())

@@ -48,34 +48,47 @@ class Layout:
     """Where one architecture keeps what the measurement reads (paths relative to the ``*ForCausalLM``
     model for ``blocks``, to a block for the others)."""
 
-    blocks: str                 # the ModuleList of decoder blocks
-    attention: str              # the attention module of a block
-    addend: str                 # the module whose output is a_t (added to the residual stream)
-    out_proj: str               # W_O
+    blocks: str  # the ModuleList of decoder blocks
+    attention: str  # the attention module of a block
+    addend: str  # the module whose output is a_t (added to the residual stream)
+    out_proj: str  # W_O
     out_layout: str = "out-in"  # torch.nn.Linear (out, in) or GPT-2's Conv1D (in, out)
-    qkv: str = "interface"      # "interface" (AttentionInterface arguments) or "bloom" (fused per-head q, k, v)
-    scale: str = "scaling"      # the attention module's attribute holding s_t
+    qkv: str = "interface"  # "interface" (AttentionInterface arguments) or "bloom" (fused per-head q, k, v)
+    scale: str = "scaling"  # the attention module's attribute holding s_t
 
 
 _ROTARY = Layout("model.layers", "self_attn", "self_attn.o_proj", "self_attn.o_proj")
 LAYOUTS = {
-    "llama": _ROTARY, "mistral": _ROTARY, "qwen2": _ROTARY, "qwen3": _ROTARY, "gemma": _ROTARY,
-    "phi3": _ROTARY, "starcoder2": _ROTARY,
+    "llama": _ROTARY,
+    "mistral": _ROTARY,
+    "qwen2": _ROTARY,
+    "qwen3": _ROTARY,
+    "gemma": _ROTARY,
+    "phi3": _ROTARY,
+    "starcoder2": _ROTARY,
     "gemma2": Layout("model.layers", "self_attn", "post_attention_layernorm", "self_attn.o_proj"),
     "phi": Layout("model.layers", "self_attn", "self_attn.dense", "self_attn.dense"),
     "gpt_neox": Layout("gpt_neox.layers", "attention", "attention.dense", "attention.dense"),
     "opt": Layout("model.decoder.layers", "self_attn", "self_attn.out_proj", "self_attn.out_proj"),
     "gpt2": Layout("transformer.h", "attn", "attn.c_proj", "attn.c_proj", out_layout="in-out"),
-    "bloom": Layout("transformer.h", "self_attention", "self_attention.dense", "self_attention.dense",
-                    qkv="bloom", scale="inv_norm_factor"),
+    "bloom": Layout(
+        "transformer.h",
+        "self_attention",
+        "self_attention.dense",
+        "self_attention.dense",
+        qkv="bloom",
+        scale="inv_norm_factor",
+    ),
 }
 
 
 def layout_of(model_type, where: str) -> Layout:
     layout = LAYOUTS.get(model_type) if isinstance(model_type, str) else None
     if layout is None:
-        raise UserError(f"{where}: model_type {model_type!r} is not in the transformers backend's table; "
-                        f"supported: {', '.join(sorted(LAYOUTS))}")
+        raise UserError(
+            f"{where}: model_type {model_type!r} is not in the transformers backend's table; "
+            f"supported: {', '.join(sorted(LAYOUTS))}"
+        )
     return layout
 
 
@@ -154,23 +167,24 @@ def load(path, precision: str = "float64") -> Loaded:
     dtype = torch.float64 if precision == "float64" else torch.float32
     implementation = "eager" if layout.qkv == "bloom" else IMPLEMENTATION
     try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype,
-                                                                  attn_implementation=implementation,
-                                                                  local_files_only=True, **kwargs)
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            folder, dtype=dtype, attn_implementation=implementation, local_files_only=True, **kwargs
+        )
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: transformers cannot load it ({str(exc).splitlines()[0]})") from None
     model.eval()
     blocks = model.get_submodule(layout.blocks)
     attn = blocks[0].get_submodule(layout.attention)
     heads = int(getattr(attn, "num_heads", None) or config.num_attention_heads)
-    return Loaded(model, layout, config.model_type, len(blocks), heads, int(config.hidden_size),
-                  int(config.vocab_size), str(path))
+    return Loaded(
+        model, layout, config.model_type, len(blocks), heads, int(config.hidden_size), int(config.vocab_size), str(path)
+    )
 
 
 def _head_out_proj(layer, layout: Layout, heads: int):
     """W_O per head, (H, d_head, D), from the output projection's weight."""
     w = layer.get_submodule(layout.out_proj).weight
-    if layout.out_layout == "out-in":      # (D, H d_head)
+    if layout.out_layout == "out-in":  # (D, H d_head)
         d = w.shape[0]
         return w.reshape(d, heads, -1).permute(1, 2, 0)
     return w.reshape(heads, -1, w.shape[1])
@@ -205,16 +219,19 @@ class _Recorder:
     def _block_input(self, t):
         def hook(module, args, kwargs):
             self.x[t] = args[0] if args else kwargs["hidden_states"]
+
         return hook
 
     def _addend(self, t):
         def hook(module, args, output):
             self.a[t] = output[0] if isinstance(output, tuple) else output
+
         return hook
 
     def _interface(self, t):
         def record(q, k, v):
             self.qkv[t] = (q, k, v)
+
         return record
 
     def _bloom(self, t):
@@ -224,6 +241,7 @@ class _Recorder:
             b, n, _ = fused.shape
             parts = fused.view(b, n, heads, 3, -1)
             self.qkv[t] = tuple(parts[..., i, :].transpose(1, 2) for i in range(3))
+
         return hook
 
 
@@ -244,23 +262,26 @@ def capture_fn(loaded: Loaded):
             for t, block in enumerate(blocks):
                 x, a = rec.x[t], rec.a[t]
                 an, xn = torch.linalg.vector_norm(a, dim=-1), torch.linalg.vector_norm(x, dim=-1)
-                r = an / torch.clamp(xn + an, min=DENOMINATOR_FLOOR)            # (B, N)
+                r = an / torch.clamp(xn + an, min=DENOMINATOR_FLOOR)  # (B, N)
                 lam.append(r.mean(dim=-1))
-                lam_sq.append((r ** 2).sum(dim=-1))
-                p = out.attentions[t]                                          # (B, H, N, N)
+                lam_sq.append((r**2).sum(dim=-1))
+                p = out.attentions[t]  # (B, H, N, N)
                 q, k, v = rec.qkv[t]
                 k = k.repeat_interleave(heads // k.shape[1], dim=1)
                 v = v.repeat_interleave(heads // v.shape[1], dim=1)
                 content.append((q @ k.transpose(-1, -2)).sum(dim=0))
-                vn = torch.linalg.vector_norm(torch.einsum("bhjk,hkd->bhjd", v, _head_out_proj(block, layout, heads)),
-                                              dim=-1)                          # (B, H, N)
+                vn = torch.linalg.vector_norm(
+                    torch.einsum("bhjk,hkd->bhjd", v, _head_out_proj(block, layout, heads)), dim=-1
+                )  # (B, H, N)
                 w = p * vn[:, :, None, :]
                 w = w / w.sum(dim=-1, keepdim=True)
                 weighted.append(w.mean(dim=1).sum(dim=0))
                 norms.append(vn.sum(dim=0))
                 probs.append(p.sum(dim=0))
+
         def host(z, axis=0):
             return torch.stack(z, dim=axis).to(torch.float64).numpy()
+
         return host(lam, 1), host(lam_sq, 1), host(probs), host(content), host(weighted), host(norms)
 
     return capture
@@ -299,8 +320,16 @@ def bytes_per_sequence(loaded: Loaded, n: int, itemsize: int) -> int:
     return itemsize * (t * (10 * h * n * n + 24 * n * max(d, 4 * d)) + 2 * n * loaded.vocab)
 
 
-def measure(loaded: Loaded, sequences, *, precision: str = "float64", memory: int = 2**30, progress=None,
-            influence: bool = True, batch: int | None = None) -> Measurement:
+def measure(
+    loaded: Loaded,
+    sequences,
+    *,
+    precision: str = "float64",
+    memory: int = 2**30,
+    progress=None,
+    influence: bool = True,
+    batch: int | None = None,
+) -> Measurement:
     """The ``Measurement`` of ``posbias.hf.measure.measure``, through transformers (module docstring), in
     batches of as many sequences as ``bytes_per_sequence`` fits in ``memory`` (or of ``batch``)."""
     import jax
@@ -317,9 +346,18 @@ def measure(loaded: Loaded, sequences, *, precision: str = "float64", memory: in
         batch = memory // bytes_per_sequence(loaded, n, itemsize)
     batch = int(max(1, min(s, batch)))
     with jax.enable_x64(precision == "float64"), torch.inference_mode(False):
-        m = accumulate(capture_fn(loaded), influence_fn(loaded) if influence else None, None, sequences,
-                       batch=batch, precision=precision, slopes=np.zeros(loaded.heads), scales=scales(loaded),
-                       causal=True, progress=progress)
+        m = accumulate(
+            capture_fn(loaded),
+            influence_fn(loaded) if influence else None,
+            None,
+            sequences,
+            batch=batch,
+            precision=precision,
+            slopes=np.zeros(loaded.heads),
+            scales=scales(loaded),
+            causal=True,
+            progress=progress,
+        )
     return replace(m, logits_note=logits_note(loaded))
 
 
@@ -333,8 +371,10 @@ def logits_note(loaded: Loaded) -> str:
     """``Measurement.logits_note`` of this backend ("" for ``PLAIN_LOGITS``)."""
     if loaded.model_type in PLAIN_LOGITS:
         return ""
-    return (f"the transformers backend records only s_t q.k for {loaded.model_type}, which may add an ALiBi term, "
-            "soft-capping or a sliding window to it (measure with the JAX route where it has the family)")
+    return (
+        f"the transformers backend records only s_t q.k for {loaded.model_type}, which may add an ALiBi term, "
+        "soft-capping or a sliding window to it (measure with the JAX route where it has the family)"
+    )
 
 
 def tokenizer_of(path):
@@ -361,13 +401,15 @@ def tokenizer_of(path):
 def notes(loaded: Loaded) -> list[str]:
     """What a reader of report.json must know about this backend's measurement."""
     _, transformers = require_torch()
-    return [f"measured through transformers {transformers.__version__} ({loaded.model_type}, eager attention, "
-            f"hooks on the block input and on {loaded.layout.addend}); transformers computes the eager softmax "
-            f"(and rotary tables) in float32 whatever the dtype, so kernels carry float32 rounding",
-            "no ALiBi term: the slopes in config.yaml are 0; positions (learned or rotary) act through the "
-            "content logits" if loaded.model_type != "bloom" else
-            "BLOOM's ALiBi slopes are not read by this backend: the slopes in config.yaml are 0 (the JAX route "
-            "records them)"]
+    return [
+        f"measured through transformers {transformers.__version__} ({loaded.model_type}, eager attention, "
+        f"hooks on the block input and on {loaded.layout.addend}); transformers computes the eager softmax "
+        f"(and rotary tables) in float32 whatever the dtype, so kernels carry float32 rounding",
+        "no ALiBi term: the slopes in config.yaml are 0; positions (learned or rotary) act through the content logits"
+        if loaded.model_type != "bloom"
+        else "BLOOM's ALiBi slopes are not read by this backend: the slopes in config.yaml are 0 (the JAX route "
+        "records them)",
+    ]
 
 
 def run_measure(args) -> int:
@@ -383,8 +425,9 @@ def run_measure(args) -> int:
         raise MeasureError(f"--samples: expected a positive integer, got {args.samples}")
     tokenizer = tokenizer_of(path)
     loaded = load(path, args.precision)
-    context = getattr(loaded.model.config, "max_position_embeddings", None) or getattr(loaded.model.config,
-                                                                                     "n_positions", None)
+    context = getattr(loaded.model.config, "max_position_embeddings", None) or getattr(
+        loaded.model.config, "n_positions", None
+    )
     n = args.tokens if args.tokens is not None else min(DEFAULT_TOKENS, context or DEFAULT_TOKENS)
     if n < 1:
         raise MeasureError(f"--tokens: expected a positive integer, got {n}")
@@ -397,15 +440,26 @@ def run_measure(args) -> int:
     seqs = data.sequences(tokenizer, text, n, args.samples, label)
     with progress_bar(not args.quiet, "measure (transformers)", "sequences") as update:
         m = measure(loaded, seqs, precision=args.precision, memory=args.memory or 2**30, progress=update)
-    meta = {"model_type": loaded.model_type, "layers": loaded.layers, "heads": loaded.heads,
-            "width": loaded.width, "vocab": loaded.vocab, "data": label, "backend": "transformers",
-            "notes": notes(loaded)}
+    meta = {
+        "model_type": loaded.model_type,
+        "layers": loaded.layers,
+        "heads": loaded.heads,
+        "width": loaded.width,
+        "vocab": loaded.vocab,
+        "data": label,
+        "backend": "transformers",
+        "notes": notes(loaded),
+    }
     files = outputs.render(m, source=str(path), content_scale=args.content_scale, meta=meta, causal=True)
     written = write_run(Path(out), {}, binaries=files)
     from posbias.hf.cli import print_summary
 
-    print_summary(f"{path} ({loaded.model_type} through transformers, T={loaded.layers}, H={loaded.heads}, "
-                  f"D={loaded.width}), N = {n}, S = {args.samples}, {args.precision}", m, written)
+    print_summary(
+        f"{path} ({loaded.model_type} through transformers, T={loaded.layers}, H={loaded.heads}, "
+        f"D={loaded.width}), N = {n}, S = {args.samples}, {args.precision}",
+        m,
+        written,
+    )
     return 0
 
 
@@ -428,18 +482,29 @@ def validate_subject(args, subject_type):
         slopes, alibi = jax_slopes(spec), spec.positions == "alibi"
     except UserError:
         slopes, alibi = np.zeros(int(config.num_attention_heads)), False
-    context = None if alibi else (getattr(config, "max_position_embeddings", None)
-                                  or getattr(config, "n_positions", None))
+    context = (
+        None if alibi else (getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None))
+    )
     text, label = data.read_text(args.data)
     layers, heads = int(config.num_hidden_layers), int(config.num_attention_heads)
-    line = (f"Checkpoint through transformers: model_type {config.model_type}, T = {layers}, H = {heads}, "
-            f"width {config.hidden_size}, vocab {config.vocab_size}, "
-            f"context {'ALiBi, no limit' if context is None else f'{context} positions'} (causal decoder); "
-            f"data: {label}; S = {args.samples} sequences per length; {args.precision} measurement.")
-    notes = (("Rotary or learned positions: no ALiBi term (slopes 0), so (a) and (b) are pure causal-mask "
-              "rollouts; the position signal reaches (e)-(h) through the measured kernels.",) if not alibi else ())
-    notes += (f"Measured through transformers (eager attention, hooks on each block's input and on "
-              f"{LAYOUTS[config.model_type].addend}); its eager softmax runs in float32 whatever the dtype.",)
+    line = (
+        f"Checkpoint through transformers: model_type {config.model_type}, T = {layers}, H = {heads}, "
+        f"width {config.hidden_size}, vocab {config.vocab_size}, "
+        f"context {'ALiBi, no limit' if context is None else f'{context} positions'} (causal decoder); "
+        f"data: {label}; S = {args.samples} sequences per length; {args.precision} measurement."
+    )
+    notes = (
+        (
+            "Rotary or learned positions: no ALiBi term (slopes 0), so (a) and (b) are pure causal-mask "
+            "rollouts; the position signal reaches (e)-(h) through the measured kernels.",
+        )
+        if not alibi
+        else ()
+    )
+    notes += (
+        f"Measured through transformers (eager attention, hooks on each block's input and on "
+        f"{LAYOUTS[config.model_type].addend}); its eager softmax runs in float32 whatever the dtype.",
+    )
     state = {}
 
     def sequences(lengths, samples):
@@ -449,14 +514,23 @@ def validate_subject(args, subject_type):
     def plan(lengths, samples):
         budget = args.memory or 2**30
         itemsize = 8 if args.precision == "float64" else 4
-        shape = Loaded(None, LAYOUTS[config.model_type], config.model_type, layers, heads, int(config.hidden_size),
-                       int(config.vocab_size), str(path))
+        shape = Loaded(
+            None,
+            LAYOUTS[config.model_type],
+            config.model_type,
+            layers,
+            heads,
+            int(config.hidden_size),
+            int(config.vocab_size),
+            str(path),
+        )
         out = {}
         for n in lengths:
             per = bytes_per_sequence(shape, n, itemsize)
             if per > budget:
-                raise MeasureError(f"--memory {budget}: one sequence of N = {n} needs about {per} bytes "
-                                   f"(transformers backend)")
+                raise MeasureError(
+                    f"--memory {budget}: one sequence of N = {n} needs about {per} bytes (transformers backend)"
+                )
             out[n] = int(max(1, min(samples, budget // per)))
         return out
 
@@ -465,8 +539,10 @@ def validate_subject(args, subject_type):
 
         def run(seqs, batch, progress):
             return measure(state["loaded"], seqs, precision=args.precision, batch=batch, progress=progress)
+
         return run
 
     lengths = default_lengths(min(context, 256)) if context is not None else (128, 256)
-    return subject_type(str(path), line, notes, context, f"{context} positions", None, lengths, slopes, True,
-                        sequences, plan, measurer)
+    return subject_type(
+        str(path), line, notes, context, f"{context} positions", None, lengths, slopes, True, sequences, plan, measurer
+    )

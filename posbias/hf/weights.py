@@ -53,8 +53,10 @@ def _getter(ckpt: Checkpoint, prefix: str, dtype, zeros_dtype):
             return np.zeros(shape, dtype if dtype is not None else zeros_dtype)
         value = _cast(np.asarray(ckpt.tensor(prefix + name)), dtype)
         if value.size != int(np.prod(shape)):
-            raise CheckpointError(f"{ckpt.folder}: tensor {ckpt.prefix + prefix + name} has shape {value.shape}, "
-                                  f"expected {int(np.prod(shape))} entries for shape {shape}")
+            raise CheckpointError(
+                f"{ckpt.folder}: tensor {ckpt.prefix + prefix + name} has shape {value.shape}, "
+                f"expected {int(np.prod(shape))} entries for shape {shape}"
+            )
         return value
 
     return get
@@ -69,7 +71,7 @@ def _layer(ckpt: Checkpoint, t: int, dtype, zeros_dtype):
     yield "ln1_g", get(ln1[0], (d,))
     if spec.norm == "layer":
         yield "ln1_b", get(ln1[1], (d,))
-    if fam.qkv_layout == "separate":   # q (H K, D), k and v (G K, D): key/value head g repeated for its H/G queries
+    if fam.qkv_layout == "separate":  # q (H K, D), k and v (G K, D): key/value head g repeated for its H/G queries
         for s, name in enumerate("qkv"):
             heads = h if name == "q" else g
             w = _linear(get(fam.qkv[2 * s], (heads * k, d)), fam.linear_layout).reshape(d, heads, k)
@@ -78,8 +80,9 @@ def _layer(ckpt: Checkpoint, t: int, dtype, zeros_dtype):
             yield "b" + name, b if heads == h else np.repeat(b, h // g, axis=0)
     else:
         out = (h + 2 * spec.groups) * k if fam.qkv_layout == "grouped" else 3 * d
-        w, b = split_qkv(fam, spec, _linear(get(fam.qkv[0], (d, out)), fam.linear_layout).reshape(d, out),
-                         get(fam.qkv[1], (out,)))
+        w, b = split_qkv(
+            fam, spec, _linear(get(fam.qkv[0], (d, out)), fam.linear_layout).reshape(d, out), get(fam.qkv[1], (out,))
+        )
         for s, name in enumerate("qkv"):
             yield "w" + name, w[s]
             yield "b" + name, b[s]
@@ -105,8 +108,10 @@ def params(ckpt: Checkpoint, dtype=np.float32) -> dict:
     d = spec.width
     embed = _cast(np.asarray(ckpt.tensor(fam.embed)), dtype)
     if embed.shape != (spec.vocab, spec.width):
-        raise CheckpointError(f"{ckpt.folder}: {fam.embed} has shape {embed.shape}, expected "
-                              f"({spec.vocab}, {spec.width}) from config.json")
+        raise CheckpointError(
+            f"{ckpt.folder}: {fam.embed} has shape {embed.shape}, expected "
+            f"({spec.vocab}, {spec.width}) from config.json"
+        )
     blocks = {}
     for t in range(spec.layers):
         for name, value in _layer(ckpt, t, dtype, embed.dtype):
@@ -123,7 +128,7 @@ def params(ckpt: Checkpoint, dtype=np.float32) -> dict:
         out["embn_g"], out["embn_b"] = get(fam.embed_norm[0], (d,)), get(fam.embed_norm[1], (d,))
     if fam.position_embed is not None:
         positions = get(fam.position_embed, (spec.context, d)).reshape(spec.context, d)
-        if fam.token_type_embed is not None:   # summed in float32 at least: a narrow sum would round
+        if fam.token_type_embed is not None:  # summed in float32 at least: a narrow sum would round
             wide = np.result_type(positions.dtype, np.float32)
             positions = positions.astype(wide) + np.asarray(ckpt.tensor(fam.token_type_embed))[0].astype(wide)
         out["positions"] = positions
@@ -136,11 +141,12 @@ def _top_level(ckpt: Checkpoint, name: str) -> np.ndarray:
     """A tensor outside the base prefix (the untied lm_head of a *ForCausalLM save)."""
     from safetensors import safe_open
 
-    if hasattr(ckpt, "top_level"):   # a GGUF file (posbias.hf.gguf.GGUFCheckpoint) dequantizes its own
+    if hasattr(ckpt, "top_level"):  # a GGUF file (posbias.hf.gguf.GGUFCheckpoint) dequantizes its own
         return ckpt.top_level(name)
 
     if name not in ckpt.files:
-        raise CheckpointError(f"{ckpt.folder}: tensor {name} is missing and config.json says "
-                              f"tie_word_embeddings is false")
+        raise CheckpointError(
+            f"{ckpt.folder}: tensor {name} is missing and config.json says tie_word_embeddings is false"
+        )
     with safe_open(str(ckpt.files[name]), framework="numpy") as f:
         return f.get_tensor(name)

@@ -79,8 +79,9 @@ def resolve(path: Path) -> Path:
     if path.is_dir():
         path = path / CHECKPOINT
     if not path.exists():
-        raise CheckpointError(f"{path}: no such checkpoint (expected a run folder of posbias train "
-                              f"or its {CHECKPOINT})")
+        raise CheckpointError(
+            f"{path}: no such checkpoint (expected a run folder of posbias train or its {CHECKPOINT})"
+        )
     if not path.is_file():
         raise CheckpointError(f"{path}: is not a regular file, expected a {CHECKPOINT}")
     return path
@@ -97,7 +98,7 @@ def load(path: Path) -> Checkpoint:
             if "meta" not in names:
                 raise CheckpointError(f"{path}: not a posbias train checkpoint (no 'meta' entry)")
             meta = json.loads(str(z["meta"][()]))
-            params = {n[len("params/"):]: z[n] for n in names if n.startswith("params/")}
+            params = {n[len("params/") :]: z[n] for n in names if n.startswith("params/")}
             opt = tuple(z[n] for n in sorted(n for n in names if n.startswith("opt/")))
     except CheckpointError:
         raise
@@ -105,12 +106,16 @@ def load(path: Path) -> Checkpoint:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
         raise CheckpointError(f"{path}: unreadable or corrupt checkpoint ({reason})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: unknown checkpoint format "
-                              f"{meta.get('format') if isinstance(meta, dict) else meta!r}, "
-                              f"expected {FORMAT}")
+        raise CheckpointError(
+            f"{path}: unknown checkpoint format "
+            f"{meta.get('format') if isinstance(meta, dict) else meta!r}, "
+            f"expected {FORMAT}"
+        )
     try:
-        fields = {kind: {name: meta[part][name] for name in kind.model_fields}
-                  for kind, part in ((ModelConfig, "model"), (TrainConfig, "train"))}
+        fields = {
+            kind: {name: meta[part][name] for name in kind.model_fields}
+            for kind, part in ((ModelConfig, "model"), (TrainConfig, "train"))
+        }
         step = int(meta["step"])
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{path}: checkpoint metadata incomplete ({exc})") from None

@@ -41,14 +41,22 @@ examples:
 def add_parser(subparsers) -> tuple:
     """Add ``train`` and ``measure`` to an argparse subparsers object; returns both parsers."""
     tr = subparsers.add_parser(
-        "train", help="train the byte-level ALiBi language model on CPython's reference text",
+        "train",
+        help="train the byte-level ALiBi language model on CPython's reference text",
         description="Train a JAX decoder (pre-LayerNorm, ALiBi heads, GELU MLP, bytes) on pydoc_data.topics with "
-                    "AdamW; checkpoints are atomic and a second run with the same --out resumes.",
-        epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    tr.add_argument("--out", type=argtypes.path, required=True,
-                    help="run folder (checkpoint.npz, config.json, train.json)")
-    tr.add_argument("--preset", choices=PRESET_NAMES, default="default",
-                    help="default (the measured model) or ci (tiny, under a minute)")
+        "AdamW; checkpoints are atomic and a second run with the same --out resumes.",
+        epilog=TRAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    tr.add_argument(
+        "--out", type=argtypes.path, required=True, help="run folder (checkpoint.npz, config.json, train.json)"
+    )
+    tr.add_argument(
+        "--preset",
+        choices=PRESET_NAMES,
+        default="default",
+        help="default (the measured model) or ci (tiny, under a minute)",
+    )
     m = tr.add_argument_group("model (override the preset)")
     m.add_argument("--layers", type=_positive, metavar="T")
     m.add_argument("--heads", type=_positive, metavar="H")
@@ -62,40 +70,71 @@ def add_parser(subparsers) -> tuple:
     o.add_argument("--warmup", type=_nonneg, help="warm-up steps")
     o.add_argument("--seed", type=argtypes.integer_in(0, SEED_MAX), help=f"in [0, {SEED_MAX}]")
     o.add_argument("--eval-every", type=_positive, metavar="K", help="validation every K steps")
-    tr.add_argument("--checkpoint-every", type=_positive, metavar="K",
-                    help="write the checkpoint every K steps (default: --eval-every); does not change the result")
+    tr.add_argument(
+        "--checkpoint-every",
+        type=_positive,
+        metavar="K",
+        help="write the checkpoint every K steps (default: --eval-every); does not change the result",
+    )
     tr.add_argument("--quiet", action="store_true", help="no progress bar or per-evaluation lines")
 
     me = subparsers.add_parser(
-        "measure", help="measure a trained model: lambda_t, kernels, content, influence",
+        "measure",
+        help="measure a trained model: lambda_t, kernels, content, influence",
         description="Measure a posbias train checkpoint on S held-out sequences of N bytes: lambda_t with error "
-                    "bars, attention kernels, content b/d, influence ||d p_top1 / d e_j||; writes a rollout "
-                    "config, the kernels in the --kernels format and the influence profile.",
-        epilog=MEASURE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    me.add_argument("checkpoint", type=Path, metavar="RUN",
-                    help="run folder of posbias train (or its checkpoint.npz), or a Hugging Face checkpoint folder "
-                         "(config.json, *.safetensors, tokenizer.json: bert, bloom, falcon, gpt2, mpt)")
-    me.add_argument("--data", type=Path, metavar="FILE",
-                    help="Hugging Face checkpoints: text (.txt) or JSON lines with a \"text\" field (.jsonl); "
-                         "default: the pydoc_data validation topics")
-    me.add_argument("--tokens", type=_nonneg, metavar="N",
-                    help="sequence length (default: the model's context; Hugging Face checkpoints: 256)")
+        "bars, attention kernels, content b/d, influence ||d p_top1 / d e_j||; writes a rollout "
+        "config, the kernels in the --kernels format and the influence profile.",
+        epilog=MEASURE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    me.add_argument(
+        "checkpoint",
+        type=Path,
+        metavar="RUN",
+        help="run folder of posbias train (or its checkpoint.npz), or a Hugging Face checkpoint folder "
+        "(config.json, *.safetensors, tokenizer.json: bert, bloom, falcon, gpt2, mpt)",
+    )
+    me.add_argument(
+        "--data",
+        type=Path,
+        metavar="FILE",
+        help='Hugging Face checkpoints: text (.txt) or JSON lines with a "text" field (.jsonl); '
+        "default: the pydoc_data validation topics",
+    )
+    me.add_argument(
+        "--tokens",
+        type=_nonneg,
+        metavar="N",
+        help="sequence length (default: the model's context; Hugging Face checkpoints: 256)",
+    )
     me.add_argument("--samples", type=_nonneg, metavar="S", default=64, help="held-out sequences (default 64)")
     me.add_argument("--out", type=argtypes.path, help="output folder (default: RUN/measure-N<N>-S<S>)")
     me.add_argument("--precision", choices=("float64", "float32"), default="float64")
-    me.add_argument("--memory", type=size, metavar="SIZE",
-                    help="Hugging Face checkpoints: memory budget of the whole measurement, host and device "
-                         "(default and at most: 80%% of physical memory or POSBIAS_MEMORY_LIMIT), refused before "
-                         "any weight is read when one sequence per batch exceeds it; a posbias train model: budget "
-                         "of one batch of sequences (default 1G)")
-    me.add_argument("--content-scale", choices=("scaled", "raw"), default="scaled",
-                    help="content b, d in rollout.yaml: times the softmax's per-layer scale s_t (1/sqrt(d_head) unless "
-                         "the model sets another) as the softmax sees them (default), "
-                         "or raw q.k as the paper's code records them")
-    me.add_argument("--backend", choices=("jax", "transformers"), default="jax",
-                    help="Hugging Face checkpoints and .gguf files: jax (posbias's own forward, default) or "
-                         "transformers (its eager forward with PyTorch hooks, for architectures posbias's JAX "
-                         "families do not cover: needs pip install 'posbias[hf]')")
+    me.add_argument(
+        "--memory",
+        type=size,
+        metavar="SIZE",
+        help="Hugging Face checkpoints: memory budget of the whole measurement, host and device "
+        "(default and at most: 80%% of physical memory or POSBIAS_MEMORY_LIMIT), refused before "
+        "any weight is read when one sequence per batch exceeds it; a posbias train model: budget "
+        "of one batch of sequences (default 1G)",
+    )
+    me.add_argument(
+        "--content-scale",
+        choices=("scaled", "raw"),
+        default="scaled",
+        help="content b, d in rollout.yaml: times the softmax's per-layer scale s_t (1/sqrt(d_head) unless "
+        "the model sets another) as the softmax sees them (default), "
+        "or raw q.k as the paper's code records them",
+    )
+    me.add_argument(
+        "--backend",
+        choices=("jax", "transformers"),
+        default="jax",
+        help="Hugging Face checkpoints and .gguf files: jax (posbias's own forward, default) or "
+        "transformers (its eager forward with PyTorch hooks, for architectures posbias's JAX "
+        "families do not cover: needs pip install 'posbias[hf]')",
+    )
     me.add_argument("--quiet", action="store_true", help="no progress bar")
     return tr, me
 
@@ -125,13 +164,23 @@ def _train(args) -> int:
     if args.warmup is None and fields["warmup"] >= fields["steps"]:
         fields["warmup"] = fields["steps"] // 10
     cfg = checked(TrainConfig, **fields)
-    result = train(model, cfg, args.out, checkpoint_every=args.checkpoint_every, progress=not args.quiet,
-                   log=(lambda line: None) if args.quiet else None)
+    result = train(
+        model,
+        cfg,
+        args.out,
+        checkpoint_every=args.checkpoint_every,
+        progress=not args.quiet,
+        log=(lambda line: None) if args.quiet else None,
+    )
     resumed = f" (resumed at step {result.resumed_from})" if result.resumed_from else ""
-    print(f"posbias train: T={model.layers}, H={model.heads}, D={model.width}, context {model.context}, "
-          f"{cfg.steps} steps{resumed}, {result.wall_s:.0f} s")
-    print(f"  bits per byte: train {result.train_bpb:.4f}   validation {result.val_bpb:.4f}   "
-          f"unigram (validation) {result.unigram_bpb:.4f}")
+    print(
+        f"posbias train: T={model.layers}, H={model.heads}, D={model.width}, context {model.context}, "
+        f"{cfg.steps} steps{resumed}, {result.wall_s:.0f} s"
+    )
+    print(
+        f"  bits per byte: train {result.train_bpb:.4f}   validation {result.val_bpb:.4f}   "
+        f"unigram (validation) {result.unigram_bpb:.4f}"
+    )
     print("  wrote " + ", ".join(str(p) for p in result.files))
     return 0
 
@@ -156,26 +205,31 @@ def _measure(args) -> int:
 
         return run_measure(args)
     if getattr(args, "backend", "jax") == "transformers":
-        raise MeasureError("--backend transformers applies to Hugging Face checkpoints and .gguf files, not to a "
-                           "posbias train model")
+        raise MeasureError(
+            "--backend transformers applies to Hugging Face checkpoints and .gguf files, not to a posbias train model"
+        )
     if args.data is not None:
-        raise MeasureError("--data applies to Hugging Face checkpoints; a posbias train model is measured on its "
-                           "held-out topics")
+        raise MeasureError(
+            "--data applies to Hugging Face checkpoints; a posbias train model is measured on its held-out topics"
+        )
     loaded = ckpt.load(args.checkpoint)
     context = loaded.model.context
     n = context if args.tokens is None else args.tokens
     if n < 1:
         raise MeasureError(f"--tokens: expected a positive integer, got {n}")
     if n > context:
-        raise MeasureError(f"--tokens {n}: longer than the model's context length {context} "
-                           f"({ckpt.resolve(args.checkpoint)})")
+        raise MeasureError(
+            f"--tokens {n}: longer than the model's context length {context} ({ckpt.resolve(args.checkpoint)})"
+        )
     if args.samples < 1:
         raise MeasureError(f"--samples: expected a positive integer (held-out sequences), got {args.samples}")
     corpus = load_corpus()
     available = corpus.validation.size - n + 1
     if args.samples > available:
-        raise MeasureError(f"--samples {args.samples}: the validation text ({corpus.validation.size} bytes) has "
-                           f"only {available} windows of {n} bytes")
+        raise MeasureError(
+            f"--samples {args.samples}: the validation text ({corpus.validation.size} bytes) has "
+            f"only {available} windows of {n} bytes"
+        )
     run_dir = args.checkpoint if args.checkpoint.is_dir() else args.checkpoint.parent
     out = args.out if args.out is not None else run_dir / f"measure-N{n}-S{args.samples}"
     outputs.check_out(out)
@@ -183,28 +237,50 @@ def _measure(args) -> int:
     if not loaded.complete:
         notes.append(f"checkpoint at step {loaded.step} of {loaded.train.steps}: training is not complete")
     if loaded.meta.get("corpus") != corpus.fingerprint:
-        notes.append("the corpus differs from the one the model was trained on (another Python version); "
-                     "the validation topics are still held out")
+        notes.append(
+            "the corpus differs from the one the model was trained on (another Python version); "
+            "the validation topics are still held out"
+        )
     for note in notes:
         print(f"posbias measure: warning: {note}", file=sys.stderr)
     sequences = heldout_sequences(corpus.validation, n, args.samples)
     with progress_bar(not args.quiet, "measure", "sequences") as update:
-        m = measure(loaded.params, loaded.model, sequences, precision=args.precision,
-                    memory=args.memory or TRAINED_BATCH_MEMORY, progress=update)
+        m = measure(
+            loaded.params,
+            loaded.model,
+            sequences,
+            precision=args.precision,
+            memory=args.memory or TRAINED_BATCH_MEMORY,
+            progress=update,
+        )
     source = str(ckpt.resolve(args.checkpoint))
-    files = outputs.render(m, source=source, content_scale=args.content_scale,
-                           meta={"model": loaded.model.to_dict(), "step": loaded.step, "notes": notes,
-                                 "validation_topics": list(corpus.validation_topics)})
+    files = outputs.render(
+        m,
+        source=source,
+        content_scale=args.content_scale,
+        meta={
+            "model": loaded.model.to_dict(),
+            "step": loaded.step,
+            "notes": notes,
+            "validation_topics": list(corpus.validation_topics),
+        },
+    )
     written = outputs.write_set(out, files)
     lam = "  ".join(f"{v:.3f}±{s:.3f}" for v, s in zip(m.lambdas, m.lambda_std))
-    print(f"posbias measure: {source} (T={loaded.model.layers}, H={loaded.model.heads}), N = {n}, "
-          f"S = {args.samples}, {args.precision}")
+    print(
+        f"posbias measure: {source} (T={loaded.model.layers}, H={loaded.model.heads}), N = {n}, "
+        f"S = {args.samples}, {args.precision}"
+    )
     print(f"  lambda_t (± std over sequences): {lam}   sum = {m.lambdas.sum():.3f}")
-    print("  content d (scaled) per layer, head-mean: "
-          + "  ".join(f"{v:+.3f}" for v in m.content.diagonal_scaled.mean(axis=1))
-          + f"   R^2 mean {m.content.r2.mean():.3f}")
-    print(f"  influence: p(0) = {m.influence[0]:.4g}   p(N-1) = {m.influence[-1]:.4g}   "
-          f"argmin = {int(m.influence.argmin())}")
+    print(
+        "  content d (scaled) per layer, head-mean: "
+        + "  ".join(f"{v:+.3f}" for v in m.content.diagonal_scaled.mean(axis=1))
+        + f"   R^2 mean {m.content.r2.mean():.3f}"
+    )
+    print(
+        f"  influence: p(0) = {m.influence[0]:.4g}   p(N-1) = {m.influence[-1]:.4g}   "
+        f"argmin = {int(m.influence.argmin())}"
+    )
     print("  wrote " + ", ".join(str(p) for p in written))
     return 0
 

@@ -134,8 +134,14 @@ class TrainConfig(_Config):
 
     @pydantic.model_validator(mode="after")
     def _ranges(self):
-        if not (self.lr > 0 and 0 <= self.final_lr_fraction <= 1 and 0 <= self.b1 < 1 and 0 <= self.b2 < 1
-                and self.weight_decay >= 0 and self.clip > 0):
+        if not (
+            self.lr > 0
+            and 0 <= self.final_lr_fraction <= 1
+            and 0 <= self.b1 < 1
+            and 0 <= self.b2 < 1
+            and self.weight_decay >= 0
+            and self.clip > 0
+        ):
             raise ValueError("lr, clip must be > 0; b1, b2 in [0, 1); weight_decay >= 0; final_lr_fraction in [0, 1]")
         return self
 
@@ -149,9 +155,15 @@ class Preset:
 
 PRESETS = {
     # About 9 minutes of training on an idle 2-core CPU (docs/lm.md has the measured figures).
-    "default": Preset("default", ModelConfig(layers=4, heads=4, width=64, context=256),
-                      TrainConfig(steps=1500, batch=16, lr=3e-3, warmup=75, eval_every=250)),
+    "default": Preset(
+        "default",
+        ModelConfig(layers=4, heads=4, width=64, context=256),
+        TrainConfig(steps=1500, batch=16, lr=3e-3, warmup=75, eval_every=250),
+    ),
     # Well under a minute: for tests and CI.
-    "ci": Preset("ci", ModelConfig(layers=2, heads=4, width=32, context=64),
-                 TrainConfig(steps=300, batch=16, lr=1e-2, warmup=20, eval_every=100)),
+    "ci": Preset(
+        "ci",
+        ModelConfig(layers=2, heads=4, width=32, context=64),
+        TrainConfig(steps=300, batch=16, lr=1e-2, warmup=20, eval_every=100),
+    ),
 }

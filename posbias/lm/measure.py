@@ -63,24 +63,24 @@ class Measurement:
     num_tokens: int
     samples: int
     precision: str
-    slopes: np.ndarray            # (H,)
-    lambdas: np.ndarray           # (T,)
-    lambda_std: np.ndarray        # (T,) over sequences of per-sequence means (the paper's)
+    slopes: np.ndarray  # (H,)
+    lambdas: np.ndarray  # (T,)
+    lambda_std: np.ndarray  # (T,) over sequences of per-sequence means (the paper's)
     lambda_std_positions: np.ndarray  # (T,) over all (sequence, position)
-    lambda_per_sequence: np.ndarray   # (S, T)
+    lambda_per_sequence: np.ndarray  # (S, T)
     kernels_per_head: np.ndarray  # (T, H, N, N)
-    kernels: np.ndarray           # (T, N, N)
-    content_mean: np.ndarray      # (T, H, N, N) raw q.k, mean over sequences
+    kernels: np.ndarray  # (T, N, N)
+    content_mean: np.ndarray  # (T, H, N, N) raw q.k, mean over sequences
     content: ContentFit
-    grad_norms: np.ndarray | None     # (S, N) ||d p_top1 / d e_j|| (None when not asked)
-    influence: np.ndarray | None      # (N,) mean over sequences, normalised to sum 1
+    grad_norms: np.ndarray | None  # (S, N) ||d p_top1 / d e_j|| (None when not asked)
+    influence: np.ndarray | None  # (N,) mean over sequences, normalised to sum 1
     batch: int
     kernels_value: np.ndarray | None = None  # (T, N, N) value-norm-weighted head-mean kernels (``value_weighted``)
-    value_norms: np.ndarray | None = None    # (T, H, N) ||W_O^h v_hj||, mean over sequences
-    scales: np.ndarray | None = None         # (T,) the softmax's factor s_t on the raw q.k of layer t
-    causal: bool = True                      # the softmax's mask: causal (j <= i) or full
-    logits_note: str = ""                    # why scales * content - slopes (i - j) on that mask is not what the
-                                             # softmax sees ("" when it is; posbias.bias_fit then refuses)
+    value_norms: np.ndarray | None = None  # (T, H, N) ||W_O^h v_hj||, mean over sequences
+    scales: np.ndarray | None = None  # (T,) the softmax's factor s_t on the raw q.k of layer t
+    causal: bool = True  # the softmax's mask: causal (j <= i) or full
+    logits_note: str = ""  # why scales * content - slopes (i - j) on that mask is not what the
+    # softmax sees ("" when it is; posbias.bias_fit then refuses)
 
 
 def bytes_per_sequence(config: ModelConfig, num_tokens: int, itemsize: int = 8) -> int:
@@ -108,7 +108,7 @@ def content_fit(mean_logits: np.ndarray, scales, *, causal: bool = True) -> Cont
     read = np.tril(np.ones((n, n), bool)) if causal else np.ones((n, n), bool)
     off = read & ~diag
     b, d, r2 = np.zeros((t, h)), np.zeros((t, h)), np.ones((t, h))
-    for layer in range(t):   # (H, N, N) temporaries, whatever T is
+    for layer in range(t):  # (H, N, N) temporaries, whatever T is
         logits = mean_logits[layer]
         if n > 1:
             b[layer] = logits[:, off].mean(axis=-1)
@@ -138,7 +138,7 @@ def lambda_ratios(cap: dict):
     an = jnp.linalg.norm(cap["a"], axis=-1)
     xn = jnp.linalg.norm(cap["x"], axis=-1)
     r = an / jnp.maximum(xn + an, DENOMINATOR_FLOOR)  # (T, N)
-    return r.mean(axis=-1), (r ** 2).sum(axis=-1)
+    return r.mean(axis=-1), (r**2).sum(axis=-1)
 
 
 def batch_capture(one):
@@ -171,8 +171,13 @@ def capture_fn(config: ModelConfig):
 
     def one(params, tokens):
         _, cap = forward(params, tokens, config, capture=True)
-        return (*lambda_ratios(cap), cap["probs"], cap["content"], value_weighted(cap["probs"], cap["value_norms"]),
-                cap["value_norms"])
+        return (
+            *lambda_ratios(cap),
+            cap["probs"],
+            cap["content"],
+            value_weighted(cap["probs"], cap["value_norms"]),
+            cap["value_norms"],
+        )
 
     return batch_capture(one)
 
@@ -199,11 +204,19 @@ def batches(sequences: np.ndarray, batch: int):
     """Consecutive chunks of ``batch`` sequences (the last may be shorter: it compiles once more,
     and no padding row enters the device-side sums)."""
     for i in range(0, len(sequences), batch):
-        yield sequences[i:i + batch]
+        yield sequences[i : i + batch]
 
 
-def measure(params_flat: dict, config: ModelConfig, sequences: np.ndarray, *, precision: str = "float64",
-            memory: int = 2**30, progress=None, influence: bool = True) -> Measurement:
+def measure(
+    params_flat: dict,
+    config: ModelConfig,
+    sequences: np.ndarray,
+    *,
+    precision: str = "float64",
+    memory: int = 2**30,
+    progress=None,
+    influence: bool = True,
+) -> Measurement:
     """Every measurement of the module docstring on (S, N) byte sequences (the influence
     gradients only with ``influence``)."""
     import jax
@@ -223,13 +236,32 @@ def measure(params_flat: dict, config: ModelConfig, sequences: np.ndarray, *, pr
         dtype = jnp.float64 if x64 else jnp.float32
         params = _cast(unflatten(params_flat), dtype)
         batch = batch_size(config, n, s, memory, 8 if x64 else 4)
-        return accumulate(capture_fn(config), influence_fn(config) if influence else None, params, sequences,
-                          batch=batch, precision=precision, slopes=slopes_of(config),
-                          scales=np.full(config.layers, 1.0 / np.sqrt(config.head_dim)), progress=progress)
+        return accumulate(
+            capture_fn(config),
+            influence_fn(config) if influence else None,
+            params,
+            sequences,
+            batch=batch,
+            precision=precision,
+            slopes=slopes_of(config),
+            scales=np.full(config.layers, 1.0 / np.sqrt(config.head_dim)),
+            progress=progress,
+        )
 
 
-def accumulate(capture, grad_fn, params, sequences: np.ndarray, *, batch: int, precision: str, slopes: np.ndarray,
-               scales, causal: bool = True, progress=None) -> Measurement:
+def accumulate(
+    capture,
+    grad_fn,
+    params,
+    sequences: np.ndarray,
+    *,
+    batch: int,
+    precision: str,
+    slopes: np.ndarray,
+    scales,
+    causal: bool = True,
+    progress=None,
+) -> Measurement:
     """The model-independent part of a measurement: run ``capture`` (and ``grad_fn`` when not None)
     over (S, N) sequences in batches of ``batch`` and reduce to a ``Measurement`` (module docstring).
     ``capture(params, (B, N))`` is a ``batch_capture``: per-sequence lambda means and sums of squares
@@ -256,14 +288,14 @@ def accumulate(capture, grad_fn, params, sequences: np.ndarray, *, batch: int, p
             extra_sums = [np.zeros(e.shape) for e in extra]
         for total, e in zip(extra_sums, extra):
             total += np.asarray(e)
-        lam_seq[done:done + k] = np.asarray(lm, np.float64)
+        lam_seq[done : done + k] = np.asarray(lm, np.float64)
         lam_sq += np.asarray(lsq, np.float64).sum(axis=0)
-        probs_sum += np.asarray(pr)     # in place: float64 += the compute dtype, no float64 copy
+        probs_sum += np.asarray(pr)  # in place: float64 += the compute dtype, no float64 copy
         del pr
         content_sum += np.asarray(co)
         del co
         if grad_fn is not None:
-            norms[done:done + k] = np.asarray(grad_fn(params, ids), np.float64)
+            norms[done : done + k] = np.asarray(grad_fn(params, ids), np.float64)
         done += k
         if progress is not None:
             progress(done, s)
@@ -282,13 +314,23 @@ def accumulate(capture, grad_fn, params, sequences: np.ndarray, *, batch: int, p
     if influence and not (np.all(np.isfinite(mean_norms)) and mean_norms.sum() > 0):
         raise MeasureError("influence: the gradients of p_top1 are zero or not finite on these sequences")
     return Measurement(
-        num_tokens=n, samples=s, precision=precision, slopes=np.asarray(slopes, np.float64), lambdas=lambdas,
+        num_tokens=n,
+        samples=s,
+        precision=precision,
+        slopes=np.asarray(slopes, np.float64),
+        lambdas=lambdas,
         lambda_std=lam_seq.std(axis=0),
-        lambda_std_positions=np.sqrt(np.maximum(lam_sq / (s * n) - lambdas ** 2, 0.0)),
-        lambda_per_sequence=lam_seq, kernels_per_head=per_head,
+        lambda_std_positions=np.sqrt(np.maximum(lam_sq / (s * n) - lambdas**2, 0.0)),
+        lambda_per_sequence=lam_seq,
+        kernels_per_head=per_head,
         kernels=per_head.mean(axis=1, dtype=np.float64).astype(out_dtype),
-        content_mean=content_sum, content=content_fit(content_sum, scales, causal=causal),
+        content_mean=content_sum,
+        content=content_fit(content_sum, scales, causal=causal),
         grad_norms=norms if influence else None,
-        influence=mean_norms / mean_norms.sum() if influence else None, batch=batch,
+        influence=mean_norms / mean_norms.sum() if influence else None,
+        batch=batch,
         kernels_value=extra_sums[0].astype(out_dtype) if extra_sums else None,
-        value_norms=extra_sums[1] if extra_sums else None, scales=np.asarray(scales, np.float64), causal=bool(causal))
+        value_norms=extra_sums[1] if extra_sums else None,
+        scales=np.asarray(scales, np.float64),
+        causal=bool(causal),
+    )

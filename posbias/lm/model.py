@@ -52,17 +52,24 @@ def init_params(config: ModelConfig, key, dtype=jnp.float32) -> dict:
         return (std * z.astype(jax.dtypes.canonicalize_dtype(np.result_type(std, np.float32)))).astype(dtype)
 
     blocks = {
-        "ln1_g": jnp.ones((t, d), dtype), "ln1_b": jnp.zeros((t, d), dtype),
-        "wq": normal(0, (t, d, h, k), 0.02), "wk": normal(1, (t, d, h, k), 0.02),
-        "wv": normal(2, (t, d, h, k), 0.02), "wo": normal(3, (t, h, k, d), out_std),
-        "ln2_g": jnp.ones((t, d), dtype), "ln2_b": jnp.zeros((t, d), dtype),
-        "w1": normal(4, (t, d, f), 0.02), "b1": jnp.zeros((t, f), dtype),
-        "w2": normal(5, (t, f, d), out_std), "b2": jnp.zeros((t, d), dtype),
+        "ln1_g": jnp.ones((t, d), dtype),
+        "ln1_b": jnp.zeros((t, d), dtype),
+        "wq": normal(0, (t, d, h, k), 0.02),
+        "wk": normal(1, (t, d, h, k), 0.02),
+        "wv": normal(2, (t, d, h, k), 0.02),
+        "wo": normal(3, (t, h, k, d), out_std),
+        "ln2_g": jnp.ones((t, d), dtype),
+        "ln2_b": jnp.zeros((t, d), dtype),
+        "w1": normal(4, (t, d, f), 0.02),
+        "b1": jnp.zeros((t, f), dtype),
+        "w2": normal(5, (t, f, d), out_std),
+        "b2": jnp.zeros((t, d), dtype),
     }
     return {
         "embed": normal(6, (VOCAB, d), 0.02),
         "blocks": blocks,
-        "lnf_g": jnp.ones((d,), dtype), "lnf_b": jnp.zeros((d,), dtype),
+        "lnf_g": jnp.ones((d,), dtype),
+        "lnf_b": jnp.zeros((d,), dtype),
         "unembed": normal(7, (d, VOCAB), 0.02),
     }
 

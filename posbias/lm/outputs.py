@@ -48,19 +48,24 @@ def rollout_yaml(m, *, content_scale: str = "scaled", source: str = "", mask: st
     """The reference-schema rollout config of a measurement (module docstring); ``mask`` "full" for
     an encoder, whose tokens read every position."""
     fit = m.content
-    b, d = ((fit.background_scaled, fit.diagonal_scaled) if content_scale == "scaled"
-            else (fit.background_raw, fit.diagonal_raw))
+    b, d = (
+        (fit.background_scaled, fit.diagonal_scaled)
+        if content_scale == "scaled"
+        else (fit.background_raw, fit.diagonal_raw)
+    )
     t, h = b.shape
-    return (f"# measured by posbias measure from {source}: N = {m.num_tokens}, S = {m.samples} held-out sequences,\n"
-            f"# content b, d = mean content logits q.k fitted as b + d [i = j] "
-            f"({'times the softmax scale s_t' if content_scale == 'scaled' else 'raw q.k'})\n"
-            f"sequence_length: {m.num_tokens}\nnum_layers: {t}\n"
-            f"mask_config:\n  mask_type: \"{mask}\"\n"
-            f"attention_config:\n  num_heads: {h}\n  alibi_slopes: {_rows([m.slopes])}\n"
-            f"  head_weights: {_rows([np.ones(h)])}\n  softmax_temperature: 1.0\n"
-            f"content_config:\n  diagonal_scores: {_rows(d)}\n  base_scores: {_rows(b)}\n"
-            f"lambda_schedule_config:\n  schedule_type: \"custom\"\n"
-            f"  lambdas_custom: [{', '.join(repr(float(x)) for x in m.lambdas)}]\n")
+    return (
+        f"# measured by posbias measure from {source}: N = {m.num_tokens}, S = {m.samples} held-out sequences,\n"
+        f"# content b, d = mean content logits q.k fitted as b + d [i = j] "
+        f"({'times the softmax scale s_t' if content_scale == 'scaled' else 'raw q.k'})\n"
+        f"sequence_length: {m.num_tokens}\nnum_layers: {t}\n"
+        f'mask_config:\n  mask_type: "{mask}"\n'
+        f"attention_config:\n  num_heads: {h}\n  alibi_slopes: {_rows([m.slopes])}\n"
+        f"  head_weights: {_rows([np.ones(h)])}\n  softmax_temperature: 1.0\n"
+        f"content_config:\n  diagonal_scores: {_rows(d)}\n  base_scores: {_rows(b)}\n"
+        f'lambda_schedule_config:\n  schedule_type: "custom"\n'
+        f"  lambdas_custom: [{', '.join(repr(float(x)) for x in m.lambdas)}]\n"
+    )
 
 
 def bias_fit_json(m) -> bytes:
@@ -90,8 +95,7 @@ def lambda_figure(m, title: str):
     fig = Figure(figsize=(6.4, 3.6), constrained_layout=True)
     ax = fig.add_subplot()
     layers = np.arange(len(m.lambdas))
-    ax.errorbar(layers, m.lambdas, yerr=2 * m.lambda_std, fmt="o-", capsize=4,
-                label="λ_t ± 2 std (over sequences)")
+    ax.errorbar(layers, m.lambdas, yerr=2 * m.lambda_std, fmt="o-", capsize=4, label="λ_t ± 2 std (over sequences)")
     ax.set_xlabel("layer t")
     ax.set_ylabel("λ_t = ‖a_t‖ / (‖x_t‖ + ‖a_t‖)")
     ax.set_xticks(layers)
@@ -110,35 +114,75 @@ def render(m, *, source: str, content_scale: str, meta: dict) -> dict[str, bytes
     lines = ["layer,head,slope,background_raw,diagonal_raw,background_scaled,diagonal_scaled,r2"]
     for i in range(t):
         for k in range(h):
-            lines.append(",".join([str(i), str(k)] + [repr(float(v)) for v in (
-                m.slopes[k], fit.background_raw[i, k], fit.diagonal_raw[i, k], fit.background_scaled[i, k],
-                fit.diagonal_scaled[i, k], fit.r2[i, k])]))
+            lines.append(
+                ",".join(
+                    [str(i), str(k)]
+                    + [
+                        repr(float(v))
+                        for v in (
+                            m.slopes[k],
+                            fit.background_raw[i, k],
+                            fit.diagonal_raw[i, k],
+                            fit.background_scaled[i, k],
+                            fit.diagonal_scaled[i, k],
+                            fit.r2[i, k],
+                        )
+                    ]
+                )
+            )
     lam_lines = ["layer,lambda,std,std_positions,sem"] + [
         f"{i},{float(m.lambdas[i])!r},{float(m.lambda_std[i])!r},{float(m.lambda_std_positions[i])!r},"
-        f"{float(lam_sem[i])!r}" for i in range(t)]
-    summary = {**meta, "source": source, "num_tokens": m.num_tokens, "samples": m.samples, "precision": m.precision,
-               "batch": m.batch, "content_scale_in_yaml": content_scale, "slopes": m.slopes.tolist(),
-               "lambdas": m.lambdas.tolist(), "lambda_std": m.lambda_std.tolist(),
-               "lambda_std_positions": m.lambda_std_positions.tolist(), "sum_lambda": float(m.lambdas.sum()),
-               "content": {"background_scaled": fit.background_scaled.tolist(),
-                           "diagonal_scaled": fit.diagonal_scaled.tolist(),
-                           "background_raw": fit.background_raw.tolist(), "diagonal_raw": fit.diagonal_raw.tolist(),
-                           "r2": fit.r2.tolist(), "mean_r2": float(fit.r2.mean())},
-               "influence": {"first": float(m.influence[0]), "last": float(m.influence[-1]),
-                             "argmin": int(np.argmin(m.influence))},
-               "max_row_sum_error": float(np.abs(m.kernels.sum(axis=-1) - 1).max()),
-               "max_upper_triangle": float(np.abs(np.triu(m.kernels, 1)).max())}
+        f"{float(lam_sem[i])!r}"
+        for i in range(t)
+    ]
+    summary = {
+        **meta,
+        "source": source,
+        "num_tokens": m.num_tokens,
+        "samples": m.samples,
+        "precision": m.precision,
+        "batch": m.batch,
+        "content_scale_in_yaml": content_scale,
+        "slopes": m.slopes.tolist(),
+        "lambdas": m.lambdas.tolist(),
+        "lambda_std": m.lambda_std.tolist(),
+        "lambda_std_positions": m.lambda_std_positions.tolist(),
+        "sum_lambda": float(m.lambdas.sum()),
+        "content": {
+            "background_scaled": fit.background_scaled.tolist(),
+            "diagonal_scaled": fit.diagonal_scaled.tolist(),
+            "background_raw": fit.background_raw.tolist(),
+            "diagonal_raw": fit.diagonal_raw.tolist(),
+            "r2": fit.r2.tolist(),
+            "mean_r2": float(fit.r2.mean()),
+        },
+        "influence": {
+            "first": float(m.influence[0]),
+            "last": float(m.influence[-1]),
+            "argmin": int(np.argmin(m.influence)),
+        },
+        "max_row_sum_error": float(np.abs(m.kernels.sum(axis=-1) - 1).max()),
+        "max_upper_triangle": float(np.abs(np.triu(m.kernels, 1)).max()),
+    }
     fig = lambda_figure(m, f"{source}: N = {m.num_tokens}, S = {s}")
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=150)
     return {
         "rollout.yaml": rollout_yaml(m, content_scale=content_scale, source=source).encode(),
         "kernels.npz": _npz(kernels=m.kernels, lambdas=m.lambdas),
-        "attention.npz": _npz(per_head=m.kernels_per_head, content_logits=m.content_mean, slopes=m.slopes,
-                              grad_norms=m.grad_norms, lambda_per_sequence=m.lambda_per_sequence,
-                              scales=m.scales, causal=np.asarray(m.causal), logits_note=np.asarray(m.logits_note)),
-        "influence.csv": position_csv(influence=m.influence, grad_norm_mean=m.grad_norms.mean(axis=0),
-                                      grad_norm_sem=sem).encode(),
+        "attention.npz": _npz(
+            per_head=m.kernels_per_head,
+            content_logits=m.content_mean,
+            slopes=m.slopes,
+            grad_norms=m.grad_norms,
+            lambda_per_sequence=m.lambda_per_sequence,
+            scales=m.scales,
+            causal=np.asarray(m.causal),
+            logits_note=np.asarray(m.logits_note),
+        ),
+        "influence.csv": position_csv(
+            influence=m.influence, grad_norm_mean=m.grad_norms.mean(axis=0), grad_norm_sem=sem
+        ).encode(),
         "lambda.csv": ("\n".join(lam_lines) + "\n").encode(),
         "content.csv": ("\n".join(lines) + "\n").encode(),
         "measure.json": (json.dumps(summary, indent=1) + "\n").encode(),

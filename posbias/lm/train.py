@@ -62,8 +62,10 @@ def optimizer(cfg: TrainConfig):
         flat = flatten(params)
         return unflatten({k: k.rsplit("/", 1)[-1] in MATRICES for k in flat})
 
-    return optax.chain(optax.clip_by_global_norm(cfg.clip),
-                       optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, weight_decay=cfg.weight_decay, mask=decay_mask))
+    return optax.chain(
+        optax.clip_by_global_norm(cfg.clip),
+        optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, weight_decay=cfg.weight_decay, mask=decay_mask),
+    )
 
 
 def _identity(model: ModelConfig, train: TrainConfig, fingerprint: str) -> dict:
@@ -94,9 +96,17 @@ def _progress(enabled: bool, total: int, done: int):
         TimeRemainingColumn,
     )
 
-    with Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]} bpb"),
-                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), transient=True,
-                  console=Console(stderr=True)) as bar:
+    with Progress(
+        TextColumn("train"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]} bpb"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        transient=True,
+        console=Console(stderr=True),
+    ) as bar:
         task = bar.add_task("train", total=total, completed=done, loss="-")
 
         def update(step, loss):
@@ -121,13 +131,19 @@ def memory_bytes(model: ModelConfig, cfg: TrainConfig) -> int:
     f = model.mlp_ratio * d
     params = 2 * 256 * d + 2 * d + t * (4 * d * d + 2 * d * f + f + 5 * d)
     per_block = 24 * n * d + 6 * h * n * n
-    floats = (8 * params + b * t * per_block + 3 * b * n * 256 + EVAL_BATCH * (per_block + 3 * n * 256)
-              + h * n * n)
+    floats = 8 * params + b * t * per_block + 3 * b * n * 256 + EVAL_BATCH * (per_block + 3 * n * 256) + h * n * n
     return XLA_OVERHEAD + 4 * floats
 
 
-def train(model: ModelConfig, cfg: TrainConfig, out: Path, *, checkpoint_every: int | None = None,
-          progress: bool = False, log=None) -> TrainResult:
+def train(
+    model: ModelConfig,
+    cfg: TrainConfig,
+    out: Path,
+    *,
+    checkpoint_every: int | None = None,
+    progress: bool = False,
+    log=None,
+) -> TrainResult:
     """Train (or resume) the run in folder ``out``; see the module docstring.
 
     A folder holding a checkpoint of the same model, recipe and corpus resumes from it; one
@@ -152,10 +168,15 @@ def train(model: ModelConfig, cfg: TrainConfig, out: Path, *, checkpoint_every: 
         raise UserError(f"--out {out}: exists and is not a folder")
     corpus = load_corpus()
     if corpus.train.size < model.context + 2 or corpus.validation.size < model.context + 2:
-        raise UserError(f"context {model.context} is longer than the corpus splits allow "
-                        f"(train {corpus.train.size}, validation {corpus.validation.size} bytes)")
-    reason = budget.check(f"training T = {model.layers}, H = {model.heads}, D = {model.width}, context "
-                          f"{model.context}, batch {cfg.batch}", memory_bytes(model, cfg))
+        raise UserError(
+            f"context {model.context} is longer than the corpus splits allow "
+            f"(train {corpus.train.size}, validation {corpus.validation.size} bytes)"
+        )
+    reason = budget.check(
+        f"training T = {model.layers}, H = {model.heads}, D = {model.width}, context "
+        f"{model.context}, batch {cfg.batch}",
+        memory_bytes(model, cfg),
+    )
     if reason is not None:
         raise UserError(reason)
     wanted = _identity(model, cfg, corpus.fingerprint)
@@ -166,11 +187,16 @@ def train(model: ModelConfig, cfg: TrainConfig, out: Path, *, checkpoint_every: 
         try:
             if (out / ckpt.CHECKPOINT).exists():
                 saved = ckpt.load(out / ckpt.CHECKPOINT)
-                have = {"model": saved.model.to_dict(), "train": saved.train.to_dict(),
-                        "corpus": saved.meta.get("corpus")}
+                have = {
+                    "model": saved.model.to_dict(),
+                    "train": saved.train.to_dict(),
+                    "corpus": saved.meta.get("corpus"),
+                }
                 if have != wanted:
-                    raise UserError(f"--out {out}: holds a checkpoint of another run "
-                                    f"({_first_difference(have, wanted)}); use another --out")
+                    raise UserError(
+                        f"--out {out}: holds a checkpoint of another run "
+                        f"({_first_difference(have, wanted)}); use another --out"
+                    )
             import jax
 
             with jax.enable_x64(False):
@@ -185,8 +211,19 @@ def train(model: ModelConfig, cfg: TrainConfig, out: Path, *, checkpoint_every: 
             raise
 
 
-def _run(model, cfg, out, corpus, wanted, saved,  # noqa: C901 (split the resume step; issue 20 §4)
-         every, progress, emit, json, written):
+def _run(  # noqa: C901 (split the resume step; issue 20 §4)
+    model,
+    cfg,
+    out,
+    corpus,
+    wanted,
+    saved,
+    every,
+    progress,
+    emit,
+    json,
+    written,
+):
     import jax
     import jax.numpy as jnp
     import optax
@@ -200,11 +237,13 @@ def _run(model, cfg, out, corpus, wanted, saved,  # noqa: C901 (split the resume
     if saved is not None:
         params = unflatten({k: jnp.asarray(v, jnp.float32) for k, v in saved.params.items()})
         leaves, treedef = jax.tree_util.tree_flatten(state)
-        if len(leaves) != len(saved.opt_leaves) or any(np.shape(a) != np.shape(b)
-                                                       for a, b in zip(leaves, saved.opt_leaves)):
+        if len(leaves) != len(saved.opt_leaves) or any(
+            np.shape(a) != np.shape(b) for a, b in zip(leaves, saved.opt_leaves)
+        ):
             raise UserError(f"{out / ckpt.CHECKPOINT}: optimiser state does not match the recipe")
-        state = jax.tree_util.tree_unflatten(treedef,
-                                             [jnp.asarray(v, a.dtype) for a, v in zip(leaves, saved.opt_leaves)])
+        state = jax.tree_util.tree_unflatten(
+            treedef, [jnp.asarray(v, a.dtype) for a, v in zip(leaves, saved.opt_leaves)]
+        )
         start, history = saved.step, list(saved.meta.get("history", []))
         wall_before = float(saved.meta.get("wall_s", 0.0))
 
@@ -227,24 +266,31 @@ def _run(model, cfg, out, corpus, wanted, saved,  # noqa: C901 (split the resume
         """Mean bits per predicted byte over ``windows`` (every window predicts length - 1 bytes)."""
         losses = []
         for i in range(0, len(windows), EVAL_BATCH):  # equal-size batches (one compile): the last is padded
-            chunk = windows[i:i + EVAL_BATCH]
+            chunk = windows[i : i + EVAL_BATCH]
             batch = np.concatenate([chunk, np.repeat(chunk[:1], EVAL_BATCH - len(chunk), axis=0)])
-            losses.append(np.asarray(eval_fn(params, jnp.asarray(batch)))[:len(chunk)])
+            losses.append(np.asarray(eval_fn(params, jnp.asarray(batch)))[: len(chunk)])
         return float(np.concatenate(losses).mean()) / LN2
 
-    meta_base = {**wanted, "corpus_topics": {"train": len(corpus.train_topics),
-                                             "validation": list(corpus.validation_topics)},
-                 "python": sys.version.split()[0]}
+    meta_base = {
+        **wanted,
+        "corpus_topics": {"train": len(corpus.train_topics), "validation": list(corpus.validation_topics)},
+        "python": sys.version.split()[0],
+    }
     if saved is None:
         written.append(ckpt.save_config(out, meta_base))
     clock = time.perf_counter()
     running, seen = [], 0
 
     def diverged(step, what):
-        kept = (f"the checkpoint of step {saved.step} is kept" if saved is not None
-                else f"nothing of the run is kept in {out}")
-        return UserError(f"training diverged: {what} at step {step} of {cfg.steps} (--lr {cfg.lr:g} too large?); "
-                         f"no checkpoint of it was written, {kept}")
+        kept = (
+            f"the checkpoint of step {saved.step} is kept"
+            if saved is not None
+            else f"nothing of the run is kept in {out}"
+        )
+        return UserError(
+            f"training diverged: {what} at step {step} of {cfg.steps} (--lr {cfg.lr:g} too large?); "
+            f"no checkpoint of it was written, {kept}"
+        )
 
     def save(step):
         flat = {k: np.asarray(v) for k, v in flatten(params).items()}
@@ -271,8 +317,10 @@ def _run(model, cfg, out, corpus, wanted, saved,  # noqa: C901 (split the resume
                 if not math.isfinite(val):
                     raise diverged(done, f"the validation loss is {val}")
                 history.append({"step": done, "train_loss_bpb": float(np.mean(running)), "val_bpb": val})
-                emit(f"step {done}/{cfg.steps}  train loss {np.mean(running):.4f} bpb  validation {val:.4f} bpb  "
-                     f"{wall_before + time.perf_counter() - clock:.0f} s")
+                emit(
+                    f"step {done}/{cfg.steps}  train loss {np.mean(running):.4f} bpb  validation {val:.4f} bpb  "
+                    f"{wall_before + time.perf_counter() - clock:.0f} s"
+                )
                 running = []
             if done % every == 0 or done == cfg.steps:
                 save(done)
@@ -284,14 +332,31 @@ def _run(model, cfg, out, corpus, wanted, saved,  # noqa: C901 (split the resume
         raise diverged(cfg.steps, f"the final loss is {train_bpb} (train), {val_bpb} (validation)")
     unigram = unigram_bits(corpus.train, corpus.validation)
     tokens_per_s = seen * cfg.batch * model.context / this_call if seen else 0.0
-    summary = {**meta_base, "steps": cfg.steps, "train_bpb": train_bpb, "val_bpb": val_bpb,
-               "unigram_val_bpb": unigram, "wall_s": wall, "tokens_per_s_last_session": tokens_per_s,
-               "train_bytes": int(corpus.train.size), "validation_bytes": int(corpus.validation.size),
-               "history": history}
+    summary = {
+        **meta_base,
+        "steps": cfg.steps,
+        "train_bpb": train_bpb,
+        "val_bpb": val_bpb,
+        "unigram_val_bpb": unigram,
+        "wall_s": wall,
+        "tokens_per_s_last_session": tokens_per_s,
+        "train_bytes": int(corpus.train.size),
+        "validation_bytes": int(corpus.validation.size),
+        "history": history,
+    }
     target = out / SUMMARY
     text = json.dumps(summary, indent=1, allow_nan=False) + "\n"
     ckpt.atomic_write_bytes(target, lambda f: f.write(text.encode("utf-8")))
     written.append(target)
-    return TrainResult(train_bpb, val_bpb, unigram, cfg.steps, seen, wall, tokens_per_s, start,
-                       (out / ckpt.CHECKPOINT, out / ckpt.CONFIG, target), tuple(history))
-
+    return TrainResult(
+        train_bpb,
+        val_bpb,
+        unigram,
+        cfg.steps,
+        seen,
+        wall,
+        tokens_per_s,
+        start,
+        (out / ckpt.CHECKPOINT, out / ckpt.CONFIG, target),
+        tuple(history),
+    )

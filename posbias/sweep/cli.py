@@ -33,18 +33,32 @@ read the table: pandas.read_parquet("out/ushape/table") or posbias.sweep.read_ta
 def add_parser(subparsers):
     """Add the ``sweep`` subcommand to an argparse subparsers object; returns its parser."""
     ps = subparsers.add_parser(
-        "sweep", help="a grid of models (axes of a spec) into a Parquet table, resumable, sharded",
+        "sweep",
+        help="a grid of models (axes of a spec) into a Parquet table, resumable, sharded",
         description="Compute the profile summary of every point of a grid of models (a YAML spec: a base model "
-                    "and axes) in memory-bounded batches; one Parquet row per point plus a JSON manifest.",
-        epilog=SWEEP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ps.add_argument("spec", type=Path, help="sweep spec (YAML): base, axes, zip, engine, profiles, diagonal "
-                                            "(base.bias / axes bias, sink and {placeholder} axes: relative biases)")
+        "and axes) in memory-bounded batches; one Parquet row per point plus a JSON manifest.",
+        epilog=SWEEP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ps.add_argument(
+        "spec",
+        type=Path,
+        help="sweep spec (YAML): base, axes, zip, engine, profiles, diagonal "
+        "(base.bias / axes bias, sink and {placeholder} axes: relative biases)",
+    )
     ps.add_argument("--out", type=argtypes.path, help="output folder (default ./posbias-sweep/<spec name>)")
-    ps.add_argument("--resume", action="store_true",
-                    help="continue the sweep in --out: finished batch files are kept, the rest computed")
-    ps.add_argument("--memory-budget", type=size, metavar="SIZE",
-                    help="bytes one batch may use on one device (default: the posbias memory limit, "
-                         "80%% of RAM or POSBIAS_MEMORY_LIMIT)")
+    ps.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the sweep in --out: finished batch files are kept, the rest computed",
+    )
+    ps.add_argument(
+        "--memory-budget",
+        type=size,
+        metavar="SIZE",
+        help="bytes one batch may use on one device (default: the posbias memory limit, "
+        "80%% of RAM or POSBIAS_MEMORY_LIMIT)",
+    )
     ps.add_argument("--batch-size", type=at_least(1), metavar="B", help="at most B points per batch (default 1024)")
     ps.add_argument("--devices", type=at_least(1), metavar="N", help="use the first N local JAX devices (default all)")
     ps.add_argument("--force", action="store_true", help="run grids above 1,000,000 points")
@@ -54,11 +68,19 @@ def add_parser(subparsers):
     dist.add_argument("--coordinator", metavar="HOST:PORT", help="address of process 0 (jax.distributed.initialize)")
     dist.add_argument("--num-processes", type=at_least(1), metavar="P", help="number of processes")
     dist.add_argument("--process-id", type=at_least(0), metavar="I", help="this process's index, 0..P-1")
-    dist.add_argument("--connect-timeout", type=_seconds, default=CONNECT_TIMEOUT_S, metavar="S",
-                      help=f"seconds to reach the coordinator (process I > 0) or to wait for the other processes "
-                           f"(default {CONNECT_TIMEOUT_S:g})")
-    dist.add_argument("--distributed", action="store_true",
-                      help="jax.distributed.initialize() with JAX's auto-detection (TPU pods, SLURM, Open MPI)")
+    dist.add_argument(
+        "--connect-timeout",
+        type=_seconds,
+        default=CONNECT_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds to reach the coordinator (process I > 0) or to wait for the other processes "
+        f"(default {CONNECT_TIMEOUT_S:g})",
+    )
+    dist.add_argument(
+        "--distributed",
+        action="store_true",
+        help="jax.distributed.initialize() with JAX's auto-detection (TPU pods, SLURM, Open MPI)",
+    )
     return ps
 
 
@@ -96,8 +118,10 @@ def _reach(address: str, timeout: float) -> None:
         except OSError as exc:
             reason = exc.strerror or str(exc) or type(exc).__name__
         time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
-    raise UserError(f"--coordinator {address}: process 0 not reachable within {timeout:g} s ({reason}); "
-                    "start process 0 first, check HOST:PORT, or raise --connect-timeout")
+    raise UserError(
+        f"--coordinator {address}: process 0 not reachable within {timeout:g} s ({reason}); "
+        "start process 0 first, check HOST:PORT, or raise --connect-timeout"
+    )
 
 
 def _distributed(args) -> tuple[int, int]:
@@ -123,9 +147,12 @@ def _distributed(args) -> tuple[int, int]:
 
     try:
         if args.coordinator is not None:
-            jax.distributed.initialize(coordinator_address=args.coordinator, num_processes=args.num_processes,
-                                       process_id=args.process_id,
-                                       initialization_timeout=max(1, math.ceil(args.connect_timeout)))
+            jax.distributed.initialize(
+                coordinator_address=args.coordinator,
+                num_processes=args.num_processes,
+                process_id=args.process_id,
+                initialization_timeout=max(1, math.ceil(args.connect_timeout)),
+            )
         else:
             jax.distributed.initialize()
     except (RuntimeError, ValueError) as exc:
@@ -142,9 +169,18 @@ def run(args) -> int:
         spec = spec_mod.load(args.spec)
         out = args.out if args.out is not None else Path("posbias-sweep") / args.spec.stem
         process, count = _distributed(args)
-        opts = Options(out=out, resume=args.resume, memory_budget=args.memory_budget, batch_cap=args.batch_size,
-                       devices=args.devices, force=args.force, profiles=args.profiles or None,
-                       process_id=process, num_processes=count, progress=not args.quiet)
+        opts = Options(
+            out=out,
+            resume=args.resume,
+            memory_budget=args.memory_budget,
+            batch_cap=args.batch_size,
+            devices=args.devices,
+            force=args.force,
+            profiles=args.profiles or None,
+            process_id=process,
+            num_processes=count,
+            progress=not args.quiet,
+        )
         outcome = run_sweep(spec, opts)
     except UserError as exc:
         print(f"posbias sweep: error: {exc}", file=sys.stderr)
@@ -167,11 +203,15 @@ def _report(o, process: int, count: int) -> None:
             continue
         t, h, n, mask = g.key
         when = "" if g.seconds_per_point is None else f", ~{g.seconds_per_point:.2g} s (relative bias)"
-        print(f"  shape T={t}, H={h}, N={n}, {mask}: {len(g.points):,} points, batches of {g.batch_size} "
-              f"(~{_bytes(g.bytes_per_point)}{when} per point)")
+        print(
+            f"  shape T={t}, H={h}, N={n}, {mask}: {len(g.points):,} points, batches of {g.batch_size} "
+            f"(~{_bytes(g.bytes_per_point)}{when} per point)"
+        )
     who = f"process {process} of {count}, " if count > 1 else ""
-    print(f"  {who}devices: {', '.join(o.devices)}; computed {len(o.computed)} batch(es), "
-          f"{o.skipped} already done, in {o.seconds:.1f} s")
+    print(
+        f"  {who}devices: {', '.join(o.devices)}; computed {len(o.computed)} batch(es), "
+        f"{o.skipped} already done, in {o.seconds:.1f} s"
+    )
     state = "complete" if o.complete else "incomplete (other processes, or --resume to finish)"
     print(f"  wrote {o.out}/table/ ({len(o.batches)} batch files when complete), {o.out}/manifest.json: {state}")
 

@@ -117,8 +117,13 @@ class Grid:
             else:
                 slopes = base.get("slopes", "paper")
                 heads = base.get("heads", len(slopes) if isinstance(slopes, tuple) else None)
-                self._base_info = (base.get("layers"), heads, base.get("tokens"), base.get("mask", "causal"),
-                                   base.get("schedule"))
+                self._base_info = (
+                    base.get("layers"),
+                    heads,
+                    base.get("tokens"),
+                    base.get("mask", "causal"),
+                    base.get("schedule"),
+                )
         return self._base_info
 
     def keys(self) -> list[tuple]:
@@ -158,9 +163,16 @@ class Grid:
         if "slopes" in self.columns:
             slopes = "paper"
         try:
-            return build_model(layers=t, heads=h, tokens=n, schedule=base.get("schedule", "constant:0.5"),
-                               slopes=slopes, content_diagonal=base.get("content_diagonal", 0.0),
-                               temperature=base.get("temperature", 1.0), mask=mask)
+            return build_model(
+                layers=t,
+                heads=h,
+                tokens=n,
+                schedule=base.get("schedule", "constant:0.5"),
+                slopes=slopes,
+                content_diagonal=base.get("content_diagonal", 0.0),
+                temperature=base.get("temperature", 1.0),
+                mask=mask,
+            )
         except ModelError as exc:
             raise SpecError(f"{self.spec.path}: base: {exc}") from None
 
@@ -238,14 +250,22 @@ class Grid:
             slopes = np.broadcast_to(st.slopes, (b, t, h))
         if "slope_scale" in c:
             slopes = slopes * c["slope_scale"][points].astype(np.float64)[:, None, None]
-        return AlibiBatch(lambdas, slopes, diagonal, np.broadcast_to(st.head_weights, (b, t, h)),
-                          np.full(b, st.temperature, np.float64), st.mask)
+        return AlibiBatch(
+            lambdas,
+            slopes,
+            diagonal,
+            np.broadcast_to(st.head_weights, (b, t, h)),
+            np.full(b, st.temperature, np.float64),
+            st.mask,
+        )
 
     def bias_reason(self, i: int, key: tuple) -> str:
         """Why point ``i`` is not ALiBi at its N (for the ALiBi-only engines' refusal)."""
         spec = self.columns["bias_spec"][i] if "bias_spec" in self.columns else "the base config's bias"
-        return (f"bias {spec!r} with sink {self.sink(i, key)!r} is not ALiBi at N = {key[2]} (every head "
-                "-m|i-j| on the distances used, no sink); use engine auto, bias or dense")
+        return (
+            f"bias {spec!r} with sink {self.sink(i, key)!r} is not ALiBi at N = {key[2]} (every head "
+            "-m|i-j| on the distances used, no sink); use engine auto, bias or dense"
+        )
 
     def sink(self, i: int, key: tuple):
         """The sink s of point ``i``: the ``sink`` axis, ``base.sink``, the base config's, or 0."""
@@ -285,12 +305,26 @@ class Grid:
             if "sink" in c:
                 sink = float(c["sink"][i])
             if "bias_spec" not in c:  # the base config's biases, this point's lambdas, content and sink
-                return BiasStack(lambdas, st.biases, st.bias_index, diagonal,
-                                 np.broadcast_to(np.asarray(sink, np.float64), (t, h)), st.head_weights,
-                                 st.temperature, st.mask)
+                return BiasStack(
+                    lambdas,
+                    st.biases,
+                    st.bias_index,
+                    diagonal,
+                    np.broadcast_to(np.asarray(sink, np.float64), (t, h)),
+                    st.head_weights,
+                    st.temperature,
+                    st.mask,
+                )
             biases = biases_of(c["bias_spec"][i])
-            return BiasStack.build(lambdas, list(biases) * (h if len(biases) == 1 else 1), diagonal, sink,
-                                   st.head_weights, st.temperature, st.mask)
+            return BiasStack.build(
+                lambdas,
+                list(biases) * (h if len(biases) == 1 else 1),
+                diagonal,
+                sink,
+                st.head_weights,
+                st.temperature,
+                st.mask,
+            )
         slopes = st.slopes
         if "slopes" in c:
             slopes = np.broadcast_to(np.asarray(c["slopes"][i], np.float64), (t, h))
@@ -343,8 +377,9 @@ def _load_config(path: str, overrides: dict):
         st = model.stack
         if len(explicit) != st.num_heads:
             raise SpecError(f"{path}: base.slopes: {len(explicit)} values, expected heads = {st.num_heads}")
-        stack = dataclasses.replace(st, slopes=np.broadcast_to(np.asarray(explicit, np.float64),
-                                                                st.slopes.shape).copy())
+        stack = dataclasses.replace(
+            st, slopes=np.broadcast_to(np.asarray(explicit, np.float64), st.slopes.shape).copy()
+        )
         model = dataclasses.replace(model, stack=stack)
     return model
 
@@ -384,8 +419,12 @@ def bookkeeping_bytes(spec: Spec) -> int:
     place in the plan; ~150 bytes per point measured (tracemalloc, three axes), counted here as
     160 + 16 per axis and dimension (+ 64 for window strings, + 16 for a bias sweep's spec column).
     Checked before ``Grid`` is built."""
-    per = 160 + 16 * (len(spec.axes) + len(spec.dims)) + (64 if spec.axis("window") is not None else 0) \
-        + (16 if spec.bias_sweep else 0)  # the bias_spec column (equal texts shared)
+    per = (
+        160
+        + 16 * (len(spec.axes) + len(spec.dims))
+        + (64 if spec.axis("window") is not None else 0)
+        + (16 if spec.bias_sweep else 0)
+    )  # the bias_spec column (equal texts shared)
     return int(spec.num_points) * per
 
 
@@ -425,8 +464,9 @@ def validate(grid: Grid, keys: list[tuple]) -> None:
             with np.errstate(over="ignore"):
                 top = float(np.max(st.slopes, initial=0.0)) * scale / st.temperature
             if not np.isfinite(top):
-                raise SpecError(f"{spec.path}: axes.slope_scale: scaled slopes overflow (max slope x scale / tau "
-                                "is not finite)")
+                raise SpecError(
+                    f"{spec.path}: axes.slope_scale: scaled slopes overflow (max slope x scale / tau is not finite)"
+                )
         if "content_diagonal" in grid.columns:
             d = float(np.max(np.abs(grid.columns["content_diagonal"])))
             with np.errstate(over="ignore"):
@@ -436,8 +476,10 @@ def validate(grid: Grid, keys: list[tuple]) -> None:
             for i in (first[k], last[k]):
                 reason = engine.supports(grid.stack(i, k), k[2])
                 if reason:
-                    raise UserError(f"{spec.path}: engine {spec.engine}: point {i} (T = {k[0]}, H = {k[1]}, "
-                                    f"N = {k[2]}, mask {k[3]}): {reason}")
+                    raise UserError(
+                        f"{spec.path}: engine {spec.engine}: point {i} (T = {k[0]}, H = {k[1]}, "
+                        f"N = {k[2]}, mask {k[3]}): {reason}"
+                    )
 
 
 def _validate_bias(grid: Grid, key: tuple, st, members: list[int]) -> None:
@@ -470,8 +512,9 @@ def _validate_bias(grid: Grid, key: tuple, st, members: list[int]) -> None:
                 grid.stack(i, key)  # refuses (UserError, one line) a point that is not ALiBi at its N
 
 
-def plan(grid: Grid, keys: list[tuple], *, budget_bytes: int, cap: int = DEFAULT_BATCH_CAP,
-         sizes: dict | None = None) -> tuple[list[Group], list[Batch]]:
+def plan(
+    grid: Grid, keys: list[tuple], *, budget_bytes: int, cap: int = DEFAULT_BATCH_CAP, sizes: dict | None = None
+) -> tuple[list[Group], list[Batch]]:
     """Shape groups (in order of their first point) and their batches.
 
     ``sizes`` (shape key -> batch size, from a manifest) fixes the batch sizes of a resumed
@@ -490,13 +533,15 @@ def plan(grid: Grid, keys: list[tuple], *, budget_bytes: int, cap: int = DEFAULT
         fixed = diagonal_bytes(k) if grid.spec.diagonal else 0
         if per + fixed > budget_bytes:
             what = f" (with its diagonal, {describe(fixed)})" if fixed else ""
-            raise UserError(f"one point of shape T = {k[0]}, H = {k[1]}, N = {k[2]} ({k[3]}) needs about "
-                            f"{describe(per + fixed)}{what}, more than the memory budget of {describe(budget_bytes)} "
-                            "(--memory-budget)")
+            raise UserError(
+                f"one point of shape T = {k[0]}, H = {k[1]}, N = {k[2]} ({k[3]}) needs about "
+                f"{describe(per + fixed)}{what}, more than the memory budget of {describe(budget_bytes)} "
+                "(--memory-budget)"
+            )
         size = sizes[k] if sizes is not None and k in sizes else max(1, min(cap, (budget_bytes - fixed) // per))
         pts = np.asarray(members, dtype=np.int64)
         seconds = point_seconds(grid.stack(members[0], k), k[2]) if bias else None
         groups.append(Group(k, pts, int(size), per, seconds))
         for start in range(0, len(pts), size):
-            batches.append(Batch(len(batches), k, pts[start:start + size]))
+            batches.append(Batch(len(batches), k, pts[start : start + size]))
     return groups, batches

@@ -48,8 +48,7 @@ def write_json(path: Path, data: dict) -> None:
     atomic_write(path, lambda handle: handle.write(json.dumps(data, indent=1, default=str) + "\n"), binary=False)
 
 
-REQUIRED = {"format": str, "digest": str, "points": int, "axes": list, "dims": list, "plan": dict,
-            "complete": bool}
+REQUIRED = {"format": str, "digest": str, "points": int, "axes": list, "dims": list, "plan": dict, "complete": bool}
 PLAN_REQUIRED = {"memory_budget": int, "batch_cap": int, "batches": int, "groups": list}
 
 
@@ -72,8 +71,9 @@ def read(out_dir: Path) -> dict | None:
         for key, kind in keys.items():
             value = where.get(key) if isinstance(where, dict) else None
             if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-                raise UserError(f"{path}: not a sweep manifest ({key!r}: expected {kind.__name__}, "
-                                f"got {type(value).__name__})")
+                raise UserError(
+                    f"{path}: not a sweep manifest ({key!r}: expected {kind.__name__}, got {type(value).__name__})"
+                )
     if data["format"] != FORMAT:
         raise UserError(f"{path}: format {data['format']!r}, expected {FORMAT!r}")
     return data

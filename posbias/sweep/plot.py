@@ -34,23 +34,35 @@ KINDS = ("auto", "heatmap", "curves")
 def add_parser(subparsers):
     """Add the ``plot`` subcommand; returns its parser."""
     pp = subparsers.add_parser(
-        "plot", help="figures from a sweep: heat maps over two axes, collapse curves against depth",
+        "plot",
+        help="figures from a sweep: heat maps over two axes, collapse curves against depth",
         description="Heat map of a metric over two axes of a sweep (others averaged, first, or fixed), or curves of "
-                    "a metric against one axis for each value of another (log axes).",
+        "a metric against one axis for each value of another (log axes).",
         epilog="examples:\n  posbias plot out/ushape\n  posbias plot out/ushape --metric argmin_relative\n"
-               "  posbias plot out/collapse --x layers --series beta --metric p_first\n",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        "  posbias plot out/collapse --x layers --series beta --metric p_first\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     pp.add_argument("dir", type=Path, help="a sweep's output folder (with manifest.json and table/)")
     pp.add_argument("--kind", choices=KINDS, default="auto", help="heatmap or curves (default: from the axes)")
     pp.add_argument("--x", metavar="AXIS", help="axis on the x axis")
     pp.add_argument("--y", metavar="AXIS", help="heat map: axis on the y axis")
     pp.add_argument("--series", metavar="AXIS", help="curves: one curve per value of this axis")
-    pp.add_argument("--metric", metavar="NAME",
-                    help="column to show (default u_shape for heat maps, p_first for curves)")
-    pp.add_argument("--reduce", choices=("mean", "first"), default="mean",
-                    help="what to do with the other axes: average over them, or take their first value")
-    pp.add_argument("--at", action="append", default=[], metavar="AXIS=VALUE",
-                    help="fix another axis at (the grid value nearest to) VALUE; repeatable")
+    pp.add_argument(
+        "--metric", metavar="NAME", help="column to show (default u_shape for heat maps, p_first for curves)"
+    )
+    pp.add_argument(
+        "--reduce",
+        choices=("mean", "first"),
+        default="mean",
+        help="what to do with the other axes: average over them, or take their first value",
+    )
+    pp.add_argument(
+        "--at",
+        action="append",
+        default=[],
+        metavar="AXIS=VALUE",
+        help="fix another axis at (the grid value nearest to) VALUE; repeatable",
+    )
     pp.add_argument("--out", type=argtypes.path, metavar="FILE", help="PNG file (default DIR/<kind>-<metric>.png)")
     return pp
 
@@ -107,8 +119,9 @@ def resolve_at(main, table, used: list[str], at) -> tuple[list[tuple[str, object
         except ValueError:
             raise UserError(f"--at {item}: expected a number") from None
         if not np.isfinite(target):
-            raise UserError(f"--at {item}: expected a finite number (grid values of {name}: "
-                            f"{levels[0]:g} .. {levels[-1]:g})")
+            raise UserError(
+                f"--at {item}: expected a finite number (grid values of {name}: {levels[0]:g} .. {levels[-1]:g})"
+            )
         value = levels[int(np.argmin(np.abs(levels - target)))].item()
         if value != target:
             notes.append(f"--at {item}: not a grid value; using the nearest, {name} = {value!r}")
@@ -173,7 +186,7 @@ def _edges(levels: np.ndarray, log: bool) -> np.ndarray:
     else:
         mid = (x[1:] + x[:-1]) / 2
         e = np.concatenate([[x[0] - (mid[0] - x[0])], mid, [x[-1] + (x[-1] - mid[-1])]])
-    return 10.0 ** e if log else e
+    return 10.0**e if log else e
 
 
 def heatmap(main, table, x: str, y: str, metric: str, reduce: str, fixed: list):
@@ -203,9 +216,16 @@ def heatmap(main, table, x: str, y: str, metric: str, reduce: str, fixed: list):
     ye = _edges(yl, ylog) if yl.dtype != object else np.arange(len(yl) + 1) - 0.5
     boolean = str(table.schema.field(metric).type) == "bool"
     cmap = "RdBu_r" if boolean else "viridis"
-    mesh = ax.pcolormesh(xe, ye, np.ma.masked_invalid(grid), cmap=cmap, shading="flat",
-                         vmin=0.0 if boolean else None, vmax=1.0 if boolean else None)
-    label = (f"fraction {metric}" if boolean and (reduce == "mean" and count.max() > 1) else metric)
+    mesh = ax.pcolormesh(
+        xe,
+        ye,
+        np.ma.masked_invalid(grid),
+        cmap=cmap,
+        shading="flat",
+        vmin=0.0 if boolean else None,
+        vmax=1.0 if boolean else None,
+    )
+    label = f"fraction {metric}" if boolean and (reduce == "mean" and count.max() > 1) else metric
     fig.colorbar(mesh, ax=ax, label=label)
     if xlog:
         ax.set_xscale("log")
@@ -218,9 +238,15 @@ def heatmap(main, table, x: str, y: str, metric: str, reduce: str, fixed: list):
     ax.set_xlabel(_axis_label(x))
     ax.set_ylabel(_axis_label(y))
     others = [a for a in main["axes"] if a not in (x, y)]
-    how = "" if not others else (f"; {', '.join(others)}: " + (_fixed_text(fixed) + " " if fixed else "") +
-                                 ("" if fixed and len(fixed) == len(others) else
-                                  ("averaged" if reduce == "mean" else "first value")))
+    how = (
+        ""
+        if not others
+        else (
+            f"; {', '.join(others)}: "
+            + (_fixed_text(fixed) + " " if fixed else "")
+            + ("" if fixed and len(fixed) == len(others) else ("averaged" if reduce == "mean" else "first value"))
+        )
+    )
     fig.suptitle(f"{main.get('name')}: {metric} over {x} and {y}\n{_base_text(main)}{how}", fontsize=10)
     return fig
 
@@ -258,19 +284,33 @@ def curves(main, table, x: str, series: str, metric: str, reduce: str, fixed: li
         for k, s in enumerate(_levels(ss)):
             rows = ss == s
             xl = _levels(xs[rows])
-            mean = np.array([np.nanmean(values[rows][xs[rows] == v]) if np.any(np.isfinite(
-                values[rows][xs[rows] == v])) else np.nan for v in xl])
+            mean = np.array(
+                [
+                    np.nanmean(values[rows][xs[rows] == v])
+                    if np.any(np.isfinite(values[rows][xs[rows] == v]))
+                    else np.nan
+                    for v in xl
+                ]
+            )
             good = np.isfinite(mean) & ((mean > 0) if ylog else True)
-            ax.plot(np.asarray(xl, float)[good], mean[good], marker="o", ms=3, lw=1.4, color=f"C{k}",
-                    label=f"{series} = {s:g}" if not isinstance(s, str) else f"{series} = {s}")
+            ax.plot(
+                np.asarray(xl, float)[good],
+                mean[good],
+                marker="o",
+                ms=3,
+                lw=1.4,
+                color=f"C{k}",
+                label=f"{series} = {s:g}" if not isinstance(s, str) else f"{series} = {s}",
+            )
         _decades(ax, xlog, ylog)
         ax.set_xlabel(_axis_label(x))
         ax.set_ylabel(name)
         ax.grid(alpha=0.3, which="major")
         ax.legend(fontsize=8, frameon=False)
     at = f"; {_fixed_text(fixed)}" if fixed else ""
-    fig.suptitle(f"{main.get('name')}: {metric} against {x}, one curve per {series}\n{_base_text(main)}{at}",
-                 fontsize=10)
+    fig.suptitle(
+        f"{main.get('name')}: {metric} against {x}, one curve per {series}\n{_base_text(main)}{at}", fontsize=10
+    )
     return fig
 
 
@@ -288,9 +328,17 @@ def _decades(ax, xlog: bool = True, ylog: bool = True) -> None:
         axis.set_minor_formatter(NullFormatter())
 
 
-_LABELS = {"lambda": "λ (constant)", "lambda0": "λ₀", "beta": "β", "layers": "depth T (layers)",
-           "tokens": "N (tokens)", "slope_scale": "slope scale (× ALiBi slopes)", "content_diagonal": "content d",
-           "window": "window W", "mask": "mask"}
+_LABELS = {
+    "lambda": "λ (constant)",
+    "lambda0": "λ₀",
+    "beta": "β",
+    "layers": "depth T (layers)",
+    "tokens": "N (tokens)",
+    "slope_scale": "slope scale (× ALiBi slopes)",
+    "content_diagonal": "content d",
+    "window": "window W",
+    "mask": "mask",
+}
 
 
 def _axis_label(name: str) -> str:
@@ -304,8 +352,7 @@ def _base_text(main) -> str:
     return f"base {base}"
 
 
-def make_figure(folder: Path, kind: str = "auto", x=None, y=None, series=None, metric=None, reduce="mean",
-                at=()):
+def make_figure(folder: Path, kind: str = "auto", x=None, y=None, series=None, metric=None, reduce="mean", at=()):
     """(figure, kind, metric, notes) for the sweep in ``folder``; notes: what was adapted (a nearest
     grid value for --at, a linear axis)."""
     main, table = _load(folder)
@@ -339,8 +386,9 @@ def run(args) -> int:
             raise UserError(f"{args.dir}: no such folder")
         if args.kind == "heatmap" and args.series:
             raise UserError("--series applies to --kind curves")
-        fig, kind, metric, notes = make_figure(args.dir, args.kind, args.x, args.y, args.series, args.metric,
-                                               args.reduce, args.at)
+        fig, kind, metric, notes = make_figure(
+            args.dir, args.kind, args.x, args.y, args.series, args.metric, args.reduce, args.at
+        )
         target = args.out or args.dir / f"{kind}-{metric}.png"
         if target.suffix.lower() != ".png":
             raise UserError(f"--out {target}: expected a .png file name")

@@ -114,11 +114,16 @@ def local_devices(engine: str, limit: int | None):
 
     devs = jax.local_devices()
     if limit is not None and limit > len(devs):
-        raise UserError(f"--devices {limit}: only {len(devs)} local device(s) here "
-                        f"({', '.join(str(d) for d in devs)})")
+        raise UserError(f"--devices {limit}: only {len(devs)} local device(s) here ({', '.join(str(d) for d in devs)})")
     if native_route(engine):
-        note = None if limit is None else (f"--devices {limit}: the batches run on the native CPU kernel "
-                                           "(worker threads, no JAX device); the flag has no effect here")
+        note = (
+            None
+            if limit is None
+            else (
+                f"--devices {limit}: the batches run on the native CPU kernel "
+                "(worker threads, no JAX device); the flag has no effect here"
+            )
+        )
         return "cpu: native kernel", None, note
     devs = devs[:limit] if limit is not None else devs
     return ", ".join(f"{d.platform}:{d.id}" for d in devs), list(devs), None
@@ -169,8 +174,12 @@ def _layout(grid, profiles: bool, diagonal: bool):
 
 def _group_record(g) -> dict:
     """A shape group in the manifest's plan (with the time estimate of relative-bias points)."""
-    record = {"key": list(g.key), "points": int(len(g.points)), "batch_size": g.batch_size,
-              "bytes_per_point": g.bytes_per_point}
+    record = {
+        "key": list(g.key),
+        "points": int(len(g.points)),
+        "batch_size": g.batch_size,
+        "bytes_per_point": g.bytes_per_point,
+    }
     if g.seconds_per_point is not None:
         record["seconds_per_point"] = g.seconds_per_point
     return record
@@ -194,34 +203,45 @@ def _check_memory(spec: Spec, given: int | None) -> int:
 
     limit = budget.memory_limit()
     if given is not None and given > limit:
-        raise UserError(f"--memory-budget {budget.describe(given)}: more than the posbias memory limit of "
-                        f"{budget.describe(limit)} (80% of RAM, or POSBIAS_MEMORY_LIMIT)")
+        raise UserError(
+            f"--memory-budget {budget.describe(given)}: more than the posbias memory limit of "
+            f"{budget.describe(limit)} (80% of RAM, or POSBIAS_MEMORY_LIMIT)"
+        )
     need = grid_mod.bookkeeping_bytes(spec)
     if need > limit:
-        raise UserError(f"{spec.path}: the grid of {spec.num_points:,} points needs about "
-                        f"{budget.describe(need)} for its bookkeeping alone, more than the memory limit of "
-                        f"{budget.describe(limit)}; split the sweep into smaller grids")
+        raise UserError(
+            f"{spec.path}: the grid of {spec.num_points:,} points needs about "
+            f"{budget.describe(need)} for its bookkeeping alone, more than the memory limit of "
+            f"{budget.describe(limit)}; split the sweep into smaller grids"
+        )
     return given if given is not None else limit
 
 
 def _check_existing(out: Path, existing: dict | None, digest: str, opts: Options) -> None:
     if existing is not None and existing["digest"] != digest:
         what = "resume it" if opts.resume else "write into it"
-        raise UserError(f"{out}: holds a sweep of another spec (digest {existing['digest'][:12]}, "
-                        f"this spec {digest[:12]}); cannot {what}; choose another --out")
+        raise UserError(
+            f"{out}: holds a sweep of another spec (digest {existing['digest'][:12]}, "
+            f"this spec {digest[:12]}); cannot {what}; choose another --out"
+        )
     if existing is not None and not opts.resume and opts.process_id == 0:
-        raise UserError(f"{out}: holds this sweep already ({mf.MAIN}); use --resume to continue it, "
-                        "or choose another --out")
+        raise UserError(
+            f"{out}: holds this sweep already ({mf.MAIN}); use --resume to continue it, or choose another --out"
+        )
 
 
 def _recorded_plan(out: Path, existing: dict, opts: Options):
     """(budget, cap, batch sizes per shape) recorded by the sweep being resumed."""
     recorded = existing["plan"]
-    for flag, mine, theirs in (("--memory-budget", opts.memory_budget, recorded["memory_budget"]),
-                               ("--batch-size", opts.batch_cap, recorded["batch_cap"])):
+    for flag, mine, theirs in (
+        ("--memory-budget", opts.memory_budget, recorded["memory_budget"]),
+        ("--batch-size", opts.batch_cap, recorded["batch_cap"]),
+    ):
         if mine is not None and mine != theirs:
-            raise UserError(f"{out}: was planned with {flag} {theirs}; resume without {flag} or with "
-                            "the same value (batches must not change)")
+            raise UserError(
+                f"{out}: was planned with {flag} {theirs}; resume without {flag} or with "
+                "the same value (batches must not change)"
+            )
     try:
         sizes = {tuple(g["key"]): int(g["batch_size"]) for g in recorded["groups"]}
     except (KeyError, TypeError, ValueError):
@@ -247,8 +267,10 @@ def run_sweep(spec: Spec, opts: Options) -> Outcome:
     t_start = time.perf_counter()
     out = Path(opts.out)
     if spec.num_points > MAX_POINTS and not opts.force:
-        raise SpecError(f"{spec.path}: the grid has {spec.num_points:,} points, more than {MAX_POINTS:,} "
-                        "(use --force to run it anyway)")
+        raise SpecError(
+            f"{spec.path}: the grid has {spec.num_points:,} points, more than {MAX_POINTS:,} "
+            "(use --force to run it anyway)"
+        )
     budget_bytes = _check_memory(spec, opts.memory_budget)
     profiles = spec.profiles if opts.profiles is None else (opts.profiles or spec.profiles)
     if profiles != spec.profiles:
@@ -280,14 +302,28 @@ def run_sweep(spec: Spec, opts: Options) -> Outcome:
             done, redo = tb.finished(folder, layout, batches, digest)  # refuses part files of another sweep
             if existing is None:
                 main = {
-                    "format": mf.FORMAT, "name": spec.name, "spec_file": spec.path, "spec": spec.raw,
-                    "spec_digest": spec.digest, "digest": digest, "engine": spec.engine, "profiles": profiles,
-                    "diagonal": spec.diagonal, "points": spec.num_points,
-                    "axes": [a.name for a in spec.axes], "dims": [list(d) for d in spec.dims],
-                    "plan": {"memory_budget": budget_bytes, "batch_cap": cap, "batches": len(batches),
-                             "groups": [_group_record(g) for g in groups]},
-                    "processes": opts.num_processes, "versions": mf.versions(),
-                    "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "complete": False,
+                    "format": mf.FORMAT,
+                    "name": spec.name,
+                    "spec_file": spec.path,
+                    "spec": spec.raw,
+                    "spec_digest": spec.digest,
+                    "digest": digest,
+                    "engine": spec.engine,
+                    "profiles": profiles,
+                    "diagonal": spec.diagonal,
+                    "points": spec.num_points,
+                    "axes": [a.name for a in spec.axes],
+                    "dims": [list(d) for d in spec.dims],
+                    "plan": {
+                        "memory_budget": budget_bytes,
+                        "batch_cap": cap,
+                        "batches": len(batches),
+                        "groups": [_group_record(g) for g in groups],
+                    },
+                    "processes": opts.num_processes,
+                    "versions": mf.versions(),
+                    "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "complete": False,
                 }
                 fresh = True
                 written.append(out / mf.MAIN)
@@ -295,8 +331,9 @@ def run_sweep(spec: Spec, opts: Options) -> Outcome:
             else:
                 main = existing
         notes += redo
-        outcome = _compute(spec, opts, grid, layout, groups, batches, main, digest, label, devices, folder,
-                           written, notes, t_start)
+        outcome = _compute(
+            spec, opts, grid, layout, groups, batches, main, digest, label, devices, folder, written, notes, t_start
+        )
     except (UserError, OSError) as exc:
         if fresh and opts.process_id == 0:
             _undo(written, created, folder)
@@ -309,8 +346,9 @@ def run_sweep(spec: Spec, opts: Options) -> Outcome:
     return outcome
 
 
-def _compute(spec, opts, grid, layout, groups, batches, main, digest, label, devices, folder, written, notes,
-             t_start) -> Outcome:
+def _compute(
+    spec, opts, grid, layout, groups, batches, main, digest, label, devices, folder, written, notes, t_start
+) -> Outcome:
     """This process's unfinished batches, its manifest part after each, then the merged manifest."""
     out = Path(opts.out)
     mine = [b for b in batches if b.index % opts.num_processes == opts.process_id]
@@ -318,8 +356,12 @@ def _compute(spec, opts, grid, layout, groups, batches, main, digest, label, dev
     done, _ = tb.finished(folder, layout, batches, digest)
     pending = [b for b in mine if b.index not in done]
     part_path = out / mf.part_name(opts.process_id)
-    part = {"process": opts.process_id, "host": mf.host(),
-            "devices": label.split(", ") if devices else [label], "batches": {}}
+    part = {
+        "process": opts.process_id,
+        "host": mf.host(),
+        "devices": label.split(", ") if devices else [label],
+        "batches": {},
+    }
     if part_path.is_file():
         import json
 
@@ -344,8 +386,10 @@ def _compute(spec, opts, grid, layout, groups, batches, main, digest, label, dev
         a, b = pending[k], pending[k + 1]
         return len(a.points) * per_point[a.key] + len(b.points) * per_point[b.key] <= budget_bytes
 
-    with progress_bar(opts.progress and bool(pending), "sweep", unit="points") as update, \
-            ThreadPoolExecutor(max_workers=1) as ahead:
+    with (
+        progress_bar(opts.progress and bool(pending), "sweep", unit="points") as update,
+        ThreadPoolExecutor(max_workers=1) as ahead,
+    ):
         if update:
             update(done_points, total_points)
         following = None
@@ -362,16 +406,29 @@ def _compute(spec, opts, grid, layout, groups, batches, main, digest, label, dev
             if update:
                 update(done_points, total_points)
     t_end = time.perf_counter()
-    part["timings"] = {"compute_s": round(t_end - t_compute, 3), "total_s": round(t_end - t_start, 3),
-                       "batches_computed": len(computed)}
+    part["timings"] = {
+        "compute_s": round(t_end - t_compute, 3),
+        "total_s": round(t_end - t_start, 3),
+        "batches_computed": len(computed),
+    }
     with locked(out):
         mf.write_json(part_path, part)
         done_all, _ = tb.finished(folder, layout, batches, digest)
         merged = mf.merge(out, main, len(batches), done_all)
         merged["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         mf.write_json(out / mf.MAIN, merged)
-    return Outcome(spec, out, groups, batches, computed, len(mine) - len(pending), part["devices"],
-                   t_end - t_start, merged["complete"], notes)
+    return Outcome(
+        spec,
+        out,
+        groups,
+        batches,
+        computed,
+        len(mine) - len(pending),
+        part["devices"],
+        t_end - t_start,
+        merged["complete"],
+        notes,
+    )
 
 
 def batch_profiles(grid, spec: Spec, batch, devices):
@@ -393,20 +450,33 @@ def batch_profiles(grid, spec: Spec, batch, devices):
         with scope:
             profs = profiles(stacks, n, engine=spec.engine, devices=devices if devices and len(devices) > 1 else None)
     except Unsupported as exc:
-        raise UserError(f"batch {batch.index} (points {int(batch.points[0])}..{int(batch.points[-1])}): "
-                        f"{exc}") from None
+        raise UserError(
+            f"batch {batch.index} (points {int(batch.points[0])}..{int(batch.points[-1])}): {exc}"
+        ) from None
     return stacks, profs
 
 
-def write_batch(grid, spec: Spec, layout, batch, computed, label: str, folder: Path, digest: str, process: int,
-                t0: float) -> dict:
+def write_batch(
+    grid, spec: Spec, layout, batch, computed, label: str, folder: Path, digest: str, process: int, t0: float
+) -> dict:
     """One batch's summaries and Parquet file from ``batch_profiles``' (stacks, profiles); its record."""
     stacks, profs = computed
     columns, ps, engines = _summaries(spec, stacks, profs, batch.key[2], layout.profiles)
     table = tb.batch_table(layout, grid, batch.points, columns, ps)
-    meta = {"digest": digest, "batch": batch.index, "process": process, "device": label,
-            "points": [int(batch.points[0]), int(batch.points[-1])]}
+    meta = {
+        "digest": digest,
+        "batch": batch.index,
+        "process": process,
+        "device": label,
+        "points": [int(batch.points[0]), int(batch.points[-1])],
+    }
     path = tb.write_part(folder, batch.index, table, meta)
-    return {"file": f"{tb.TABLE_DIR}/{path.name}", "points": int(len(batch.points)),
-            "first_point": int(batch.points[0]), "process": process, "device": label,
-            "engines": dict(engines), "seconds": round(time.perf_counter() - t0, 3)}
+    return {
+        "file": f"{tb.TABLE_DIR}/{path.name}",
+        "points": int(len(batch.points)),
+        "first_point": int(batch.points[0]),
+        "process": process,
+        "device": label,
+        "engines": dict(engines),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }

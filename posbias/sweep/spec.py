@@ -81,8 +81,20 @@ class SpecError(UserError):
 
 FLOAT_AXES = ("lambda", "lambda0", "beta", "slope_scale", "content_diagonal", "sink")
 INT_AXES = ("layers", "tokens", "window")
-AXES = ("lambda", "lambda0", "beta", "layers", "tokens", "slope_scale", "slopes", "content_diagonal", "mask",
-        "window", "bias", "sink")
+AXES = (
+    "lambda",
+    "lambda0",
+    "beta",
+    "layers",
+    "tokens",
+    "slope_scale",
+    "slopes",
+    "content_diagonal",
+    "mask",
+    "window",
+    "bias",
+    "sink",
+)
 ALIBI_ENGINES = ("structured", "log", "fft")
 """Engines that compute ALiBi stacks only: a bias point must be ALiBi at its N (``BiasStack.as_alibi``)."""
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -194,8 +206,10 @@ def range_count(where: str, start: float, stop: float, step: float) -> int:
         n = (np.float64(stop) - np.float64(start)) / np.float64(step)
     if not np.isfinite(n) or n > MAX_AXIS_VALUES + 1:
         shown = "too many to count" if not np.isfinite(n) else f"about {float(n):.3g}"
-        raise _fail(where, f"range: {shown} values (step {step!r} from {start!r} to {stop!r}), "
-                           f"expected at most {MAX_AXIS_VALUES:,}")
+        raise _fail(
+            where,
+            f"range: {shown} values (step {step!r} from {start!r} to {stop!r}), expected at most {MAX_AXIS_VALUES:,}",
+        )
     n = float(n)
     tol = max(RANGE_TOLERANCE, 8 * np.finfo(np.float64).eps * abs(n))
     count = max(0, math.ceil(n - tol))
@@ -206,8 +220,10 @@ def range_count(where: str, start: float, stop: float, step: float) -> int:
 
 def _range_values(where: str, kind: str, args) -> list:
     if not isinstance(args, list) or len(args) != 3:
-        raise _fail(where, f"{kind}: expected a list [start, stop, {'step' if kind == 'range' else 'count'}], "
-                           f"got {_shown(args)}")
+        raise _fail(
+            where,
+            f"{kind}: expected a list [start, stop, {'step' if kind == 'range' else 'count'}], got {_shown(args)}",
+        )
     a, b = _number(f"{where}.{kind}[0]", args[0]), _number(f"{where}.{kind}[1]", args[1])
     if kind == "range":
         step = _number(f"{where}.range[2]", args[2])
@@ -230,18 +246,26 @@ def _range_values(where: str, kind: str, args) -> list:
 def _raw_values(where: str, value) -> list:
     if isinstance(value, dict):
         if len(value) != 1 or next(iter(value)) not in RANGES:
-            raise _fail(where, f"expected a list of values or one of {{{'|'.join(RANGES)}: [...]}}, "
-                               f"got {_shown(value)}")
+            raise _fail(
+                where, f"expected a list of values or one of {{{'|'.join(RANGES)}: [...]}}, got {_shown(value)}"
+            )
         kind, args = next(iter(value.items()))
         return _range_values(where, kind, args)
     if not isinstance(value, list):
-        raise _fail(where, f"expected a list of values or {{linspace: [a, b, n]}} (a fixed value belongs in base), "
-                           f"got {_shown(value)}")
+        raise _fail(
+            where,
+            f"expected a list of values or {{linspace: [a, b, n]}} (a fixed value belongs in base), "
+            f"got {_shown(value)}",
+        )
     return value
 
 
-def _axis_values(name: str, where: str,  # noqa: C901 (one branch per refused value; issue 20 §4)
-                 raw: list, rounded: bool = False) -> tuple:
+def _axis_values(  # noqa: C901 (one branch per refused value; issue 20 §4)
+    name: str,
+    where: str,
+    raw: list,
+    rounded: bool = False,
+) -> tuple:
     """Values of one axis, each checked against the axis's range."""
     if not raw:
         raise _fail(where, "empty axis, expected at least one value")
@@ -290,8 +314,11 @@ def _axis_values(name: str, where: str,  # noqa: C901 (one branch per refused va
         seen = {}
         for k, n in enumerate(out):
             if n in seen:
-                raise _fail(where, f"the value {n} appears twice (positions {seen[n]} and {k}"
-                                   " after rounding to integers); use fewer or wider-spaced values")
+                raise _fail(
+                    where,
+                    f"the value {n} appears twice (positions {seen[n]} and {k}"
+                    " after rounding to integers); use fewer or wider-spaced values",
+                )
             seen[n] = k
     return tuple(out)
 
@@ -309,8 +336,9 @@ def _parse_axes(where: str, axes, params: set[str] = frozenset()) -> list[Axis]:
     for name, value in axes.items():
         at = f"{where}.{name}"
         if name not in AXES and name not in params:
-            raise _fail(at, f"unknown axis, expected one of {', '.join(AXES)} or a placeholder {{NAME}} of the "
-                            "bias spec")
+            raise _fail(
+                at, f"unknown axis, expected one of {', '.join(AXES)} or a placeholder {{NAME}} of the bias spec"
+            )
         out.append(Axis(name, _axis_values(name, at, _raw_values(at, value), rounded=isinstance(value, dict))))
     return out
 
@@ -427,8 +455,9 @@ def _base_mapping(value) -> dict:
     if isinstance(value, str):
         return {"config": value}
     if not isinstance(value, dict):
-        raise refusal(f"expected a config path or a mapping of model flags ({', '.join(BASE_KEYS)}), "
-                      f"got {_shown(value)}")
+        raise refusal(
+            f"expected a config path or a mapping of model flags ({', '.join(BASE_KEYS)}), got {_shown(value)}"
+        )
     return value
 
 
@@ -540,8 +569,12 @@ def _placeholder_names(base_raw, axes_raw) -> set[str]:
     return {n for t in texts for n in placeholders(t)}
 
 
-def _check_bias(where: str,  # noqa: C901 (one branch per bias-sweep rule; split per rule; issue 20 §4)
-                base: dict, axes: list[Axis], engine: str) -> None:
+def _check_bias(  # noqa: C901 (one branch per bias-sweep rule; split per rule; issue 20 §4)
+    where: str,
+    base: dict,
+    axes: list[Axis],
+    engine: str,
+) -> None:
     """A bias sweep's rules (module docstring): no slopes, every placeholder has an axis (an axis that
     fills none is refused as unknown by ``_parse_axes``), every generated spec parses (with one bias
     or one per head)."""
@@ -553,8 +586,11 @@ def _check_bias(where: str,  # noqa: C901 (one branch per bias-sweep rule; split
         templates = [("base.bias", base["bias"])] if "bias" in base else []
     if not templates:
         if "config" not in base:  # a config may give the bias itself (checked when the grid is built)
-            for key, present in (("axes.sink", "sink" in names), ("base.sink", "sink" in base),
-                                 ("engine", engine == "bias")):
+            for key, present in (
+                ("axes.sink", "sink" in names),
+                ("base.sink", "sink" in base),
+                ("engine", engine == "bias"),
+            ):
                 if present:
                     what = "engine bias" if key == "engine" else "a sink"
                     raise _fail(f"{where}: {key}", f"{what} needs a relative bias (base.bias or an axis bias)")
@@ -569,8 +605,11 @@ def _check_bias(where: str,  # noqa: C901 (one branch per bias-sweep rule; split
     heads = base.get("heads") if "config" not in base else None
     for at, template in templates:
         if PLACEHOLDER.sub("", template).count("{") or PLACEHOLDER.sub("", template).count("}"):
-            raise _fail(f"{where}: {at}", f"{_shown(template)}: a brace that is not a placeholder {{NAME}} "
-                                          "(a letter or _, then letters, digits or _)")
+            raise _fail(
+                f"{where}: {at}",
+                f"{_shown(template)}: a brace that is not a placeholder {{NAME}} "
+                "(a letter or _, then letters, digits or _)",
+            )
         used = placeholders(template)
         for name in used:
             if name in AXES:
@@ -579,8 +618,9 @@ def _check_bias(where: str,  # noqa: C901 (one branch per bias-sweep rule; split
                 raise _fail(f"{where}: {at}", f"placeholder {{{name}}} has no axis (add axes.{name})")
         count = math.prod(len(values[n]) for n in used)
         if count > MAX_GENERATED_SPECS:
-            raise _fail(f"{where}: {at}", f"{count:,} bias specs from its placeholders, more than "
-                                          f"{MAX_GENERATED_SPECS:,}")
+            raise _fail(
+                f"{where}: {at}", f"{count:,} bias specs from its placeholders, more than {MAX_GENERATED_SPECS:,}"
+            )
         for combo in itertools.product(*(values[n] for n in used)):
             point = dict(zip(used, combo))
             text = fill(template, point)
@@ -590,8 +630,9 @@ def _check_bias(where: str,  # noqa: C901 (one branch per bias-sweep rule; split
             except UserError as exc:
                 raise _fail(f"{where}: {shown}", str(exc)) from None
             if heads is not None and len(biases) not in (1, heads):
-                raise _fail(f"{where}: {shown}", f"bias {text!r}: {len(biases)} head biases, expected one or "
-                                                 f"heads = {heads}")
+                raise _fail(
+                    f"{where}: {shown}", f"bias {text!r}: {len(biases)} head biases, expected one or heads = {heads}"
+                )
 
 
 def digest(raw: dict, base: dict) -> str:
@@ -621,8 +662,18 @@ def parse(raw, path: str = "<spec>", spec_dir: Path | None = None) -> Spec:
     _check_schedule(f"{where}: axes", base, names)
     _check_bias(where, base, axes, top.engine)
     name = Path(where).stem if top.name is None else top.name
-    return Spec(raw, where, name, base, tuple(axes), _dims(axes, zips), top.engine, top.profiles,
-                top.diagonal, digest(raw, base))
+    return Spec(
+        raw,
+        where,
+        name,
+        base,
+        tuple(axes),
+        _dims(axes, zips),
+        top.engine,
+        top.profiles,
+        top.diagonal,
+        digest(raw, base),
+    )
 
 
 def load(path: str | Path) -> Spec:

@@ -73,8 +73,11 @@ def summary_columns(probe) -> list[tuple[str, str | None, object]]:
         sub_cls = None
         if key in fields:
             inner = [a for a in typing.get_args(hint) if dataclasses.is_dataclass(a)] if hint else []
-            sub_cls = inner[0] if inner else (type(getattr(probe, key)) if dataclasses.is_dataclass(
-                getattr(probe, key)) else None)
+            sub_cls = (
+                inner[0]
+                if inner
+                else (type(getattr(probe, key)) if dataclasses.is_dataclass(getattr(probe, key)) else None)
+            )
         if sub_cls is not None:
             sub_hints = _hints(sub_cls)
             sample = value or {}
@@ -208,11 +211,17 @@ def finished(folder: Path, layout: Layout, batches, digest: str) -> tuple[set[in
             continue
         rows, meta, schema = info
         if meta.get("digest") not in (None, digest):
-            raise UserError(f"{path}: belongs to another sweep (spec digest {str(meta.get('digest'))[:12]}, "
-                             f"expected {digest[:12]}); use another --out folder")
+            raise UserError(
+                f"{path}: belongs to another sweep (spec digest {str(meta.get('digest'))[:12]}, "
+                f"expected {digest[:12]}); use another --out folder"
+            )
         batch = by_index.get(index)
-        if batch is None or rows != len(batch.points) or not schema.equals(layout.schema.remove_metadata()) or \
-                meta.get("batch") != index:
+        if (
+            batch is None
+            or rows != len(batch.points)
+            or not schema.equals(layout.schema.remove_metadata())
+            or meta.get("batch") != index
+        ):
             notes.append(f"{path}: does not match batch {index} of this sweep (rows or columns); recomputing it")
             continue
         done.add(index)
@@ -225,7 +234,7 @@ def remove_stale_temporaries(folder: Path, indices: set[int]) -> None:
     if not folder.is_dir():
         return
     for path in folder.glob(TMP_PREFIX + "*.tmp"):
-        index, pid = path.name[len(TMP_PREFIX):].split(".")[:2]
+        index, pid = path.name[len(TMP_PREFIX) :].split(".")[:2]
         if index.isdigit() and int(index) in indices and pid.isdigit() and not alive(int(pid)):
             path.unlink(missing_ok=True)
 
@@ -248,27 +257,35 @@ def read_table(out_dir: str | Path, manifest: dict | None = None):
     if main is None:
         raise UserError(f"{out_dir}: no sweep here (expected {mf.MAIN})")
     if not main["complete"]:
-        raise UserError(f"{out_dir}: the sweep is unfinished ({mf.MAIN} says complete: false); "
-                         "run it again with --resume")
+        raise UserError(
+            f"{out_dir}: the sweep is unfinished ({mf.MAIN} says complete: false); run it again with --resume"
+        )
     folder = out_dir / TABLE_DIR
     expected = {part_name(i): i for i in range(main["plan"]["batches"])}
     present = {p.name for p in folder.glob("part-*.parquet")} if folder.is_dir() else set()
     missing, extra = sorted(set(expected) - present), sorted(present - set(expected))
     if missing or extra:
-        what = f"{len(missing)} batch file(s) missing ({missing[0]})" if missing else \
-            f"{len(extra)} file(s) of no batch of this plan ({extra[0]})"
+        what = (
+            f"{len(missing)} batch file(s) missing ({missing[0]})"
+            if missing
+            else f"{len(extra)} file(s) of no batch of this plan ({extra[0]})"
+        )
         raise UserError(f"{folder}: {what}; expected {len(expected)} files part-000000.parquet ..")
     tables = []
     for name, index in expected.items():
         path = folder / name
         info = part_meta(path)
         if info is None:
-            raise UserError(f"{path}: unreadable batch file (truncated or not Parquet); run the sweep "
-                             "again with --resume to recompute it")
+            raise UserError(
+                f"{path}: unreadable batch file (truncated or not Parquet); run the sweep "
+                "again with --resume to recompute it"
+            )
         _, meta, _ = info
         if meta.get("digest") != main["digest"] or meta.get("batch") != index:
-            raise UserError(f"{path}: belongs to another sweep (digest {str(meta.get('digest'))[:12]}, "
-                             f"batch {meta.get('batch')}; {mf.MAIN} says {main['digest'][:12]}, batch {index})")
+            raise UserError(
+                f"{path}: belongs to another sweep (digest {str(meta.get('digest'))[:12]}, "
+                f"batch {meta.get('batch')}; {mf.MAIN} says {main['digest'][:12]}, batch {index})"
+            )
         try:
             tables.append(pq.read_table(path))
         except Exception:  # noqa: BLE001 - pyarrow raises several types for a damaged file
@@ -282,4 +299,3 @@ def read_table(out_dir: str | Path, manifest: dict | None = None):
     if len(points) != main["points"] or not np.array_equal(points, np.arange(main["points"])):
         raise UserError(f"{folder}: {len(points)} rows for {main['points']} grid points (each point once expected)")
     return table
-

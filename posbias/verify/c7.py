@@ -59,8 +59,9 @@ def exact_log_concave(ws) -> bool:
 @composite
 def _c7a_case(draw, sizes):
     n = draw(st.integers(1, sizes.max_dense_tokens))
-    bias = np.array(draw(st.lists(st.one_of(st.integers(-4, 4).map(float), st.floats(-20.0, 5.0)),
-                                  min_size=n, max_size=n)))
+    bias = np.array(
+        draw(st.lists(st.one_of(st.integers(-4, 4).map(float), st.floats(-20.0, 5.0)), min_size=n, max_size=n))
+    )
     return {"bias": bias, "diag": draw(st.one_of(st.just(0.0), st.floats(-5.0, 5.0))), "n": n}
 
 
@@ -83,8 +84,10 @@ def _c7b_check(ws):
 
 
 def _c7b_explain(ws):
-    return (f"w = {[str(x) for x in ws]}: kernel monotone {exact_monotone(exact_bias_kernel(ws))}, "
-            f"W log-concave {exact_log_concave(ws)}")
+    return (
+        f"w = {[str(x) for x in ws]}: kernel monotone {exact_monotone(exact_bias_kernel(ws))}, "
+        f"W log-concave {exact_log_concave(ws)}"
+    )
 
 
 @composite
@@ -117,8 +120,11 @@ def _bias_stack_case(draw):
     tokens, exact lambdas k/8; raising one lambda. Shrinks toward flat tables (w = 1) and the top layer."""
     n = draw(st.integers(3, 4))
     t = draw(st.integers(2, 3))
-    tables = [[Fraction(draw(st.sampled_from([1, 6, 2])))] + [Fraction(draw(st.sampled_from([1, 0, 6, 3])))
-                                                             for _ in range(n - 1)] for _ in range(t)]
+    tables = [
+        [Fraction(draw(st.sampled_from([1, 6, 2])))]
+        + [Fraction(draw(st.sampled_from([1, 0, 6, 3]))) for _ in range(n - 1)]
+        for _ in range(t)
+    ]
     kernels = np.stack([exact_bias_kernel(ws) for ws in tables])
     lambdas = np.array([Fraction(draw(st.integers(0, 8)), 8) for _ in range(t)], dtype=object)
     layer = t - 1 - draw(st.integers(0, t - 1))
@@ -148,12 +154,25 @@ def c7_properties() -> list[Property]:
     """C7(a), C7(b), C7(c) (expected to hold), then the C2(b) necessity search with bias tables."""
     return [
         Property("C7(a)", "C7(a)", hypotheses("C7(a)"), _c7a_case, _c7a_check),
-        Property("C7(b)", "C7(b)", hypotheses("C7(b)"), lambda z: _exact_weights().map(lambda ws: {"ws": ws}),
-                 _c7b_check, explain=_c7b_explain),
+        Property(
+            "C7(b)",
+            "C7(b)",
+            hypotheses("C7(b)"),
+            lambda z: _exact_weights().map(lambda ws: {"ws": ws}),
+            _c7b_check,
+            explain=_c7b_explain,
+        ),
         Property("C7(c)", "C7(c)", hypotheses("C7(c)") + ("a monotone layer below",), _c7c_case, _c7c_check),
-        Property("C2(b) w/ non-log-concave bias", "C2(b)",
-                 ("every layer the causal kernel of a bias table w(g)", "lambdas k/8"),
-                 lambda z: _bias_stack_case(), _bias_stack_check, "counterexample",
-                 dropped="every W log-concave (C7(b): every A^(t) stochastically monotone)",
-                 explain=_bias_stack_explain, examples=8, target=_bias_stack_target),
+        Property(
+            "C2(b) w/ non-log-concave bias",
+            "C2(b)",
+            ("every layer the causal kernel of a bias table w(g)", "lambdas k/8"),
+            lambda z: _bias_stack_case(),
+            _bias_stack_check,
+            "counterexample",
+            dropped="every W log-concave (C7(b): every A^(t) stochastically monotone)",
+            explain=_bias_stack_explain,
+            examples=8,
+            target=_bias_stack_target,
+        ),
     ]

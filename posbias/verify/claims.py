@@ -68,10 +68,15 @@ def c1_check(K, mu):
 
 def explain_dominance(lo_name, hi_name):
     """``explain(lo, hi)``: the smallest CDF gap F_lo(k) - F_hi(k) and whether lo ≼ hi fails there."""
+
     def explain(lo, hi) -> str:
         k, gap = cdf_gap(lo, hi)
-        return (f"F_{lo_name}({k}) - F_{hi_name}({k}) = {frac(gap)} < 0: {lo_name} ≼ {hi_name} fails at k = {k}"
-                if gap < 0 else f"F_{lo_name} >= F_{hi_name} everywhere (min gap {frac(gap)} at k = {k})")
+        return (
+            f"F_{lo_name}({k}) - F_{hi_name}({k}) = {frac(gap)} < 0: {lo_name} ≼ {hi_name} fails at k = {k}"
+            if gap < 0
+            else f"F_{lo_name} >= F_{hi_name} everywhere (min gap {frac(gap)} at k = {k})"
+        )
+
     return explain
 
 
@@ -102,8 +107,9 @@ def c2b_case(draw, sizes, *, kind="monotone", exact=False):
         kernels = np.stack([draw(ps.causal_kernels(n, exact=True)) for _ in range(t)])
         lambdas = draw(ps.lambda_schedules(t, exact=True))
     else:
-        kernels, lambdas = draw(ps.kernel_stacks(kind=kind, max_tokens=sizes.max_dense_tokens,
-                                                 max_layers=sizes.max_dense_layers))
+        kernels, lambdas = draw(
+            ps.kernel_stacks(kind=kind, max_tokens=sizes.max_dense_tokens, max_layers=sizes.max_dense_layers)
+        )
     layer = len(lambdas) - 1 - draw(st.integers(0, len(lambdas) - 1))  # shrinks toward the top layer
     old = lambdas[layer]
     if exact:
@@ -123,8 +129,9 @@ def c2b_explain(kernels, lambdas, layer, new_lambda):
     more = np.array(lambdas, dtype=object if np.asarray(lambdas).dtype == object else np.float64)
     more[layer] = new_lambda
     p, q = last_row(kernels, lambdas), last_row(kernels, more)
-    return (f"p = {show(p).strip()}\np' (lambda_{layer} = {frac(new_lambda)}) = {show(q).strip()}\n"
-            + explain_dominance("p'", "p")(q, p))
+    return f"p = {show(p).strip()}\np' (lambda_{layer} = {frac(new_lambda)}) = {show(q).strip()}\n" + explain_dominance(
+        "p'", "p"
+    )(q, p)
 
 
 @composite
@@ -156,16 +163,22 @@ def steeper(draw, stack, layer, what="slopes"):
     """Layer ``layer``'s slopes (what="slopes") or diagonal (what="diagonal") plus a non-negative
     increment per head."""
     h = stack.num_heads
-    inc = np.array(draw(st.lists(st.one_of(st.just(0.0), st.sampled_from([0.5, 1.0, 30.0]), st.floats(0.0, 8.0)),
-                                 min_size=h, max_size=h)))
+    inc = np.array(
+        draw(
+            st.lists(
+                st.one_of(st.just(0.0), st.sampled_from([0.5, 1.0, 30.0]), st.floats(0.0, 8.0)), min_size=h, max_size=h
+            )
+        )
+    )
     base = (stack.slopes if what == "slopes" else stack.diagonal)[layer]
     return base + inc
 
 
 @composite
 def _layer_change_case(draw, sizes, what, *, max_tokens=None):
-    stack, n = draw(ps.alibi_cases(replace(sizes, max_tokens=max_tokens or sizes.max_tokens),
-                                   mask_kinds=ps.CAUSAL_MASKS))
+    stack, n = draw(
+        ps.alibi_cases(replace(sizes, max_tokens=max_tokens or sizes.max_tokens), mask_kinds=ps.CAUSAL_MASKS)
+    )
     layer = draw(st.integers(0, stack.num_layers - 1))
     return {"stack": stack, "n": n, "layer": layer, "new": draw(steeper(stack, layer, what))}
 
@@ -184,8 +197,12 @@ def _c3c_artifacts(stack, n, layer, new):
 
 def _c4b_check(stack, n, layer, new):
     high = with_layer(stack, layer, diagonal=new)
-    return predicate("C4(b)")(alibi_layer_kernel(stack, layer, n), alibi_layer_kernel(stack, layer, n, diagonal=new),
-                              engine_profile(stack, n), engine_profile(high, n))
+    return predicate("C4(b)")(
+        alibi_layer_kernel(stack, layer, n),
+        alibi_layer_kernel(stack, layer, n, diagonal=new),
+        engine_profile(stack, n),
+        engine_profile(high, n),
+    )
 
 
 @composite
@@ -194,15 +211,18 @@ def logits_case(draw, sizes, *, row_constant=True):
     from posbias.numerics.masks import allowed
 
     n = draw(st.integers(1, min(sizes.max_dense_tokens, ps.EXPLICIT_MAX)))
-    logits = np.array(draw(st.lists(st.one_of(st.integers(-3, 3).map(float), st.floats(-30.0, 30.0)),
-                                    min_size=n * n, max_size=n * n))).reshape(n, n)
+    logits = np.array(
+        draw(st.lists(st.one_of(st.integers(-3, 3).map(float), st.floats(-30.0, 30.0)), min_size=n * n, max_size=n * n))
+    ).reshape(n, n)
     mask = allowed(draw(ps.masks(max_tokens=n)), n)
     if row_constant:
-        background = np.array(draw(st.lists(st.one_of(st.integers(-3, 3).map(float), st.floats(-100.0, 100.0)),
-                                            min_size=n, max_size=n)))
+        background = np.array(
+            draw(st.lists(st.one_of(st.integers(-3, 3).map(float), st.floats(-100.0, 100.0)), min_size=n, max_size=n))
+        )
     else:
-        background = np.array(draw(st.lists(st.integers(-3, 3), min_size=n * n, max_size=n * n)),
-                              dtype=np.float64).reshape(n, n)
+        background = np.array(
+            draw(st.lists(st.integers(-3, 3), min_size=n * n, max_size=n * n)), dtype=np.float64
+        ).reshape(n, n)
     return {"logits": logits, "background": background, "mask": mask}
 
 
@@ -213,8 +233,9 @@ def c4a_check(logits, background, mask):
 
 @composite
 def _dense_stack_case(draw, sizes, kind="causal"):
-    kernels, lambdas = draw(ps.kernel_stacks(kind=kind, max_tokens=sizes.max_dense_tokens,
-                                             max_layers=sizes.max_dense_layers))
+    kernels, lambdas = draw(
+        ps.kernel_stacks(kind=kind, max_tokens=sizes.max_dense_tokens, max_layers=sizes.max_dense_layers)
+    )
     return {"kernels": kernels, "lambdas": lambdas}
 
 
@@ -223,6 +244,7 @@ def _c5_check(label):
         from posbias.theorem import orders
 
         return predicate(label)(orders.rollout(kernels, lambdas), kernels, lambdas)
+
     return check
 
 
@@ -251,25 +273,48 @@ def alibi_artifact(stack, n, **_):
 def claim_properties() -> list[Property]:
     """The properties expected to hold, in claim order."""
     causal_alibi = lambda z, **kw: ps.alibi_cases(z, mask_kinds=ps.CAUSAL_MASKS, **kw).map(  # noqa: E731
-        lambda c: {"stack": c[0], "n": c[1]})
+        lambda c: {"stack": c[0], "n": c[1]}
+    )
     return [
         Property("C1", "C1", hypotheses("C1"), lambda z: kernel_and_mu(z), c1_check, explain=c1_explain),
         Property("C2(a)", "C2(a)", hypotheses("C2(a)"), _c2a_case, _c2a_check),
         Property("C2(b)", "C2(b)", hypotheses("C2(b)"), c2b_case, c2b_check, explain=c2b_explain),
         Property("C2(c)", "C2(c)", hypotheses("C2(c)"), _c2c_case, _c2c_check),
         Property("C3(a)", "C3(a)", hypotheses("C3(a)"), lambda z: causal_alibi(z, num_layers=1), _c3a_check),
-        Property("C3(b)", "C3(b)", hypotheses("C3(b)"), lambda z: _layer_change_case(z, "slopes", max_tokens=min(
-            z.max_tokens, 256)), _c3b_check),
-        Property("C3(c)", "C3(c)", hypotheses("C3(c)"), lambda z: _layer_change_case(z, "slopes"), _c3c_check,
-                 artifacts=_c3c_artifacts),
+        Property(
+            "C3(b)",
+            "C3(b)",
+            hypotheses("C3(b)"),
+            lambda z: _layer_change_case(z, "slopes", max_tokens=min(z.max_tokens, 256)),
+            _c3b_check,
+        ),
+        Property(
+            "C3(c)",
+            "C3(c)",
+            hypotheses("C3(c)"),
+            lambda z: _layer_change_case(z, "slopes"),
+            _c3c_check,
+            artifacts=_c3c_artifacts,
+        ),
         Property("C4(a)", "C4(a)", hypotheses("C4(a)"), lambda z: logits_case(z), c4a_check),
-        Property("C4(b)", "C4(b)", hypotheses("C4(b)"), lambda z: _layer_change_case(z, "diagonal", max_tokens=min(
-            z.max_tokens, 256)), _c4b_check),
+        Property(
+            "C4(b)",
+            "C4(b)",
+            hypotheses("C4(b)"),
+            lambda z: _layer_change_case(z, "diagonal", max_tokens=min(z.max_tokens, 256)),
+            _c4b_check,
+        ),
         Property("C5(a)", "C5(a)", hypotheses("C5(a)"), _dense_stack_case, _c5_check("C5(a)")),
         Property("C5(b)", "C5(b)", hypotheses("C5(b)"), _dense_stack_case, _c5_check("C5(b)")),
         Property("C5(c)", "C5(c)", hypotheses("C5(c)"), _dense_stack_case, _c5_check("C5(c)")),
-        Property("C6", "C6", ("ALiBi + content stacks, any mask", "T = 1"),
-                 lambda z: ps.alibi_cases(z, num_layers=1).map(lambda c: {"stack": c[0], "n": c[1]}),
-                 _c6_depth1_check, statement="at depth 1 no profile is U-shaped", artifacts=alibi_artifact),
+        Property(
+            "C6",
+            "C6",
+            ("ALiBi + content stacks, any mask", "T = 1"),
+            lambda z: ps.alibi_cases(z, num_layers=1).map(lambda c: {"stack": c[0], "n": c[1]}),
+            _c6_depth1_check,
+            statement="at depth 1 no profile is U-shaped",
+            artifacts=alibi_artifact,
+        ),
         Property("cesaro", "cesaro", hypotheses("cesaro"), _cesaro_case, _cesaro_check),
     ]

@@ -36,10 +36,13 @@ def add_parser(subparsers):
     import argparse
 
     pv = subparsers.add_parser(
-        "verify", help="property-based verification of the claims; counterexample search",
+        "verify",
+        help="property-based verification of the claims; counterexample search",
         description="Run every claim's property through hypothesis, search counterexamples where a hypothesis "
-                    "is dropped, or check the claims that apply to one model.",
-        epilog=VERIFY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "is dropped, or check the claims that apply to one model.",
+        epilog=VERIFY_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     pv.add_argument("claims", nargs="*", metavar="CLAIM", help="claim labels or property names (default: all)")
     src = pv.add_mutually_exclusive_group()
     src.add_argument("--stack", type=Path, metavar="CONFIG", help="check the claims that apply to this rollout YAML")
@@ -47,14 +50,22 @@ def add_parser(subparsers):
     pv.add_argument("--tokens", type=_nonneg_int, metavar="N", help="with --stack: override the sequence length")
     pv.add_argument("--causal", action="store_true", help="with --kernels: declare them causal (checked)")
     pv.add_argument("--schedule", metavar="SPEC", help="with --kernels: the lambda schedule")
-    pv.add_argument("--examples", type=_nonneg_int, metavar="N",
-                    help="examples per property (default: the profile's 25 / 150 / 1000; necessity searches 8x)")
+    pv.add_argument(
+        "--examples",
+        type=_nonneg_int,
+        metavar="N",
+        help="examples per property (default: the profile's 25 / 150 / 1000; necessity searches 8x)",
+    )
     pv.add_argument("--seed", type=_nonneg_int, metavar="S", help="random seed (default: derandomized for ci)")
     pv.add_argument("--profile", choices=PROFILES, default="ci", help="sizes and example counts")
     pv.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
-    pv.add_argument("--out", type=argtypes.path, default=Path("posbias-verify"),
-                    help="folder for the counterexample files and their manifest verify.json, written as one set "
-                         "(default ./posbias-verify; checked before the searches run)")
+    pv.add_argument(
+        "--out",
+        type=argtypes.path,
+        default=Path("posbias-verify"),
+        help="folder for the counterexample files and their manifest verify.json, written as one set "
+        "(default ./posbias-verify; checked before the searches run)",
+    )
     return pv
 
 
@@ -67,16 +78,30 @@ def run(args) -> int:
             raise UserError("--tokens: expected a positive integer")
         if args.stack is not None or args.kernels is not None:
             if args.claims:
-                raise UserError("CLAIM names select built-in properties; with --stack/--kernels every applicable "
-                                "claim is checked")
+                raise UserError(
+                    "CLAIM names select built-in properties; with --stack/--kernels every applicable claim is checked"
+                )
             stack, n = _load_model(args)
-            report = verify_model(stack, n, profile=args.profile, examples=args.examples, seed=args.seed,
-                                  out=args.out, progress=not args.json)
+            report = verify_model(
+                stack,
+                n,
+                profile=args.profile,
+                examples=args.examples,
+                seed=args.seed,
+                out=args.out,
+                progress=not args.json,
+            )
         else:
             if args.tokens is not None or args.causal or args.schedule is not None:
                 raise UserError("--tokens, --causal and --schedule apply to --stack / --kernels only")
-            report = verify(args.claims, profile=args.profile, examples=args.examples, seed=args.seed,
-                            out=args.out, progress=not args.json)
+            report = verify(
+                args.claims,
+                profile=args.profile,
+                examples=args.examples,
+                seed=args.seed,
+                out=args.out,
+                progress=not args.json,
+            )
     except UserError as exc:
         print(f"posbias verify: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -28,9 +28,15 @@ def encode(value):
     if isinstance(value, dict):
         return {"type": "dict", "items": {str(k): encode(v) for k, v in value.items()}}
     if isinstance(value, AlibiStack):
-        return {"type": "AlibiStack", "lambdas": encode(value.lambdas), "slopes": encode(value.slopes),
-                "diagonal": encode(value.diagonal), "head_weights": encode(value.head_weights),
-                "temperature": float(value.temperature), "mask": value.mask.spec}
+        return {
+            "type": "AlibiStack",
+            "lambdas": encode(value.lambdas),
+            "slopes": encode(value.slopes),
+            "diagonal": encode(value.diagonal),
+            "head_weights": encode(value.head_weights),
+            "temperature": float(value.temperature),
+            "mask": value.mask.spec,
+        }
     if isinstance(value, Fraction):
         return {"type": "fraction", "value": str(value)}
     if isinstance(value, np.ndarray):
@@ -40,8 +46,7 @@ def encode(value):
             return {"type": "bools", "data": value.tolist()}
         data = np.where(np.isfinite(value), value, 0.0).tolist() if value.size else value.tolist()
         bad = np.argwhere(~np.isfinite(value)) if value.size else []
-        return {"type": "array", "data": data, "nonfinite": [[*map(int, i), repr(float(value[tuple(i)]))]
-                                                             for i in bad]}
+        return {"type": "array", "data": data, "nonfinite": [[*map(int, i), repr(float(value[tuple(i)]))] for i in bad]}
     if isinstance(value, (tuple, list)):
         return {"type": "tuple" if isinstance(value, tuple) else "list", "items": [encode(v) for v in value]}
     if hasattr(value, "spec") and hasattr(value, "bidirectional_length"):
@@ -88,8 +93,14 @@ def decode(data):
     if kind == "mask":
         return masks.parse(data["spec"])
     if kind == "AlibiStack":
-        return AlibiStack.build(decode(data["lambdas"]), decode(data["slopes"]), decode(data["diagonal"]),
-                                decode(data["head_weights"]), data["temperature"], masks.parse(data["mask"]))
+        return AlibiStack.build(
+            decode(data["lambdas"]),
+            decode(data["slopes"]),
+            decode(data["diagonal"]),
+            decode(data["head_weights"]),
+            data["temperature"],
+            masks.parse(data["mask"]),
+        )
     if kind == "repr":
         return data["value"]
     raise ValueError(f"unknown encoded type {kind!r}")
@@ -98,6 +109,7 @@ def decode(data):
 def config_yaml(stack, num_tokens: int) -> str:
     """The reference-schema rollout YAML of an AlibiStack (``posbias rollout FILE`` reads it).
     Values are written at full repr precision; the lambdas as a custom schedule."""
+
     def rows(a):
         return "[" + ", ".join("[" + ", ".join(repr(float(x)) for x in row) + "]" for row in np.asarray(a)) + "]"
 
@@ -105,13 +117,18 @@ def config_yaml(stack, num_tokens: int) -> str:
     mask_lines = {"causal": '  mask_type: "causal"', "full": '  mask_type: "full"'}.get(mask.spec)
     if mask_lines is None:
         kind, _, arg = mask.spec.partition(":")
-        mask_lines = (f'  mask_type: "sliding_window"\n  window_size: {arg}' if kind == "window"
-                      else f'  mask_type: "prefix"\n  prefix_length: {arg}')
-    return (f"# counterexample written by posbias verify\n"
-            f"sequence_length: {int(num_tokens)}\nnum_layers: {stack.num_layers}\n"
-            f"mask_config:\n{mask_lines}\n"
-            f"attention_config:\n  num_heads: {stack.num_heads}\n  alibi_slopes: {rows(stack.slopes)}\n"
-            f"  head_weights: {rows(stack.head_weights)}\n  softmax_temperature: {float(stack.temperature)!r}\n"
-            f"content_config:\n  diagonal_scores: {rows(stack.diagonal)}\n  base_scores: [[0.0]]\n"
-            f"lambda_schedule_config:\n  schedule_type: \"custom\"\n"
-            f"  lambdas_custom: [{', '.join(repr(float(x)) for x in stack.lambdas)}]\n")
+        mask_lines = (
+            f'  mask_type: "sliding_window"\n  window_size: {arg}'
+            if kind == "window"
+            else f'  mask_type: "prefix"\n  prefix_length: {arg}'
+        )
+    return (
+        f"# counterexample written by posbias verify\n"
+        f"sequence_length: {int(num_tokens)}\nnum_layers: {stack.num_layers}\n"
+        f"mask_config:\n{mask_lines}\n"
+        f"attention_config:\n  num_heads: {stack.num_heads}\n  alibi_slopes: {rows(stack.slopes)}\n"
+        f"  head_weights: {rows(stack.head_weights)}\n  softmax_temperature: {float(stack.temperature)!r}\n"
+        f"content_config:\n  diagonal_scores: {rows(stack.diagonal)}\n  base_scores: [[0.0]]\n"
+        f'lambda_schedule_config:\n  schedule_type: "custom"\n'
+        f"  lambdas_custom: [{', '.join(repr(float(x)) for x in stack.lambdas)}]\n"
+    )

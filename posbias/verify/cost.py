@@ -92,8 +92,10 @@ def check_time(what: str, seconds: float) -> None:
     """Refuse (UserError, one line) a run estimated beyond ``time_limit()``."""
     limit = time_limit()
     if seconds > limit:
-        raise UserError(f"{what} takes about {describe_seconds(seconds)} by estimate, more than the limit of "
-                        f"{describe_seconds(limit)} (set POSBIAS_TIME_LIMIT, in seconds, to change it)")
+        raise UserError(
+            f"{what} takes about {describe_seconds(seconds)} by estimate, more than the limit of "
+            f"{describe_seconds(limit)} (set POSBIAS_TIME_LIMIT, in seconds, to change it)"
+        )
 
 
 def check_memory(what: str, nbytes: float) -> None:
@@ -127,8 +129,11 @@ def check_run(props, profile: str, examples: int | None) -> None:
     """Refuse a built-in run estimated beyond the time limit (before anything is drawn)."""
     seconds = run_seconds(props, profile, examples)
     count = sum(_count(examples_per_property(profile, examples, p.examples)) for p in props)
-    check_time(f"{len(props)} properties with {count:.3g} examples in all (~{EXAMPLE_SECONDS[profile]} s each at "
-               f"profile {profile})", seconds)
+    check_time(
+        f"{len(props)} properties with {count:.3g} examples in all (~{EXAMPLE_SECONDS[profile]} s each at "
+        f"profile {profile})",
+        seconds,
+    )
 
 
 @dataclass(frozen=True)
@@ -152,14 +157,17 @@ class ModelPlan:
         """Refuse (one line) a plan beyond the memory or time limit, or beyond XLA's array size."""
         what = f"verify of T = {self.layers}, H = {self.heads}, N = {self.tokens}"
         if self.kind == "alibi" and not self.dense_kernels and self.heads * self.tokens > XLA_MAX_ELEMENTS:
-            raise UserError(f"{what}: the self-weights of one layer hold H N = {self.heads * self.tokens:.3g} "
-                            f"elements, beyond XLA's {XLA_MAX_ELEMENTS} per array")
+            raise UserError(
+                f"{what}: the self-weights of one layer hold H N = {self.heads * self.tokens:.3g} "
+                f"elements, beyond XLA's {XLA_MAX_ELEMENTS} per array"
+            )
         check_memory(what, self.memory_bytes)
         check_time(what, self.seconds)
 
 
-def plan_model(*, kind: str, layers: int, heads: int, tokens: int, causal: bool, examples: int,
-               engine_bytes: float = 0.0) -> ModelPlan:
+def plan_model(
+    *, kind: str, layers: int, heads: int, tokens: int, causal: bool, examples: int, engine_bytes: float = 0.0
+) -> ModelPlan:
     """The plan of ``verify_model`` for T = layers, H = heads, N = tokens; ``examples`` drawn per
     property; ``engine_bytes`` the engine's own estimate of one profile (ALiBi)."""
     t, h, n = int(layers), int(heads), int(tokens)
@@ -168,8 +176,11 @@ def plan_model(*, kind: str, layers: int, heads: int, tokens: int, causal: bool,
     if kind == "alibi":
         entries = t * h * n * n
         dense = entries <= DENSE_ENTRIES
-        dense_reason = "" if dense else (f"dense kernels need T H N^2 = {entries:.3g} entries, above the "
-                                         f"{DENSE_ENTRIES:.0e} verify forms")
+        dense_reason = (
+            ""
+            if dense
+            else (f"dense kernels need T H N^2 = {entries:.3g} entries, above the {DENSE_ENTRIES:.0e} verify forms")
+        )
         work = t * n**3
         product = dense and causal and work <= DENSE_WORK
         profile_s = t * h * n / ENGINE_RATE
@@ -194,8 +205,10 @@ def plan_model(*, kind: str, layers: int, heads: int, tokens: int, causal: bool,
     elif not dense:
         product_reason = dense_reason
     elif not product:
-        product_reason = (f"the dense product P needs T N^3 = {work:.3g} multiply-adds, above the "
-                          f"{DENSE_WORK:.0e} a verify run spends on it")
+        product_reason = (
+            f"the dense product P needs T N^3 = {work:.3g} multiply-adds, above the "
+            f"{DENSE_WORK:.0e} a verify run spends on it"
+        )
     else:
         product_reason = ""
     return ModelPlan(kind, t, h, n, dense, dense_reason, product, product_reason, float(memory), float(seconds))

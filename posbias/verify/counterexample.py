@@ -47,18 +47,38 @@ def counterexample_files(prop: Property, res: Result, *, profile: str, seed) -> 
                 name, content = f"{stem}-{part}.npz", buf.getvalue()
             parts[part] = name
             files[name] = content
-    payload = {"format": FORMAT, "property": prop.name, "claim": prop.claim, "expect": prop.expect,
-               "verdict": res.verdict, "hypotheses": list(prop.hypotheses), "dropped": prop.dropped,
-               "statement": prop.statement, "profile": profile, "seed": seed, "example": encode(res.counterexample),
-               "explanation": res.text, "files": parts}
+    payload = {
+        "format": FORMAT,
+        "property": prop.name,
+        "claim": prop.claim,
+        "expect": prop.expect,
+        "verdict": res.verdict,
+        "hypotheses": list(prop.hypotheses),
+        "dropped": prop.dropped,
+        "statement": prop.statement,
+        "profile": profile,
+        "seed": seed,
+        "example": encode(res.counterexample),
+        "explanation": res.text,
+        "files": parts,
+    }
     return {f"{stem}.json": payload, **files}
 
 
 def model_counterexample_files(res: Result) -> dict[str, dict]:
     """model-<slug>.json (its payload) for a model-mode result (``load_counterexample`` reads it)."""
-    return {f"model-{slug(res.name)}.json": {
-        "format": FORMAT, "property": res.name, "claim": res.claim, "expect": res.expect, "verdict": res.verdict,
-        "example": encode(res.counterexample), "explanation": res.text, "files": {}}}
+    return {
+        f"model-{slug(res.name)}.json": {
+            "format": FORMAT,
+            "property": res.name,
+            "claim": res.claim,
+            "expect": res.expect,
+            "verdict": res.verdict,
+            "example": encode(res.counterexample),
+            "explanation": res.text,
+            "files": {},
+        }
+    }
 
 
 def write_counterexample(prop: Property, res: Result, out, *, profile: str, seed) -> list[Path]:

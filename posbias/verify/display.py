@@ -35,22 +35,26 @@ def frac(x) -> str:
     return str(f) if float(f) == x else f"{x:.6g}"
 
 
-
 def show(value, indent: str = "  ") -> str:
     """Readable text of an example value: matrices row by row as exact fractions where the
     float is one (1/3 shows as 1/3 only if it is the float nearest 1/3), stacks by fields."""
     from posbias.numerics.stack import AlibiStack
 
     if isinstance(value, AlibiStack):
-        lines = [f"AlibiStack(T={value.num_layers}, H={value.num_heads}, mask={value.mask.spec}, "
-                 f"tau={frac(value.temperature)})"]
+        lines = [
+            f"AlibiStack(T={value.num_layers}, H={value.num_heads}, mask={value.mask.spec}, "
+            f"tau={frac(value.temperature)})"
+        ]
         lines.append(f"{indent}lambdas: " + show(value.lambdas, "").strip())
         for name in ("slopes", "diagonal", "head_weights"):
             arr = getattr(value, name)
             same = bool(np.all(arr == arr[:1]))
-            lines.append(f"{indent}{name} (per head{'' if same else ', row t = layer t'}): "
-                         + show(arr[0] if same else arr, indent + "  ").strip("\n ") if same else
-                         f"{indent}{name} (row t = layer t):\n" + show(arr, indent + "  "))
+            lines.append(
+                f"{indent}{name} (per head{'' if same else ', row t = layer t'}): "
+                + show(arr[0] if same else arr, indent + "  ").strip("\n ")
+                if same
+                else f"{indent}{name} (row t = layer t):\n" + show(arr, indent + "  ")
+            )
         return "\n".join(lines)
     arr = np.asarray(value) if isinstance(value, (np.ndarray, list)) else None
     if arr is not None and arr.ndim == 2:

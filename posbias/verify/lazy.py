@@ -28,9 +28,11 @@ ps = Lazy("posbias.verify.strategies")
 
 def composite(fn):
     """``hypothesis.strategies.composite``, applied when the strategy is first asked for."""
+
     @functools.wraps(fn)
     def make(*args, **kwargs):
         from hypothesis import strategies
 
         return strategies.composite(fn)(*args, **kwargs)
+
     return make

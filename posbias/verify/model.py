@@ -56,7 +56,9 @@ def model_facts(stack, n, plan):
         self_w = self_weights(stack, n) if causal else None
     delta = None if self_w is None else 1 - self_w.min(axis=1)
     facts = {
-        "kind": "alibi" if alibi else "kernels", "num_layers": int(len(lambdas)), "num_tokens": int(n),
+        "kind": "alibi" if alibi else "kernels",
+        "num_layers": int(len(lambdas)),
+        "num_tokens": int(n),
         "causal": causal,
         "monotone_layers": None if monotone is None else all(monotone),
         "non_monotone_layers": None if monotone is None else [t for t, ok in enumerate(monotone) if not ok],
@@ -78,8 +80,14 @@ def self_weights(stack, n) -> np.ndarray:
 
     out = np.empty((stack.num_layers, n))
     for t in range(stack.num_layers):
-        layer = AlibiStack.build(stack.lambdas[t:t + 1], stack.slopes[t:t + 1], stack.diagonal[t:t + 1],
-                                 stack.head_weights[t:t + 1], stack.temperature, stack.mask)
+        layer = AlibiStack.build(
+            stack.lambdas[t : t + 1],
+            stack.slopes[t : t + 1],
+            stack.diagonal[t : t + 1],
+            stack.head_weights[t : t + 1],
+            stack.temperature,
+            stack.mask,
+        )
         out[t] = np.asarray(nx.kernel_diagonals(layer, n), np.float64)[0]
     return out
 
@@ -93,13 +101,27 @@ def plan_for(stack, n, *, profile: str, examples: int | None):
     heads = stack.num_heads if alibi else 1
     causal = bool(stack.causal(n)) if alibi else True  # kernels: planned as causal (the larger plan)
     engine = Structured().memory_bytes(stack.num_layers, heads, n) if alibi else 0
-    return cost.plan_model(kind="alibi" if alibi else "kernels", layers=stack.num_layers, heads=heads, tokens=n,
-                           causal=causal, examples=cost.examples_per_property(profile, examples), engine_bytes=engine)
+    return cost.plan_model(
+        kind="alibi" if alibi else "kernels",
+        layers=stack.num_layers,
+        heads=heads,
+        tokens=n,
+        causal=causal,
+        examples=cost.examples_per_property(profile, examples),
+        engine_bytes=engine,
+    )
 
 
-def verify_model(stack,  # noqa: C901 (one block per claim; split each into a function; issue 20 §4)
-                 num_tokens: int | None = None, *, profile: str = "ci", examples: int | None = None,
-                 seed: int | None = None, out=None, progress: bool = False) -> Report:
+def verify_model(  # noqa: C901 (one block per claim; split each into a function; issue 20 §4)
+    stack,
+    num_tokens: int | None = None,
+    *,
+    profile: str = "ci",
+    examples: int | None = None,
+    seed: int | None = None,
+    out=None,
+    progress: bool = False,
+) -> Report:
     """Check the claims that apply to one model (an ``AlibiStack`` at N tokens or a ``KernelStack``):
     which hypotheses hold, which claims apply, their predictions against the engine, and the
     comparative statics (raise lambda_t, a slope, a diagonal) by hypothesis over perturbations.
@@ -128,8 +150,9 @@ def verify_model(stack,  # noqa: C901 (one block per claim; split each into a fu
     predictions: dict[str, Any] = {}
 
     def fixed(name, claim_label, hyps, ok, detail):
-        results.append(Result(name, claim_label, hyps, "holds", "held" if ok else "refuted", bool(ok), 1, 0, 0.0,
-                              detail=detail))
+        results.append(
+            Result(name, claim_label, hyps, "holds", "held" if ok else "refuted", bool(ok), 1, 0, 0.0, detail=detail)
+        )
 
     def na(name, claim_label, why):
         results.append(Result(name, claim_label, (), "holds", "n/a", True, 0, 0, 0.0, detail=why))
@@ -141,8 +164,13 @@ def verify_model(stack,  # noqa: C901 (one block per claim; split each into a fu
         atom = float(np.prod(1 - lambdas * (1 - self_w[:, -1])))
         predictions["C2(c) p(N-1)"] = atom
         err = abs(p[-1] - atom)
-        fixed("C2(c)", "C2(c)", hypotheses("C2(c)"), err <= 1e-10 + 1e-9 * atom,
-              f"predicted p(N-1) = {atom:.12g}, engine {p[-1]:.12g} (|diff| {err:.1e})")
+        fixed(
+            "C2(c)",
+            "C2(c)",
+            hypotheses("C2(c)"),
+            err <= 1e-10 + 1e-9 * atom,
+            f"predicted p(N-1) = {atom:.12g}, engine {p[-1]:.12g} (|diff| {err:.1e})",
+        )
         diag = np.prod(1 - lambdas[:, None] * (1 - self_w), axis=0)
         bound = float(np.prod(1 - lambdas * (1 - self_w.min(axis=1))))
         predictions["C5(a) min_i P_ii >= prod(1 - lambda delta)"] = bound
@@ -156,21 +184,35 @@ def verify_model(stack,  # noqa: C901 (one block per claim; split each into a fu
             detail += "; diag P = identity (dense P)"
         else:
             detail += f"; diag P not formed: {plan.dense_product_reason}"
-        fixed("C5(a)", "C5(a)", hypotheses("C5(a)"), ok,
-              detail + f"; sum lambda delta = {facts['sum_lambda_delta']:.4g}")
+        fixed(
+            "C5(a)", "C5(a)", hypotheses("C5(a)"), ok, detail + f"; sum lambda delta = {facts['sum_lambda_delta']:.4g}"
+        )
     else:
         na("C2(c)", "C2(c)", not_causal)
         na("C5(a)", "C5(a)", not_causal)
     # C1 per layer, on drawn distributions
     if causal and kernels is not None:
-        results.append(run_property(Property(
-            "C1", "C1", hypotheses("C1"), st.tuples(st.integers(0, len(kernels) - 1), ps.distributions(n)).map(
-                lambda c: {"K": kernels[c[0]], "mu": c[1]}), c1_check), profile=profile, examples=examples,
-            seed=seed))
+        results.append(
+            run_property(
+                Property(
+                    "C1",
+                    "C1",
+                    hypotheses("C1"),
+                    st.tuples(st.integers(0, len(kernels) - 1), ps.distributions(n)).map(
+                        lambda c: {"K": kernels[c[0]], "mu": c[1]}
+                    ),
+                    c1_check,
+                ),
+                profile=profile,
+                examples=examples,
+                seed=seed,
+            )
+        )
     else:
         na("C1", "C1", not_causal if not causal else plan.dense_kernels_reason)
     # C2(b): raise one lambda
     if causal and mono:
+
         @composite
         def raise_lambda(draw):
             t = draw(st.integers(0, len(lambdas) - 1))
@@ -183,14 +225,24 @@ def verify_model(stack,  # noqa: C901 (one block per claim; split each into a fu
             more[layer] = new_lambda
             return dominated(last_row(stack.kernels, more), p)
 
-        results.append(run_property(Property("C2(b)", "C2(b)", hypotheses("C2(b)"), raise_lambda(), c2b),
-                                    profile=profile, examples=examples, seed=seed))
+        results.append(
+            run_property(
+                Property("C2(b)", "C2(b)", hypotheses("C2(b)"), raise_lambda(), c2b),
+                profile=profile,
+                examples=examples,
+                seed=seed,
+            )
+        )
     else:
-        na("C2(b)", "C2(b)", not_causal if not causal else f"layers {facts['non_monotone_layers']} are not "
-                                                          "stochastically monotone")
+        na(
+            "C2(b)",
+            "C2(b)",
+            not_causal if not causal else f"layers {facts['non_monotone_layers']} are not stochastically monotone",
+        )
     # C3(c), C4(b): steeper slope / larger diagonal at one layer (ALiBi, causal)
     if alibi and causal:
         for name, what in (("C3(c)", "slopes"), ("C4(b)", "diagonal")):
+
             @composite
             def change(draw, what=what):
                 t = draw(st.integers(0, stack.num_layers - 1))
@@ -200,8 +252,14 @@ def verify_model(stack,  # noqa: C901 (one block per claim; split each into a fu
                 q = profile_of(with_layer(stack, layer, **{what: new}))
                 return predicate("C3(c)")(p, q) if label == "C3(c)" else dominated(p, q)
 
-            results.append(run_property(Property(name, name, hypotheses(name), change(), check), profile=profile,
-                                        examples=examples, seed=seed))
+            results.append(
+                run_property(
+                    Property(name, name, hypotheses(name), change(), check),
+                    profile=profile,
+                    examples=examples,
+                    seed=seed,
+                )
+            )
     else:
         why = "measured kernels: no slopes or content diagonal to change" if not alibi else not_causal
         na("C3(c)", "C3(c)", why)
@@ -213,8 +271,20 @@ def verify_model(stack,  # noqa: C901 (one block per claim; split each into a fu
     if len(lambdas) == 1:
         fixed("C6", "C6", ("T = 1",), not u, f"depth 1: predicted not U-shaped; engine: U-shaped {u}")
     else:
-        results.append(Result("C6", "C6", ("observed",), "holds", "observed", True, 1, 0, 0.0,
-                              detail=f"U-shaped: {u} (argmin {argmin}, p(0) = {p[0]:.4g}, p(N-1) = {p[-1]:.4g})"))
+        results.append(
+            Result(
+                "C6",
+                "C6",
+                ("observed",),
+                "holds",
+                "observed",
+                True,
+                1,
+                0,
+                0.0,
+                detail=f"U-shaped: {u} (argmin {argmin}, p(0) = {p[0]:.4g}, p(N-1) = {p[-1]:.4g})",
+            )
+        )
     # Cesàro closed form: uniform causal attention
     why = cesaro_inapplicable(stack, n, causal)
     if why is None:
@@ -254,9 +324,13 @@ def cesaro_inapplicable(stack, n: int, causal: bool) -> str | None:
     if np.any(stack.slopes != 0):
         return f"not uniform: slopes up to {float(np.max(stack.slopes)):.4g} (the closed form needs slope 0)"
     if np.any(stack.diagonal != 0):
-        return (f"not uniform: content diagonal up to {float(np.max(np.abs(stack.diagonal))):.4g} "
-                "(the closed form needs d = 0)")
+        return (
+            f"not uniform: content diagonal up to {float(np.max(np.abs(stack.diagonal))):.4g} "
+            "(the closed form needs d = 0)"
+        )
     if n > CESARO_MAX_TOKENS:
-        return (f"uniform causal attention, but N = {n} > {CESARO_MAX_TOKENS}: the exact closed form is checked "
-                f"up to N = {CESARO_MAX_TOKENS}")
+        return (
+            f"uniform causal attention, but N = {n} > {CESARO_MAX_TOKENS}: the exact closed form is checked "
+            f"up to N = {CESARO_MAX_TOKENS}"
+        )
     return None

@@ -77,8 +77,11 @@ def write_set(out, contents: dict[str, dict | str | bytes]) -> list[Path]:
     texts, binaries = {}, {}
     for name, content in contents.items():
         if isinstance(content, dict):
-            payload = {**content, "set": stamp,
-                       "digests": {n: digest(contents[n]) for n in _named(content) if n in contents}}
+            payload = {
+                **content,
+                "set": stamp,
+                "digests": {n: digest(contents[n]) for n in _named(content) if n in contents},
+            }
             texts[name] = json.dumps(payload, indent=1) + "\n"
         elif isinstance(content, str):
             texts[name] = content
@@ -101,8 +104,7 @@ def check_member(path, payload: dict) -> None:
         except OSError:
             raise ValueError(f"{path}: names {name}, which is missing beside it") from None
         if got != want:
-            raise ValueError(f"{path}: {name} beside it is not the file this counterexample wrote "
-                             "(another run's file)")
+            raise ValueError(f"{path}: {name} beside it is not the file this counterexample wrote (another run's file)")
     stamp = payload.get("set")
     if stamp is None:
         return

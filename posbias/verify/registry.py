@@ -27,22 +27,36 @@ def register(prop: Property, *, replace_existing: bool = False) -> Property:
     return prop
 
 
-def register_claim(name: str, predicate: Callable[..., bool], strategy, *, hypotheses=(), expect: str = "holds",
-                   claim: str | None = None, statement: str = "", explain=None, replace: bool = False) -> Property:
+def register_claim(
+    name: str,
+    predicate: Callable[..., bool],
+    strategy,
+    *,
+    hypotheses=(),
+    expect: str = "holds",
+    claim: str | None = None,
+    statement: str = "",
+    explain=None,
+    replace: bool = False,
+) -> Property:
     """Register a user claim: ``predicate(example) -> bool`` over what ``strategy`` draws (a
     hypothesis strategy, or a function of ``posbias.verify.strategies.Sizes`` returning one). A dict
     example is passed as keywords, a tuple as positional arguments. expect="holds": the run
     fails if hypothesis finds a case where the predicate is False; expect="counterexample":
     the run fails unless it finds (and shrinks) one."""
-    return register(Property(name, claim, tuple(hypotheses), strategy, predicate, expect, statement,
-                             explain=explain), replace_existing=replace)
+    return register(
+        Property(name, claim, tuple(hypotheses), strategy, predicate, expect, statement, explain=explain),
+        replace_existing=replace,
+    )
 
 
 def claim(name: str, strategy, **kwargs):
     """Decorator form of ``register_claim``: ``@claim("name", strategy=...)`` over the predicate."""
+
     def wrap(fn):
         register_claim(name, fn, strategy, **kwargs)
         return fn
+
     return wrap
 
 
@@ -66,8 +80,11 @@ def builtin_properties() -> list[Property]:
     builtin = claim_properties() + necessity_searches() + c7_properties()
     missing = [label for label in CLAIMS if label not in {p.name for p in builtin}]
     for label in missing:  # a claim added to the registry after this module
-        builtin.append(Property(label, label, claim_hypotheses(label), st.nothing(), lambda *a, **k: True,
-                                statement="no property yet"))
+        builtin.append(
+            Property(
+                label, label, claim_hypotheses(label), st.nothing(), lambda *a, **k: True, statement="no property yet"
+            )
+        )
     return builtin
 
 

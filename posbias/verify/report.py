@@ -8,8 +8,15 @@ import sys
 from posbias.verify.types import Report
 
 # rich styles of the verdict column
-_VERDICT_STYLE = {"held": "green", "found": "green", "observed": "cyan", "n/a": "dim", "refuted": "red",
-                  "not found": "red", "error": "red"}
+_VERDICT_STYLE = {
+    "held": "green",
+    "found": "green",
+    "observed": "cyan",
+    "n/a": "dim",
+    "refuted": "red",
+    "not found": "red",
+    "error": "red",
+}
 
 
 def print_report(report: Report, file=None) -> None:
@@ -21,25 +28,38 @@ def print_report(report: Report, file=None) -> None:
     if report.model is not None:
         m = report.model
         yes = {True: "yes", False: "no", None: "unknown"}
-        console.print(f"model: {m['kind']}, T = {m['num_layers']}, N = {m['num_tokens']}; causal: {yes[m['causal']]}; "
-                      f"every layer stochastically monotone: {yes[m['monotone_layers']]}"
-                      + (f" ({m['monotone_note']})" if m.get("monotone_note") else "")
-                      + f"; sum lambda = {m['sum_lambda']:.4g}"
-                      + ("" if m["sum_lambda_delta"] is None else
-                         f"; sum lambda delta = {m['sum_lambda_delta']:.4g} (max {m['max_lambda_delta']:.3g})"))
+        console.print(
+            f"model: {m['kind']}, T = {m['num_layers']}, N = {m['num_tokens']}; causal: {yes[m['causal']]}; "
+            f"every layer stochastically monotone: {yes[m['monotone_layers']]}"
+            + (f" ({m['monotone_note']})" if m.get("monotone_note") else "")
+            + f"; sum lambda = {m['sum_lambda']:.4g}"
+            + (
+                ""
+                if m["sum_lambda_delta"] is None
+                else f"; sum lambda delta = {m['sum_lambda_delta']:.4g} (max {m['max_lambda_delta']:.3g})"
+            )
+        )
     seed = "derandomized" if report.seed is None else report.seed
     table = Table(title=f"posbias verify (profile {report.profile}, seed {seed})")
     for col in ("claim", "hypotheses", "examples", "verdict", "time"):
-        table.add_column(col, justify="right" if col in ("examples", "time") else "left",
-                         overflow="fold", max_width=None if col != "hypotheses" else 52)
+        table.add_column(
+            col,
+            justify="right" if col in ("examples", "time") else "left",
+            overflow="fold",
+            max_width=None if col != "hypotheses" else 52,
+        )
     for r in report.results:
         style = _VERDICT_STYLE.get(r.verdict, "")
         if r.verdict in ("refuted", "found") and not r.ok:
             style = "red"
         note = " (expected)" if r.expect == "counterexample" and r.verdict == "found" else ""
-        table.add_row(r.name, "; ".join(r.hypotheses), f"{r.examples}" + (f" +{r.shrinks} shrink" if r.shrinks
-                                                                            else ""),
-                      f"[{style}]{r.verdict}{note}[/]", f"{r.seconds:.2f}s")
+        table.add_row(
+            r.name,
+            "; ".join(r.hypotheses),
+            f"{r.examples}" + (f" +{r.shrinks} shrink" if r.shrinks else ""),
+            f"[{style}]{r.verdict}{note}[/]",
+            f"{r.seconds:.2f}s",
+        )
     console.print(table)
     for r in report.results:
         if r.detail:

@@ -41,8 +41,15 @@ def resolve_seed(profile: str, seed: int | None) -> int | None:
     return seed
 
 
-def run_property(prop: Property, *, profile: str = "ci", examples: int | None = None, seed: int | None = None,
-                 out: str | Path | None = None, progress: Callable[[int], None] | None = None) -> Result:
+def run_property(
+    prop: Property,
+    *,
+    profile: str = "ci",
+    examples: int | None = None,
+    seed: int | None = None,
+    out: str | Path | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Result:
     """Run one property through ``hypothesis.find``: look for an example where the check is
     False, shrink it, and (with ``out``) write it as JSON plus YAML / .npz files."""
     from hypothesis import find, target
@@ -75,16 +82,16 @@ def run_property(prop: Property, *, profile: str = "ci", examples: int | None = 
     try:
         with warnings.catch_warnings(), private_hypothesis_home():  # no note that a large repr is costly
             warnings.simplefilter("ignore", HypothesisWarning)
-            found = find(strategy, failing, settings=conf,
-                         random=_random.Random(seed) if seed is not None else None)
+            found = find(strategy, failing, settings=conf, random=_random.Random(seed) if seed is not None else None)
     except (NoSuchExample, Unsatisfiable) as exc:
         error = None if isinstance(exc, NoSuchExample) else f"unsatisfiable: {exc}"
     except Exception as exc:  # a crashing check: hypothesis has shrunk the crash
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     seconds = time.perf_counter() - start
     tried = first[0] or calls[0]
-    res = Result(prop.name, prop.claim, prop.hypotheses, prop.expect, "", False, tried,
-                 max(0, calls[0] - tried), seconds)
+    res = Result(
+        prop.name, prop.claim, prop.hypotheses, prop.expect, "", False, tried, max(0, calls[0] - tried), seconds
+    )
     if error is not None:
         res.verdict, res.detail = "error", error
         return res
@@ -152,8 +159,15 @@ def select(names=None) -> list[Property]:
     return chosen
 
 
-def verify(names=None, *, profile: str = "ci", examples: int | None = None, seed: int | None = None,
-           out: str | Path | None = None, progress: bool = False) -> Report:
+def verify(
+    names=None,
+    *,
+    profile: str = "ci",
+    examples: int | None = None,
+    seed: int | None = None,
+    out: str | Path | None = None,
+    progress: bool = False,
+) -> Report:
     """Run the selected properties (all by default). seed: None with ``ci`` is derandomized; with
     ``dev`` / ``deep`` a seed is drawn and reported, so every run can be repeated. The run's time
     is estimated first and refused beyond the limit (``posbias.verify.cost``). out: a folder for
@@ -170,8 +184,9 @@ def verify(names=None, *, profile: str = "ci", examples: int | None = None, seed
     results = []
     with _Progress(progress, props, profile, examples) as bar:
         for prop in props:
-            results.append(run_property(prop, profile=profile, examples=examples, seed=seed,
-                                        progress=bar.updater(prop)))
+            results.append(
+                run_property(prop, profile=profile, examples=examples, seed=seed, progress=bar.updater(prop))
+            )
             bar.done(prop)
     report = Report(results, profile, seed)
     if out is not None:
@@ -200,9 +215,14 @@ class _Progress:
             from rich.console import Console
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
-                                "{task.total} examples"), TimeElapsedColumn(), transient=True,
-                                console=Console(stderr=True))
+            self.bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total} examples"),
+                TimeElapsedColumn(),
+                transient=True,
+                console=Console(stderr=True),
+            )
             self.bar.__enter__()
             self.task = self.bar.add_task("verify", total=sum(self.totals.values()))
         return self
@@ -217,8 +237,12 @@ class _Progress:
 
         def update(count):
             if count % 5 == 0:
-                self.bar.update(self.task, description=f"verify {prop.name}",
-                                completed=self.offset + min(count, self.totals[prop.name]))
+                self.bar.update(
+                    self.task,
+                    description=f"verify {prop.name}",
+                    completed=self.offset + min(count, self.totals[prop.name]),
+                )
+
         return update
 
     def done(self, prop):

@@ -81,8 +81,14 @@ def _c3c_mixed_case(draw):
     lambdas = draw(ps.lambda_schedules(below + 1 + above, exact=True))
     flat = np.stack(lower + [exact_alibi(Fraction(1, k), n)] + upper)
     steep = np.stack(lower + [exact_alibi(Fraction(1, k_steep), n)] + upper)
-    return {"flat": flat, "steep": steep, "lambdas": lambdas, "layer": below,
-            "r_flat": Fraction(1, k), "r_steep": Fraction(1, k_steep)}
+    return {
+        "flat": flat,
+        "steep": steep,
+        "lambdas": lambdas,
+        "layer": below,
+        "r_flat": Fraction(1, k),
+        "r_steep": Fraction(1, k_steep),
+    }
 
 
 def _c3c_mixed_check(flat, steep, lambdas, layer, r_flat, r_steep):
@@ -94,9 +100,10 @@ def _c3c_mixed_explain(flat, steep, lambdas, layer, r_flat, r_steep):
     from posbias.theorem import orders
 
     bad = [t for t in range(len(flat)) if not orders.is_monotone(ps.as_float(flat[t]))]
-    return (f"layer {layer}: ALiBi r = {r_flat} -> steeper r = {r_steep}; non-monotone layer(s) {bad}\n"
-            f"p(flat) = {show(p).strip()}\np(steep) = {show(q).strip()}\n"
-            + explain_dominance("p_flat", "p_steep")(p, q))
+    return (
+        f"layer {layer}: ALiBi r = {r_flat} -> steeper r = {r_steep}; non-monotone layer(s) {bad}\n"
+        f"p(flat) = {show(p).strip()}\np(steep) = {show(q).strip()}\n" + explain_dominance("p_flat", "p_steep")(p, q)
+    )
 
 
 def _c3c_mixed_artifacts(flat, steep, lambdas, layer, r_flat, r_steep):
@@ -112,8 +119,10 @@ def _c4a_explain(logits, background, mask):
 
     diff = np.abs(softmax(logits + background) - softmax(logits))
     i, j = np.unravel_index(np.argmax(diff), diff.shape)
-    return (f"softmax(x + b)[{i}, {j}] = {softmax(logits + background)[i, j]:.6g} but softmax(x)[{i}, {j}] = "
-            f"{softmax(logits)[i, j]:.6g}: b varies along row {i} ({show(background[i]).strip()})")
+    return (
+        f"softmax(x + b)[{i}, {j}] = {softmax(logits + background)[i, j]:.6g} but softmax(x)[{i}, {j}] = "
+        f"{softmax(logits)[i, j]:.6g}: b varies along row {i} ({show(background[i]).strip()})"
+    )
 
 
 STEEP_R_MAX = Fraction(1, 5)
@@ -122,8 +131,12 @@ STEEP_R_MAX = Fraction(1, 5)
 @composite
 def _c6_old_case(draw):
     k = draw(st.integers(5, 10))  # r = 1/k <= 1/5: the steep slopes of the withdrawn statement
-    return {"n": draw(st.integers(1, 12)), "r": Fraction(1, k), "layers": draw(st.integers(1, 12)),
-            "lam": Fraction(draw(st.integers(0, 8)), 8)}
+    return {
+        "n": draw(st.integers(1, 12)),
+        "r": Fraction(1, k),
+        "layers": draw(st.integers(1, 12)),
+        "lam": Fraction(draw(st.integers(0, 8)), 8),
+    }
 
 
 def c6_old_profile(n: int, r: Fraction, layers: int, lam: Fraction) -> np.ndarray:
@@ -152,9 +165,11 @@ def _c6_old_target(n, r, layers, lam):
 def _c6_old_explain(n, r, layers, lam):
     p = c6_old_profile(n, r, layers, lam)
     j = next(j for j in range(1, n - 1) if (p[j] - p[j - 1]) * (p[j + 1] - p[j]) < 0)
-    return (f"N = {n}, r = e^-m = {r} (m = ln {1 / r} = {math.log(1 / r):.4f}), d = 0, T = {layers}, lambda = {lam}\n"
-            f"p = {show(p).strip()}\n  ~ [{', '.join(f'{float(x):.4f}' for x in p)}]\n"
-            f"p({j - 1}), p({j}), p({j + 1}) = {p[j - 1]}, {p[j]}, {p[j + 1]}: not monotone at j = {j}")
+    return (
+        f"N = {n}, r = e^-m = {r} (m = ln {1 / r} = {math.log(1 / r):.4f}), d = 0, T = {layers}, lambda = {lam}\n"
+        f"p = {show(p).strip()}\n  ~ [{', '.join(f'{float(x):.4f}' for x in p)}]\n"
+        f"p({j - 1}), p({j}), p({j + 1}) = {p[j - 1]}, {p[j]}, {p[j + 1]}: not monotone at j = {j}"
+    )
 
 
 def _c6_old_artifacts(n, r, layers, lam):
@@ -170,28 +185,77 @@ def _c6_u_check(stack, n):
 def necessity_searches() -> list[Property]:
     """The searches of the table above, in that order."""
     return [
-        Property("C1 w/o causality", "C1", ("K row-stochastic", "mu a distribution"),
-                 lambda z: kernel_and_mu(z, kind="any", exact=True, max_tokens=4), c1_check,
-                 "counterexample", dropped="K causal", explain=c1_explain),
-        Property("C2(b) w/o monotonicity", "C2(b)", ("every A^(t) causal row-stochastic",),
-                 lambda z: c2b_case(z, kind="causal", exact=True), c2b_check, "counterexample",
-                 dropped="every A^(t) stochastically monotone", explain=c2b_explain, artifacts=_c2b_artifacts,
-                 examples=8, target=_c2b_target),
-        Property("C3(c) w/ non-monotone layer", "C3(c)",
-                 ("causal mask", "steeper slope at an ALiBi layer", "other layers any causal kernel"),
-                 _c3c_mixed_case(), _c3c_mixed_check, "counterexample",
-                 dropped="every layer ALiBi (monotone)", explain=_c3c_mixed_explain, artifacts=_c3c_mixed_artifacts),
-        Property("C4(a) w/ non-constant shift", "C4(a)", ("any masked logits",), lambda z: logits_case(
-            z, row_constant=False), c4a_check, "counterexample", dropped="b constant along the row",
-                 explain=_c4a_explain),
-        Property("C6 old: steep => monotone", "C6", ("one head, causal, d = 0", "r = e^-m <= 1/5", "constant lambda"),
-                 _c6_old_case(), _c6_old_check, "counterexample",
-                 statement="(withdrawn) a steep slope makes the profile monotone",
-                 dropped="(statement withdrawn: THEORY.md C6)", explain=_c6_old_explain,
-                 artifacts=_c6_old_artifacts, examples=8, target=_c6_old_target),
-        Property("C6 U-shapes exist", "C6", ("ALiBi + content stacks, causal", "T >= 2"),
-                 lambda z: ps.alibi_cases(dense_sizes(z), mask_kinds=("causal",), min_tokens=3).filter(
-                     lambda c: c[0].num_layers >= 2).map(lambda c: {"stack": c[0], "n": c[1]}),
-                 _c6_u_check, "counterexample", statement="some profile at depth >= 2 is U-shaped",
-                 dropped="(existence)", artifacts=alibi_artifact),
+        Property(
+            "C1 w/o causality",
+            "C1",
+            ("K row-stochastic", "mu a distribution"),
+            lambda z: kernel_and_mu(z, kind="any", exact=True, max_tokens=4),
+            c1_check,
+            "counterexample",
+            dropped="K causal",
+            explain=c1_explain,
+        ),
+        Property(
+            "C2(b) w/o monotonicity",
+            "C2(b)",
+            ("every A^(t) causal row-stochastic",),
+            lambda z: c2b_case(z, kind="causal", exact=True),
+            c2b_check,
+            "counterexample",
+            dropped="every A^(t) stochastically monotone",
+            explain=c2b_explain,
+            artifacts=_c2b_artifacts,
+            examples=8,
+            target=_c2b_target,
+        ),
+        Property(
+            "C3(c) w/ non-monotone layer",
+            "C3(c)",
+            ("causal mask", "steeper slope at an ALiBi layer", "other layers any causal kernel"),
+            _c3c_mixed_case(),
+            _c3c_mixed_check,
+            "counterexample",
+            dropped="every layer ALiBi (monotone)",
+            explain=_c3c_mixed_explain,
+            artifacts=_c3c_mixed_artifacts,
+        ),
+        Property(
+            "C4(a) w/ non-constant shift",
+            "C4(a)",
+            ("any masked logits",),
+            lambda z: logits_case(z, row_constant=False),
+            c4a_check,
+            "counterexample",
+            dropped="b constant along the row",
+            explain=_c4a_explain,
+        ),
+        Property(
+            "C6 old: steep => monotone",
+            "C6",
+            ("one head, causal, d = 0", "r = e^-m <= 1/5", "constant lambda"),
+            _c6_old_case(),
+            _c6_old_check,
+            "counterexample",
+            statement="(withdrawn) a steep slope makes the profile monotone",
+            dropped="(statement withdrawn: THEORY.md C6)",
+            explain=_c6_old_explain,
+            artifacts=_c6_old_artifacts,
+            examples=8,
+            target=_c6_old_target,
+        ),
+        Property(
+            "C6 U-shapes exist",
+            "C6",
+            ("ALiBi + content stacks, causal", "T >= 2"),
+            lambda z: (
+                ps.alibi_cases(dense_sizes(z), mask_kinds=("causal",), min_tokens=3)
+                .filter(lambda c: c[0].num_layers >= 2)
+                .map(lambda c: {"stack": c[0], "n": c[1]})
+            ),
+            _c6_u_check,
+            "counterexample",
+            statement="some profile at depth >= 2 is U-shaped",
+            dropped="(existence)",
+            artifacts=alibi_artifact,
+        ),
     ]

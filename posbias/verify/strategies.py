@@ -62,9 +62,21 @@ from posbias.numerics.masks import Causal, Full, Prefix, SlidingWindow
 from posbias.numerics.stack import AlibiStack
 
 __all__ = [
-    "EXPLICIT_MAX", "SIZES", "Sizes", "alibi_cases", "alibi_stacks", "as_float", "causal_kernels",
-    "distributions", "kernel_stacks", "lambda_schedules", "masks", "monotone_kernels", "register_profiles",
-    "settings_for", "stochastic_kernels",
+    "EXPLICIT_MAX",
+    "SIZES",
+    "Sizes",
+    "alibi_cases",
+    "alibi_stacks",
+    "as_float",
+    "causal_kernels",
+    "distributions",
+    "kernel_stacks",
+    "lambda_schedules",
+    "masks",
+    "monotone_kernels",
+    "register_profiles",
+    "settings_for",
+    "stochastic_kernels",
 ]
 
 EXPLICIT_MAX = 12
@@ -218,13 +230,11 @@ def _vertex(i: int, j: int) -> list[int]:
 def _causal_row(i: int):
     """Integer weights for row i (j <= i): any weights 0..WEIGHT_MAX, or a vertex e_j
     (j = i - k, so it shrinks toward e_i)."""
-    return st.one_of(_ints(i + 1),
-                     st.integers(0, i).map(lambda k: _vertex(i, i - k)))
+    return st.one_of(_ints(i + 1), st.integers(0, i).map(lambda k: _vertex(i, i - k)))
 
 
 @st.composite
-def causal_kernels(draw, n: int | None = None, *, max_tokens: int = 8, exact: bool = False,
-                   extreme: bool = True):
+def causal_kernels(draw, n: int | None = None, *, max_tokens: int = 8, exact: bool = False, extreme: bool = True):
     """A causal row-stochastic (n, n) kernel: K[i, j] = 0 for j > i, rows sum to 1.
 
     Rows are integer weights in 0..WEIGHT_MAX normalised (a zero row becomes e_i), vertices
@@ -370,10 +380,18 @@ _DIAG = st.one_of(st.sampled_from([0.0, 1.0, -1.0]), st.floats(-12.0, 12.0))
 
 
 @st.composite
-def alibi_stacks(draw, *, num_layers: int | None = None, num_heads: int | None = None, max_layers: int = 8,
-                 max_heads: int = 4,
-                 max_tokens: int = 16, mask_kinds=("causal", "window", "prefix", "full"),
-                 content: bool = True, temperature: bool = True):
+def alibi_stacks(
+    draw,
+    *,
+    num_layers: int | None = None,
+    num_heads: int | None = None,
+    max_layers: int = 8,
+    max_heads: int = 4,
+    max_tokens: int = 16,
+    mask_kinds=("causal", "window", "prefix", "full"),
+    content: bool = True,
+    temperature: bool = True,
+):
     """An ``AlibiStack`` (built and validated by ``AlibiStack.build``).
 
     Draws T layers and H heads with O(T + H) values (so T = 64, H = 32 stays cheap):
@@ -410,24 +428,39 @@ def alibi_stacks(draw, *, num_layers: int | None = None, num_heads: int | None =
     return AlibiStack.build(lambdas, slopes, diag, weights, tau, mask)
 
 
-def alibi_cases(sizes: Sizes | str = "ci", *, mask_kinds=("causal", "window", "prefix", "full"),
-                min_tokens: int = 1, num_layers: int | None = None, num_heads: int | None = None,
-                num_tokens: int | None = None, content: bool = True):
+def alibi_cases(
+    sizes: Sizes | str = "ci",
+    *,
+    mask_kinds=("causal", "window", "prefix", "full"),
+    min_tokens: int = 1,
+    num_layers: int | None = None,
+    num_heads: int | None = None,
+    num_tokens: int | None = None,
+    content: bool = True,
+):
     """(stack, N) with N in min_tokens..sizes.max_tokens, T <= sizes.max_layers, H <= sizes.max_heads
     (or fixed by num_layers / num_heads / num_tokens): cases for the structured engine
     (O(T H N)). ``sizes`` is a ``Sizes`` or a profile name."""
     sizes = SIZES[sizes] if isinstance(sizes, str) else sizes
     tokens = st.integers(min_tokens, max(min_tokens, sizes.max_tokens)) if num_tokens is None else st.just(num_tokens)
     return st.tuples(
-        alibi_stacks(num_layers=num_layers, num_heads=num_heads, max_layers=sizes.max_layers,
-                     max_heads=sizes.max_heads, max_tokens=sizes.max_tokens, mask_kinds=mask_kinds, content=content),
+        alibi_stacks(
+            num_layers=num_layers,
+            num_heads=num_heads,
+            max_layers=sizes.max_layers,
+            max_heads=sizes.max_heads,
+            max_tokens=sizes.max_tokens,
+            mask_kinds=mask_kinds,
+            content=content,
+        ),
         tokens,
     )
 
 
 @st.composite
-def kernel_stacks(draw, *, kind: str = "causal", max_tokens: int = 6, max_layers: int = 4,
-                  n: int | None = None, exact: bool = False):
+def kernel_stacks(
+    draw, *, kind: str = "causal", max_tokens: int = 6, max_layers: int = 4, n: int | None = None, exact: bool = False
+):
     """(kernels (T, N, N), lambdas (T,)): every layer ``causal`` (causal_kernels), ``monotone``
     (monotone_kernels) or ``any`` (stochastic_kernels). Object arrays of Fractions when exact."""
     n = draw(st.integers(1, max_tokens)) if n is None else n

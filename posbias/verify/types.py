@@ -16,7 +16,6 @@ PROFILES = ("ci", "dev", "deep")
 EXPECTS = ("holds", "counterexample")
 
 
-
 def apply_example(fn, example):
     """``fn`` on a drawn example: a dict as keywords, a tuple as positional arguments, else one argument."""
     if isinstance(example, dict):
@@ -79,11 +78,21 @@ class Result:
     files: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "claim": self.claim, "hypotheses": list(self.hypotheses), "expect": self.expect,
-                "verdict": self.verdict, "ok": self.ok, "examples": self.examples, "shrinks": self.shrinks,
-                "seconds": round(self.seconds, 4), "detail": self.detail,
-                "counterexample": None if self.counterexample is None else encode(self.counterexample),
-                "explanation": self.text, "files": [str(f) for f in self.files]}
+        return {
+            "name": self.name,
+            "claim": self.claim,
+            "hypotheses": list(self.hypotheses),
+            "expect": self.expect,
+            "verdict": self.verdict,
+            "ok": self.ok,
+            "examples": self.examples,
+            "shrinks": self.shrinks,
+            "seconds": round(self.seconds, 4),
+            "detail": self.detail,
+            "counterexample": None if self.counterexample is None else encode(self.counterexample),
+            "explanation": self.text,
+            "files": [str(f) for f in self.files],
+        }
 
 
 @dataclass
@@ -100,5 +109,10 @@ class Report:
         return EXIT_OK if all(r.ok for r in self.results) else EXIT_FAILED
 
     def to_dict(self) -> dict:
-        return {"profile": self.profile, "seed": self.seed, "exit_code": self.exit_code, "model": self.model,
-                "results": [r.to_dict() for r in self.results]}
+        return {
+            "profile": self.profile,
+            "seed": self.seed,
+            "exit_code": self.exit_code,
+            "model": self.model,
+            "results": [r.to_dict() for r in self.results],
+        }

@@ -118,8 +118,13 @@ def test_cosine_bias_depends_on_parameters(capsys):
     N, n = d["witness"]["N"], d["witness"]["n"]
     # independent: W from mpmath at 60 digits at the witness, smallest failing n
     with mpmath.workdps(60):
-        w = [mpmath.exp(-pt["m"].numerator / mpmath.mpf(pt["m"].denominator) * g
-                        + pt["a"].numerator / mpmath.mpf(pt["a"].denominator) * mpmath.cos(g)) for g in range(N)]
+        w = [
+            mpmath.exp(
+                -pt["m"].numerator / mpmath.mpf(pt["m"].denominator) * g
+                + pt["a"].numerator / mpmath.mpf(pt["a"].denominator) * mpmath.cos(g)
+            )
+            for g in range(N)
+        ]
         W = list(np.cumsum(np.array(w, dtype=object)))
         gaps = [W[j] ** 2 - W[j - 1] * W[j + 1] for j in range(1, N - 1)]
     assert gaps[-1] < 0 and all(x >= 0 for x in gaps[:-1]) and n == N - 2
@@ -133,15 +138,18 @@ def test_undecided_when_neither_route_decides(capsys):
     assert d["verdict"] == "undecided" and d["witness"] is None and "could not be decided" in d["reason"]
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["monotone", "--bias", "t*2"], "uses t"),
-    (["monotone", "--bias", "-m*g", "--ranges", "q>=0"], "not a parameter"),
-    (["monotone", "--bias", "-m*g", "--ranges", "2<=m<=1"], "empty"),
-    (["monotone", "--bias", "-m*g", "--at", "m=-1"], "outside its range"),
-    (["monotone", "--bias", "weights:1,-1"], "expected weights >= 0"),
-    (["monotone", "--bias", "-m*g", "--up-to", "100000"], "<= 256"),
-    (["order", "--bias", "-m*g"], "--than is required"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["monotone", "--bias", "t*2"], "uses t"),
+        (["monotone", "--bias", "-m*g", "--ranges", "q>=0"], "not a parameter"),
+        (["monotone", "--bias", "-m*g", "--ranges", "2<=m<=1"], "empty"),
+        (["monotone", "--bias", "-m*g", "--at", "m=-1"], "outside its range"),
+        (["monotone", "--bias", "weights:1,-1"], "expected weights >= 0"),
+        (["monotone", "--bias", "-m*g", "--up-to", "100000"], "<= 256"),
+        (["order", "--bias", "-m*g"], "--than is required"),
+    ],
+)
 def test_bad_input_one_line_exit_2(argv, needle, capsys):
     code, out, err = run(argv, capsys)
     assert code == 2 and needle in err and err.count("\n") == 1 and "Traceback" not in err
@@ -150,9 +158,11 @@ def test_bad_input_one_line_exit_2(argv, needle, capsys):
 # ---------------------------------------------------------------------------------- row
 def test_row_closed_forms_against_direct_sums(capsys):
     m, r1, r2 = sp.symbols("m r1 r2", real=True)
-    for expr, closed_kind, vals in [("-m*g", sp.Piecewise, {m: sp.Rational(1, 3)}),
-                                    ("-r1*log(1+g)", sp.harmonic, {r1: sp.Rational(3, 2)}),
-                                    ("-r1*log(1+r2*g)", sp.zeta, {r1: sp.Rational(3, 2), r2: sp.Rational(1, 2)})]:
+    for expr, closed_kind, vals in [
+        ("-m*g", sp.Piecewise, {m: sp.Rational(1, 3)}),
+        ("-r1*log(1+g)", sp.harmonic, {r1: sp.Rational(3, 2)}),
+        ("-r1*log(1+r2*g)", sp.zeta, {r1: sp.Rational(3, 2), r2: sp.Rational(1, 2)}),
+    ]:
         forms = rb.row_forms(parse_bias(expr, "t"))
         assert forms.closed and forms.W.has(closed_kind), expr
         b = parse_bias(expr, "t").expr
@@ -179,9 +189,11 @@ def test_order_steeper_alibi_proved_and_reverse_refuted(capsys):
     i, k = d["witness"]["i"], d["witness"]["k"]
     # exact at r = e^-m is irrational; check the sign with mpmath at 50 digits independently
     with mpmath.workdps(50):
+
         def F_row(slope):
             w = [mpmath.exp(-slope * g) for g in range(i + 1)]
             return 1 - sum(w[: i - k]) / sum(w)
+
         mm = mpmath.mpf(m.numerator) / m.denominator
         assert F_row(mm) > F_row(2 * mm)
 
@@ -209,8 +221,15 @@ def test_proofs_check_covers_c7(capsys):
     code = proofs_command(["--check"])
     out = capsys.readouterr().out
     assert code == 0, out
-    for name in ("relative-bias:row-cdf", "relative-bias:consecutive-rows", "relative-bias:likelihood-ratio",
-                 "relative-bias:bumped-table", "statement:C7(a)", "statement:C7(b)", "statement:C7(c)"):
+    for name in (
+        "relative-bias:row-cdf",
+        "relative-bias:consecutive-rows",
+        "relative-bias:likelihood-ratio",
+        "relative-bias:bumped-table",
+        "statement:C7(a)",
+        "statement:C7(b)",
+        "statement:C7(c)",
+    ):
         assert f"pass     {name}" in out, name
 
 
@@ -238,8 +257,10 @@ def test_verify_c7_properties_and_necessity_search(tmp_path):
     assert res.verdict == "found" and res.ok and res.shrinks > 0
     ex = res.counterexample
     # independent exact replay: some table is not log-concave, and raising lambda moves p later somewhere
-    assert any(not all(c[n] ** 2 >= c[n - 1] * c[n + 1] for n in range(1, len(c) - 1))
-               for c in (cum(ws) for ws in ex["tables"]))
+    assert any(
+        not all(c[n] ** 2 >= c[n - 1] * c[n + 1] for n in range(1, len(c) - 1))
+        for c in (cum(ws) for ws in ex["tables"])
+    )
     kernels = [exact_kernel(ws) for ws in ex["tables"]]
 
     def profile(lams):

@@ -33,8 +33,10 @@ def test_c6_depth_one_profile_is_derived_from_the_kernel():
     assert check.holds and "exp(m)" in check.detail
     # the derived formula at N = 4, m = log 2 (r = 1/2), d = 0, b = 3, λ = 1/2 equals the exact residual row
     n, lam = 4, sp.Rational(1, 2)
-    got = [sp.nsimplify(sp.simplify(shape.depth_one_profile(sp.Integer(n), sp.Integer(c), lam, sp.log(2), 0, 3).doit()))
-           for c in range(n)]
+    got = [
+        sp.nsimplify(sp.simplify(shape.depth_one_profile(sp.Integer(n), sp.Integer(c), lam, sp.log(2), 0, 3).doit()))
+        for c in range(n)
+    ]
     assert got == shape.exact_profile_of(n, sp.Rational(1, 2), 1, 1, lam)
 
 

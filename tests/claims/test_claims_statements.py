@@ -82,14 +82,17 @@ def test_hand_derived_data_equal_exact_rollouts():
     assert _rollout([u3], [half])[-1] == [Fraction(1, 6), Fraction(1, 6), Fraction(2, 3)]
     from posbias.theorem.alibi_row import exact_kernel
 
-    assert [[Fraction(int(x.p), int(x.q)) for x in exact_kernel(3, Fraction(1, 2), 1).row(i)] for i in range(3)] \
-        == si.ALIBI_HALF3
+    assert [
+        [Fraction(int(x.p), int(x.q)) for x in exact_kernel(3, Fraction(1, 2), 1).row(i)] for i in range(3)
+    ] == si.ALIBI_HALF3
 
 
 def test_normalise_identifies_the_three_spellings():
-    assert normalise("P[i, 0] ≥ 1 − Π_t (1 − λ_t ε_t) → 1") == normalise(
-        r"P[i, 0] \ge 1 - \prod_t (1 - \lambda_t \varepsilon_t) \to 1") == normalise(
-        "P[i, 0] >= 1 - prod_t (1 - lambda_t eps_t) -> 1")
+    assert (
+        normalise("P[i, 0] ≥ 1 − Π_t (1 − λ_t ε_t) → 1")
+        == normalise(r"P[i, 0] \ge 1 - \prod_t (1 - \lambda_t \varepsilon_t) \to 1")
+        == normalise("P[i, 0] >= 1 - prod_t (1 - lambda_t eps_t) -> 1")
+    )
     assert normalise("Σ λ_t = ∞") != normalise("sum_t lambda_t < oo")
 
 
@@ -98,18 +101,21 @@ SABOTAGED_TEXT = "If every allowed entry is >= eps > 0, then collapse iff sum_t 
 
 
 def _wrong_dichotomy(pmat, kernels, lambdas, tol=1e-10):
-    """"collapse iff Σλ < ∞": collapsed exactly when the schedule is summable (here: Σλ < 2)."""
+    """ "collapse iff Σλ < ∞": collapsed exactly when the schedule is summable (here: Σλ < 2)."""
     collapsed = bool(np.min(np.asarray(pmat)[1:, 0]) > 1 - 1e-6)
     return collapsed == (float(np.sum(lambdas)) < 2)
 
 
-@pytest.mark.parametrize("change", [
-    {"statement": SABOTAGED_TEXT},
-    {"latex": r"\text{collapse} \iff \sum_t \lambda_t < \infty"},
-    {"predicate": _wrong_dichotomy},
-    {"predicate": lambda *args, **kwargs: True},
-    {"predicate": lambda pmat, kernels, lambdas, tol=1e-10: not CLAIMS["C5(c)"].predicate(pmat, kernels, lambdas)},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"statement": SABOTAGED_TEXT},
+        {"latex": r"\text{collapse} \iff \sum_t \lambda_t < \infty"},
+        {"predicate": _wrong_dichotomy},
+        {"predicate": lambda *args, **kwargs: True},
+        {"predicate": lambda pmat, kernels, lambdas, tol=1e-10: not CLAIMS["C5(c)"].predicate(pmat, kernels, lambdas)},
+    ],
+)
 def test_sabotaged_c5c_fails_the_statement_check_and_proofs_check(change, monkeypatch, capsys):
     original = CLAIMS["C5(c)"]
     assert statement_check("C5(c)").holds

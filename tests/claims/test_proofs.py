@@ -71,8 +71,11 @@ def test_failing_certificate_fails(proofs_copy, capsys):
 
 def test_uncited_claim_certificate_fails(proofs_copy, capsys):
     c1 = proofs_copy / "C1.md"
-    c1.write_text(c1.read_text(encoding="utf-8").replace("Certificate: `drift:causal-cdf-identity`",
-                                                          "Certificate: `drift:residual-cdf-mixture`"))
+    c1.write_text(
+        c1.read_text(encoding="utf-8").replace(
+            "Certificate: `drift:causal-cdf-identity`", "Certificate: `drift:residual-cdf-mixture`"
+        )
+    )
     assert proofs_command(["--check", "--dir", str(proofs_copy)]) == 1
     assert "UNCITED  drift:causal-cdf-identity  (claim C1, C1.md)" in capsys.readouterr().out
 
@@ -86,8 +89,9 @@ def test_missing_proof_file_and_citation_free_proof_fail(proofs_copy, capsys):
     assert "FAIL     extra.md: cites no certificate" in out
 
 
-@pytest.mark.parametrize("argv", [[], ["--bogus"], ["--check", "--dir", "/no/such/folder"], ["--check", "--list"],
-                                  ["--check", "--dir"]])
+@pytest.mark.parametrize(
+    "argv", [[], ["--bogus"], ["--check", "--dir", "/no/such/folder"], ["--check", "--list"], ["--check", "--dir"]]
+)
 def test_bad_arguments(argv, capsys):
     assert proofs_command(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()

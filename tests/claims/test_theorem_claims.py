@@ -17,8 +17,25 @@ from posbias.theorem import orders
 from posbias.theorem.claims import CLAIMS, certificate_registry, claims_citing, run_certificate
 
 REPO = Path(__file__).resolve().parents[2]
-LABELS = ("C1", "C2(a)", "C2(b)", "C2(c)", "C3(a)", "C3(b)", "C3(c)", "C4(a)", "C4(b)",
-          "C5(a)", "C5(b)", "C5(c)", "C6", "cesaro", "C7(a)", "C7(b)", "C7(c)")
+LABELS = (
+    "C1",
+    "C2(a)",
+    "C2(b)",
+    "C2(c)",
+    "C3(a)",
+    "C3(b)",
+    "C3(c)",
+    "C4(a)",
+    "C4(b)",
+    "C5(a)",
+    "C5(b)",
+    "C5(c)",
+    "C6",
+    "cesaro",
+    "C7(a)",
+    "C7(b)",
+    "C7(c)",
+)
 
 
 def test_every_claim_listed_once_with_a_proof_file():
@@ -50,9 +67,25 @@ def test_unknown_and_crashing_certificates_do_not_hold():
     assert not run_certificate("x:boom", reg).holds
 
 
-@pytest.mark.parametrize("module", ["orders", "certificate", "params", "exact", "softmax_shift", "alibi_row",
-                                    "monotone", "drift", "diagonal_product", "shape", "claims", "queries",
-                                    "statements", "cesaro"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "orders",
+        "certificate",
+        "params",
+        "exact",
+        "softmax_shift",
+        "alibi_row",
+        "monotone",
+        "drift",
+        "diagonal_product",
+        "shape",
+        "claims",
+        "queries",
+        "statements",
+        "cesaro",
+    ],
+)
 def test_doctests(module):
     mod = __import__(f"posbias.theorem.{module}", fromlist=["_"])
     failures, tried = doctest.testmod(mod)
@@ -263,8 +296,9 @@ def test_c6_engine_shows_the_steep_hump():
         assert p[-3] < p[-2] > p[-1] and not CLAIMS["C6"].predicate(p) and np.any(np.diff(p) < 0)
 
 
-@pytest.mark.parametrize("lams", [[sp.Rational(1, 2)] * 3, [sp.Rational(1, 3), sp.Rational(7, 10), 1, 0],
-                                  [sp.Rational(9, 10)] * 6])
+@pytest.mark.parametrize(
+    "lams", [[sp.Rational(1, 2)] * 3, [sp.Rational(1, 3), sp.Rational(7, 10), 1, 0], [sp.Rational(9, 10)] * 6]
+)
 def test_cesaro_predicate_against_engine(lams):
     n = 9
     stack = nx.AlibiStack.build([float(x) for x in lams], [0.0], diagonal=0.0)  # m = 0, d = 0: uniform causal

@@ -30,9 +30,11 @@ def _cli(argv, capsys=None):
 
 
 def test_importing_the_package_and_building_the_parser_loads_neither_hypothesis_nor_jax():
-    code = ("import argparse, sys, posbias, posbias.verify as pv, posbias.verify.__main__\n"
-            "pv.add_parser(argparse.ArgumentParser().add_subparsers())\n"
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'hypothesis', 'jax', 'jaxlib', 'sympy'}))\n")
+    code = (
+        "import argparse, sys, posbias, posbias.verify as pv, posbias.verify.__main__\n"
+        "pv.add_parser(argparse.ArgumentParser().add_subparsers())\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'hypothesis', 'jax', 'jaxlib', 'sympy'}))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -41,8 +43,13 @@ def test_every_registered_claim_has_a_property_and_the_named_searches_exist():
     assert set(CLAIMS) <= set(HOLDS)
     for label in CLAIMS:
         assert PROPS[label].claim == label and PROPS[label].check is not None
-    assert {"C1 w/o causality", "C2(b) w/o monotonicity", "C3(c) w/ non-monotone layer",
-            "C4(a) w/ non-constant shift", "C6 old: steep => monotone"} <= set(SEARCHES)
+    assert {
+        "C1 w/o causality",
+        "C2(b) w/o monotonicity",
+        "C3(c) w/ non-monotone layer",
+        "C4(a) w/ non-constant shift",
+        "C6 old: steep => monotone",
+    } <= set(SEARCHES)
 
 
 @pytest.fixture(scope="module")
@@ -70,9 +77,15 @@ def test_claim_property_holds_on_the_ci_profile(name, full_run):
 
 
 # Largest shrunk size per search: (tokens, layers) where they apply.
-SMALL = {"C1 w/o causality": (2, None), "C2(b) w/o monotonicity": (3, 3), "C3(c) w/ non-monotone layer": (4, 4),
-         "C4(a) w/ non-constant shift": (2, None), "C6 old: steep => monotone": (4, 8),
-         "C6 U-shapes exist": (3, 2), "C2(b) w/ non-log-concave bias": (4, 3)}
+SMALL = {
+    "C1 w/o causality": (2, None),
+    "C2(b) w/o monotonicity": (3, 3),
+    "C3(c) w/ non-monotone layer": (4, 4),
+    "C4(a) w/ non-constant shift": (2, None),
+    "C6 old: steep => monotone": (4, 8),
+    "C6 U-shapes exist": (3, 2),
+    "C2(b) w/ non-log-concave bias": (4, 3),
+}
 
 
 def _size(example):
@@ -133,11 +146,16 @@ def test_the_known_c6_counterexample_is_exact():
 
 
 def test_the_numpy_kernels_agree_with_the_engines():
-    stack = posbias.AlibiStack.build([0.9, 0.3], [[0.5, 0.1], [2.0, 0.0]], diagonal=[[1.0, -2.0], [0.0, 3.0]],
-                                     head_weights=[1.0, 3.0], temperature=0.7, mask=posbias.SlidingWindow(4))
+    stack = posbias.AlibiStack.build(
+        [0.9, 0.3],
+        [[0.5, 0.1], [2.0, 0.0]],
+        diagonal=[[1.0, -2.0], [0.0, 3.0]],
+        head_weights=[1.0, 3.0],
+        temperature=0.7,
+        mask=posbias.SlidingWindow(4),
+    )
     assert np.allclose(pv.alibi_kernels(stack, 9), np.asarray(posbias.alibi_kernels(stack, 9)), atol=1e-14)
-    assert np.allclose(pv.last_row(pv.alibi_kernels(stack, 9), stack.lambdas), pv.engine_profile(stack, 9),
-                       atol=1e-14)
+    assert np.allclose(pv.last_row(pv.alibi_kernels(stack, 9), stack.lambdas), pv.engine_profile(stack, 9), atol=1e-14)
 
 
 def test_cli_selects_claims_prints_json_and_a_table(tmp_path, capsys):
@@ -181,12 +199,15 @@ def test_cesaro_model_is_checked_against_the_closed_form(capsys):
     assert {r.name: r.verdict for r in report.results}["cesaro"] == "held"
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["C9"], "unknown claim 'C9'"),
-    (["--stack", "/nonexistent.yaml"], "no such file"),
-    (["--examples", "0"], "--examples"),
-    (["--tokens", "5"], "apply to --stack"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["C9"], "unknown claim 'C9'"),
+        (["--stack", "/nonexistent.yaml"], "no such file"),
+        (["--examples", "0"], "--examples"),
+        (["--tokens", "5"], "apply to --stack"),
+    ],
+)
 def test_cli_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert _cli(argv) == 2
     err = capsys.readouterr().err
@@ -204,8 +225,7 @@ def test_seeds_make_runs_reproducible():
 def test_user_claims_register_run_and_fail_the_exit_code(tmp_path, capsys):
     from hypothesis import strategies as st
 
-    @pv.claim("user: lambda mix stays stochastic", strategy=st.floats(0.0, 1.0),
-              hypotheses=("lambda in [0, 1]",))
+    @pv.claim("user: lambda mix stays stochastic", strategy=st.floats(0.0, 1.0), hypotheses=("lambda in [0, 1]",))
     def mix(lam):
         k = (1 - lam) * np.eye(3) + lam * np.tri(3) / np.arange(1, 4)[:, None]
         return bool(np.allclose(k.sum(axis=1), 1.0))

@@ -46,8 +46,11 @@ CASES = [
     # --- cost checked from the parameters before anything is built
     (["cesaro-rollout", "--layers", "1000000000"], REFUSE, "--layers must be <= 4096"),
     (["cesaro-rollout", "--tokens", "4096", "--layers", "4096"], REFUSE, "word operations"),
-    (["cesaro-rollout", "--tokens", "16", "--layers", "1000", "--schedule", "geometric:0.5,0.9"], REFUSE,
-     "word operations"),
+    (
+        ["cesaro-rollout", "--tokens", "16", "--layers", "1000", "--schedule", "geometric:0.5,0.9"],
+        REFUSE,
+        "word operations",
+    ),
     (["continuum-profile", "--tokens", "99999999999999999999"], REFUSE, "(2N)^3 T"),
     (["alibi-row", "--row", "4097"], REFUSE, "--row must be <= 4096"),
     # --- the expression filter: allow-list, no attribute access at all
@@ -92,8 +95,9 @@ CASES = [
 
 def _run(argv: list[str]) -> tuple[int | None, str, str]:
     try:
-        out = subprocess.run([sys.executable, "-c", RUNNER, *argv], capture_output=True, text=True, cwd=REPO,
-                             timeout=HANG_DETECTOR_S)
+        out = subprocess.run(
+            [sys.executable, "-c", RUNNER, *argv], capture_output=True, text=True, cwd=REPO, timeout=HANG_DETECTOR_S
+        )
     except subprocess.TimeoutExpired:
         return None, "", ""
     return out.returncode, out.stdout, out.stderr
@@ -105,8 +109,12 @@ def _results() -> dict[tuple[str, ...], tuple[int | None, str, str]]:
     keys = [tuple(argv) for argv, _, _ in CASES]
     # Cases expected to answer get a generous wall-clock guard: their answer must come from the
     # deterministic limits, never depend on how busy the machine is.
-    relaxed = {tuple(argv): (list(argv) + ["--time-budget", "3600"] if status == ANSWER and "--time-budget" not in argv
-                             else list(argv)) for argv, status, _ in CASES}
+    relaxed = {
+        tuple(argv): (
+            list(argv) + ["--time-budget", "3600"] if status == ANSWER and "--time-budget" not in argv else list(argv)
+        )
+        for argv, status, _ in CASES
+    }
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip(keys, pool.map(lambda k: _run(relaxed[k]), keys)))
 

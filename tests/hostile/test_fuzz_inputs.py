@@ -71,8 +71,13 @@ def rollout(kernels, lambdas):
 
 def broadcast(rows, t, h):
     """Outer list 1 or T, inner 1 or H -> (T, H) (content broadcast 'all')."""
-    return np.array([[rows[min(k, len(rows) - 1)][min(j, len(rows[min(k, len(rows) - 1)]) - 1)]
-                      for j in range(h)] for k in range(t)], dtype=float)
+    return np.array(
+        [
+            [rows[min(k, len(rows) - 1)][min(j, len(rows[min(k, len(rows) - 1)]) - 1)] for j in range(h)]
+            for k in range(t)
+        ],
+        dtype=float,
+    )
 
 
 # ------------------------------------------------------------------ running the CLI
@@ -84,8 +89,11 @@ def run(argv, folder: Path):
     old = os.getcwd()
     os.chdir(folder)
     try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), \
-                warnings.catch_warnings(record=True) as caught:
+        with (
+            contextlib.redirect_stderr(err),
+            contextlib.redirect_stdout(io.StringIO()),
+            warnings.catch_warnings(record=True) as caught,
+        ):
             warnings.simplefilter("always")
             code = main(["rollout", *argv, "--out", "out"])
     finally:
@@ -156,13 +164,27 @@ def configs(draw):
     def flow(rows):
         return "[" + ", ".join("[" + ", ".join(fmt(x) for x in r) + "]" for r in rows) + "]"
 
-    text = (f"sequence_length: {n}\nnum_layers: {t}\nmask_config: {mask_yaml}\n"
-            f"attention_config: {{num_heads: {h}, alibi_slopes: {flow(slopes)}, "
-            f"head_weights: {'null' if weights is None else flow(weights)}, softmax_temperature: {fmt(tau)}}}\n"
-            f"content_config: {{diagonal_scores: {flow(diag)}, base_scores: [[0.0]]}}\n"
-            f"lambda_schedule_config: {sched}\n")
-    return dict(text=text, n=n, t=t, h=h, slopes=slopes, diag=diag, weights=weights, tau=tau,
-                lambdas=lambdas, mask=mask, size=size, engine=engine)
+    text = (
+        f"sequence_length: {n}\nnum_layers: {t}\nmask_config: {mask_yaml}\n"
+        f"attention_config: {{num_heads: {h}, alibi_slopes: {flow(slopes)}, "
+        f"head_weights: {'null' if weights is None else flow(weights)}, softmax_temperature: {fmt(tau)}}}\n"
+        f"content_config: {{diagonal_scores: {flow(diag)}, base_scores: [[0.0]]}}\n"
+        f"lambda_schedule_config: {sched}\n"
+    )
+    return dict(
+        text=text,
+        n=n,
+        t=t,
+        h=h,
+        slopes=slopes,
+        diag=diag,
+        weights=weights,
+        tau=tau,
+        lambdas=lambdas,
+        mask=mask,
+        size=size,
+        engine=engine,
+    )
 
 
 def why_invalid(c) -> str | None:
@@ -201,12 +223,18 @@ def test_generated_configs(c):
         (folder / "c.yaml").write_text(c["text"])
         code, err, p = run(["c.yaml", "--engine", c["engine"]], folder)
     invalid = why_invalid(c)
-    event(f"{c['engine']}: {'refused' if code == 2 else 'result'}" + (f" ({invalid})" if invalid else "")
-          + (" (engine guard)" if UNRELIABLE in err else ""))
+    event(
+        f"{c['engine']}: {'refused' if code == 2 else 'result'}"
+        + (f" ({invalid})" if invalid else "")
+        + (" (engine guard)" if UNRELIABLE in err else "")
+    )
     if code == 2:
         if invalid is not None:
-            messages = {"non-finite lambda": "non-finite lambda", "no positive weight": "has no positive weight",
-                        "too small": "is too small for the slopes or diagonal"}
+            messages = {
+                "non-finite lambda": "non-finite lambda",
+                "no positive weight": "has no positive weight",
+                "too small": "is too small for the slopes or diagonal",
+            }
             assert messages[invalid] in err, (invalid, err)
         else:
             assert c["engine"] != "auto", f"a valid config was refused by auto: {err}\n{c['text']}"

@@ -79,6 +79,7 @@ def read_column(path: Path) -> np.ndarray:
 def strict_json(path: Path) -> dict:
     def refuse(name):
         raise AssertionError(f"{path} holds {name}: not JSON")
+
     return json.loads(path.read_text(), parse_constant=refuse)
 
 
@@ -94,10 +95,12 @@ def read_only(tmp: Path) -> str:
 
 # ---------------------------------------------------------------- setups (run in the test's folder)
 
+
 def files(**texts: str | Callable[[], str]):
     def setup(tmp: Path) -> None:
         for name, text in texts.items():
             (tmp / name.replace("_", ".")).write_text(text() if callable(text) else text)
+
     return setup
 
 
@@ -106,6 +109,7 @@ def sparse(name: str, size: int, head: str = "token_position,probability\n"):
         with open(tmp / name, "w") as f:
             f.write(head)
             f.truncate(size)
+
     return setup
 
 
@@ -113,6 +117,7 @@ def both(*setups):
     def setup(tmp: Path) -> None:
         for s in setups:
             s(tmp)
+
     return setup
 
 
@@ -146,84 +151,210 @@ def _r(id, cls, setup, argv, message, **kw) -> Refused:
 
 REFUSED = [
     # ---- fit (item 4: learning rates; item 18: steps and time; item 13: memory of layers x heads)
-    _r("fit --learning-rate inf", "fit", FIT_FILES, [*FIT, "--learning-rate", "inf"],
-       "argument --learning-rate: expected a finite number > 0, got 'inf'"),
+    _r(
+        "fit --learning-rate inf",
+        "fit",
+        FIT_FILES,
+        [*FIT, "--learning-rate", "inf"],
+        "argument --learning-rate: expected a finite number > 0, got 'inf'",
+    ),
     _r("fit --learning-rate nan", "fit", FIT_FILES, [*FIT, "--learning-rate", "nan"], "got 'nan'"),
     _r("fit --learning-rate 1e400", "fit", FIT_FILES, [*FIT, "--learning-rate", "1e400"], "got '1e400'"),
     _r("fit --learning-rate 0", "fit", FIT_FILES, [*FIT, "--learning-rate", "0"], "expected a finite number > 0"),
     _r("fit --learning-rate -1", "fit", FIT_FILES, [*FIT, "--learning-rate=-1"], "expected a finite number > 0"),
     _r("fit --steps 0", "fit", FIT_FILES, [*FIT, "--steps", "0"], "argument --steps: expected a positive integer"),
-    _r("fit --steps 10^9", "fit", FIT_FILES, [*FIT, "--steps", "1000000000"],
-       "m.csv: 1000000000 steps of a fit of T = 4 layers, H = 4 heads at N = 16 would take about"),
+    _r(
+        "fit --steps 10^9",
+        "fit",
+        FIT_FILES,
+        [*FIT, "--steps", "1000000000"],
+        "m.csv: 1000000000 steps of a fit of T = 4 layers, H = 4 heads at N = 16 would take about",
+    ),
     _r("fit --steps 10^30", "fit", FIT_FILES, [*FIT, "--steps", "1" + "0" * 30], "more than --time-budget 3600 s"),
-    _r("fit --time-budget 1 (500 steps)", "fit", FIT_FILES, [*FIT, "--time-budget", "1"],
-       "more than --time-budget 1 s"),
-    _r("fit --time-budget inf", "fit", FIT_FILES, [*FIT, "--time-budget", "inf"],
-       "argument --time-budget: expected a finite number > 0"),
-    _r("fit BLOOM at N = 512, default steps (time)", "fit", UNIFORM_512, ["fit", "u.csv", str(BLOOM)],
-       "500 steps of a fit of T = 70 layers, H = 112 heads at N = 512 would take about"),
-    _r("fit BLOOM at N = 512, memory limit 600M", "fit", UNIFORM_512,
-       ["fit", "u.csv", str(BLOOM), "--steps", "1", "--time-budget", "1e9"],
-       "a fit of T = 70 layers, H = 112 heads at N = 512 needs about", env={"POSBIAS_MEMORY_LIMIT": "600M"}),
-    _r("fit held-out profile too long for memory", "fit",
-       both(FIT_FILES, files(h_csv=lambda: csv_text(np.full(2**14, 2.0**-14)))),
-       [*FIT, "--heldout", "h.csv", "--steps", "1"], "needs about", env={"POSBIAS_MEMORY_LIMIT": "1G"}),
-    _r("fit measured NaN", "fit", files(m_csv="token_position,probability\n0,nan\n1,0.5\n"), FIT,
-       "m.csv: line 2 has value nan, expected a finite value >= 0"),
+    _r(
+        "fit --time-budget 1 (500 steps)", "fit", FIT_FILES, [*FIT, "--time-budget", "1"], "more than --time-budget 1 s"
+    ),
+    _r(
+        "fit --time-budget inf",
+        "fit",
+        FIT_FILES,
+        [*FIT, "--time-budget", "inf"],
+        "argument --time-budget: expected a finite number > 0",
+    ),
+    _r(
+        "fit BLOOM at N = 512, default steps (time)",
+        "fit",
+        UNIFORM_512,
+        ["fit", "u.csv", str(BLOOM)],
+        "500 steps of a fit of T = 70 layers, H = 112 heads at N = 512 would take about",
+    ),
+    _r(
+        "fit BLOOM at N = 512, memory limit 600M",
+        "fit",
+        UNIFORM_512,
+        ["fit", "u.csv", str(BLOOM), "--steps", "1", "--time-budget", "1e9"],
+        "a fit of T = 70 layers, H = 112 heads at N = 512 needs about",
+        env={"POSBIAS_MEMORY_LIMIT": "600M"},
+    ),
+    _r(
+        "fit held-out profile too long for memory",
+        "fit",
+        both(FIT_FILES, files(h_csv=lambda: csv_text(np.full(2**14, 2.0**-14)))),
+        [*FIT, "--heldout", "h.csv", "--steps", "1"],
+        "needs about",
+        env={"POSBIAS_MEMORY_LIMIT": "1G"},
+    ),
+    _r(
+        "fit measured NaN",
+        "fit",
+        files(m_csv="token_position,probability\n0,nan\n1,0.5\n"),
+        FIT,
+        "m.csv: line 2 has value nan, expected a finite value >= 0",
+    ),
     _r("fit measured 300 MB", "fit", sparse("m.csv", 300 * 2**20), FIT, "larger than the 256 MiB"),
     _r("fit --out empty", "fit", FIT_FILES, [*FIT, "--out", ""], "expected a file or folder name", add_out=False),
     # ---- compare (item 19: bounded memory)
-    _r("compare 300 MB file (refused from its size)", "compare", both(TWO, sparse("big.csv", 300 * 2**20)),
-       ["compare", "m.csv", "big.csv"], "big.csv: 314572800 bytes, larger than the 256 MiB"),
-    _r("compare 2^20 + 1 rows", "compare",
-       both(TWO, files(big_csv=lambda: csv_text(np.full(2**20 + 1, 1 / (2**20 + 1))))),
-       ["compare", "big.csv", "m.csv"], "big.csv: more than 1048576 rows"),
-    _r("compare one 5000-character line", "compare", both(TWO, files(w_csv="token_position,p\n0," + "1" * 5000)),
-       ["compare", "m.csv", "w.csv"], "w.csv: line 2 is longer than 4096 characters"),
-    _r("compare /dev/zero", "compare", TWO, ["compare", "m.csv", "/dev/zero"],
-       "/dev/zero: line 1 is longer than 4096 characters"),
-    _r("compare a folder", "compare", both(TWO, lambda tmp: (tmp / "d").mkdir()), ["compare", "m.csv", "d"],
-       "d: cannot be read (is a directory)"),
-    _r("compare value 1e400", "compare", both(TWO, files(b_csv="token_position,p\n0,1e400\n1,0\n")),
-       ["compare", "m.csv", "b.csv"], "b.csv: line 2 has value inf"),
-    _r("compare NA value", "compare", both(TWO, files(b_csv="token_position,p\n0,NA\n1,1\n")),
-       ["compare", "m.csv", "b.csv"], "b.csv: line 2 is '0,NA', expected 'position,value'"),
-    _r("compare hex float", "compare", both(TWO, files(b_csv="token_position,p\n0,0x1p-1\n1,0.5\n")),
-       ["compare", "m.csv", "b.csv"], "b.csv: line 2 is '0,0x1p-1', expected 'position,value'"),
-    _r("compare not UTF-8", "compare",
-       both(TWO, lambda tmp: (tmp / "b.csv").write_bytes(b"token_position,p\n0,1\xff\n")),
-       ["compare", "m.csv", "b.csv"], "b.csv: line 2 is not UTF-8 text"),
-    _r("compare sums to 1 + 2e-9", "compare", both(TWO, files(b_csv=csv_text([0.5, 0.5 + 2e-9]))),
-       ["compare", "m.csv", "b.csv"], "b.csv: profile sums to 1.000000002"),
-    _r("compare memory estimate", "compare", TWO, ["compare", "m.csv", "q.csv"],
-       "comparing 1 profiles of N = 2 needs about", env={"POSBIAS_MEMORY_LIMIT": "100"}),
-    _r("compare --out is a file", "compare", both(TWO, plain_file), ["compare", "m.csv", "q.csv", "--out", "plain"],
-       "--out plain: exists and is not a folder", add_out=False),
-    _r("compare --out read-only", "compare", TWO, ["compare", "m.csv", "q.csv", "--out", read_only],
-       "cannot create the folder", add_out=False),
+    _r(
+        "compare 300 MB file (refused from its size)",
+        "compare",
+        both(TWO, sparse("big.csv", 300 * 2**20)),
+        ["compare", "m.csv", "big.csv"],
+        "big.csv: 314572800 bytes, larger than the 256 MiB",
+    ),
+    _r(
+        "compare 2^20 + 1 rows",
+        "compare",
+        both(TWO, files(big_csv=lambda: csv_text(np.full(2**20 + 1, 1 / (2**20 + 1))))),
+        ["compare", "big.csv", "m.csv"],
+        "big.csv: more than 1048576 rows",
+    ),
+    _r(
+        "compare one 5000-character line",
+        "compare",
+        both(TWO, files(w_csv="token_position,p\n0," + "1" * 5000)),
+        ["compare", "m.csv", "w.csv"],
+        "w.csv: line 2 is longer than 4096 characters",
+    ),
+    _r(
+        "compare /dev/zero",
+        "compare",
+        TWO,
+        ["compare", "m.csv", "/dev/zero"],
+        "/dev/zero: line 1 is longer than 4096 characters",
+    ),
+    _r(
+        "compare a folder",
+        "compare",
+        both(TWO, lambda tmp: (tmp / "d").mkdir()),
+        ["compare", "m.csv", "d"],
+        "d: cannot be read (is a directory)",
+    ),
+    _r(
+        "compare value 1e400",
+        "compare",
+        both(TWO, files(b_csv="token_position,p\n0,1e400\n1,0\n")),
+        ["compare", "m.csv", "b.csv"],
+        "b.csv: line 2 has value inf",
+    ),
+    _r(
+        "compare NA value",
+        "compare",
+        both(TWO, files(b_csv="token_position,p\n0,NA\n1,1\n")),
+        ["compare", "m.csv", "b.csv"],
+        "b.csv: line 2 is '0,NA', expected 'position,value'",
+    ),
+    _r(
+        "compare hex float",
+        "compare",
+        both(TWO, files(b_csv="token_position,p\n0,0x1p-1\n1,0.5\n")),
+        ["compare", "m.csv", "b.csv"],
+        "b.csv: line 2 is '0,0x1p-1', expected 'position,value'",
+    ),
+    _r(
+        "compare not UTF-8",
+        "compare",
+        both(TWO, lambda tmp: (tmp / "b.csv").write_bytes(b"token_position,p\n0,1\xff\n")),
+        ["compare", "m.csv", "b.csv"],
+        "b.csv: line 2 is not UTF-8 text",
+    ),
+    _r(
+        "compare sums to 1 + 2e-9",
+        "compare",
+        both(TWO, files(b_csv=csv_text([0.5, 0.5 + 2e-9]))),
+        ["compare", "m.csv", "b.csv"],
+        "b.csv: profile sums to 1.000000002",
+    ),
+    _r(
+        "compare memory estimate",
+        "compare",
+        TWO,
+        ["compare", "m.csv", "q.csv"],
+        "comparing 1 profiles of N = 2 needs about",
+        env={"POSBIAS_MEMORY_LIMIT": "100"},
+    ),
+    _r(
+        "compare --out is a file",
+        "compare",
+        both(TWO, plain_file),
+        ["compare", "m.csv", "q.csv", "--out", "plain"],
+        "--out plain: exists and is not a folder",
+        add_out=False,
+    ),
+    _r(
+        "compare --out read-only",
+        "compare",
+        TWO,
+        ["compare", "m.csv", "q.csv", "--out", read_only],
+        "cannot create the folder",
+        add_out=False,
+    ),
     # ---- train (items 5, 15, 27)
     _r("train --lr inf", "train", NONE, [*CI, "--lr", "inf"], "argument --lr: expected a finite number > 0"),
     _r("train --lr nan", "train", NONE, [*CI, "--lr", "nan"], "got 'nan'"),
     _r("train --lr 0", "train", NONE, [*CI, "--lr", "0"], "got '0'"),
-    _r("train --seed 10^23", "train", NONE, [*CI, "--seed", "1" + "0" * 23],
-       "argument --seed: expected an integer in [0, 4294967295], got '1" + "0" * 23 + "'"),
+    _r(
+        "train --seed 10^23",
+        "train",
+        NONE,
+        [*CI, "--seed", "1" + "0" * 23],
+        "argument --seed: expected an integer in [0, 4294967295], got '1" + "0" * 23 + "'",
+    ),
     _r("train --seed 2^32", "train", NONE, [*CI, "--seed", str(2**32)], "in [0, 4294967295]"),
     _r("train --seed -1", "train", NONE, [*CI, "--seed=-1"], "in [0, 4294967295]"),
-    _r("train --width 16384", "train", NONE, [*CI, "--width", "16384"],
-       "training T = 2, H = 4, D = 16384, context 64, batch 16 needs about"),
-    _r("train --context 40000", "train", NONE, [*CI, "--context", "40000"],
-       "context 40000, batch 16 needs about"),
+    _r(
+        "train --width 16384",
+        "train",
+        NONE,
+        [*CI, "--width", "16384"],
+        "training T = 2, H = 4, D = 16384, context 64, batch 16 needs about",
+    ),
+    _r("train --context 40000", "train", NONE, [*CI, "--context", "40000"], "context 40000, batch 16 needs about"),
     _r("train --batch 10^6", "train", NONE, [*CI, "--batch", "1000000"], "batch 1000000 needs about"),
-    _r("train --context 10^6 (longer than the corpus)", "train", NONE, [*CI, "--context", "1000000"],
-       "context 1000000 is longer than the corpus splits allow"),
-    _r("train --width 30 --heads 4", "train", NONE, [*CI, "--width", "30"],
-       "width 30 is not a multiple of heads 4"),
-    _r("train --out read-only", "train", NONE, [*CI, "--out", read_only], "cannot create the folder",
-       add_out=False),
-    _r("train --out is a file", "train", plain_file, [*CI, "--out", "plain"], "--out plain: exists and is not a folder",
-       add_out=False),
-    _r("train --out below a file", "train", plain_file, [*CI, "--out", "plain/run"], "--out plain/run: cannot create",
-       add_out=False),
+    _r(
+        "train --context 10^6 (longer than the corpus)",
+        "train",
+        NONE,
+        [*CI, "--context", "1000000"],
+        "context 1000000 is longer than the corpus splits allow",
+    ),
+    _r("train --width 30 --heads 4", "train", NONE, [*CI, "--width", "30"], "width 30 is not a multiple of heads 4"),
+    _r("train --out read-only", "train", NONE, [*CI, "--out", read_only], "cannot create the folder", add_out=False),
+    _r(
+        "train --out is a file",
+        "train",
+        plain_file,
+        [*CI, "--out", "plain"],
+        "--out plain: exists and is not a folder",
+        add_out=False,
+    ),
+    _r(
+        "train --out below a file",
+        "train",
+        plain_file,
+        [*CI, "--out", "plain/run"],
+        "--out plain/run: cannot create",
+        add_out=False,
+    ),
     _r("train --out empty", "train", NONE, [*CI, "--out", ""], "expected a file or folder name", add_out=False),
 ]
 
@@ -254,6 +385,7 @@ def test_refused(case: Refused, in_tmp, capsys, monkeypatch):
 
 
 # ---------------------------------------------------------------- correct results
+
 
 def test_fit_learning_rate_100_returns_its_best_finite_iterate(in_tmp, capsys):
     """Item 4: the run that gave NaN parameters, invalid JSON and an all-NaN profile with exit 0.
@@ -305,8 +437,11 @@ def test_fit_bloom_memory_is_refused_before_allocating(in_tmp):
     """Item 13 by peak memory: BLOOM's 70 x 112 heads at N = 512 under a 600 MiB limit is refused
     from the estimate; the process never grows past what importing posbias takes."""
     UNIFORM_512(in_tmp)
-    code, err, peak = _peak_rss_run(["fit", "u.csv", str(BLOOM), "--steps", "1", "--time-budget", "1e9",
-                                     "--out", "o"], in_tmp, {"POSBIAS_MEMORY_LIMIT": "600M"})
+    code, err, peak = _peak_rss_run(
+        ["fit", "u.csv", str(BLOOM), "--steps", "1", "--time-budget", "1e9", "--out", "o"],
+        in_tmp,
+        {"POSBIAS_MEMORY_LIMIT": "600M"},
+    )
     assert code == 2 and "needs about" in err and err.count("\n") == 1, err
     assert peak < 400 * 2**20, peak
     assert not (in_tmp / "o").exists()
@@ -321,8 +456,9 @@ def test_fit_bloom_layers_and_heads_run_within_the_stated_budget(in_tmp):
     limit = 2**30
     assert memory_bytes(70, 112, 128) <= limit
     (in_tmp / "u.csv").write_text(csv_text(np.full(128, 1 / 128)))
-    code, err, peak = _peak_rss_run(["fit", "u.csv", str(BLOOM), "--steps", "1", "--out", "o"], in_tmp,
-                                    {"POSBIAS_MEMORY_LIMIT": str(limit)})
+    code, err, peak = _peak_rss_run(
+        ["fit", "u.csv", str(BLOOM), "--steps", "1", "--out", "o"], in_tmp, {"POSBIAS_MEMORY_LIMIT": str(limit)}
+    )
     assert code == 0, err
     assert peak <= limit, peak
     report = strict_json(in_tmp / "o" / "fit.json")
@@ -334,8 +470,15 @@ def test_two_fits_into_one_folder_leave_one_complete_set(in_tmp):
     complete set of one of them (fit.json, fitted_profile.csv and the figure's stamp agree),
     never a mix, and no staging folder."""
     FIT_FILES(in_tmp)
-    procs = [subprocess.Popen([str(CONSOLE), *FIT, "--steps", str(steps), "--out", "o", "--json"], cwd=in_tmp,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for steps in (2, 3)]
+    procs = [
+        subprocess.Popen(
+            [str(CONSOLE), *FIT, "--steps", str(steps), "--out", "o", "--json"],
+            cwd=in_tmp,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for steps in (2, 3)
+    ]
     outputs = [p.communicate() for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1] for o in outputs]
     texts = {name: (in_tmp / "o" / name).read_text() for name in ("fit.json", "fitted_profile.csv")}
@@ -420,9 +563,17 @@ def test_train_second_writer_is_refused(in_tmp, capsys):
     (in_tmp / "run").mkdir()
     (in_tmp / "run" / "mine.txt").write_text("keep\n")
     before = listing(in_tmp)
-    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys; fd = os.open('run', os.O_RDONLY); "
-                               "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()"],
-                              cwd=in_tmp, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys; fd = os.open('run', os.O_RDONLY); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
+        ],
+        cwd=in_tmp,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     try:
         assert holder.stdout.readline() == b"held\n"
         code, _, err = run_cli([*CI, "--steps", "2", "--out", "run"], capsys)
@@ -436,12 +587,33 @@ def test_train_second_writer_is_refused(in_tmp, capsys):
 # ---------------------------------------------------------------- fuzz: flags and files near the edges
 
 NUMBER_TEXT = st.one_of(
-    st.sampled_from(["0", "-0", "inf", "-inf", "nan", "1e400", "1e-400", "5e-324", "1e308", "", "x", "1_0",
-                     "0x10", " 1", "1e-9", "100", "-1"]),
+    st.sampled_from(
+        [
+            "0",
+            "-0",
+            "inf",
+            "-inf",
+            "nan",
+            "1e400",
+            "1e-400",
+            "5e-324",
+            "1e308",
+            "",
+            "x",
+            "1_0",
+            "0x10",
+            " 1",
+            "1e-9",
+            "100",
+            "-1",
+        ]
+    ),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
 )
-INT_TEXT = st.one_of(st.sampled_from(["0", "-1", "1", "2", str(2**32 - 1), str(2**32), str(10**23), "1.5", "", "1e3"]),
-                     st.integers(-10, 10**12).map(str))
+INT_TEXT = st.one_of(
+    st.sampled_from(["0", "-1", "1", "2", str(2**32 - 1), str(2**32), str(10**23), "1.5", "", "1e3"]),
+    st.integers(-10, 10**12).map(str),
+)
 
 
 def _float_ok(text: str) -> bool:
@@ -463,9 +635,13 @@ def _int_in(text: str, lo: int, hi: float) -> bool:
 def _profile_text(draw) -> tuple[str, bool]:
     """A profile CSV near the edges and whether it is valid (by this module's own rules)."""
     n = draw(st.integers(1, 12))
-    raw = draw(st.lists(st.one_of(st.floats(0, 1), st.sampled_from([0.0, 5e-324, 1e-300, -0.0, -1e-300,
-                                                                     math.nan, math.inf])),
-                        min_size=n, max_size=n))
+    raw = draw(
+        st.lists(
+            st.one_of(st.floats(0, 1), st.sampled_from([0.0, 5e-324, 1e-300, -0.0, -1e-300, math.nan, math.inf])),
+            min_size=n,
+            max_size=n,
+        )
+    )
     total = sum(v for v in raw if math.isfinite(v))
     scale = draw(st.sampled_from([1.0, 1 + 2e-9, 1 - 5e-10]))
     values = [v / total * scale if total > 0 and math.isfinite(v) else v for v in raw]
@@ -505,8 +681,16 @@ def test_fuzz_fit(tmp_path_factory, lr, steps, budget, measured):
     text, file_ok = measured
     (tmp / "m.csv").write_text(text)
     budget_flag = budget if not _float_ok(budget) else "1e-9"
-    argv = ["fit", str(tmp / "m.csv"), str(SMALL), f"--learning-rate={lr}", f"--steps={steps}",
-            f"--time-budget={budget_flag}", "--out", str(tmp / "o")]
+    argv = [
+        "fit",
+        str(tmp / "m.csv"),
+        str(SMALL),
+        f"--learning-rate={lr}",
+        f"--steps={steps}",
+        f"--time-budget={budget_flag}",
+        "--out",
+        str(tmp / "o"),
+    ]
     code, err = _in_process(argv)
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     flags_ok = _float_ok(lr) and _int_in(steps, 1, math.inf) and _float_ok(budget_flag)
@@ -524,8 +708,10 @@ def test_fuzz_compare(tmp_path_factory, measured, predicted):
     code, err = _in_process(["compare", str(tmp / "m.csv"), str(tmp / "q.csv"), "--json", "--out", str(tmp / "o")])
     ok = measured[1] and predicted[1]
     if ok:
-        p, q = (np.array([float(line.split(",")[1]) for line in t.splitlines()[1:] if line.strip()])
-                for t in (measured[0], predicted[0]))
+        p, q = (
+            np.array([float(line.split(",")[1]) for line in t.splitlines()[1:] if line.strip()])
+            for t in (measured[0], predicted[0])
+        )
         ok = len(p) == len(q)
     if not ok:
         assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
@@ -539,8 +725,14 @@ def test_fuzz_compare(tmp_path_factory, measured, predicted):
 
 
 @settings(max_examples=30)
-@given(lr=NUMBER_TEXT, seed=INT_TEXT, width=INT_TEXT, heads=st.sampled_from(["1", "3", "4", "0", "-2", "x"]),
-       context=INT_TEXT, batch=INT_TEXT)
+@given(
+    lr=NUMBER_TEXT,
+    seed=INT_TEXT,
+    width=INT_TEXT,
+    heads=st.sampled_from(["1", "3", "4", "0", "-2", "x"]),
+    context=INT_TEXT,
+    batch=INT_TEXT,
+)
 def test_fuzz_train(tmp_path_factory, lr, seed, width, heads, context, batch):
     """Train flags near the edges under a 1 KiB memory limit: a valid model is refused by the
     memory estimate (so nothing is trained), an invalid one by its own check; never a traceback,
@@ -548,8 +740,20 @@ def test_fuzz_train(tmp_path_factory, lr, seed, width, heads, context, batch):
     from posbias.lm.data import load_corpus
 
     tmp = tmp_path_factory.mktemp("train")
-    argv = ["train", "--preset", "ci", "--quiet", f"--lr={lr}", f"--seed={seed}", f"--width={width}",
-            f"--heads={heads}", f"--context={context}", f"--batch={batch}", "--out", str(tmp / "run")]
+    argv = [
+        "train",
+        "--preset",
+        "ci",
+        "--quiet",
+        f"--lr={lr}",
+        f"--seed={seed}",
+        f"--width={width}",
+        f"--heads={heads}",
+        f"--context={context}",
+        f"--batch={batch}",
+        "--out",
+        str(tmp / "run"),
+    ]
     old = os.environ.get("POSBIAS_MEMORY_LIMIT")
     os.environ["POSBIAS_MEMORY_LIMIT"] = "1K"  # (monkeypatch is function-scoped: not per example)
     try:
@@ -562,8 +766,14 @@ def test_fuzz_train(tmp_path_factory, lr, seed, width, heads, context, batch):
     corpus = load_corpus()
     shortest = min(corpus.train.size, corpus.validation.size)
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
-    flags_ok = (_float_ok(lr) and _int_in(seed, 0, 2**32 - 1) and _int_in(width, 1, math.inf)
-                and _int_in(heads, 1, math.inf) and _int_in(context, 1, math.inf) and _int_in(batch, 1, math.inf))
+    flags_ok = (
+        _float_ok(lr)
+        and _int_in(seed, 0, 2**32 - 1)
+        and _int_in(width, 1, math.inf)
+        and _int_in(heads, 1, math.inf)
+        and _int_in(context, 1, math.inf)
+        and _int_in(batch, 1, math.inf)
+    )
     model_ok = flags_ok and int(width) % int(heads) == 0 and int(context) + 2 <= shortest
     assert ("needs about" in err) == model_ok, err
     assert not (tmp / "run").exists()

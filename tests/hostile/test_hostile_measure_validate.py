@@ -43,10 +43,11 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 CONSOLE = Path(sys.executable).with_name("posbias")
 HF_SET = {"config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json", "bias_fit.json"}
 VALIDATE_TOP = {"report.json", "report.md", "validate.png", "profiles", "kernels"}
-TOL = 1e-5   # float32 fixture tensors against a float64 measurement (as tests/product/test_hf.py)
+TOL = 1e-5  # float32 fixture tensors against a float64 measurement (as tests/product/test_hf.py)
 
 
 # ---------------------------------------------------------------- helpers
+
 
 def snapshot(folder: Path) -> dict[str, bytes] | None:
     """Every entry under ``folder`` (hidden ones included) with its bytes; None if absent."""
@@ -64,8 +65,12 @@ def snapshot(folder: Path) -> dict[str, bytes] | None:
 
 def listing(folder: Path, skip: str = "out") -> list[str]:
     """Every path under ``folder`` but those under ``skip``: what a run may not touch."""
-    return sorted(os.path.relpath(os.path.join(root, n), folder) for root, dirs, files in os.walk(folder)
-                  for n in dirs + files if not os.path.relpath(os.path.join(root, n), folder).startswith(skip))
+    return sorted(
+        os.path.relpath(os.path.join(root, n), folder)
+        for root, dirs, files in os.walk(folder)
+        for n in dirs + files
+        if not os.path.relpath(os.path.join(root, n), folder).startswith(skip)
+    )
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -87,8 +92,9 @@ def assert_refused(code: int, err: str, message: str) -> None:
     assert message in err, f"{message!r} not in {err!r}"
 
 
-def hf_copy(tmp: Path, family: str = "bloom", name: str = "ck", *, config=None, edit: dict | None = None,
-            drop: tuple = ()) -> Path:
+def hf_copy(
+    tmp: Path, family: str = "bloom", name: str = "ck", *, config=None, edit: dict | None = None, drop: tuple = ()
+) -> Path:
     """A copy of a fixture folder: ``config`` replaces config.json's text (or JSON value), ``edit``
     updates its keys (None deletes one), ``drop`` removes files."""
     folder = tmp / name
@@ -123,9 +129,11 @@ def existing_validate_set(out: Path) -> None:
 
 # ---------------------------------------------------------------- setups (tmp -> argv after the command)
 
+
 def checkpoint(family: str = "bloom", *flags: str, **copy):
     def setup(tmp: Path) -> list[str]:
         return [str(hf_copy(tmp, family, **copy)), *flags]
+
     return setup
 
 
@@ -138,6 +146,7 @@ def as_validate(setup):
     def wrapped(tmp: Path) -> list[str]:
         argv = setup(tmp)
         return ["--checkpoint", argv[0], *argv[1:]]
+
     return wrapped
 
 
@@ -146,6 +155,7 @@ def file_named(name: str, data: bytes | str = b""):
         path = tmp / name
         path.write_bytes(data if isinstance(data, bytes) else data.encode())
         return [str(path)]
+
     return setup
 
 
@@ -166,6 +176,7 @@ def data_file(text: str, *flags: str, family: str = "gpt2", suffix: str = ".txt"
     def setup(tmp: Path) -> list[str]:
         (tmp / f"d{suffix}").write_text(text)
         return [str(FIXTURES / family), "--data", str(tmp / f"d{suffix}"), *flags]
+
     return setup
 
 
@@ -173,6 +184,7 @@ def out_is_a_file(inner):
     def setup(tmp: Path) -> list[str]:
         (tmp / "plain").write_text("x")
         return [*inner(tmp), "--out", "plain"]
+
     return setup
 
 
@@ -180,6 +192,7 @@ def member_is_a_folder(inner, name: str):
     def setup(tmp: Path) -> list[str]:
         (tmp / "out" / name).mkdir(parents=True)
         return inner(tmp)
+
     return setup
 
 
@@ -215,19 +228,19 @@ def _latin1(tmp: Path) -> list[str]:
     return [str(FIXTURES / "gpt2"), "--data", str(tmp / "d.txt")]
 
 
-
 # ---------------------------------------------------------------- the refusal table
+
 
 @dataclass(frozen=True)
 class Refused:
     id: str
-    cls: str        # checkpoint | memory | output | arguments | model
+    cls: str  # checkpoint | memory | output | arguments | model
     command: str
     setup: Callable[[Path], list[str]]
-    message: str    # a substring of the one stderr line
-    forbidden: tuple = ()   # substrings the line must not hold (a misleading message)
-    env: tuple = ()         # (name, value) environment settings
-    check_existing: bool = True   # also run into a folder holding an earlier run's files
+    message: str  # a substring of the one stderr line
+    forbidden: tuple = ()  # substrings the line must not hold (a misleading message)
+    env: tuple = ()  # (name, value) environment settings
+    check_existing: bool = True  # also run into a folder holding an earlier run's files
 
 
 TRAINED_ADVICE = ("posbias train", "allow_pickle", "checkpoint.npz: no such")
@@ -235,69 +248,198 @@ M, V = "measure", "validate"
 
 MEASURE_REFUSED = [
     # ---- item 28: the folder is a Hugging Face checkpoint; config.json is named, not checkpoint.npz
-    Refused("garbage config.json", "checkpoint", M, checkpoint(config="{garbage"),
-            "ck/config.json: not valid JSON", TRAINED_ADVICE),
-    Refused("empty config.json", "checkpoint", M, checkpoint(config=""), "ck/config.json: not valid JSON",
-            TRAINED_ADVICE),
-    Refused("list config.json", "checkpoint", M, checkpoint(config=[1, 2]),
-            "ck/config.json: expected a JSON object, got a list", TRAINED_ADVICE),
-    Refused("null config.json", "checkpoint", M, checkpoint(config="null"),
-            "ck/config.json: expected a JSON object, got null", TRAINED_ADVICE),
-    Refused("string config.json", "checkpoint", M, checkpoint(config='"bloom"'),
-            "ck/config.json: expected a JSON object, got a string", TRAINED_ADVICE),
-    Refused("config.json without model_type", "checkpoint", M, checkpoint(edit={"model_type": None}),
-            "ck/config.json: no model_type key", TRAINED_ADVICE),
-    Refused("config.json missing", "checkpoint", M, checkpoint(drop=("config.json",)),
-            "ck: config.json is missing", TRAINED_ADVICE),
-    Refused("config.json a folder", "checkpoint", M, lambda tmp: _config_folder(tmp),
-            "ck/config.json: not a regular file", TRAINED_ADVICE),
-    Refused("unknown model_type", "checkpoint", M, checkpoint(edit={"model_type": "no_such_family"}),
-            "model_type 'no_such_family' is not supported", TRAINED_ADVICE),
+    Refused(
+        "garbage config.json",
+        "checkpoint",
+        M,
+        checkpoint(config="{garbage"),
+        "ck/config.json: not valid JSON",
+        TRAINED_ADVICE,
+    ),
+    Refused(
+        "empty config.json", "checkpoint", M, checkpoint(config=""), "ck/config.json: not valid JSON", TRAINED_ADVICE
+    ),
+    Refused(
+        "list config.json",
+        "checkpoint",
+        M,
+        checkpoint(config=[1, 2]),
+        "ck/config.json: expected a JSON object, got a list",
+        TRAINED_ADVICE,
+    ),
+    Refused(
+        "null config.json",
+        "checkpoint",
+        M,
+        checkpoint(config="null"),
+        "ck/config.json: expected a JSON object, got null",
+        TRAINED_ADVICE,
+    ),
+    Refused(
+        "string config.json",
+        "checkpoint",
+        M,
+        checkpoint(config='"bloom"'),
+        "ck/config.json: expected a JSON object, got a string",
+        TRAINED_ADVICE,
+    ),
+    Refused(
+        "config.json without model_type",
+        "checkpoint",
+        M,
+        checkpoint(edit={"model_type": None}),
+        "ck/config.json: no model_type key",
+        TRAINED_ADVICE,
+    ),
+    Refused(
+        "config.json missing",
+        "checkpoint",
+        M,
+        checkpoint(drop=("config.json",)),
+        "ck: config.json is missing",
+        TRAINED_ADVICE,
+    ),
+    Refused(
+        "config.json a folder",
+        "checkpoint",
+        M,
+        lambda tmp: _config_folder(tmp),
+        "ck/config.json: not a regular file",
+        TRAINED_ADVICE,
+    ),
+    Refused(
+        "unknown model_type",
+        "checkpoint",
+        M,
+        checkpoint(edit={"model_type": "no_such_family"}),
+        "model_type 'no_such_family' is not supported",
+        TRAINED_ADVICE,
+    ),
     Refused("a .gguf file", "checkpoint", M, file_named("m.gguf"), "m.gguf", TRAINED_ADVICE),
-    Refused("a .GGUF file", "checkpoint", M, file_named("M.GGUF", b"GGUF\x03\x00\x00\x00"), "M.GGUF",
-            TRAINED_ADVICE),
-    Refused("posbias train folder without checkpoint", "checkpoint", M, trained_config_only,
-            "run/checkpoint.npz: no such checkpoint"),
-    Refused("npz that is no checkpoint", "checkpoint", M, npz_not_checkpoint,
-            "x.npz: not a posbias train checkpoint (no 'meta' entry)"),
+    Refused("a .GGUF file", "checkpoint", M, file_named("M.GGUF", b"GGUF\x03\x00\x00\x00"), "M.GGUF", TRAINED_ADVICE),
+    Refused(
+        "posbias train folder without checkpoint",
+        "checkpoint",
+        M,
+        trained_config_only,
+        "run/checkpoint.npz: no such checkpoint",
+    ),
+    Refused(
+        "npz that is no checkpoint",
+        "checkpoint",
+        M,
+        npz_not_checkpoint,
+        "x.npz: not a posbias train checkpoint (no 'meta' entry)",
+    ),
     # ---- item 29: a file that is no checkpoint at all: what measure accepts, in one line
-    Refused("a YAML config", "checkpoint", M, file_named("small.yaml", SMALL_YAML),
-            "small.yaml: a YAML file; expected a posbias train run folder or its checkpoint.npz, a Hugging Face "
-            "checkpoint folder", ("allow_pickle",)),
+    Refused(
+        "a YAML config",
+        "checkpoint",
+        M,
+        file_named("small.yaml", SMALL_YAML),
+        "small.yaml: a YAML file; expected a posbias train run folder or its checkpoint.npz, a Hugging Face "
+        "checkpoint folder",
+        ("allow_pickle",),
+    ),
     Refused("a YAML config named .yml", "checkpoint", M, file_named("c.yml", "a: 1\n"), "c.yml: a YAML file"),
-    Refused("a CSV file", "checkpoint", M, file_named("p.csv", "token_position,probability\n0,1\n"),
-            "p.csv: a CSV file; expected", ("allow_pickle",)),
-    Refused("a binary blob", "checkpoint", M, file_named("blob.bin", bytes(range(256))),
-            "blob.bin: not a checkpoint; expected", ("allow_pickle",)),
+    Refused(
+        "a CSV file",
+        "checkpoint",
+        M,
+        file_named("p.csv", "token_position,probability\n0,1\n"),
+        "p.csv: a CSV file; expected",
+        ("allow_pickle",),
+    ),
+    Refused(
+        "a binary blob",
+        "checkpoint",
+        M,
+        file_named("blob.bin", bytes(range(256))),
+        "blob.bin: not a checkpoint; expected",
+        ("allow_pickle",),
+    ),
     # ---- item 7: files and config.json disagree on the layers
-    Refused("n_layer 1 over a 2-layer file", "checkpoint", M, checkpoint(edit={"n_layer": 1}),
-            "tensor transformer.h.1.input_layernorm.bias belongs to layer 1, but config.json gives 1 layer: the "
-            "files hold a 2-layer model"),
-    Refused("gpt2 n_layer 1 over 2 layers", "checkpoint", M, checkpoint("gpt2", edit={"n_layer": 1}),
-            "belongs to layer 1, but config.json gives 1 layer"),
-    Refused("mpt n_layers 1 over 2 layers", "checkpoint", M, checkpoint("mpt", edit={"n_layers": 1}),
-            "belongs to layer 1, but config.json gives 1 layer"),
-    Refused("n_layer 3 over a 2-layer file", "checkpoint", M, checkpoint(edit={"n_layer": 3}),
-            "tensor transformer.h.2."),
+    Refused(
+        "n_layer 1 over a 2-layer file",
+        "checkpoint",
+        M,
+        checkpoint(edit={"n_layer": 1}),
+        "tensor transformer.h.1.input_layernorm.bias belongs to layer 1, but config.json gives 1 layer: the "
+        "files hold a 2-layer model",
+    ),
+    Refused(
+        "gpt2 n_layer 1 over 2 layers",
+        "checkpoint",
+        M,
+        checkpoint("gpt2", edit={"n_layer": 1}),
+        "belongs to layer 1, but config.json gives 1 layer",
+    ),
+    Refused(
+        "mpt n_layers 1 over 2 layers",
+        "checkpoint",
+        M,
+        checkpoint("mpt", edit={"n_layers": 1}),
+        "belongs to layer 1, but config.json gives 1 layer",
+    ),
+    Refused(
+        "n_layer 3 over a 2-layer file", "checkpoint", M, checkpoint(edit={"n_layer": 3}), "tensor transformer.h.2."
+    ),
     Refused("hidden_size doubled", "checkpoint", M, checkpoint(edit={"hidden_size": 96}), "expected (320, 96)"),
-    Refused("safetensors truncated", "checkpoint", M, lambda tmp: _truncated_weights(tmp),
-            "model.safetensors: not a readable safetensors file"),
+    Refused(
+        "safetensors truncated",
+        "checkpoint",
+        M,
+        lambda tmp: _truncated_weights(tmp),
+        "model.safetensors: not a readable safetensors file",
+    ),
     # ---- item 14: memory estimated before anything is read
-    Refused("bloom --tokens 30000", "memory", M, fixture("bloom", "--tokens", "30000", "--samples", "2"),
-            "at N = 30000 needs about"),
-    Refused("bloom --tokens 4000 --memory 3G", "memory", M,
-            fixture("bloom", "--tokens", "4000", "--samples", "2", "--memory", "3G"),
-            "GiB at one sequence per batch), more than --memory 3.0 GiB: lower the length or raise --memory"),
-    Refused("float32 --tokens 4000 --memory 3G", "memory", M,
-            fixture("bloom", "--tokens", "4000", "--precision", "float32", "--memory", "3G"), "needs about"),
-    Refused("--memory 1K", "memory", M, fixture("bloom", "--tokens", "8", "--memory", "1K"),
-            "more than --memory 1.0 KiB"),
-    Refused("--memory above the machine", "memory", M,
-            fixture("bloom", "--tokens", "100000", "--memory", "1000T"), "more than the machine's limit"),
-    Refused("POSBIAS_MEMORY_LIMIT 1M", "memory", M, fixture("bloom", "--tokens", "64"),
-            "more than the machine's limit 1.0 MiB", env=(("POSBIAS_MEMORY_LIMIT", "1M"),)),
-    Refused("POSBIAS_MEMORY_LIMIT garbage", "memory", M, fixture("bloom", "--tokens", "8"),
-            "POSBIAS_MEMORY_LIMIT: expected a size", env=(("POSBIAS_MEMORY_LIMIT", "lots"),)),
+    Refused(
+        "bloom --tokens 30000",
+        "memory",
+        M,
+        fixture("bloom", "--tokens", "30000", "--samples", "2"),
+        "at N = 30000 needs about",
+    ),
+    Refused(
+        "bloom --tokens 4000 --memory 3G",
+        "memory",
+        M,
+        fixture("bloom", "--tokens", "4000", "--samples", "2", "--memory", "3G"),
+        "GiB at one sequence per batch), more than --memory 3.0 GiB: lower the length or raise --memory",
+    ),
+    Refused(
+        "float32 --tokens 4000 --memory 3G",
+        "memory",
+        M,
+        fixture("bloom", "--tokens", "4000", "--precision", "float32", "--memory", "3G"),
+        "needs about",
+    ),
+    Refused(
+        "--memory 1K", "memory", M, fixture("bloom", "--tokens", "8", "--memory", "1K"), "more than --memory 1.0 KiB"
+    ),
+    Refused(
+        "--memory above the machine",
+        "memory",
+        M,
+        fixture("bloom", "--tokens", "100000", "--memory", "1000T"),
+        "more than the machine's limit",
+    ),
+    Refused(
+        "POSBIAS_MEMORY_LIMIT 1M",
+        "memory",
+        M,
+        fixture("bloom", "--tokens", "64"),
+        "more than the machine's limit 1.0 MiB",
+        env=(("POSBIAS_MEMORY_LIMIT", "1M"),),
+    ),
+    Refused(
+        "POSBIAS_MEMORY_LIMIT garbage",
+        "memory",
+        M,
+        fixture("bloom", "--tokens", "8"),
+        "POSBIAS_MEMORY_LIMIT: expected a size",
+        env=(("POSBIAS_MEMORY_LIMIT", "lots"),),
+    ),
     Refused("--memory 0", "arguments", M, fixture("bloom", "--memory", "0"), "expected a size such as 512M"),
     Refused("--memory nan", "arguments", M, fixture("bloom", "--memory", "nan"), "expected a size such as 512M"),
     # ---- arguments and data
@@ -305,68 +447,177 @@ MEASURE_REFUSED = [
     Refused("--samples 0", "arguments", M, fixture("bloom", "--samples", "0"), "--samples: expected a positive"),
     Refused("gpt2 --tokens 33", "arguments", M, fixture("gpt2", "--tokens", "33"), "32 learned positions"),
     Refused("--data absent", "arguments", M, fixture("gpt2", "--data", "absent.txt"), "absent.txt: cannot read"),
-    Refused("--data too short", "arguments", M, data_file("a few words", "--tokens", "16"),
-            "fewer than --tokens 16"),
+    Refused("--data too short", "arguments", M, data_file("a few words", "--tokens", "16"), "fewer than --tokens 16"),
     Refused("--data not UTF-8", "arguments", M, lambda tmp: _latin1(tmp), "not UTF-8 text"),
-    Refused("--data jsonl without text", "arguments", M, data_file('{"body": "x"}\n', suffix=".jsonl"),
-            'line 1: expected an object with a string "text"'),
-    Refused("--samples beyond the windows", "arguments", M,
-            data_file(fixture_text("gpt2"), "--tokens", "16", "--samples", "1000"), "windows of N = 16"),
+    Refused(
+        "--data jsonl without text",
+        "arguments",
+        M,
+        data_file('{"body": "x"}\n', suffix=".jsonl"),
+        'line 1: expected an object with a string "text"',
+    ),
+    Refused(
+        "--samples beyond the windows",
+        "arguments",
+        M,
+        data_file(fixture_text("gpt2"), "--tokens", "16", "--samples", "1000"),
+        "windows of N = 16",
+    ),
     # ---- output
-    Refused("--out is a file", "output", M, out_is_a_file(fixture("bloom", "--tokens", "8")),
-            "--out plain: exists and is not a folder"),
-    Refused("--out/report.json a folder", "output", M, member_is_a_folder(fixture("bloom", "--tokens", "8"),
-                                                                         "report.json"),
-            "report.json exists and is not a regular file", check_existing=False),
+    Refused(
+        "--out is a file",
+        "output",
+        M,
+        out_is_a_file(fixture("bloom", "--tokens", "8")),
+        "--out plain: exists and is not a folder",
+    ),
+    Refused(
+        "--out/report.json a folder",
+        "output",
+        M,
+        member_is_a_folder(fixture("bloom", "--tokens", "8"), "report.json"),
+        "report.json exists and is not a regular file",
+        check_existing=False,
+    ),
 ]
 
 
 VALIDATE_REFUSED = [
-    Refused("validate: garbage config.json", "checkpoint", V, as_validate(checkpoint(config="{garbage")),
-            "ck/config.json: not valid JSON", TRAINED_ADVICE),
-    Refused("validate: list config.json", "checkpoint", V, as_validate(checkpoint(config=[])),
-            "ck/config.json: expected a JSON object, got a list", TRAINED_ADVICE),
-    Refused("validate: no model_type", "checkpoint", V, as_validate(checkpoint(edit={"model_type": None})),
-            "ck/config.json: no model_type key", TRAINED_ADVICE),
-    Refused("validate: config.json missing", "checkpoint", V, as_validate(checkpoint(drop=("config.json",))),
-            "ck: config.json is missing", TRAINED_ADVICE),
-    Refused("validate: a .gguf file", "checkpoint", V, as_validate(file_named("m.gguf")), "m.gguf",
-            TRAINED_ADVICE),
-    Refused("validate: a YAML config", "checkpoint", V, as_validate(file_named("small.yaml", SMALL_YAML)),
-            "--checkpoint", ("allow_pickle",)),
-    Refused("validate: n_layer 1 over 2 layers", "checkpoint", V, as_validate(checkpoint(edit={"n_layer": 1})),
-            "belongs to layer 1, but config.json gives 1 layer"),
-    Refused("validate: --lengths 5000", "memory", V,
-            as_validate(fixture("bloom", "--lengths", "5000", "--samples", "2")), "at N = 5000 needs about"),
-    Refused("validate: --lengths 16,4000 --memory 3G", "memory", V,
-            as_validate(fixture("bloom", "--lengths", "16,4000", "--samples", "2", "--memory", "3G")),
-            "at N = 4000 needs about"),
-    Refused("validate: --memory 1K", "memory", V,
-            as_validate(fixture("bloom", "--lengths", "8", "--memory", "1K")), "more than --memory 1.0 KiB"),
-    Refused("validate: gpt2 --lengths 16,64", "arguments", V, as_validate(fixture("gpt2", "--lengths", "16,64")),
-            "N = 64 is longer than the model's 32 learned positions"),
-    Refused("validate: --lengths 1", "arguments", V, as_validate(fixture("gpt2", "--lengths", "1")),
-            "expected lengths >= 2"),
-    Refused("validate: --lengths 4,x", "arguments", V, as_validate(fixture("gpt2", "--lengths", "4,x")),
-            "expected comma-separated integers"),
-    Refused("validate: --samples 0", "arguments", V, as_validate(fixture("gpt2", "--samples", "0")),
-            "--samples: expected a positive integer"),
-    Refused("validate: --out is a file", "output", V,
-            out_is_a_file(as_validate(fixture("gpt2", "--lengths", "8"))), "--out plain: exists and is not a folder"),
-    Refused("validate: --out/report.md a folder", "output", V,
-            member_is_a_folder(as_validate(fixture("gpt2", "--lengths", "8")), "report.md"),
-            "report.md exists and is not a regular file", check_existing=False),
+    Refused(
+        "validate: garbage config.json",
+        "checkpoint",
+        V,
+        as_validate(checkpoint(config="{garbage")),
+        "ck/config.json: not valid JSON",
+        TRAINED_ADVICE,
+    ),
+    Refused(
+        "validate: list config.json",
+        "checkpoint",
+        V,
+        as_validate(checkpoint(config=[])),
+        "ck/config.json: expected a JSON object, got a list",
+        TRAINED_ADVICE,
+    ),
+    Refused(
+        "validate: no model_type",
+        "checkpoint",
+        V,
+        as_validate(checkpoint(edit={"model_type": None})),
+        "ck/config.json: no model_type key",
+        TRAINED_ADVICE,
+    ),
+    Refused(
+        "validate: config.json missing",
+        "checkpoint",
+        V,
+        as_validate(checkpoint(drop=("config.json",))),
+        "ck: config.json is missing",
+        TRAINED_ADVICE,
+    ),
+    Refused("validate: a .gguf file", "checkpoint", V, as_validate(file_named("m.gguf")), "m.gguf", TRAINED_ADVICE),
+    Refused(
+        "validate: a YAML config",
+        "checkpoint",
+        V,
+        as_validate(file_named("small.yaml", SMALL_YAML)),
+        "--checkpoint",
+        ("allow_pickle",),
+    ),
+    Refused(
+        "validate: n_layer 1 over 2 layers",
+        "checkpoint",
+        V,
+        as_validate(checkpoint(edit={"n_layer": 1})),
+        "belongs to layer 1, but config.json gives 1 layer",
+    ),
+    Refused(
+        "validate: --lengths 5000",
+        "memory",
+        V,
+        as_validate(fixture("bloom", "--lengths", "5000", "--samples", "2")),
+        "at N = 5000 needs about",
+    ),
+    Refused(
+        "validate: --lengths 16,4000 --memory 3G",
+        "memory",
+        V,
+        as_validate(fixture("bloom", "--lengths", "16,4000", "--samples", "2", "--memory", "3G")),
+        "at N = 4000 needs about",
+    ),
+    Refused(
+        "validate: --memory 1K",
+        "memory",
+        V,
+        as_validate(fixture("bloom", "--lengths", "8", "--memory", "1K")),
+        "more than --memory 1.0 KiB",
+    ),
+    Refused(
+        "validate: gpt2 --lengths 16,64",
+        "arguments",
+        V,
+        as_validate(fixture("gpt2", "--lengths", "16,64")),
+        "N = 64 is longer than the model's 32 learned positions",
+    ),
+    Refused(
+        "validate: --lengths 1", "arguments", V, as_validate(fixture("gpt2", "--lengths", "1")), "expected lengths >= 2"
+    ),
+    Refused(
+        "validate: --lengths 4,x",
+        "arguments",
+        V,
+        as_validate(fixture("gpt2", "--lengths", "4,x")),
+        "expected comma-separated integers",
+    ),
+    Refused(
+        "validate: --samples 0",
+        "arguments",
+        V,
+        as_validate(fixture("gpt2", "--samples", "0")),
+        "--samples: expected a positive integer",
+    ),
+    Refused(
+        "validate: --out is a file",
+        "output",
+        V,
+        out_is_a_file(as_validate(fixture("gpt2", "--lengths", "8"))),
+        "--out plain: exists and is not a folder",
+    ),
+    Refused(
+        "validate: --out/report.md a folder",
+        "output",
+        V,
+        member_is_a_folder(as_validate(fixture("gpt2", "--lengths", "8")), "report.md"),
+        "report.md exists and is not a regular file",
+        check_existing=False,
+    ),
 ]
 
 OTHER_REFUSED = [
     # ---- item 30: the message names the slopes and the head count
-    Refused("sweep: two slopes, heads 8", "model", "sweep", sweep_spec,
-            "slopes: 2 explicit values [0.5, 0.25] (shape (2,)) for heads = 8: expected one slope per head, 8 values",
-            ("diagonal",)),
-    Refused("demo: --out is a file", "output", "demo", out_is_a_file(lambda tmp: []),
-            "--out plain: exists and is not a folder"),
-    Refused("demo: --out/profiles.png a folder", "output", "demo", member_is_a_folder(lambda tmp: [], "profiles.png"),
-            "profiles.png exists and is not a regular file", check_existing=False),
+    Refused(
+        "sweep: two slopes, heads 8",
+        "model",
+        "sweep",
+        sweep_spec,
+        "slopes: 2 explicit values [0.5, 0.25] (shape (2,)) for heads = 8: expected one slope per head, 8 values",
+        ("diagonal",),
+    ),
+    Refused(
+        "demo: --out is a file",
+        "output",
+        "demo",
+        out_is_a_file(lambda tmp: []),
+        "--out plain: exists and is not a folder",
+    ),
+    Refused(
+        "demo: --out/profiles.png a folder",
+        "output",
+        "demo",
+        member_is_a_folder(lambda tmp: [], "profiles.png"),
+        "profiles.png exists and is not a regular file",
+        check_existing=False,
+    ),
 ]
 
 REFUSED = MEASURE_REFUSED + VALIDATE_REFUSED + OTHER_REFUSED
@@ -394,8 +645,8 @@ def test_refused(case: Refused, in_tmp, capsys, monkeypatch):
     assert_refused(code, err, case.message)
     assert not any(bad in err for bad in case.forbidden), err
     assert snapshot(out) == before, f"{out} changed"
-    assert listing(in_tmp, out.name) == others   # nothing written anywhere else either
-    if case.check_existing and out.name == "out":   # again, into a folder holding an earlier run's files
+    assert listing(in_tmp, out.name) == others  # nothing written anywhere else either
+    if case.check_existing and out.name == "out":  # again, into a folder holding an earlier run's files
         shutil.rmtree(out, ignore_errors=True)
         existing_validate_set(out)
         before = snapshot(out)
@@ -405,6 +656,7 @@ def test_refused(case: Refused, in_tmp, capsys, monkeypatch):
 
 
 # ---------------------------------------------------------------- correct results
+
 
 def read_profile(path: Path) -> np.ndarray:
     table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
@@ -447,8 +699,16 @@ def lm_measure_set(out: Path) -> None:
     """The files a posbias train measurement leaves (sharing kernels.npz and influence.csv with a
     Hugging Face measurement's set)."""
     out.mkdir()
-    for name in ("rollout.yaml", "attention.npz", "lambda.csv", "content.csv", "measure.json", "lambda.png",
-                 "kernels.npz", "influence.csv"):
+    for name in (
+        "rollout.yaml",
+        "attention.npz",
+        "lambda.csv",
+        "content.csv",
+        "measure.json",
+        "lambda.png",
+        "kernels.npz",
+        "influence.csv",
+    ):
         (out / name).write_bytes(b"earlier run\n")
     (out / "notes.txt").write_text("mine\n")
 
@@ -459,7 +719,7 @@ class Correct:
     cls: str
     command: str
     setup: Callable[[Path], list[str]]
-    check: Callable[[Path, str], None]   # (tmp, stderr)
+    check: Callable[[Path, str], None]  # (tmp, stderr)
 
 
 def _measure_tensors(tmp: Path) -> list[str]:
@@ -478,7 +738,7 @@ def _over_lm_set(tmp: Path) -> list[str]:
 
 
 def _check_over_lm_set(tmp: Path, err: str) -> None:
-    assert set(os.listdir(tmp / "out")) == HF_SET | {"notes.txt"}   # the earlier set is gone, the user's file kept
+    assert set(os.listdir(tmp / "out")) == HF_SET | {"notes.txt"}  # the earlier set is gone, the user's file kept
     assert_transformers_tensors(tmp / "out", "bloom")
 
 
@@ -503,8 +763,23 @@ def _check_bert_pooler(tmp: Path, err: str) -> None:
 
 def _bloom_then_gpt2(tmp: Path) -> list[str]:
     """Item 3: BLOOM at 12 and 16 first, then (the row's run) GPT-2 at 16 into the same folder."""
-    assert main(["validate", "--checkpoint", str(FIXTURES / "bloom"), "--lengths", "12,16", "--samples", "2",
-                 "--out", "out", "--json"]) == 0
+    assert (
+        main(
+            [
+                "validate",
+                "--checkpoint",
+                str(FIXTURES / "bloom"),
+                "--lengths",
+                "12,16",
+                "--samples",
+                "2",
+                "--out",
+                "out",
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert (tmp / "out" / "profiles" / "12" / "a.csv").is_file()
     (tmp / "out" / "notes.txt").write_text("mine\n")
     return ["--checkpoint", str(FIXTURES / "gpt2"), "--lengths", "16", "--samples", "2", "--json"]
@@ -547,11 +822,11 @@ def _measure_cwd_clean(tmp: Path) -> list[str]:
 
 
 def _check_cwd_clean(tmp: Path, err: str) -> None:
-    assert set(os.listdir(tmp)) == {"out"}     # nothing outside --out (no cache, no staging, no default folder)
+    assert set(os.listdir(tmp)) == {"out"}  # nothing outside --out (no cache, no staging, no default folder)
     assert set(os.listdir(tmp / "out")) == HF_SET
     with np.load(tmp / "out" / "kernels.npz") as k:
         assert k["kernels"].shape == (2, 8, 8) and np.abs(k["kernels"].sum(axis=-1) - 1).max() < 1e-12
-        assert np.all(k["slopes"] == 0)   # learned positions: no ALiBi term
+        assert np.all(k["slopes"] == 0)  # learned positions: no ALiBi term
 
 
 CORRECT = [
@@ -574,6 +849,7 @@ def test_correct(case: Correct, in_tmp, capsys):
 
 # ---------------------------------------------------------------- real processes
 
+
 def _env() -> dict:
     env = dict(os.environ)
     env.pop("POSBIAS_MEMORY_LIMIT", None)
@@ -582,9 +858,11 @@ def _env() -> dict:
 
 def peak_run(tmp: Path, *argv: str) -> tuple[int, int, str]:
     """(exit code, peak resident bytes, stderr) of ``posbias ARGV`` in a fresh process."""
-    code, err, rss = peak_rss([sys.executable, "-c",
-                               "import sys; from posbias.cli import main; sys.exit(main(sys.argv[1:]))",
-                                *argv], cwd=tmp, env=_env())
+    code, err, rss = peak_rss(
+        [sys.executable, "-c", "import sys; from posbias.cli import main; sys.exit(main(sys.argv[1:]))", *argv],
+        cwd=tmp,
+        env=_env(),
+    )
     return code, rss, err
 
 
@@ -598,28 +876,30 @@ def test_memory_refused_before_allocating_and_estimate_bounds_the_peak(tmp_path)
     code, peak, err = peak_run(tmp_path, "measure", bloom, "--tokens", "4000", "--memory", "3G", "--out", "big")
     assert code == 2 and "needs about" in err and err.count("\n") == 1
     assert peak < 400 * 2**20 and not (tmp_path / "big").exists()
-    code, base, err = peak_run(tmp_path, "measure", bloom, "--tokens", "16", "--samples", "2", "--out", "s",
-                               "--quiet")
+    code, base, err = peak_run(tmp_path, "measure", bloom, "--tokens", "16", "--samples", "2", "--out", "s", "--quiet")
     assert code == 0, err
     n = 500
-    code, peak, err = peak_run(tmp_path, "measure", bloom, "--tokens", str(n), "--samples", "2", "--out", "l",
-                               "--quiet")
+    code, peak, err = peak_run(
+        tmp_path, "measure", bloom, "--tokens", str(n), "--samples", "2", "--out", "l", "--quiet"
+    )
     assert code == 0, err
     ck = checkpoint.load(bloom)
     estimate = plan(ck.spec, n, 2, 8, checkpoint.stored_bytes(ck), (2**50, "")).total
-    stacked = 8 * ck.spec.layers * ck.spec.heads * n * n   # one float64 (T, H, N, N) array
+    stacked = 8 * ck.spec.layers * ck.spec.heads * n * n  # one float64 (T, H, N, N) array
     assert stacked < peak - base <= estimate, (peak - base, estimate)
     report = json.loads((tmp_path / "l" / "report.json").read_text())
     assert report["memory_estimate"]["host"] + report["memory_estimate"]["device"] == estimate
 
 
 CONCURRENT = {
-    "measure": [["measure", str(FIXTURES / "bloom"), "--tokens", "10", "--samples", "2", "--quiet"],
-                ["measure", str(FIXTURES / "gpt2"), "--tokens", "12", "--samples", "2", "--quiet"]],
-    "validate": [["validate", "--checkpoint", str(FIXTURES / "bloom"), "--lengths", "12,16", "--samples", "2",
-                  "--json"],
-                 ["validate", "--checkpoint", str(FIXTURES / "gpt2"), "--lengths", "16", "--samples", "2",
-                  "--json"]],
+    "measure": [
+        ["measure", str(FIXTURES / "bloom"), "--tokens", "10", "--samples", "2", "--quiet"],
+        ["measure", str(FIXTURES / "gpt2"), "--tokens", "12", "--samples", "2", "--quiet"],
+    ],
+    "validate": [
+        ["validate", "--checkpoint", str(FIXTURES / "bloom"), "--lengths", "12,16", "--samples", "2", "--json"],
+        ["validate", "--checkpoint", str(FIXTURES / "gpt2"), "--lengths", "16", "--samples", "2", "--json"],
+    ],
     "demo": [["demo"], ["demo"]],
 }
 
@@ -631,8 +911,10 @@ def assert_measure_set(out: Path) -> int:
     with np.load(out / "kernels.npz") as k:
         assert k["slopes"].tolist() == report["slopes"]
         assert k["kernels"].shape == (report["layers"], report["num_tokens"], report["num_tokens"])
-    assert f"measured by posbias measure from {report['source']}: N = {report['num_tokens']}" in (
-        out / "config.yaml").read_text()
+    assert (
+        f"measured by posbias measure from {report['source']}: N = {report['num_tokens']}"
+        in (out / "config.yaml").read_text()
+    )
     assert len(read_profile(out / "influence.csv")) == report["num_tokens"]
     return report["num_tokens"]
 
@@ -649,9 +931,17 @@ def assert_demo_set(out: Path) -> None:
 def test_concurrent_writers_leave_one_complete_set(tmp_path, command):
     """Two processes write different runs into one --out at once: the folder holds one run's
     complete set (the later commit's), never a mix, and nothing is left beside it."""
-    procs = [subprocess.Popen([str(CONSOLE), *argv, "--out", "out"], cwd=tmp_path, env=_env(),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-             for argv in CONCURRENT[command]]
+    procs = [
+        subprocess.Popen(
+            [str(CONSOLE), *argv, "--out", "out"],
+            cwd=tmp_path,
+            env=_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for argv in CONCURRENT[command]
+    ]
     errs = [p.communicate(timeout=600)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errs
     out = tmp_path / "out"
@@ -669,10 +959,13 @@ def test_console_script_refusals_one_line_no_traceback(tmp_path):
     """The installed command itself: a YAML file and a garbage config.json."""
     (tmp_path / "small.yaml").write_text(SMALL_YAML)
     folder = hf_copy(tmp_path, config="{garbage")
-    for argv, message in ((["measure", "small.yaml"], "small.yaml: a YAML file; expected"),
-                          (["validate", "--checkpoint", str(folder)], "ck/config.json: not valid JSON")):
-        r = subprocess.run([str(CONSOLE), *argv, "--out", "out"], cwd=tmp_path, env=_env(), capture_output=True,
-                           text=True, timeout=300)
+    for argv, message in (
+        (["measure", "small.yaml"], "small.yaml: a YAML file; expected"),
+        (["validate", "--checkpoint", str(folder)], "ck/config.json: not valid JSON"),
+    ):
+        r = subprocess.run(
+            [str(CONSOLE), *argv, "--out", "out"], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300
+        )
         assert_refused(r.returncode, r.stderr, message)
         assert r.stdout == "" and not (tmp_path / "out").exists()
 
@@ -711,13 +1004,18 @@ def test_fuzz_measure(tmp_path_factory):
     endings = []
 
     @settings(max_examples=8, **FUZZ)
-    @given(family=st.sampled_from(["bloom", "gpt2"]),
-           edit=st.dictionaries(
-               st.sampled_from(["n_layer", "n_head", "hidden_size", "vocab_size", "model_type", "n_positions"]),
-               st.sampled_from([0, 1, 2, 3, -1, 2.5, "2", None, True, 10**20]), max_size=1),
-           tokens=st.sampled_from(["0", "1", "2", "31", "32", "33", "4000", "100000"]),
-           samples=st.sampled_from(["0", "1", "2", "2", "100000"]), memory=FLAG_MEMORY)
-    @example(family="bloom", edit={}, tokens="1", samples="1", memory=None)   # the shortest valid run
+    @given(
+        family=st.sampled_from(["bloom", "gpt2"]),
+        edit=st.dictionaries(
+            st.sampled_from(["n_layer", "n_head", "hidden_size", "vocab_size", "model_type", "n_positions"]),
+            st.sampled_from([0, 1, 2, 3, -1, 2.5, "2", None, True, 10**20]),
+            max_size=1,
+        ),
+        tokens=st.sampled_from(["0", "1", "2", "31", "32", "33", "4000", "100000"]),
+        samples=st.sampled_from(["0", "1", "2", "2", "100000"]),
+        memory=FLAG_MEMORY,
+    )
+    @example(family="bloom", edit={}, tokens="1", samples="1", memory=None)  # the shortest valid run
     @example(family="gpt2", edit={}, tokens="32", samples="2", memory="64M")  # every learned position
     @example(family="gpt2", edit={"n_positions": 31}, tokens="31", samples="1", memory=None)
     def one(family, edit, tokens, samples, memory):
@@ -742,17 +1040,30 @@ def test_fuzz_validate(tmp_path_factory):
     endings = []
 
     @settings(max_examples=6, **FUZZ)
-    @given(family=st.sampled_from(["bloom", "gpt2"]),
-           lengths=st.lists(st.sampled_from([2, 3, 31, 32, 33, 5000]), min_size=1, max_size=2),
-           samples=st.sampled_from(["0", "1", "2", "100000"]), memory=FLAG_MEMORY,
-           config=st.sampled_from([None, None, None, "{", "[]", "{}", '{"model_type": "bloom"}']))
-    @example(family="gpt2", lengths=[2, 32], samples="1", memory=None, config=None)   # both ends of the context
+    @given(
+        family=st.sampled_from(["bloom", "gpt2"]),
+        lengths=st.lists(st.sampled_from([2, 3, 31, 32, 33, 5000]), min_size=1, max_size=2),
+        samples=st.sampled_from(["0", "1", "2", "100000"]),
+        memory=FLAG_MEMORY,
+        config=st.sampled_from([None, None, None, "{", "[]", "{}", '{"model_type": "bloom"}']),
+    )
+    @example(family="gpt2", lengths=[2, 32], samples="1", memory=None, config=None)  # both ends of the context
     @example(family="bloom", lengths=[3, 3], samples="2", memory="64M", config=None)  # a length twice
     def one(family, lengths, samples, memory, config):
         tmp = tmp_path_factory.mktemp("fuzz-validate")
         folder, out = hf_copy(tmp, family, config=config), tmp / "out"
-        argv = ["validate", "--checkpoint", str(folder), "--lengths", ",".join(map(str, lengths)),
-                "--samples", samples, "--out", str(out), "--json"]
+        argv = [
+            "validate",
+            "--checkpoint",
+            str(folder),
+            "--lengths",
+            ",".join(map(str, lengths)),
+            "--samples",
+            samples,
+            "--out",
+            str(out),
+            "--json",
+        ]
         code, err = quiet_main(argv + (["--memory", memory] if memory else []))
         assert_clean(code, err, out)
         if code == 0:
@@ -766,7 +1077,9 @@ def test_fuzz_validate(tmp_path_factory):
 # ---------------------------------------------------------------- the count (README, issue 17)
 
 PROCESS_CASES = {  # class -> (refused, correct) tested with real processes above
-    "memory": (1, 1), "output": (0, 3), "checkpoint": (2, 0),
+    "memory": (1, 1),
+    "output": (0, 3),
+    "checkpoint": (2, 0),
 }
 
 

@@ -41,13 +41,15 @@ REPO = Path(__file__).resolve().parents[2]
 SMALL = REPO / "examples" / "small.yaml"
 
 
-def uniform_yaml(n: int, *, mask: str = "mask_type: causal", layers: int = 2, slope: float = 0.0,
-                 diagonal: float = 0.0) -> str:
-    return (f"sequence_length: {n}\nnum_layers: {layers}\nmask_config: {{{mask}}}\n"
-            f"attention_config: {{num_heads: 1, alibi_slopes: [[{slope}]], softmax_temperature: 1.0}}\n"
-            f"content_config: {{diagonal_scores: [[{diagonal}]]}}\n"
-            "lambda_schedule_config: {schedule_type: custom, lambdas_custom: [0.5, 0.25" + ", 0.5" * (layers - 2)
-            + "]}\n")
+def uniform_yaml(
+    n: int, *, mask: str = "mask_type: causal", layers: int = 2, slope: float = 0.0, diagonal: float = 0.0
+) -> str:
+    return (
+        f"sequence_length: {n}\nnum_layers: {layers}\nmask_config: {{{mask}}}\n"
+        f"attention_config: {{num_heads: 1, alibi_slopes: [[{slope}]], softmax_temperature: 1.0}}\n"
+        f"content_config: {{diagonal_scores: [[{diagonal}]]}}\n"
+        "lambda_schedule_config: {schedule_type: custom, lambdas_custom: [0.5, 0.25" + ", 0.5" * (layers - 2) + "]}\n"
+    )
 
 
 def causal_uniform(n: int, t: int = 2) -> np.ndarray:
@@ -58,6 +60,7 @@ def stack_file(text: str, *flags: str, name: str = "m.yaml"):
     def setup(tmp: Path) -> list[str]:
         (tmp / name).write_text(text)
         return ["--stack", name, *flags]
+
     return setup
 
 
@@ -68,6 +71,7 @@ def kernel_file(kernels, lambdas=None, *flags: str, name: str = "k.npz"):
             arrays["lambdas"] = np.asarray(lambdas, np.float64)
         np.savez(tmp / name, **arrays)
         return ["--kernels", name, *flags]
+
     return setup
 
 
@@ -101,6 +105,7 @@ def model_out_is_file(tmp: Path) -> list[str]:
 
 # ---------------------------------------------------------------- refused
 
+
 @dataclass(frozen=True)
 class Refused:
     id: str
@@ -112,34 +117,79 @@ class Refused:
 
 REFUSED = [
     # ---- estimates before anything runs (items 11, 18)
-    Refused("--examples 10^9", "estimate", flags("--examples", "1000000000"),
-            "examples in all (~0.05 s each at profile ci) takes about"),
+    Refused(
+        "--examples 10^9",
+        "estimate",
+        flags("--examples", "1000000000"),
+        "examples in all (~0.05 s each at profile ci) takes about",
+    ),
     Refused("--examples 10^400", "estimate", flags("C1", "--examples", "1" + "0" * 400), "years by estimate"),
-    Refused("--examples 10^9 deep", "estimate", flags("C6", "--examples", "1000000000", "--profile", "deep"),
-            "more than the limit of 8 h"),
-    Refused("time limit 1 s", "estimate", flags("C1"), "more than the limit of 1 s (set POSBIAS_TIME_LIMIT",
-            env={"POSBIAS_TIME_LIMIT": "1"}),
-    Refused("time limit text", "estimate", flags("C1"), "POSBIAS_TIME_LIMIT: expected a positive number of seconds",
-            env={"POSBIAS_TIME_LIMIT": "soon"}),
-    Refused("time limit nan", "estimate", flags("C1"), "POSBIAS_TIME_LIMIT: expected",
-            env={"POSBIAS_TIME_LIMIT": "nan"}),
+    Refused(
+        "--examples 10^9 deep",
+        "estimate",
+        flags("C6", "--examples", "1000000000", "--profile", "deep"),
+        "more than the limit of 8 h",
+    ),
+    Refused(
+        "time limit 1 s",
+        "estimate",
+        flags("C1"),
+        "more than the limit of 1 s (set POSBIAS_TIME_LIMIT",
+        env={"POSBIAS_TIME_LIMIT": "1"},
+    ),
+    Refused(
+        "time limit text",
+        "estimate",
+        flags("C1"),
+        "POSBIAS_TIME_LIMIT: expected a positive number of seconds",
+        env={"POSBIAS_TIME_LIMIT": "soon"},
+    ),
+    Refused(
+        "time limit nan", "estimate", flags("C1"), "POSBIAS_TIME_LIMIT: expected", env={"POSBIAS_TIME_LIMIT": "nan"}
+    ),
     Refused("time limit -5", "estimate", flags("C1"), "POSBIAS_TIME_LIMIT: expected", env={"POSBIAS_TIME_LIMIT": "-5"}),
-    Refused("--tokens 10^9 (XLA's array limit)", "estimate", lambda tmp: ["--stack", str(SMALL), "--tokens",
-                                                                           "1000000000"],
-            "the self-weights of one layer hold H N = 4e+09 elements, beyond XLA's 2147483647 per array"),
-    Refused("--tokens 10^8 (memory)", "estimate", lambda tmp: ["--stack", str(SMALL), "--tokens", "100000000"],
-            "verify of T = 4, H = 4, N = 100000000 needs about", env={"POSBIAS_MEMORY_LIMIT": "3G"}),
-    Refused("--tokens 10^7 (time)", "estimate", lambda tmp: ["--stack", str(SMALL), "--tokens", "10000000"],
-            "verify of T = 4, H = 4, N = 10000000 takes about", env={"POSBIAS_TIME_LIMIT": "60"}),
-    Refused("--tokens 2^53 + 1", "estimate", lambda tmp: ["--stack", str(SMALL), "--tokens", str(2**53 + 1)],
-            "--tokens"),
-    Refused("kernels with --examples 10^9", "estimate",
-            kernel_file(causal_uniform(4), [0.5, 0.5], "--examples", "1000000000"), "takes about"),
-    Refused("stack with --examples 10^9", "estimate", lambda tmp: ["--stack", str(SMALL), "--examples", "1000000000"],
-            "verify of T = 4, H = 4, N = 64 takes about"),
-    Refused("kernels (2, 3000, 3000) under a 1 s limit", "estimate",
-            kernel_file(lambda: causal_uniform(3000), [0.5, 0.25]), "verify of T = 2, H = 1, N = 3000 takes about",
-            env={"POSBIAS_TIME_LIMIT": "1"}),
+    Refused(
+        "--tokens 10^9 (XLA's array limit)",
+        "estimate",
+        lambda tmp: ["--stack", str(SMALL), "--tokens", "1000000000"],
+        "the self-weights of one layer hold H N = 4e+09 elements, beyond XLA's 2147483647 per array",
+    ),
+    Refused(
+        "--tokens 10^8 (memory)",
+        "estimate",
+        lambda tmp: ["--stack", str(SMALL), "--tokens", "100000000"],
+        "verify of T = 4, H = 4, N = 100000000 needs about",
+        env={"POSBIAS_MEMORY_LIMIT": "3G"},
+    ),
+    Refused(
+        "--tokens 10^7 (time)",
+        "estimate",
+        lambda tmp: ["--stack", str(SMALL), "--tokens", "10000000"],
+        "verify of T = 4, H = 4, N = 10000000 takes about",
+        env={"POSBIAS_TIME_LIMIT": "60"},
+    ),
+    Refused(
+        "--tokens 2^53 + 1", "estimate", lambda tmp: ["--stack", str(SMALL), "--tokens", str(2**53 + 1)], "--tokens"
+    ),
+    Refused(
+        "kernels with --examples 10^9",
+        "estimate",
+        kernel_file(causal_uniform(4), [0.5, 0.5], "--examples", "1000000000"),
+        "takes about",
+    ),
+    Refused(
+        "stack with --examples 10^9",
+        "estimate",
+        lambda tmp: ["--stack", str(SMALL), "--examples", "1000000000"],
+        "verify of T = 4, H = 4, N = 64 takes about",
+    ),
+    Refused(
+        "kernels (2, 3000, 3000) under a 1 s limit",
+        "estimate",
+        kernel_file(lambda: causal_uniform(3000), [0.5, 0.25]),
+        "verify of T = 2, H = 1, N = 3000 takes about",
+        env={"POSBIAS_TIME_LIMIT": "1"},
+    ),
     # ---- output faults, before the searches (item 26)
     Refused("--out names a file", "output", plain_file, "--out plain: exists and is not a folder"),
     Refused("--out below a file", "output", below_a_file, "--out plain/sub: cannot create the folder"),
@@ -160,19 +210,39 @@ REFUSED = [
     Refused("--out empty", "usage", flags("C1", "--out", ""), "--out: expected a file or folder name"),
     Refused("missing stack file", "model", flags("--stack", "absent.yaml"), "absent.yaml: no such file"),
     Refused("stack not YAML", "model", stack_file("sequence_length: [\n"), "m.yaml"),
-    Refused("--tokens 0", "model", lambda tmp: ["--stack", str(SMALL), "--tokens", "0"],
-            "--tokens: expected a positive integer"),
-    Refused("kernels with --tokens", "model", kernel_file(causal_uniform(4), [0.5, 0.5], "--tokens", "8"),
-            "--tokens applies to --stack only"),
-    Refused("kernel rows sum to 1.01", "model", kernel_file(lambda: causal_uniform(4) * 1.01, [0.5, 0.5]),
-            "k.npz: layer 0 row 0: sums to 1.01"),
-    Refused("kernels declared causal but not", "model", kernel_file(np.full((2, 3, 3), 1 / 3), [0.5, 0.5], "--causal"),
-            "declared causal"),
-    Refused("lambda 1.5 in the file", "model", kernel_file(causal_uniform(3), [0.5, 1.5]),
-            "expected a value in [0, 1]"),
-    Refused("kernel file is text", "model",
-            lambda tmp: ((tmp / "k.npz").write_text("hello"), ["--kernels", "k.npz"])[1],
-            "k.npz: not a .npy/.npz array file"),
+    Refused(
+        "--tokens 0",
+        "model",
+        lambda tmp: ["--stack", str(SMALL), "--tokens", "0"],
+        "--tokens: expected a positive integer",
+    ),
+    Refused(
+        "kernels with --tokens",
+        "model",
+        kernel_file(causal_uniform(4), [0.5, 0.5], "--tokens", "8"),
+        "--tokens applies to --stack only",
+    ),
+    Refused(
+        "kernel rows sum to 1.01",
+        "model",
+        kernel_file(lambda: causal_uniform(4) * 1.01, [0.5, 0.5]),
+        "k.npz: layer 0 row 0: sums to 1.01",
+    ),
+    Refused(
+        "kernels declared causal but not",
+        "model",
+        kernel_file(np.full((2, 3, 3), 1 / 3), [0.5, 0.5], "--causal"),
+        "declared causal",
+    ),
+    Refused(
+        "lambda 1.5 in the file", "model", kernel_file(causal_uniform(3), [0.5, 1.5]), "expected a value in [0, 1]"
+    ),
+    Refused(
+        "kernel file is text",
+        "model",
+        lambda tmp: ((tmp / "k.npz").write_text("hello"), ["--kernels", "k.npz"])[1],
+        "k.npz: not a .npy/.npz array file",
+    ),
 ]
 
 
@@ -262,37 +332,74 @@ class Correct:
 
 
 CORRECT = [
-    Correct("uniform causal N = 600: cesaro n/a for N > 512", stack_file(uniform_yaml(600)),
-            {"C2(c)": "held", "C5(a)": "held", "C2(b)": "held", "C3(c)": "held"},
-            {"cesaro": "uniform causal attention, but N = 600 > 512"},
-            atom=lambda: atom(alibi_uniform(600, 2), [0.5, 0.25])),
-    Correct("uniform causal N = 40: cesaro held", stack_file(uniform_yaml(40)), {"cesaro": "held", "C1": "held"},
-            atom=lambda: atom(alibi_uniform(40, 2), [0.5, 0.25])),
-    Correct("slope 0.5: cesaro n/a for the slope", stack_file(uniform_yaml(20, slope=0.5)), {"C2(c)": "held"},
-            {"cesaro": "not uniform: slopes up to 0.5"}),
-    Correct("content diagonal: cesaro n/a for d", stack_file(uniform_yaml(20, diagonal=2.0)), {"C4(b)": "held"},
-            {"cesaro": "not uniform: content diagonal up to 2"}),
-    Correct("sliding window: cesaro n/a for the window",
-            stack_file(uniform_yaml(20, mask="mask_type: sliding_window, window_size: 4")), {"C2(c)": "held"},
-            {"cesaro": "sliding-window mask (window:4)"}),
-    Correct("full mask: identities n/a, not causal", stack_file(uniform_yaml(12, mask="mask_type: full")), {},
-            {"C2(c)": "the mask reads later tokens", "C1": "the mask reads later tokens",
-             "cesaro": "not causal (mask full)"}),
-    Correct("N = 2000, H = 4: kernels not formed, the real size stated", lambda tmp: ["--stack", str(SMALL), "--tokens",
-                                                                                     "2000"],
-            {"C2(c)": "held", "C5(a)": "held"},
-            {"C1": "dense kernels need T H N^2 = 6.4e+07 entries, above the 4e+07"}),
-    Correct("kernels (2, 3000, 3000): C1 runs, dense P skipped with T N^3",
-            kernel_file(lambda: causal_uniform(3000), [0.5, 0.25]), {"C1": "held", "C2(b)": "held", "C5(a)": "held"},
-            {"C3(c)": "measured kernels: no slopes", "cesaro": "measured kernels"},
-            atom=lambda: atom(causal_uniform(3000)[:, -2:, -2:], [0.5, 0.25])),
-    Correct("non-causal kernels: n/a, the kernels read later tokens",
-            kernel_file(np.full((2, 3, 3), 1 / 3), [0.5, 0.5]), {},
-            {"C2(c)": "the kernels read later tokens", "C2(b)": "the kernels read later tokens"}),
-    Correct("non-monotone kernels: C2(b) n/a for layer 0",
-            kernel_file(np.array([[[1, 0, 0], [0, 1, 0], [1, 0, 0]], [[1, 0, 0], [0, 1, 0], [0, 1, 0]]], float),
-                        [0.125, 0.125]), {"C2(c)": "held", "C1": "held"},
-            {"C2(b)": "layers [0] are not stochastically monotone"}),
+    Correct(
+        "uniform causal N = 600: cesaro n/a for N > 512",
+        stack_file(uniform_yaml(600)),
+        {"C2(c)": "held", "C5(a)": "held", "C2(b)": "held", "C3(c)": "held"},
+        {"cesaro": "uniform causal attention, but N = 600 > 512"},
+        atom=lambda: atom(alibi_uniform(600, 2), [0.5, 0.25]),
+    ),
+    Correct(
+        "uniform causal N = 40: cesaro held",
+        stack_file(uniform_yaml(40)),
+        {"cesaro": "held", "C1": "held"},
+        atom=lambda: atom(alibi_uniform(40, 2), [0.5, 0.25]),
+    ),
+    Correct(
+        "slope 0.5: cesaro n/a for the slope",
+        stack_file(uniform_yaml(20, slope=0.5)),
+        {"C2(c)": "held"},
+        {"cesaro": "not uniform: slopes up to 0.5"},
+    ),
+    Correct(
+        "content diagonal: cesaro n/a for d",
+        stack_file(uniform_yaml(20, diagonal=2.0)),
+        {"C4(b)": "held"},
+        {"cesaro": "not uniform: content diagonal up to 2"},
+    ),
+    Correct(
+        "sliding window: cesaro n/a for the window",
+        stack_file(uniform_yaml(20, mask="mask_type: sliding_window, window_size: 4")),
+        {"C2(c)": "held"},
+        {"cesaro": "sliding-window mask (window:4)"},
+    ),
+    Correct(
+        "full mask: identities n/a, not causal",
+        stack_file(uniform_yaml(12, mask="mask_type: full")),
+        {},
+        {
+            "C2(c)": "the mask reads later tokens",
+            "C1": "the mask reads later tokens",
+            "cesaro": "not causal (mask full)",
+        },
+    ),
+    Correct(
+        "N = 2000, H = 4: kernels not formed, the real size stated",
+        lambda tmp: ["--stack", str(SMALL), "--tokens", "2000"],
+        {"C2(c)": "held", "C5(a)": "held"},
+        {"C1": "dense kernels need T H N^2 = 6.4e+07 entries, above the 4e+07"},
+    ),
+    Correct(
+        "kernels (2, 3000, 3000): C1 runs, dense P skipped with T N^3",
+        kernel_file(lambda: causal_uniform(3000), [0.5, 0.25]),
+        {"C1": "held", "C2(b)": "held", "C5(a)": "held"},
+        {"C3(c)": "measured kernels: no slopes", "cesaro": "measured kernels"},
+        atom=lambda: atom(causal_uniform(3000)[:, -2:, -2:], [0.5, 0.25]),
+    ),
+    Correct(
+        "non-causal kernels: n/a, the kernels read later tokens",
+        kernel_file(np.full((2, 3, 3), 1 / 3), [0.5, 0.5]),
+        {},
+        {"C2(c)": "the kernels read later tokens", "C2(b)": "the kernels read later tokens"},
+    ),
+    Correct(
+        "non-monotone kernels: C2(b) n/a for layer 0",
+        kernel_file(
+            np.array([[[1, 0, 0], [0, 1, 0], [1, 0, 0]], [[1, 0, 0], [0, 1, 0], [0, 1, 0]]], float), [0.125, 0.125]
+        ),
+        {"C2(c)": "held", "C1": "held"},
+        {"C2(b)": "layers [0] are not stochastically monotone"},
+    ),
 ]
 
 
@@ -342,8 +449,12 @@ def test_verify_writes_only_its_out_folder_and_one_consistent_set(in_tmp, capsys
     assert code == 0 and err == ""
     assert sorted(os.listdir(in_tmp)) == ["o"]  # no ./.hypothesis, no ./posbias-verify
     names = sorted(os.listdir(in_tmp / "o"))
-    assert names == ["c6-old-steep-monotone-stack.yaml", "c6-old-steep-monotone.json",
-                     "c6-u-shapes-exist-stack.yaml", "c6-u-shapes-exist.json"]
+    assert names == [
+        "c6-old-steep-monotone-stack.yaml",
+        "c6-old-steep-monotone.json",
+        "c6-u-shapes-exist-stack.yaml",
+        "c6-u-shapes-exist.json",
+    ]
     for name in ("c6-old-steep-monotone.json", "c6-u-shapes-exist.json"):
         assert pv.load_counterexample(in_tmp / "o" / name).replay() is False
 
@@ -357,8 +468,11 @@ def test_the_library_writes_nothing_unless_given_a_folder(in_tmp):
     assert os.listdir(in_tmp) == []
 
 
-@pytest.mark.parametrize("value", ["False", "True", None, 0, 1, np.array([True]), [False]],
-                         ids=["str False", "str True", "None", "int 0", "int 1", "array", "list"])
+@pytest.mark.parametrize(
+    "value",
+    ["False", "True", None, 0, 1, np.array([True]), [False]],
+    ids=["str False", "str True", "None", "int 0", "int 1", "array", "list"],
+)
 def test_a_check_returning_anything_but_a_bool_is_an_error_not_held(value, in_tmp, capsys):
     from hypothesis import strategies as hs
 
@@ -391,22 +505,36 @@ def test_numpy_bools_count_as_their_value(in_tmp):
 
 # ---------------------------------------------------------------- processes: memory, full disk, two writers
 
+
 def _child(argv, *, env=None, fsize=None, cwd):
     """``python -m posbias.verify ARGV`` in ``cwd``; with ``fsize`` under RLIMIT_FSIZE (a full disk:
     writes beyond it fail with EFBIG; Python ignores SIGXFSZ), set by the child itself."""
     limit = "" if fsize is None else f"resource.setrlimit(resource.RLIMIT_FSIZE, ({fsize}, {fsize}))\n"
     code = f"import resource, sys\n{limit}from posbias.verify.cli import main\nsys.exit(main(sys.argv[1:]))\n"
-    return subprocess.run([sys.executable, "-c", code, *argv], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=600,
+    )
 
 
-@pytest.mark.parametrize("tokens, env, message", [
-    ("1000000000", {}, "beyond XLA's 2147483647 per array"),
-    ("100000000", {"POSBIAS_MEMORY_LIMIT": "3G"}, "needs about"),
-], ids=["10^9", "10^8 under 3G"])
+@pytest.mark.parametrize(
+    "tokens, env, message",
+    [
+        ("1000000000", {}, "beyond XLA's 2147483647 per array"),
+        ("100000000", {"POSBIAS_MEMORY_LIMIT": "3G"}, "needs about"),
+    ],
+    ids=["10^9", "10^8 under 3G"],
+)
 def test_huge_token_counts_are_refused_before_allocating(tokens, env, message, tmp_path):
-    code, stderr, peak = peak_rss([sys.executable, "-m", "posbias.verify", "--stack", str(SMALL), "--tokens", tokens,
-                                   "--out", "o"], cwd=tmp_path, env={**os.environ, **env})
+    code, stderr, peak = peak_rss(
+        [sys.executable, "-m", "posbias.verify", "--stack", str(SMALL), "--tokens", tokens, "--out", "o"],
+        cwd=tmp_path,
+        env={**os.environ, **env},
+    )
     assert code == 2, (code, stderr[-2000:])
     assert_refused(code, stderr, message)
     assert peak < 1.5 * 2**30, f"peak memory {peak / 2**30:.2f} GiB"
@@ -428,14 +556,25 @@ def test_a_full_disk_keeps_an_earlier_set_intact(tmp_path):
 
 
 def test_two_writers_on_one_folder_leave_one_set(tmp_path):
-    procs = [subprocess.Popen([sys.executable, "-m", "posbias.verify", claim, "--out", "o"], cwd=tmp_path,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-             for claim in ("C1", "C2(b)")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "posbias.verify", claim, "--out", "o"],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for claim in ("C1", "C2(b)")
+    ]
     assert [p.wait(timeout=600) for p in procs] == [0, 0], [p.stderr.read() for p in procs]
     names = set(os.listdir(tmp_path / "o"))
     c1 = {"c1-w-o-causality.json"}
-    c2 = {"c2-b-w-o-monotonicity.json", "c2-b-w-o-monotonicity-before.npz", "c2-b-w-o-monotonicity-after.npz",
-          "c2-b-w-non-log-concave-bias.json"}  # C2(b)'s two necessity searches (C7: a non-log-concave bias)
+    c2 = {
+        "c2-b-w-o-monotonicity.json",
+        "c2-b-w-o-monotonicity-before.npz",
+        "c2-b-w-o-monotonicity-after.npz",
+        "c2-b-w-non-log-concave-bias.json",
+    }  # C2(b)'s two necessity searches (C7: a non-log-concave bias)
     assert names in (c1, c2), names
     for name in names:
         if name.endswith(".json"):
@@ -464,8 +603,9 @@ def test_a_new_set_replaces_an_earlier_one_and_keeps_the_users_files(in_tmp, cap
 
 # ---------------------------------------------------------------- fuzz: flags and kernel files near validity
 
-_EXAMPLES = st.one_of(st.sampled_from(["0", "1", "2", "-1", "1.5", "x", "", "1" + "0" * 30, "1000000000"]),
-                      st.integers(1, 3).map(str))
+_EXAMPLES = st.one_of(
+    st.sampled_from(["0", "1", "2", "-1", "1.5", "x", "", "1" + "0" * 30, "1000000000"]), st.integers(1, 3).map(str)
+)
 _SEED = st.sampled_from(["0", "7", "-1", str(2**64), "1" + "0" * 400, "seed"])
 _PROFILE = st.sampled_from(["ci", "dev", "deep", "fast", ""])
 _CLAIMS = st.lists(st.sampled_from(["C1", "C4(a)", "C9", "c1", ""]), max_size=2)
@@ -503,11 +643,16 @@ def call_verify(argv: list[str]) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-@settings(max_examples=12, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.nested_given])  # verify runs hypothesis.find itself
-@given(examples=st.one_of(st.none(), _EXAMPLES), seed=st.one_of(st.none(), _SEED),
-       profile=st.one_of(st.none(), _PROFILE), claims=_CLAIMS,
-       out=st.sampled_from(["o", "plain", "plain/sub", "x" * 300, "o/deeper"]))
+@settings(
+    max_examples=12, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.nested_given]
+)  # verify runs hypothesis.find itself
+@given(
+    examples=st.one_of(st.none(), _EXAMPLES),
+    seed=st.one_of(st.none(), _SEED),
+    profile=st.one_of(st.none(), _PROFILE),
+    claims=_CLAIMS,
+    out=st.sampled_from(["o", "plain", "plain/sub", "x" * 300, "o/deeper"]),
+)
 def test_fuzz_flags(examples, seed, profile, claims, out):
     with fresh_folder(POSBIAS_TIME_LIMIT="3") as tmp:  # anything estimated longer is refused: runs stay tiny
         _fuzz_flags(tmp, examples, seed, profile, claims, out)
@@ -534,12 +679,20 @@ def _fuzz_flags(tmp, examples, seed, profile, claims, out):
         assert pv.load_counterexample(path).replay() is False
 
 
-@settings(max_examples=10, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.nested_given])
-@given(n=st.integers(1, 5), t=st.integers(1, 3), eps=st.sampled_from([0.0, 1e-12, -1e-12, 1e-10, 5e-10, 2e-9, 1e-3]),
-       lam=st.lists(st.sampled_from([0.0, 1.0, 0.5, 1e-300, 1 - 1e-16, 1 + 1e-12, -1e-300, float("nan")]),
-                    min_size=1, max_size=3),
-       causal=st.booleans(), dense=st.booleans(), declare=st.booleans())
+@settings(
+    max_examples=10, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.nested_given]
+)
+@given(
+    n=st.integers(1, 5),
+    t=st.integers(1, 3),
+    eps=st.sampled_from([0.0, 1e-12, -1e-12, 1e-10, 5e-10, 2e-9, 1e-3]),
+    lam=st.lists(
+        st.sampled_from([0.0, 1.0, 0.5, 1e-300, 1 - 1e-16, 1 + 1e-12, -1e-300, float("nan")]), min_size=1, max_size=3
+    ),
+    causal=st.booleans(),
+    dense=st.booleans(),
+    declare=st.booleans(),
+)
 def test_fuzz_kernel_files(n, t, eps, lam, causal, dense, declare):
     with fresh_folder() as tmp:
         _fuzz_kernel_file(tmp, n, t, eps, lam, causal, dense, declare)
@@ -555,8 +708,9 @@ def _fuzz_kernel_file(tmp, n, t, eps, lam, causal, dense, declare):
     k[:, -1, 0] += eps  # rows near the 1e-9 tolerance
     lambdas = (lam * t)[:t]
     np.savez(tmp / "k.npz", kernels=k, lambdas=np.array(lambdas))
-    code, out, err = call_verify(["--kernels", "k.npz", "--examples", "2", "--json", "--out", "o",
-                                  *(["--causal"] if declare else [])])
+    code, out, err = call_verify(
+        ["--kernels", "k.npz", "--examples", "2", "--json", "--out", "o", *(["--causal"] if declare else [])]
+    )
     assert "Traceback" not in err
     ok_lambdas = all(0.0 <= x <= 1.0 for x in lambdas)
     if code == 2:

@@ -10,16 +10,26 @@ import posbias.numerics as nx
 
 def _stacks(seed, count, layers=6, heads=5, mask=None):
     rng = np.random.default_rng(seed)
-    return [nx.AlibiStack.build(rng.uniform(0, 1, layers), rng.uniform(0, 2, (layers, heads)),
-                                rng.uniform(-4, 4, (layers, heads)), rng.uniform(0.1, 1, (layers, heads)),
-                                mask=mask)
-            for _ in range(count)]
+    return [
+        nx.AlibiStack.build(
+            rng.uniform(0, 1, layers),
+            rng.uniform(0, 2, (layers, heads)),
+            rng.uniform(-4, 4, (layers, heads)),
+            rng.uniform(0.1, 1, (layers, heads)),
+            mask=mask,
+        )
+        for _ in range(count)
+    ]
 
 
 @settings(max_examples=10, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.integers(1, 9), st.integers(1, 200),
-       st.sampled_from([nx.Causal(), nx.Full(), nx.SlidingWindow(7), nx.Prefix(3)]),
-       st.sampled_from(["auto", "structured", "dense"]))
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(1, 9),
+    st.integers(1, 200),
+    st.sampled_from([nx.Causal(), nx.Full(), nx.SlidingWindow(7), nx.Prefix(3)]),
+    st.sampled_from(["auto", "structured", "dense"]),
+)
 def test_batch_equals_single_profiles(seed, count, n, mask, engine):
     stacks = _stacks(seed, count, mask=mask)
     batch = nx.profiles(stacks, n, engine=engine)
@@ -57,9 +67,13 @@ def test_batch_progress_and_refusals():
 
 
 @settings(max_examples=8, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.integers(1, 7), st.integers(1, 120),
-       st.sampled_from([nx.Causal(), nx.Full(), nx.SlidingWindow(7), nx.SlidingWindow(400), nx.Prefix(3)]),
-       st.sampled_from([{}, {"xla_scan": "blocked"}, {"ring": "log"}]))
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(1, 7),
+    st.integers(1, 120),
+    st.sampled_from([nx.Causal(), nx.Full(), nx.SlidingWindow(7), nx.SlidingWindow(400), nx.Prefix(3)]),
+    st.sampled_from([{}, {"xla_scan": "blocked"}, {"ring": "log"}]),
+)
 def test_xla_batch_is_one_vmapped_call_equal_to_single_profiles(seed, count, n, mask, options):
     """The XLA route (what accelerators run): one jit(vmap) call for the batch."""
     engine = nx.Structured(native=False, **options)

@@ -38,8 +38,16 @@ def _stacks(seed, count, layers=5, heads=3, mask=None, temperature=1.0, steep=()
         slopes = rng.uniform(0, 2, (layers, heads))
         if b in steep:
             slopes[0, 0] = 2100.0  # m / tau >= 840: beyond the C kernel and linear arithmetic (fallbacks)
-        out.append(nx.AlibiStack.build(rng.uniform(0, 1, layers), slopes, rng.uniform(-3, 3, (layers, heads)),
-                                       rng.uniform(0.1, 1, (layers, heads)), temperature=temperature, mask=mask))
+        out.append(
+            nx.AlibiStack.build(
+                rng.uniform(0, 1, layers),
+                slopes,
+                rng.uniform(-3, 3, (layers, heads)),
+                rng.uniform(0.1, 1, (layers, heads)),
+                temperature=temperature,
+                mask=mask,
+            )
+        )
     return out
 
 
@@ -69,8 +77,13 @@ class _Looping(Engine):
     name = "looping"
 
     def compute(self, stack, num_tokens, *, dtype, progress):
-        return linear_profile(_dense_profile(stack, num_tokens), np.zeros(stack.num_layers),
-                              np.zeros(stack.num_layers), engine=self.name, path="numpy")
+        return linear_profile(
+            _dense_profile(stack, num_tokens),
+            np.zeros(stack.num_layers),
+            np.zeros(stack.num_layers),
+            engine=self.name,
+            path="numpy",
+        )
 
     def needs_jax(self, stack, dtype):
         return False
@@ -98,8 +111,13 @@ def test_the_batch_module_inspects_no_engine_type():
 
 
 @settings(max_examples=12, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.integers(1, 8), st.integers(1, 40), st.sampled_from(MASKS),
-       st.sampled_from([1.0, 0.6, 2.5]))
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(1, 8),
+    st.integers(1, 40),
+    st.sampled_from(MASKS),
+    st.sampled_from([1.0, 0.6, 2.5]),
+)
 def test_native_batch_route_is_the_single_profile_to_the_bit(seed, count, n, mask, temperature):
     steep = {count // 2} if count > 2 else set()
     for engine in (nx.Structured(), nx.Structured(extended=True), nx.Auto()):
@@ -152,12 +170,18 @@ def test_alibi_batch_is_the_sequence_of_its_stacks():
 
 
 SPECS = [
-    {"base": {"layers": 4, "heads": 3, "tokens": 12, "content_diagonal": 1.0, "temperature": 0.7},
-     "axes": {"lambda": [0.2, 0.9], "slope_scale": [0.5, 3.0], "content_diagonal": [-2.0, 0.0, 1.5]}},
-    {"base": {"layers": 6, "heads": 2, "tokens": 10, "schedule": "power_decay:0.8,0.5"},
-     "axes": {"lambda0": [0.3, 0.6, 0.9], "beta": [0.5, 1.0, 2.0], "mask": ["causal", "window:3"]}},
-    {"base": {"layers": 3, "heads": 2, "tokens": 9},
-     "axes": {"slopes": [[0.5, 1.0], [2.0, 0.25]], "slope_scale": [1.0, 7.0], "lambda": [0.5]}},
+    {
+        "base": {"layers": 4, "heads": 3, "tokens": 12, "content_diagonal": 1.0, "temperature": 0.7},
+        "axes": {"lambda": [0.2, 0.9], "slope_scale": [0.5, 3.0], "content_diagonal": [-2.0, 0.0, 1.5]},
+    },
+    {
+        "base": {"layers": 6, "heads": 2, "tokens": 10, "schedule": "power_decay:0.8,0.5"},
+        "axes": {"lambda0": [0.3, 0.6, 0.9], "beta": [0.5, 1.0, 2.0], "mask": ["causal", "window:3"]},
+    },
+    {
+        "base": {"layers": 3, "heads": 2, "tokens": 9},
+        "axes": {"slopes": [[0.5, 1.0], [2.0, 0.25]], "slope_scale": [1.0, 7.0], "lambda": [0.5]},
+    },
 ]
 
 
@@ -185,8 +209,13 @@ def _equal(got, want):
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.integers(1, 40), st.integers(1, 70), st.sampled_from(MASKS),
-       st.sampled_from([1.0, 0.5]))
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(1, 40),
+    st.integers(1, 70),
+    st.sampled_from(MASKS),
+    st.sampled_from([1.0, 0.5]),
+)
 def test_vectorised_summaries_of_a_batch_equal_one_summary_per_point(seed, count, n, mask, temperature):
     """Every field to the bit (batches of 16 or more rows take the column-by-column log-sum fold)."""
     stacks = _stacks(seed, count, layers=4, mask=mask, temperature=temperature)
@@ -213,8 +242,11 @@ def test_deep_dips_and_non_causal_masks_give_null_columns():
     columns = summary_arrays(profiles, AlibiBatch.of(steep))
     for i, (pr, s) in enumerate(zip(profiles, steep)):
         want = summarize(pr, s)
-        got_dip = columns["dip_depth"].tolist()[i] if isinstance(columns["dip_depth"], np.ndarray) \
+        got_dip = (
+            columns["dip_depth"].tolist()[i]
+            if isinstance(columns["dip_depth"], np.ndarray)
             else columns["dip_depth"][i]
+        )
         assert got_dip == want.dip_depth
         assert columns["last_token_atom"][i] is None and want.last_token_atom is None
 

@@ -70,11 +70,15 @@ def bias_stacks(draw):
         future = draw(st.one_of(st.none(), sides()))
         heads.append(Bias(past, future))
     rng = np.random.default_rng(draw(st.integers(0, 2**31)))
-    return BiasStack.build(rng.uniform(0, 1, t), heads, diagonal=rng.normal(0, 1.5, (t, h)),
-                           sink=rng.normal(0, 1.5, (t, h)) * draw(st.booleans()),
-                           head_weights=rng.uniform(0.05, 1, (t, h)),
-                           temperature=draw(st.sampled_from([0.7, 1.0, 2.0])),
-                           mask=mask)
+    return BiasStack.build(
+        rng.uniform(0, 1, t),
+        heads,
+        diagonal=rng.normal(0, 1.5, (t, h)),
+        sink=rng.normal(0, 1.5, (t, h)) * draw(st.booleans()),
+        head_weights=rng.uniform(0.05, 1, (t, h)),
+        temperature=draw(st.sampled_from([0.7, 1.0, 2.0])),
+        mask=mask,
+    )
 
 
 # ----------------------------------------------------------------------------- engines vs dense
@@ -94,11 +98,23 @@ def test_engines_agree_with_dense_on_generated_stacks(stack, n):
 @pytest.mark.parametrize("mask", [Causal(), Full(), Prefix(40), SlidingWindow(37)])
 def test_engines_agree_with_dense_at_a_few_hundred_tokens(mask):
     rng = np.random.default_rng(3)
-    heads = [Bias(KerpleLog(0.8, 0.7)), Bias(KerplePower(0.3, 0.6), Alibi(0.2)), Bias(Table((0.0, 1.0, -1.0, 0.5))),
-             Bias(T5Buckets(32, 128, tuple(rng.normal(size=32)), True), T5Buckets(32, 128, tuple(rng.normal(size=32)),
-                                                                                  True, future=True))]
-    stack = BiasStack.build(rng.uniform(0.2, 0.9, 6), heads, diagonal=rng.normal(size=(6, 4)),
-                            sink=rng.normal(size=(6, 4)), head_weights=rng.uniform(0.1, 1, (6, 4)), mask=mask)
+    heads = [
+        Bias(KerpleLog(0.8, 0.7)),
+        Bias(KerplePower(0.3, 0.6), Alibi(0.2)),
+        Bias(Table((0.0, 1.0, -1.0, 0.5))),
+        Bias(
+            T5Buckets(32, 128, tuple(rng.normal(size=32)), True),
+            T5Buckets(32, 128, tuple(rng.normal(size=32)), True, future=True),
+        ),
+    ]
+    stack = BiasStack.build(
+        rng.uniform(0.2, 0.9, 6),
+        heads,
+        diagonal=rng.normal(size=(6, 4)),
+        sink=rng.normal(size=(6, 4)),
+        head_weights=rng.uniform(0.1, 1, (6, 4)),
+        mask=mask,
+    )
     reference = Dense().profile(stack, 300).probabilities
     for engine in ENGINES:
         assert np.abs(engine.profile(stack, 300).probabilities - reference).max() < 1e-12, engine
@@ -106,9 +122,13 @@ def test_engines_agree_with_dense_at_a_few_hundred_tokens(mask):
 
 # ----------------------------------------------------------------------------- ALiBi: the structured engine
 @SETTINGS
-@given(st.integers(1, 4), st.lists(st.floats(0.0, 3.0), min_size=1, max_size=4),
-       st.sampled_from([Causal(), Full(), Prefix(4), SlidingWindow(5)]), st.sampled_from([1, 3, 16, 40]),
-       st.integers(0, 2**31))
+@given(
+    st.integers(1, 4),
+    st.lists(st.floats(0.0, 3.0), min_size=1, max_size=4),
+    st.sampled_from([Causal(), Full(), Prefix(4), SlidingWindow(5)]),
+    st.sampled_from([1, 3, 16, 40]),
+    st.integers(0, 2**31),
+)
 def test_alibi_biases_agree_with_the_structured_engine(t, slopes, mask, n, seed):
     rng = np.random.default_rng(seed)
     h = len(slopes)
@@ -136,13 +156,16 @@ def test_auto_routes_alibi_to_the_structured_engine_and_other_biases_to_the_bias
     assert sinked.as_alibi() is None and engines.profile(sinked, 16).engine == "bias"
 
 
-@pytest.mark.parametrize("bias, slope", [
-    (Bias(KerplePower(0.75, 1.0)), 0.75),                       # -r1 g^1
-    (Bias(KerplePower(0.4, 0.0)), 0.0),                         # -r1 g^0 = -r1: a constant
-    (Bias(KerpleLog(0.0, 2.0)), 0.0),                           # r1 = 0: uniform
-    (Bias(Table(tuple(3.0 - 0.1 * g for g in range(40)))), None),  # linear on g < 40, constant beyond
-    (Bias(Function("1.5 - 0.3*g", lambda g: 1.5 - 0.3 * g)), 0.3),
-])
+@pytest.mark.parametrize(
+    "bias, slope",
+    [
+        (Bias(KerplePower(0.75, 1.0)), 0.75),  # -r1 g^1
+        (Bias(KerplePower(0.4, 0.0)), 0.0),  # -r1 g^0 = -r1: a constant
+        (Bias(KerpleLog(0.0, 2.0)), 0.0),  # r1 = 0: uniform
+        (Bias(Table(tuple(3.0 - 0.1 * g for g in range(40)))), None),  # linear on g < 40, constant beyond
+        (Bias(Function("1.5 - 0.3*g", lambda g: 1.5 - 0.3 * g)), 0.3),
+    ],
+)
 def test_biases_linear_on_the_used_distances_are_alibi(bias, slope):
     """A bias equal to b(0) - m g on g < N is the ALiBi stack of slope m (auto takes the structured
     engine); the structured profile of slope m agrees with the bias engine's on the given values."""
@@ -161,13 +184,16 @@ def test_biases_linear_on_the_used_distances_are_alibi(bias, slope):
     assert abs(routed.probabilities.sum() - 1.0) <= 1e-12
 
 
-@pytest.mark.parametrize("bias, n", [
-    (Bias(Table(tuple(3.0 - 0.1 * g for g in range(40)))), 41),  # the constant tail is reached
-    (Bias(Table((0.0, -0.5, -1.0), window=True)), 8),             # no weight beyond 3: a window
-    (Bias(KerplePower(0.5, 1.0000001)), 64),                     # nearly, not exactly, linear
-    (Bias(Function("0.2*g", lambda g: 0.2 * g)), 16),           # rising with distance
-    (Bias(KerplePower(0.5, 1.0), KerplePower(0.25, 1.0)), 16),  # two different slopes
-])
+@pytest.mark.parametrize(
+    "bias, n",
+    [
+        (Bias(Table(tuple(3.0 - 0.1 * g for g in range(40)))), 41),  # the constant tail is reached
+        (Bias(Table((0.0, -0.5, -1.0), window=True)), 8),  # no weight beyond 3: a window
+        (Bias(KerplePower(0.5, 1.0000001)), 64),  # nearly, not exactly, linear
+        (Bias(Function("0.2*g", lambda g: 0.2 * g)), 16),  # rising with distance
+        (Bias(KerplePower(0.5, 1.0), KerplePower(0.25, 1.0)), 16),  # two different slopes
+    ],
+)
 def test_biases_not_linear_on_the_used_distances_are_not_alibi(bias, n):
     assert bias.alibi_slope_at(n) is None
     assert BiasStack.build([0.5], bias).as_alibi(n) is None
@@ -180,8 +206,9 @@ def test_window_table_is_the_sliding_window_mask():
     windowed = BiasStack.build(lam, Bias(Table(values, window=True)), diagonal=0.5, sink=0.3)
     masked = BiasStack.build(lam, Bias(Table(values)), diagonal=0.5, sink=0.3, mask=SlidingWindow(len(values)))
     for engine in ENGINES:
-        np.testing.assert_allclose(engine.profile(windowed, 50).probabilities,
-                                   engine.profile(masked, 50).probabilities, rtol=1e-13, atol=0)
+        np.testing.assert_allclose(
+            engine.profile(windowed, 50).probabilities, engine.profile(masked, 50).probabilities, rtol=1e-13, atol=0
+        )
 
 
 def test_one_uniform_layer_by_hand():
@@ -293,17 +320,20 @@ def test_expression_specs():
     assert [x.spec for x in parse_biases("expr:1/(1+g)/alibi:0.25")] == ["expr:1/(1+g)", "alibi:0.25"]
 
 
-@pytest.mark.parametrize("spec,fragment", [
-    ("alibi:-1", "expected a value >= 0"),
-    ("kerple-log:1", "expected 2 numbers"),
-    ("t5:8,16:1,2", "expected 8 bucket values"),
-    ("wave:1", "unknown bias"),
-    ("expr:a*g", "give values for a"),
-    ("expr:g.real", "attribute access"),
-    ("expr:g;b=2", "does not appear"),
-    ("alibi:1|alibi:1|alibi:1", "more than one '|'"),
-    ("table:1,nan", "not finite"),
-])
+@pytest.mark.parametrize(
+    "spec,fragment",
+    [
+        ("alibi:-1", "expected a value >= 0"),
+        ("kerple-log:1", "expected 2 numbers"),
+        ("t5:8,16:1,2", "expected 8 bucket values"),
+        ("wave:1", "unknown bias"),
+        ("expr:a*g", "give values for a"),
+        ("expr:g.real", "attribute access"),
+        ("expr:g;b=2", "does not appear"),
+        ("alibi:1|alibi:1|alibi:1", "more than one '|'"),
+        ("table:1,nan", "not finite"),
+    ],
+)
 def test_bad_specs_are_one_line_user_errors(spec, fragment):
     with pytest.raises(UserError, match=fragment) as info:
         parse_bias(spec)
@@ -337,8 +367,12 @@ def test_native_threads_and_progress_do_not_change_the_profile():
     if not native_available():
         pytest.skip("no C compiler here: the XLA path is the one tested")
     rng = np.random.default_rng(5)
-    stack = BiasStack.build(rng.uniform(0, 1, 9), [Bias(KerpleLog(0.5, k)) for k in (0.5, 1.0, 2.0, 4.0)],
-                            diagonal=rng.normal(size=(9, 4)), sink=1.0)
+    stack = BiasStack.build(
+        rng.uniform(0, 1, 9),
+        [Bias(KerpleLog(0.5, k)) for k in (0.5, 1.0, 2.0, 4.0)],
+        diagonal=rng.normal(size=(9, 4)),
+        sink=1.0,
+    )
     one = BiasEngine(threads=1).profile(stack, 200).probabilities
     calls = []
     two = BiasEngine(threads=2).profile(stack, 200, progress=lambda done, total: calls.append((done, total)))

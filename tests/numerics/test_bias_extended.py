@@ -94,8 +94,14 @@ def test_a_bias_rising_by_more_than_600_nats(mask):
     every entry, p down to e^-600 and below (e^-790 causal)."""
     rng = np.random.default_rng(11)
     heads = [Bias(Table(tuple(12.0 * g for g in range(80)))), Bias(Table(tuple(10.0 * g + g % 3 for g in range(80))))]
-    stack = BiasStack.build([0.8, 0.6, 0.9], heads, diagonal=rng.normal(size=(3, 2)), sink=rng.normal(size=(3, 2)),
-                            head_weights=rng.uniform(0.2, 1.0, (3, 2)), mask=mask)
+    stack = BiasStack.build(
+        [0.8, 0.6, 0.9],
+        heads,
+        diagonal=rng.normal(size=(3, 2)),
+        sink=rng.normal(size=(3, 2)),
+        head_weights=rng.uniform(0.2, 1.0, (3, 2)),
+        mask=mask,
+    )
     n = 80
     for linear in (BiasEngine(), BiasEngine(native=False)):
         with pytest.raises(Unsupported, match="nats below its head's largest"):
@@ -117,8 +123,9 @@ def test_a_deep_attention_only_stack_below_the_float64_range(mask):
     """T = 300 attention-only layers (lambda = 1), N = 48: the last entries fall to ~1e-400; the
     linear mode leaves them unresolved, the extended mode resolves every one and ``auto`` re-runs."""
     n, t = 48, 300
-    stack = BiasStack.build(np.ones(t), [Bias(KerpleLog(0.2, 1.0)), Bias(KerplePower(0.1, 0.5))], diagonal=0.3,
-                            mask=mask)
+    stack = BiasStack.build(
+        np.ones(t), [Bias(KerpleLog(0.2, 1.0)), Bias(KerplePower(0.1, 0.5))], diagonal=0.3, mask=mask
+    )
     linear = BiasEngine().profile(stack, n)
     assert linear.unresolved().sum() >= 10
     reference = log_dense_profile(stack, n)
@@ -145,8 +152,12 @@ def test_a_sink_700_nats_above_the_rest_under_a_sliding_window():
     700-nat deficit, refused by the linear mode; T5 buckets and Kerple-log heads."""
     rng = np.random.default_rng(5)
     t5 = Bias(T5Buckets(16, 64, tuple(rng.normal(size=16)), False))
-    stack = BiasStack.build([0.7, 0.9, 0.8], [t5, Bias(KerpleLog(1.0, 1.0))],
-                            sink=[[700.0, 0.0], [0.0, 2.0], [1.0, 700.0]], mask=SlidingWindow(20))
+    stack = BiasStack.build(
+        [0.7, 0.9, 0.8],
+        [t5, Bias(KerpleLog(1.0, 1.0))],
+        sink=[[700.0, 0.0], [0.0, 2.0], [1.0, 700.0]],
+        mask=SlidingWindow(20),
+    )
     with pytest.raises(Unsupported, match="nats below its head's largest"):
         BiasEngine().profile(stack, 40)
     reference = log_dense_profile(stack, 40)
@@ -179,8 +190,14 @@ def test_extended_range_without_the_native_kernel_runs_in_xla(monkeypatch):
     rng = np.random.default_rng(3)
     for mask in [Causal(), Prefix(10), SlidingWindow(70)]:
         heads = [Bias(Table(tuple(12.0 * g for g in range(80)))), Bias(KerpleLog(0.5, 1.0))]
-        stack = BiasStack.build([0.8, 0.6, 1.0], heads, diagonal=rng.normal(size=(3, 2)),
-                                sink=rng.normal(size=(3, 2)), head_weights=rng.uniform(0.2, 1.0, (3, 2)), mask=mask)
+        stack = BiasStack.build(
+            [0.8, 0.6, 1.0],
+            heads,
+            diagonal=rng.normal(size=(3, 2)),
+            sink=rng.normal(size=(3, 2)),
+            head_weights=rng.uniform(0.2, 1.0, (3, 2)),
+            mask=mask,
+        )
         got = BiasEngine(extended=True).profile(stack, 80)
         assert got.path == "xla-extended"
         _check_against_reference(got, log_dense_profile(stack, 80), 3)
@@ -209,8 +226,10 @@ def test_auto_estimates_the_extended_mode_before_running_it():
     assert estimate == pytest.approx(14.0 * 2.5e-10 * 2 * 1 * 80 * 80)
     capped = Auto(bias_extended_max_seconds=0.0, bias_retry_seconds=0.0).profile(rising, 80)  # dense takes it
     assert capped.engine == "dense"
-    assert any(note.startswith("auto: bias (extended) skipped: estimated") and note.endswith("s > 0 s")
-               for note in capped.notes)
+    assert any(
+        note.startswith("auto: bias (extended) skipped: estimated") and note.endswith("s > 0 s")
+        for note in capped.notes
+    )
     ext = Auto().profile(rising, 80)
     assert ext.path == "native-extended"
     good = ~capped.unresolved()

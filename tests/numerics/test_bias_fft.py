@@ -78,10 +78,15 @@ def causal_bias_stacks(draw):
     if draw(st.booleans()):
         heads[-1] = heads[0]  # heads sharing one bias share one transform
     rng = np.random.default_rng(draw(st.integers(0, 2**31)))
-    return BiasStack.build(rng.uniform(0, 1, t), heads, diagonal=rng.normal(0, 1.5, (t, h)),
-                           sink=rng.normal(0, 1.5, (t, h)) * draw(st.booleans()),
-                           head_weights=rng.uniform(0.05, 1, (t, h)),
-                           temperature=draw(st.sampled_from([0.7, 1.0, 2.0])), mask=mask)
+    return BiasStack.build(
+        rng.uniform(0, 1, t),
+        heads,
+        diagonal=rng.normal(0, 1.5, (t, h)),
+        sink=rng.normal(0, 1.5, (t, h)) * draw(st.booleans()),
+        head_weights=rng.uniform(0.05, 1, (t, h)),
+        temperature=draw(st.sampled_from([0.7, 1.0, 2.0])),
+        mask=mask,
+    )
 
 
 @SETTINGS
@@ -99,16 +104,26 @@ def test_agrees_with_the_dense_reference_and_the_exact_engine_on_generated_stack
 
 
 @SETTINGS
-@given(st.integers(1, 3), st.sampled_from([Causal(), SlidingWindow(6)]), st.sampled_from([7, 40, 120]),
-       st.floats(0.0, 40.0), st.integers(0, 2**31))
+@given(
+    st.integers(1, 3),
+    st.sampled_from([Causal(), SlidingWindow(6)]),
+    st.sampled_from([7, 40, 120]),
+    st.floats(0.0, 40.0),
+    st.integers(0, 2**31),
+)
 def test_stated_bound_holds_with_large_sinks_and_diagonals(t, mask, n, scale, seed):
     """Logits tens of nats apart (rows far below their head's largest): the error grows with them and
     must stay within the bound the engine states; entries below it are the unresolved ones."""
     rng = np.random.default_rng(seed)
     heads = [Bias(KerpleLog(2.0, 1.0)), Bias(Table((0.0, 3.0, -2.0))), Bias(KerplePower(-0.1, 1.5))]
-    stack = BiasStack.build(rng.uniform(0, 1, t), heads, diagonal=rng.uniform(-scale, scale, (t, 3)),
-                            sink=rng.uniform(-scale, scale, (t, 3)), head_weights=rng.uniform(0.05, 1, (t, 3)),
-                            mask=mask)
+    stack = BiasStack.build(
+        rng.uniform(0, 1, t),
+        heads,
+        diagonal=rng.uniform(-scale, scale, (t, 3)),
+        sink=rng.uniform(-scale, scale, (t, 3)),
+        head_weights=rng.uniform(0.05, 1, (t, 3)),
+        mask=mask,
+    )
     p, _, _ = dense_reference(stack, n)
     try:
         got = BiasFFT().profile(stack, n)
@@ -146,10 +161,19 @@ def test_steep_bias_leaves_tiny_entries_unresolved_and_the_bound_holds():
 def test_large_n_against_the_exact_engine():
     n = 1 << 14
     rng = np.random.default_rng(1)
-    heads = [Bias(KerpleLog(0.8, 0.7)), Bias(KerplePower(0.3, 0.6)), Bias(KerpleLog(1.5, 2.0)),
-             Bias(Table((0.0, 1.0, -1.0, 0.5)))]
-    stack = BiasStack.build(rng.uniform(0.2, 0.9, 3), heads, diagonal=rng.normal(size=(3, 4)),
-                            sink=rng.normal(size=(3, 4)), head_weights=rng.uniform(0.1, 1, (3, 4)))
+    heads = [
+        Bias(KerpleLog(0.8, 0.7)),
+        Bias(KerplePower(0.3, 0.6)),
+        Bias(KerpleLog(1.5, 2.0)),
+        Bias(Table((0.0, 1.0, -1.0, 0.5))),
+    ]
+    stack = BiasStack.build(
+        rng.uniform(0.2, 0.9, 3),
+        heads,
+        diagonal=rng.normal(size=(3, 4)),
+        sink=rng.normal(size=(3, 4)),
+        head_weights=rng.uniform(0.1, 1, (3, 4)),
+    )
     got = BiasFFT().profile(stack, n)
     exact = BiasEngine().profile(stack, n)
     assert_within_bound(got, exact.probabilities, stack.num_layers)
@@ -159,8 +183,12 @@ def test_large_n_against_the_exact_engine():
 
 def test_auto_picks_the_fft_engine_at_large_n():
     n = 1 << 14
-    heads = [Bias(KerpleLog(1.0, 0.5)), Bias(KerplePower(0.5, 0.5)), Bias(KerpleLog(0.5, 1.0)),
-             Bias(Table((0.0, -0.5)))]
+    heads = [
+        Bias(KerpleLog(1.0, 0.5)),
+        Bias(KerplePower(0.5, 0.5)),
+        Bias(KerpleLog(0.5, 1.0)),
+        Bias(Table((0.0, -0.5))),
+    ]
     stack = BiasStack.build([0.5] * 8, heads, diagonal=1.0)  # the exact engine: an estimated 2.1 s
     auto = Auto()
     assert not auto.bias_fft_first(stack, 1024)
@@ -194,8 +222,9 @@ def test_auto_reruns_unresolved_fft_entries_on_the_exact_engine():
 def test_refusals():
     engine = BiasFFT()
     for mask in (Full(), Prefix(3)):
-        assert "causal and sliding-window masks only" in engine.supports(BiasStack.build([1.0], Bias(Alibi(1.0)),
-                                                                                          mask=mask), 8)
+        assert "causal and sliding-window masks only" in engine.supports(
+            BiasStack.build([1.0], Bias(Alibi(1.0)), mask=mask), 8
+        )
     assert "expected a relative-bias stack" in engine.supports(AlibiStack.build([1.0], [1.0]), 8)
     stack = BiasStack.build([1.0], Bias(KerpleLog(1.0, 1.0)))
     with pytest.raises(Unsupported, match="float64 only"):
@@ -212,17 +241,53 @@ def test_refusals():
 
 def test_rollout_engine_flag(tmp_path, capsys):
     out = tmp_path / "run"
-    code = main(["rollout", "--layers", "3", "--heads", "2", "--tokens", "200", "--schedule", "constant:0.5",
-                 "--bias", "kerple-log:1,0.5/table:0,-1,0.5", "--sink", "1", "--engine", "bias-fft",
-                 "--out", str(out)])
+    code = main(
+        [
+            "rollout",
+            "--layers",
+            "3",
+            "--heads",
+            "2",
+            "--tokens",
+            "200",
+            "--schedule",
+            "constant:0.5",
+            "--bias",
+            "kerple-log:1,0.5/table:0,-1,0.5",
+            "--sink",
+            "1",
+            "--engine",
+            "bias-fft",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     assert "engine bias-fft [fft]" in capsys.readouterr().out
     stack = BiasStack.build([0.5] * 3, [Bias(KerpleLog(1.0, 0.5)), Bias(Table((0.0, -1.0, 0.5)))], sink=1.0)
     p = np.loadtxt(out / "profile.csv", delimiter=",", skiprows=1)[:, 1]
     np.testing.assert_allclose(p, dense_reference(stack, 200)[0], rtol=0, atol=1e-12)
-    code = main(["rollout", "--layers", "1", "--heads", "1", "--tokens", "8", "--schedule", "constant:0.5",
-                 "--bias", "kerple-log:1,1", "--mask", "full",
-                 "--engine", "bias-fft", "--out", str(tmp_path / "refused")])
+    code = main(
+        [
+            "rollout",
+            "--layers",
+            "1",
+            "--heads",
+            "1",
+            "--tokens",
+            "8",
+            "--schedule",
+            "constant:0.5",
+            "--bias",
+            "kerple-log:1,1",
+            "--mask",
+            "full",
+            "--engine",
+            "bias-fft",
+            "--out",
+            str(tmp_path / "refused"),
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and "causal and sliding-window masks only" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "refused").exists()

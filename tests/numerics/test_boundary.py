@@ -15,8 +15,11 @@ def test_stack_is_every_stack_type_the_package_defines():
     defined = set()
     for info in pkgutil.iter_modules(nx.__path__, prefix="posbias.numerics."):
         module = importlib.import_module(info.name)
-        defined |= {obj for name, obj in vars(module).items()
-                    if inspect.isclass(obj) and name.endswith("Stack") and obj.__module__ == info.name}
+        defined |= {
+            obj
+            for name, obj in vars(module).items()
+            if inspect.isclass(obj) and name.endswith("Stack") and obj.__module__ == info.name
+        }
     assert set(typing.get_args(boundary.Stack)) == defined
     assert {c.__name__ for c in defined} == {"AlibiStack", "BiasStack", "KernelStack", "PeriodicStack"}
 

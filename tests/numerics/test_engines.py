@@ -197,8 +197,11 @@ def test_fft_engine_at_moderate_n(mask, merge, monkeypatch):
     assert np.max(np.abs(nx.profile(stack, 9000, engine="fft").probabilities - exact)) <= 1e-12
 
 
-@given(st.lists(st.integers(1, 5), min_size=1, max_size=7), st.lists(st.integers(1, 30), min_size=7, max_size=7),
-       st.integers(1, 10**6))
+@given(
+    st.lists(st.integers(1, 5), min_size=1, max_size=7),
+    st.lists(st.integers(1, 30), min_size=7, max_size=7),
+    st.integers(1, 10**6),
+)
 def test_fft_bucket_merge_is_the_cheapest_partition(exponents, counts, layers):
     """merge_buckets' dynamic programme against every contiguous partition, enumerated."""
     import itertools

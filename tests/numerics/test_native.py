@@ -364,14 +364,34 @@ def test_tiny_lambda_is_not_a_range_error():
     regression: the range check compared entries with the block's largest *contribution*)."""
     for extended in (True, False):
         for block in (64, 1):
-            res = run(np.array([1e-280]), np.zeros((1, 1)), np.zeros((1, 1)), np.ones((1, 1)), 2, None, 0,
-                      extended=extended, block_size=block, refine=False)
+            res = run(
+                np.array([1e-280]),
+                np.zeros((1, 1)),
+                np.zeros((1, 1)),
+                np.ones((1, 1)),
+                2,
+                None,
+                0,
+                extended=extended,
+                block_size=block,
+                refine=False,
+            )
             assert res.probabilities[0] == 1e-280 / 2 and res.probabilities[1] == 1 - 1e-280 / 2
     # one position receiving (1 - lambda) v_j + lambda (vA)_j with lambda tiny; a subnormal lambda
     # (2^-1074: beyond one block's range, so single-token blocks, which must not fail)
     for lam, block in ((1e-300, 64), (5e-324, 1)):
-        res = run(np.full(3, lam), np.zeros((3, 2)), np.zeros((3, 2)), np.full((3, 2), 0.5), 5, None, 0,
-                  extended=True, block_size=block, refine=False)
+        res = run(
+            np.full(3, lam),
+            np.zeros((3, 2)),
+            np.zeros((3, 2)),
+            np.full((3, 2), 0.5),
+            5,
+            None,
+            0,
+            extended=True,
+            block_size=block,
+            refine=False,
+        )
         ref = log_dense_profile(np.full(3, lam), np.zeros((3, 2)), np.zeros((3, 2)), np.full((3, 2), 0.5), 5, None, 0)
         assert np.max(np.abs(res.log_probabilities - ref) / np.maximum(1, np.abs(ref))) <= 1e-12
 

@@ -54,20 +54,29 @@ def _random(rng, count, layers, heads):
 
 
 @settings(max_examples=12, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.integers(1, 6), st.integers(1, 5), st.integers(1, 12), st.integers(2, 90),
-       st.sampled_from(["causal", "window", "full"]), st.booleans())
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(1, 6),
+    st.integers(1, 5),
+    st.integers(1, 12),
+    st.integers(2, 90),
+    st.sampled_from(["causal", "window", "full"]),
+    st.booleans(),
+)
 def test_batch_entry_equals_single_calls_to_the_bit(seed, count, layers, heads, n, mask, guarded):
     rng = np.random.default_rng(seed)
     lam, m, d, w = _random(rng, count, layers, heads)
     window = 5 if mask == "window" else None
     k = n if mask == "full" else 0
-    batch = native.profile_batch(lam, m, d, w, num_tokens=n, past_window=window, bidirectional_length=k,
-                                 guarded=guarded, threads=2)
+    batch = native.profile_batch(
+        lam, m, d, w, num_tokens=n, past_window=window, bidirectional_length=k, guarded=guarded, threads=2
+    )
     assert batch.probabilities.shape == (count, n) and batch.codes.shape == (count,)
     for b in range(count):
         assert batch.codes[b] == 0  # shallow stacks of mild slopes never near 2^-900
-        one = native.profile(lam[b], m[b], d[b], w[b], num_tokens=n, past_window=window, bidirectional_length=k,
-                             threads=1)
+        one = native.profile(
+            lam[b], m[b], d[b], w[b], num_tokens=n, past_window=window, bidirectional_length=k, threads=1
+        )
         assert np.array_equal(batch.probabilities[b], one.probabilities)
         assert np.array_equal(batch.min_self_weight[b], one.min_self_weight)
         assert np.array_equal(batch.last_self_weight[b], one.last_self_weight)
@@ -96,11 +105,13 @@ def test_guard_stops_a_deep_stack_and_adaptive_finishes_it_in_extended_range():
     m = np.full((layers, 1), 0.3)
     d = np.zeros((layers, 1))
     w = np.ones((layers, 1))
-    batch = native.profile_batch(lam[None], m[None], d[None], w[None], num_tokens=n, past_window=None,
-                                 bidirectional_length=0, guarded=True)
+    batch = native.profile_batch(
+        lam[None], m[None], d[None], w[None], num_tokens=n, past_window=None, bidirectional_length=0, guarded=True
+    )
     assert batch.codes.tolist() == [1]
-    got = native.profile(lam, m, d, w, num_tokens=n, past_window=None, bidirectional_length=0, extended=True,
-                         adaptive=True)
+    got = native.profile(
+        lam, m, d, w, num_tokens=n, past_window=None, bidirectional_length=0, extended=True, adaptive=True
+    )
     assert got.path == "native-extended"
     want = _log_rollout(lam, m[:, 0], d[:, 0], n)
     assert want.min() < -800  # far below float64's range
@@ -112,8 +123,9 @@ def test_guard_stops_a_deep_stack_and_adaptive_finishes_it_in_extended_range():
 def test_adaptive_mode_is_the_linear_mode_where_nothing_nears_underflow():
     rng = np.random.default_rng(5)
     lam, m, d, w = (a[0] for a in _random(rng, 1, 8, 4))
-    got = native.profile(lam, m, d, w, num_tokens=64, past_window=None, bidirectional_length=0, extended=True,
-                         adaptive=True)
+    got = native.profile(
+        lam, m, d, w, num_tokens=64, past_window=None, bidirectional_length=0, extended=True, adaptive=True
+    )
     plain = native.profile(lam, m, d, w, num_tokens=64, past_window=None, bidirectional_length=0)
     assert got.path == "native"
     assert np.array_equal(got.probabilities, plain.probabilities)
@@ -127,12 +139,19 @@ def _mixed_profiles(seed):
     n, layers = 48, 6
     stacks = []
     for mask in [nx.Causal(), nx.Full(), nx.SlidingWindow(6), nx.Causal()]:
-        stacks.append(nx.AlibiStack.build(rng.uniform(0, 1, layers), rng.uniform(0, 2, (layers, 3)),
-                                          rng.uniform(-3, 3, (layers, 3)), rng.uniform(0.1, 1, (layers, 3)),
-                                          mask=mask))
+        stacks.append(
+            nx.AlibiStack.build(
+                rng.uniform(0, 1, layers),
+                rng.uniform(0, 2, (layers, 3)),
+                rng.uniform(-3, 3, (layers, 3)),
+                rng.uniform(0.1, 1, (layers, 3)),
+                mask=mask,
+            )
+        )
     profiles = [nx.profile(s, n) for s in stacks]
-    steep = nx.AlibiStack.build(np.ones(layers), np.full((layers, 3), 30.0), np.zeros((layers, 3)),
-                                np.ones((layers, 3)) / 3)
+    steep = nx.AlibiStack.build(
+        np.ones(layers), np.full((layers, 3), 30.0), np.zeros((layers, 3)), np.ones((layers, 3)) / 3
+    )
     profiles.append(nx.profile(steep, n, engine="fft"))
     stacks.append(steep)
     return profiles, stacks
@@ -156,8 +175,10 @@ def test_vectorised_summaries_equal_one_summary_at_a_time(seed):
 
 def test_vectorised_summaries_against_values_computed_here():
     rng = np.random.default_rng(9)
-    stacks = [nx.AlibiStack.build(rng.uniform(0, 1, 4), rng.uniform(0, 1, (4, 2)), np.zeros((4, 2)),
-                                  np.full((4, 2), 0.5)) for _ in range(5)]
+    stacks = [
+        nx.AlibiStack.build(rng.uniform(0, 1, 4), rng.uniform(0, 1, (4, 2)), np.zeros((4, 2)), np.full((4, 2), 0.5))
+        for _ in range(5)
+    ]
     profiles = [nx.profile(s, 30) for s in stacks]
     columns = summarize_columns(profiles, stacks)
     for i, (_pr, s) in enumerate(zip(profiles, stacks)):

@@ -23,8 +23,13 @@ N = 24
 
 def _block(period, mask=None, seed=0):
     rng = np.random.default_rng(seed + 10 * period)
-    return nx.AlibiStack.build(rng.uniform(0.2, 0.95, period), rng.uniform(0.0, 1.5, (period, 3)),
-                               rng.normal(0.0, 1.5, (period, 3)), rng.uniform(0.1, 1.0, (period, 3)), mask=mask)
+    return nx.AlibiStack.build(
+        rng.uniform(0.2, 0.95, period),
+        rng.uniform(0.0, 1.5, (period, 3)),
+        rng.normal(0.0, 1.5, (period, 3)),
+        rng.uniform(0.1, 1.0, (period, 3)),
+        mask=mask,
+    )
 
 
 @pytest.mark.parametrize("mask", [None, Full()], ids=["causal", "full"])
@@ -49,10 +54,12 @@ def test_power_engine_matches_the_plain_scan(mask, period):
 def test_layer_order_of_a_non_commuting_block_is_kept():
     a = nx.AlibiStack.build([0.9], [0.05], diagonal=-2.0)
     b = nx.AlibiStack.build([0.3], [2.0], diagonal=3.0)
-    ab = nx.AlibiStack(*(np.concatenate([getattr(a, f), getattr(b, f)])
-                         for f in ("lambdas", "slopes", "diagonal", "head_weights")))
-    ba = nx.AlibiStack(*(np.concatenate([getattr(b, f), getattr(a, f)])
-                         for f in ("lambdas", "slopes", "diagonal", "head_weights")))
+    ab = nx.AlibiStack(
+        *(np.concatenate([getattr(a, f), getattr(b, f)]) for f in ("lambdas", "slopes", "diagonal", "head_weights"))
+    )
+    ba = nx.AlibiStack(
+        *(np.concatenate([getattr(b, f), getattr(a, f)]) for f in ("lambdas", "slopes", "diagonal", "head_weights"))
+    )
     for t in (2, 7, 40):
         got_ab = Power().profile(PeriodicStack.build(ab, t), 12)
         got_ba = Power().profile(PeriodicStack.build(ba, t), 12)
@@ -163,35 +170,100 @@ def test_build_model_is_compact_for_deep_constant_and_periodic_schedules():
 
 def test_cli_billion_layers(tmp_path, capsys):
     out = tmp_path / "o"
-    assert main(["rollout", "--layers", "1000000000", "--heads", "8", "--tokens", "64", "--schedule",
-                 "constant:0.5", "--out", str(out), "--json", "--diagonal"]) == 0
+    assert (
+        main(
+            [
+                "rollout",
+                "--layers",
+                "1000000000",
+                "--heads",
+                "8",
+                "--tokens",
+                "64",
+                "--schedule",
+                "constant:0.5",
+                "--out",
+                str(out),
+                "--json",
+                "--diagonal",
+            ]
+        )
+        == 0
+    )
     s = json.loads(capsys.readouterr().out)
     assert s["num_layers"] == 10**9 and s["engine"] == "power" and s["period"] == 1
     assert any(note.startswith("power: B = R^(0)...R^(0)") for note in s["notes"])
     assert s["sum_lambda"] == 5e8 and s["diagonal"]["argmin"] == 63
-    assert sorted(p.name for p in out.iterdir()) == ["diagonal.csv", "log_profile.csv", "profile.csv",
-                                                      "profile.png", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "diagonal.csv",
+        "log_profile.csv",
+        "profile.csv",
+        "profile.png",
+        "summary.json",
+    ]
 
 
 def test_cli_periodic_flag(tmp_path, capsys):
-    assert main(["rollout", "--layers", "1000001", "--heads", "4", "--tokens", "32", "--schedule",
-                 "custom:0.5,0.2", "--periodic", "--out", str(tmp_path / "o"), "--json"]) == 0
+    assert (
+        main(
+            [
+                "rollout",
+                "--layers",
+                "1000001",
+                "--heads",
+                "4",
+                "--tokens",
+                "32",
+                "--schedule",
+                "custom:0.5,0.2",
+                "--periodic",
+                "--out",
+                str(tmp_path / "o"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     s = json.loads(capsys.readouterr().out)
     assert s["num_layers"] == 1000001 and s["period"] == 2 and s["sum_lambda"] == pytest.approx(350000.5)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--layers", "1000000000", "--heads", "2", "--tokens", "9000", "--schedule", "constant:0.5"],
-     "too large for the dense power route"),
-    (["--layers", "10", "--heads", "2", "--tokens", "8", "--schedule", "power_decay:0.5,1", "--periodic"],
-     "periodic: expected a custom"),
-    (["--layers", "1", "--heads", "2", "--tokens", "8", "--schedule", "custom:0.5,0.2", "--periodic"],
-     "longer than layers"),
-    (["--layers", "1000000000", "--heads", "2", "--tokens", "8", "--schedule", "constant:0.5", "--full"],
-     "--full: the dense P of a compact periodic stack"),
-    (["--layers", "1000000000", "--heads", "2", "--tokens", "8", "--schedule", "constant:0.5",
-      "--engine", "structured"], "--engine structured: expected an ALiBi"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--layers", "1000000000", "--heads", "2", "--tokens", "9000", "--schedule", "constant:0.5"],
+            "too large for the dense power route",
+        ),
+        (
+            ["--layers", "10", "--heads", "2", "--tokens", "8", "--schedule", "power_decay:0.5,1", "--periodic"],
+            "periodic: expected a custom",
+        ),
+        (
+            ["--layers", "1", "--heads", "2", "--tokens", "8", "--schedule", "custom:0.5,0.2", "--periodic"],
+            "longer than layers",
+        ),
+        (
+            ["--layers", "1000000000", "--heads", "2", "--tokens", "8", "--schedule", "constant:0.5", "--full"],
+            "--full: the dense P of a compact periodic stack",
+        ),
+        (
+            [
+                "--layers",
+                "1000000000",
+                "--heads",
+                "2",
+                "--tokens",
+                "8",
+                "--schedule",
+                "constant:0.5",
+                "--engine",
+                "structured",
+            ],
+            "--engine structured: expected an ALiBi",
+        ),
+    ],
+)
 def test_cli_refusals(tmp_path, capsys, argv, message):
     out = tmp_path / "o"
     assert main(["rollout", *argv, "--out", str(out)]) == 2

@@ -21,10 +21,18 @@ from tests.exact_rollout import log_power_row
 
 def _block(mask=None):
     """Two layers, two heads: Kerple-log, Kerple-power, ALiBi and a bump table; content and sinks."""
-    biases = [[Bias(KerpleLog(1.0, 0.5)), Bias(KerplePower(0.4, 0.7))],
-              [Bias(Table((0.0, -0.5, 0.3, -2.0))), Bias(Alibi(0.2))]]
-    return BiasStack.build([0.6, 0.35], biases, diagonal=[[0.5, -0.3], [1.0, 0.0]], sink=[[1.5, 0.0], [0.0, 0.7]],
-                           head_weights=[[0.3, 0.7], [0.5, 0.5]], mask=mask)
+    biases = [
+        [Bias(KerpleLog(1.0, 0.5)), Bias(KerplePower(0.4, 0.7))],
+        [Bias(Table((0.0, -0.5, 0.3, -2.0))), Bias(Alibi(0.2))],
+    ]
+    return BiasStack.build(
+        [0.6, 0.35],
+        biases,
+        diagonal=[[0.5, -0.3], [1.0, 0.0]],
+        sink=[[1.5, 0.0], [0.0, 0.7]],
+        head_weights=[[0.3, 0.7], [0.5, 0.5]],
+        mask=mask,
+    )
 
 
 @pytest.mark.parametrize("mask", [None, Full()], ids=["causal", "full"])
@@ -69,13 +77,15 @@ def test_a_periodic_bias_stack_of_alibi_heads_takes_the_alibi_route():
     prof = nx.profile(stack, 32)
     assert "an ALiBi stack" in prof.notes[0]
     alibi = PeriodicStack.build(nx.AlibiStack.build([0.5, 0.2], [0.5, 0.25], diagonal=0.3), 10**6)
-    np.testing.assert_allclose(prof.log_probabilities, Power().profile(alibi, 32).log_probabilities,
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        prof.log_probabilities, Power().profile(alibi, 32).log_probabilities, rtol=1e-12, atol=1e-12
+    )
 
 
 def test_deep_constant_bias_model_is_compact():
-    model = build_model(layers=10**6, heads=2, tokens=24, schedule="constant:0.5", bias="kerple-log:1,0.5/alibi:0.1",
-                        sink=0.5)
+    model = build_model(
+        layers=10**6, heads=2, tokens=24, schedule="constant:0.5", bias="kerple-log:1,0.5/alibi:0.1", sink=0.5
+    )
     assert isinstance(model.stack, PeriodicStack) and model.stack.is_bias and model.stack.period == 1
     assert model.summary().engine == "power"
 
@@ -86,13 +96,36 @@ def _csv(path):
 
 def test_rollout_periodic_bias_end_to_end(tmp_path, capsys):
     out = tmp_path / "run"
-    code = main(["rollout", "--layers", "1001", "--heads", "2", "--tokens", "48", "--schedule", "custom:0.6,0.35",
-                 "--periodic", "--bias", "kerple-log:1,0.5/alibi:0.2", "--sink", "1.5,0", "--content-diagonal", "0.5",
-                 "--out", str(out)])
+    code = main(
+        [
+            "rollout",
+            "--layers",
+            "1001",
+            "--heads",
+            "2",
+            "--tokens",
+            "48",
+            "--schedule",
+            "custom:0.6,0.35",
+            "--periodic",
+            "--bias",
+            "kerple-log:1,0.5/alibi:0.2",
+            "--sink",
+            "1.5,0",
+            "--content-diagonal",
+            "0.5",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     assert "engine power" in capsys.readouterr().out
-    flat = BiasStack.build(np.tile([0.6, 0.35], 501)[:1001], [Bias(KerpleLog(1.0, 0.5)), Bias(Alibi(0.2))],
-                           diagonal=0.5, sink=np.tile([[1.5], [0.0]], (501, 2))[:1001])
+    flat = BiasStack.build(
+        np.tile([0.6, 0.35], 501)[:1001],
+        [Bias(KerpleLog(1.0, 0.5)), Bias(Alibi(0.2))],
+        diagonal=0.5,
+        sink=np.tile([[1.5], [0.0]], (501, 2))[:1001],
+    )
     reference = nx.profile(flat, 48, engine="bias").probabilities
     got = _csv(out / "profile.csv")
     assert np.abs(got - reference).max() <= 1e-12 and abs(got.sum() - 1.0) <= 1e-12
@@ -100,8 +133,26 @@ def test_rollout_periodic_bias_end_to_end(tmp_path, capsys):
 
 def test_rollout_periodic_bias_refuses_a_sink_list_of_the_wrong_length(tmp_path, capsys):
     out = tmp_path / "run"
-    code = main(["rollout", "--layers", "9", "--heads", "1", "--tokens", "8", "--schedule", "custom:0.6,0.35",
-                 "--periodic", "--bias", "alibi:0.5", "--sink", "1,2,3", "--out", str(out)])
+    code = main(
+        [
+            "rollout",
+            "--layers",
+            "9",
+            "--heads",
+            "1",
+            "--tokens",
+            "8",
+            "--schedule",
+            "custom:0.6,0.35",
+            "--periodic",
+            "--bias",
+            "alibi:0.5",
+            "--sink",
+            "1,2,3",
+            "--out",
+            str(out),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "sink: 3 rows" in err and "the 2 layers of one period" in err and err.count("\n") == 1
     assert not out.exists()
@@ -125,21 +176,38 @@ def test_rollout_bias_overrides_a_config(tmp_path, capsys):
     cfg = tmp_path / "alibi.yaml"
     cfg.write_text(ALIBI_CONFIG)
     out = tmp_path / "run"
-    code = main(["rollout", str(cfg), "--bias", "kerple-log:1,0.5", "--sink", "2", "--tokens", "32", "--json",
-                 "--out", str(out)])
+    code = main(
+        [
+            "rollout",
+            str(cfg),
+            "--bias",
+            "kerple-log:1,0.5",
+            "--sink",
+            "2",
+            "--tokens",
+            "32",
+            "--json",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     direct = BiasStack.build([0.5] * 3, Bias(KerpleLog(1.0, 0.5)), diagonal=0.5, sink=2.0)
-    np.testing.assert_allclose(_csv(out / "profile.csv"), nx.Dense().profile(direct, 32).probabilities, rtol=0,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        _csv(out / "profile.csv"), nx.Dense().profile(direct, 32).probabilities, rtol=0, atol=1e-12
+    )
     assert '"bias"' in capsys.readouterr().out  # recorded among the overrides
 
 
-@pytest.mark.parametrize("argv,fragment", [
-    (["--sink", "1"], "--sink: applies with a relative bias"),
-    (["--bias", "alibi:1", "--slopes", "hf"], "does not combine with --slopes"),
-    (["--bias", "kerple-log:1,1", "--periodic"], "--periodic: applies to models from flags"),
-    (["--bias", "kerple-log:1,1", "--sink", "1,2"], "--sink: 2 values, expected one number or num_layers = 3"),
-])
+@pytest.mark.parametrize(
+    "argv,fragment",
+    [
+        (["--sink", "1"], "--sink: applies with a relative bias"),
+        (["--bias", "alibi:1", "--slopes", "hf"], "does not combine with --slopes"),
+        (["--bias", "kerple-log:1,1", "--periodic"], "--periodic: applies to models from flags"),
+        (["--bias", "kerple-log:1,1", "--sink", "1,2"], "--sink: 2 values, expected one number or num_layers = 3"),
+    ],
+)
 def test_rollout_config_bias_refusals(tmp_path, capsys, argv, fragment):
     cfg = tmp_path / "alibi.yaml"
     cfg.write_text(ALIBI_CONFIG)

@@ -89,8 +89,13 @@ def test_small_blocks_match_the_plain_scan(monkeypatch, mask):
     _blocks_of(monkeypatch, 4)  # N = 22: five blocks of 4 rows and one of 2
     n = 22
     rng = np.random.default_rng(5)
-    block = nx.AlibiStack.build(rng.uniform(0.2, 0.95, 2), rng.uniform(0.0, 1.5, (2, 3)),
-                                rng.normal(0.0, 1.5, (2, 3)), rng.uniform(0.1, 1.0, (2, 3)), mask=mask)
+    block = nx.AlibiStack.build(
+        rng.uniform(0.2, 0.95, 2),
+        rng.uniform(0.0, 1.5, (2, 3)),
+        rng.normal(0.0, 1.5, (2, 3)),
+        rng.uniform(0.1, 1.0, (2, 3)),
+        mask=mask,
+    )
     for t in (5, 64, 1001):
         stack = PeriodicStack.build(block, t)
         got = Power().profile(stack, n)

@@ -58,8 +58,9 @@ def test_summary_measures_against_dense(layers, lam, d):
     middle = p[32:64]  # N = 96: j in [32, 64)
     assert s.middle_mass_ratio == pytest.approx(middle.sum() / (32 / 96), rel=1e-10)
     thirds_mass = p[:32].sum(), middle.sum(), p[64:].sum()
-    expected = bool(middle.sum() / (1 / 3) < 0.5 and thirds_mass[1] < thirds_mass[0]
-                    and thirds_mass[1] < thirds_mass[2])
+    expected = bool(
+        middle.sum() / (1 / 3) < 0.5 and thirds_mass[1] < thirds_mass[0] and thirds_mass[1] < thirds_mass[2]
+    )
     assert s.lost_in_middle is expected
 
 

@@ -39,11 +39,14 @@ def test_schedules_and_clipping():
         schedules.evaluate(nx.Custom((0.1, 0.2)), 3)
 
 
-@pytest.mark.parametrize("spec,expected", [
-    ("constant:0.3", nx.Constant(0.3)),
-    ("power_decay:0.8,1.5", nx.PowerDecay(0.8, 1.5)),
-    ("custom:0.1,0.2", nx.Custom((0.1, 0.2))),
-])
+@pytest.mark.parametrize(
+    "spec,expected",
+    [
+        ("constant:0.3", nx.Constant(0.3)),
+        ("power_decay:0.8,1.5", nx.PowerDecay(0.8, 1.5)),
+        ("custom:0.1,0.2", nx.Custom((0.1, 0.2))),
+    ],
+)
 def test_parse_schedule(spec, expected):
     assert schedules.parse(spec) == expected
 

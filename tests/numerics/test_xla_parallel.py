@@ -86,21 +86,37 @@ def _check(stack, n, chunk):
 
 @settings(max_examples=30)
 @given(extreme_stacks())
-@example((nx.AlibiStack.build([1.0, 1.0], np.tile([700.0, 0.0, 30.0, 700.0], (2, 1)),
-                              np.tile([1e300, -1e300, 600.0, -600.0], (2, 1)), mask=nx.Full()), 20, None))
+@example(
+    (
+        nx.AlibiStack.build(
+            [1.0, 1.0],
+            np.tile([700.0, 0.0, 30.0, 700.0], (2, 1)),
+            np.tile([1e300, -1e300, 600.0, -600.0], (2, 1)),
+            mask=nx.Full(),
+        ),
+        20,
+        None,
+    )
+)
 @example((nx.AlibiStack.build([1.0], [0.0, 1.0], [-1e300, 0.0], mask=nx.SlidingWindow(5)), 30, 3))
 def test_chunked_equals_native_and_dense(case):
     _check(*case)
 
 
-@pytest.mark.parametrize("mask", [nx.Causal(), nx.SlidingWindow(3), nx.SlidingWindow(200), nx.SlidingWindow(700),
-                                  nx.Prefix(333), nx.Full()])
+@pytest.mark.parametrize(
+    "mask", [nx.Causal(), nx.SlidingWindow(3), nx.SlidingWindow(200), nx.SlidingWindow(700), nx.Prefix(333), nx.Full()]
+)
 def test_many_heads_all_masks(mask):
     """64 heads (one group), N = 500: several chunks, banded (w - 1 <= C) and subtracting windows."""
     rng = np.random.default_rng(7)
     t, h, n = 3, 64, 500
-    stack = nx.AlibiStack.build(rng.uniform(0.2, 1.0, t), rng.choice(SLOPES, (t, h)),
-                                rng.uniform(-8, 8, (t, h)), rng.uniform(0.1, 1.0, (t, h)), mask=mask)
+    stack = nx.AlibiStack.build(
+        rng.uniform(0.2, 1.0, t),
+        rng.choice(SLOPES, (t, h)),
+        rng.uniform(-8, 8, (t, h)),
+        rng.uniform(0.1, 1.0, (t, h)),
+        mask=mask,
+    )
     _check(stack, n, None)
 
 
@@ -116,8 +132,9 @@ def test_banded_window_is_relative_and_resolved():
     """A window with w - 1 <= C runs without subtraction: small entries keep relative accuracy
     (against the dense product, entries > 1e-280), and the profile claims full resolution."""
     n, t = 120, 40
-    stack = nx.AlibiStack.build(np.full(t, 0.99), np.tile([0.0, 2.0], (t, 1)), np.tile([6.0, 0.0], (t, 1)),
-                                mask=nx.SlidingWindow(10))
+    stack = nx.AlibiStack.build(
+        np.full(t, 0.99), np.tile([0.0, 2.0], (t, 1)), np.tile([6.0, 0.0], (t, 1)), mask=nx.SlidingWindow(10)
+    )
     res = nx.profile(stack, n, engine=XLA)
     ref = dense_profile(stack, n)
     big = ref > 1e-280
@@ -153,8 +170,9 @@ def test_moderate_n_against_the_c_kernel(mask):
     """N = 20000, H = 32 (paper slopes, content, uneven head weights) against the C kernel."""
     rng = np.random.default_rng(3)
     t, h, n = 3, 32, 20000
-    stack = nx.AlibiStack.build([0.7, 0.3, 0.9], nx.alibi_slopes(h), rng.uniform(-3, 3, (t, h)),
-                                rng.uniform(0.2, 1.0, (t, h)), mask=mask)
+    stack = nx.AlibiStack.build(
+        [0.7, 0.3, 0.9], nx.alibi_slopes(h), rng.uniform(-3, 3, (t, h)), rng.uniform(0.2, 1.0, (t, h)), mask=mask
+    )
     res = nx.profile(stack, n, engine=XLA)
     ref = nx.profile(stack, n, engine=NATIVE)
     assert ref.path == "native" and res.path == "xla"

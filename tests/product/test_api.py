@@ -32,12 +32,22 @@ def test_importing_posbias_leaves_callers_float32_alone():
 
 
 def test_build_model_equals_hand_built_stack_and_dense_route():
-    model = posbias.build_model(layers=5, heads=4, tokens=40, schedule="power_decay:0.8,0.5", slopes="hf",
-                                content_diagonal=[0.5, 1.0, -1.0, 0.0, 2.0], mask="window:12")
+    model = posbias.build_model(
+        layers=5,
+        heads=4,
+        tokens=40,
+        schedule="power_decay:0.8,0.5",
+        slopes="hf",
+        content_diagonal=[0.5, 1.0, -1.0, 0.0, 2.0],
+        mask="window:12",
+    )
     lambdas = 0.8 / np.arange(1, 6) ** 0.5
-    stack = nx.AlibiStack.build(lambdas, nx.alibi_slopes(4, "hf"),
-                                np.repeat(np.array([0.5, 1.0, -1.0, 0.0, 2.0])[:, None], 4, axis=1),
-                                mask=nx.SlidingWindow(12))
+    stack = nx.AlibiStack.build(
+        lambdas,
+        nx.alibi_slopes(4, "hf"),
+        np.repeat(np.array([0.5, 1.0, -1.0, 0.0, 2.0])[:, None], 4, axis=1),
+        mask=nx.SlidingWindow(12),
+    )
     p = model.profile().probabilities
     assert np.max(np.abs(p - _dense_last_row(stack, 40))) <= 1e-12
     assert abs(p.sum() - 1.0) <= 1e-12
@@ -45,8 +55,15 @@ def test_build_model_equals_hand_built_stack_and_dense_route():
 
 def test_content_per_head_and_explicit_slopes():
     d = np.arange(6.0).reshape(2, 3) - 2.0
-    model = posbias.build_model(layers=2, heads=3, tokens=9, schedule="custom:0.25,1", slopes=[0.5, 0.1, 0.0],
-                                content_diagonal=d, mask="prefix:4")
+    model = posbias.build_model(
+        layers=2,
+        heads=3,
+        tokens=9,
+        schedule="custom:0.25,1",
+        slopes=[0.5, 0.1, 0.0],
+        content_diagonal=d,
+        mask="prefix:4",
+    )
     stack = nx.AlibiStack.build([0.25, 1.0], [0.5, 0.1, 0.0], d, mask=nx.Prefix(4))
     assert np.max(np.abs(model.profile().probabilities - _dense_last_row(stack, 9))) <= 1e-12
     full = model.matrix()
@@ -57,9 +74,13 @@ def test_load_config_gives_the_same_object(shared_data):
     cfg = shared_data / "official-configs/no_content/bloom.yaml"
     loaded = posbias.load_config(cfg)
     assert isinstance(loaded, posbias.Model) and loaded.source == str(cfg)
-    flags = posbias.build_model(layers=loaded.stack.num_layers, heads=loaded.stack.num_heads,
-                                tokens=loaded.num_tokens, schedule=loaded.schedule,
-                                slopes=loaded.stack.slopes[0])
+    flags = posbias.build_model(
+        layers=loaded.stack.num_layers,
+        heads=loaded.stack.num_heads,
+        tokens=loaded.num_tokens,
+        schedule=loaded.schedule,
+        slopes=loaded.stack.slopes[0],
+    )
     assert np.max(np.abs(loaded.profile().probabilities - flags.profile().probabilities)) <= 1e-15
 
 
@@ -92,16 +113,21 @@ def test_diagonal_identity_against_the_matrix():
     assert np.max(np.abs(model.diagonal() - np.diag(model.matrix()))) <= 1e-12
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(layers=0, heads=2, tokens=8), "layers: expected a positive integer"),
-    (dict(layers=2, heads=2, tokens=8, schedule="linear:3"), "schedule: schedule 'linear:3'"),
-    (dict(layers=2, heads=2, tokens=8, mask="window:0"), "mask: mask 'window:0'"),
-    (dict(layers=2, heads=2, tokens=8, slopes="gpt"), "slopes: expected one of paper, hf"),
-    (dict(layers=2, heads=2, tokens=8, slopes=[0.5, -1.0]), "slopes: layer 0 head 1 is -1"),
-    (dict(layers=2, heads=2, tokens=8, content_diagonal=[1.0, 2.0, 3.0]), "content_diagonal: 3 values"),
-    (dict(layers=2, heads=3, tokens=8, slopes=[0.5, 0.25]),
-     "2 explicit values .* for heads = 3: expected one slope per head"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(layers=0, heads=2, tokens=8), "layers: expected a positive integer"),
+        (dict(layers=2, heads=2, tokens=8, schedule="linear:3"), "schedule: schedule 'linear:3'"),
+        (dict(layers=2, heads=2, tokens=8, mask="window:0"), "mask: mask 'window:0'"),
+        (dict(layers=2, heads=2, tokens=8, slopes="gpt"), "slopes: expected one of paper, hf"),
+        (dict(layers=2, heads=2, tokens=8, slopes=[0.5, -1.0]), "slopes: layer 0 head 1 is -1"),
+        (dict(layers=2, heads=2, tokens=8, content_diagonal=[1.0, 2.0, 3.0]), "content_diagonal: 3 values"),
+        (
+            dict(layers=2, heads=3, tokens=8, slopes=[0.5, 0.25]),
+            "2 explicit values .* for heads = 3: expected one slope per head",
+        ),
+    ],
+)
 def test_bad_model_parameters_get_one_line(kwargs, message):
     with pytest.raises(ModelError, match=message):
         posbias.build_model(**{"schedule": "constant:0.5", **kwargs})

@@ -25,38 +25,78 @@ def _csv(path):
 
 
 def test_build_model_with_a_bias_is_the_bias_stack():
-    model = build_model(layers=3, heads=2, tokens=40, schedule="constant:0.5", bias=f"kerple-log:1,0.5/{T5}",
-                        content_diagonal=0.5, sink=[1.0, 0.0], mask="full")
-    direct = BiasStack.build([0.5] * 3, [Bias(KerpleLog(1.0, 0.5)), T5_BIAS], diagonal=0.5, sink=[1.0, 0.0],
-                             mask=Full())
-    np.testing.assert_allclose(model.profile().probabilities, Dense().profile(direct, 40).probabilities,
-                               rtol=0, atol=1e-12)
+    model = build_model(
+        layers=3,
+        heads=2,
+        tokens=40,
+        schedule="constant:0.5",
+        bias=f"kerple-log:1,0.5/{T5}",
+        content_diagonal=0.5,
+        sink=[1.0, 0.0],
+        mask="full",
+    )
+    direct = BiasStack.build(
+        [0.5] * 3, [Bias(KerpleLog(1.0, 0.5)), T5_BIAS], diagonal=0.5, sink=[1.0, 0.0], mask=Full()
+    )
+    np.testing.assert_allclose(
+        model.profile().probabilities, Dense().profile(direct, 40).probabilities, rtol=0, atol=1e-12
+    )
     with pytest.raises(ModelError, match="3 head biases given"):
         build_model(layers=1, heads=2, tokens=8, bias="alibi:1/alibi:2/alibi:3")
 
 
 def test_rollout_with_bias_flag(tmp_path, capsys):
     out = tmp_path / "run"
-    code = main(["rollout", "--layers", "4", "--heads", "2", "--tokens", "64", "--schedule", "constant:0.5",
-                 "--bias", f"kerple-log:1,0.5/{T5}", "--sink", "2", "--out", str(out)])
+    code = main(
+        [
+            "rollout",
+            "--layers",
+            "4",
+            "--heads",
+            "2",
+            "--tokens",
+            "64",
+            "--schedule",
+            "constant:0.5",
+            "--bias",
+            f"kerple-log:1,0.5/{T5}",
+            "--sink",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     assert "engine bias" in capsys.readouterr().out
     direct = BiasStack.build([0.5] * 4, [Bias(KerpleLog(1.0, 0.5)), T5_BIAS], sink=2.0)
-    np.testing.assert_allclose(_csv(out / "profile.csv"), Dense().profile(direct, 64).probabilities, rtol=0,
-                               atol=1e-12)
+    np.testing.assert_allclose(_csv(out / "profile.csv"), Dense().profile(direct, 64).probabilities, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("argv,fragment", [
-    (["--bias", "alibi:-1"], "alibi slope: -1 is below 0"),
-    (["--bias", "expr:exp(g)", "--tokens", "800"], "b(710) = inf"),
-    (["--sink", "1"], "--sink: applies with --bias"),
-    (["--bias", "alibi:1", "--slopes", "hf"], "does not combine with --slopes"),
-    (["--bias", "kerple-log:1,1", "--diagonal"], "--diagonal: the O(T N) diagonal identity"),
-])
+@pytest.mark.parametrize(
+    "argv,fragment",
+    [
+        (["--bias", "alibi:-1"], "alibi slope: -1 is below 0"),
+        (["--bias", "expr:exp(g)", "--tokens", "800"], "b(710) = inf"),
+        (["--sink", "1"], "--sink: applies with --bias"),
+        (["--bias", "alibi:1", "--slopes", "hf"], "does not combine with --slopes"),
+        (["--bias", "kerple-log:1,1", "--diagonal"], "--diagonal: the O(T N) diagonal identity"),
+    ],
+)
 def test_rollout_bias_refusals_are_one_line_and_write_nothing(tmp_path, capsys, argv, fragment):
     out = tmp_path / "run"
-    base = ["rollout", "--layers", "2", "--heads", "1", "--tokens", "16", "--schedule", "constant:0.5",
-            "--out", str(out)]
+    base = [
+        "rollout",
+        "--layers",
+        "2",
+        "--heads",
+        "1",
+        "--tokens",
+        "16",
+        "--schedule",
+        "constant:0.5",
+        "--out",
+        str(out),
+    ]
     code = main(base + argv)
     err = capsys.readouterr().err
     assert code == 2 and fragment in err and err.count("\n") == 1
@@ -84,14 +124,16 @@ def test_config_bias_key(tmp_path):
     out = tmp_path / "run"
     assert main(["rollout", str(path), "--out", str(out)]) == 0
     direct = BiasStack.build([0.5] * 3, [Bias(KerpleLog(1.0, 0.5)), T5_BIAS], diagonal=0.5, sink=[1.0, 0.0])
-    np.testing.assert_allclose(_csv(out / "profile.csv"), Dense().profile(direct, 48).probabilities, rtol=0,
-                               atol=1e-12)
+    np.testing.assert_allclose(_csv(out / "profile.csv"), Dense().profile(direct, 48).probabilities, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("bias,fragment", [
-    ('"wave:1"', "unknown bias"),
-    ('["alibi:1", "alibi:2", "alibi:3"]', "3 head biases given"),
-])
+@pytest.mark.parametrize(
+    "bias,fragment",
+    [
+        ('"wave:1"', "unknown bias"),
+        ('["alibi:1", "alibi:2", "alibi:3"]', "3 head biases given"),
+    ],
+)
 def test_config_bias_refusals(tmp_path, capsys, bias, fragment):
     path = tmp_path / "c.yaml"
     path.write_text(CONFIG.format(bias=bias))

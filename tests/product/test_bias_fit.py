@@ -29,7 +29,7 @@ def _planted(n, causal, past, future, d, s, rng, noise=0.0):
     logits = np.where(j <= i, past[g], future[g]) + d * (i == j) + s * (j == 0)
     logits = logits + rng.normal(0, 3, (n, 1)) + noise * rng.normal(size=(n, n))
     if causal:
-        logits = np.where(j <= i, logits, np.nan)   # never read: must not matter
+        logits = np.where(j <= i, logits, np.nan)  # never read: must not matter
     return logits
 
 
@@ -46,8 +46,14 @@ def _nan_safe(logits, causal):
 
 
 @settings(max_examples=25, deadline=None)
-@given(n=st.integers(4, 40), causal=st.booleans(), slope=st.floats(0, 2), d=st.floats(-3, 3), s=st.floats(-3, 3),
-       seed=st.integers(0, 2**31))
+@given(
+    n=st.integers(4, 40),
+    causal=st.booleans(),
+    slope=st.floats(0, 2),
+    d=st.floats(-3, 3),
+    s=st.floats(-3, 3),
+    seed=st.integers(0, 2**31),
+)
 def test_alibi_family_recovers_planted_slope_diagonal_sink(n, causal, slope, d, s, seed):
     rng = np.random.default_rng(seed)
     b = -slope * np.arange(n, dtype=float)
@@ -94,22 +100,27 @@ def test_table_smoothness_leaves_a_linear_table_exact_and_any_table_equivalent(c
     i, j = np.indices((n, n))
     g = np.abs(i - j)
     fp = fit.parameters[0, 0]
-    fitted = (np.where(j <= i, fp[:n][g], (fp[n:] if not causal else fp[:n])[g])
-              + fit.diagonal[0, 0] * (i == j) + fit.sink[0, 0] * (j == 0))
+    fitted = (
+        np.where(j <= i, fp[:n][g], (fp[n:] if not causal else fp[:n])[g])
+        + fit.diagonal[0, 0] * (i == j)
+        + fit.sink[0, 0] * (j == 0)
+    )
     allowed = j <= i if causal else np.ones((n, n), bool)
     diff = np.where(allowed, logits - fitted, np.nan)
-    spread = np.nanmax(diff, axis=1) - np.nanmin(diff, axis=1)   # a row offset only: constant along each row
+    spread = np.nanmax(diff, axis=1) - np.nanmin(diff, axis=1)  # a row offset only: constant along each row
     assert spread.max() < 1e-10
 
 
-@pytest.mark.parametrize("family,r1,r2", [("kerple-log", 1.3, 0.7), ("kerple-log", 0.4, 3.0),
-                                          ("kerple-power", 0.8, 0.6), ("kerple-power", 0.2, 1.5)])
+@pytest.mark.parametrize(
+    "family,r1,r2",
+    [("kerple-log", 1.3, 0.7), ("kerple-log", 0.4, 3.0), ("kerple-power", 0.8, 0.6), ("kerple-power", 0.2, 1.5)],
+)
 @pytest.mark.parametrize("causal", [True, False])
 def test_kerple_families_recover_planted_parameters(family, r1, r2, causal):
     """Variable projection + L-BFGS: r2 to 1e-6 relative, r1, d, s to 1e-6 (the stated tolerance)."""
     n = 24
     g = np.arange(n, dtype=float)
-    b = -r1 * (np.log1p(r2 * g) if family == "kerple-log" else g ** r2)
+    b = -r1 * (np.log1p(r2 * g) if family == "kerple-log" else g**r2)
     logits = _nan_safe(_planted(n, causal, b, b, -0.6, 1.1, RNG), causal)
     fit = fit_bias(logits[None, None], 1, 1, n, family=family, causal=causal)
     got_r1, got_r2 = fit.parameters[0, 0]
@@ -157,11 +168,14 @@ def test_rising_kerple_bias_is_refitted_at_r1_zero(family):
     assert fit.sink[0, 0] == pytest.approx(coef[1], abs=1e-10)
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"family": "t5"}, "unknown family 't5'"),
-    ({"smoothness": -1.0}, "expected a finite value >= 0"),
-    ({"smoothness": float("nan")}, "expected a finite value >= 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"family": "t5"}, "unknown family 't5'"),
+        ({"smoothness": -1.0}, "expected a finite value >= 0"),
+        ({"smoothness": float("nan")}, "expected a finite value >= 0"),
+    ],
+)
 def test_refusals_of_bad_arguments(kwargs, message):
     with pytest.raises(BiasFitError, match=message):
         fit_bias(np.zeros((1, 1, 8, 8)), 1, 1, 8, **kwargs)
@@ -181,7 +195,7 @@ def test_refusals_of_undetermined_or_bad_logits():
     bad[0, 0, 5, 2] = np.inf
     with pytest.raises(BiasFitError, match="not finite on the allowed entries"):
         fit_bias(bad, 1, 1, 8)
-    bad[0, 0, 5, 2], bad[0, 0, 2, 5] = 0.0, np.inf   # above the diagonal: causal ignores it
+    bad[0, 0, 5, 2], bad[0, 0, 2, 5] = 0.0, np.inf  # above the diagonal: causal ignores it
     assert fit_bias(bad, 1, 1, 8).r2.shape == (1, 1)
     with pytest.raises(BiasFitError, match="expected shape"):
         fit_bias(np.zeros((1, 2, 8, 8)), 1, 1, 8)
@@ -246,7 +260,7 @@ def test_alibi_fixtures_fit_recovers_the_true_slopes(family):
         position = np.asarray(forward.position_term(ck.spec, n, np.float64))
     causal_only = np.where(np.isfinite(position), position, 0.0)
     fit = fit_bias(np.broadcast_to(causal_only, (t, h, n, n)), t, h, n, family="alibi")
-    tolerance = 2.0 ** -8 if ck.spec.alibi_rounding == "bfloat16" else 1e-12
+    tolerance = 2.0**-8 if ck.spec.alibi_rounding == "bfloat16" else 1e-12
     np.testing.assert_allclose(fit.parameters[..., 0], np.broadcast_to(m.slopes, (t, h)), rtol=tolerance, atol=0)
     total = m.scales[:, None, None, None] * m.content_mean + causal_only[None]
     fit = fit_bias(total, t, h, n, family="alibi")
@@ -316,8 +330,9 @@ def test_validate_panel_i_on_the_trained_model_route(tmp_path):
     from posbias.validate_panels import bias_prediction
 
     model = ModelConfig(layers=2, heads=2, width=8, context=16, mlp_ratio=2)
-    train(model, TrainConfig(steps=4, batch=2, lr=1e-2, warmup=1, eval_every=4), tmp_path / "run",
-          log=lambda line: None)
+    train(
+        model, TrainConfig(steps=4, batch=2, lr=1e-2, warmup=1, eval_every=4), tmp_path / "run", log=lambda line: None
+    )
     loaded = ckpt.load(tmp_path / "run")
     m = measure(loaded.params, model, heldout_sequences(load_corpus().validation, 12, 3), influence=False)
     p = bias_prediction(m)
@@ -334,8 +349,23 @@ def measured_folder(tmp_path_factory):
     text = np.load(FIXTURES / "bloom" / "expected.npz")["text"]
     (tmp / "docs.jsonl").write_text("\n".join(json.dumps({"text": f"{text} {k}"}) for k in range(4)) + "\n")
     out = tmp / "m"
-    assert main([str(FIXTURES / "bloom"), "--data", str(tmp / "docs.jsonl"), "--tokens", "10", "--samples", "3",
-                 "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                str(FIXTURES / "bloom"),
+                "--data",
+                str(tmp / "docs.jsonl"),
+                "--tokens",
+                "10",
+                "--samples",
+                "3",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -360,10 +390,14 @@ def test_fit_command_on_a_measurement_folder(measured_folder, tmp_path, capsys):
             sel = (rows[:, 0] == layer) & (rows[:, 1] == head)
             b = rows[sel, 3]
             logits = scales[layer] * content[layer, head] - slopes[head] * (i - j)
-            model = (b[np.abs(i - j)] + record["diagonal"][layer][head] * (i == j)
-                     + record["sink"][layer][head] * (j == 0))
-            centre = lambda x: np.where(allowed, x - np.where(allowed, x, 0).sum(1, keepdims=True)  # noqa: E731
-                                        / allowed.sum(1, keepdims=True), 0)
+            model = (
+                b[np.abs(i - j)] + record["diagonal"][layer][head] * (i == j) + record["sink"][layer][head] * (j == 0)
+            )
+            centre = lambda x: np.where(  # noqa: E731
+                allowed,
+                x - np.where(allowed, x, 0).sum(1, keepdims=True) / allowed.sum(1, keepdims=True),
+                0,
+            )
             resid = ((centre(logits) - centre(model)) ** 2).sum()
             assert record["r2"][layer][head] == pytest.approx(1 - resid / (centre(logits) ** 2).sum(), abs=1e-12)
     prof = np.loadtxt(out / "fitted_bias_profile.csv", delimiter=",", skiprows=1)[:, 1]
@@ -372,26 +406,32 @@ def test_fit_command_on_a_measurement_folder(measured_folder, tmp_path, capsys):
 
     fit = fit_folder(read_measurement(measured_folder), "table", 0.5)
     np.testing.assert_allclose(prof, _dense_fitted_rollout(fit, lambdas), rtol=0, atol=1e-12)
-    written = json.loads((measured_folder / "bias_fit.json").read_text())   # measure's own default fit
+    written = json.loads((measured_folder / "bias_fit.json").read_text())  # measure's own default fit
     assert written["family"] == "table" and np.asarray(written["r2"]).shape == (2, 6)
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["EMPTY"], "not a folder written by posbias measure"),
-    (["MEASURED", "--bias", "t5"], "invalid choice: 't5'"),
-    (["MEASURED", "--smoothness", "-1"], "--smoothness: -1.0, expected a finite value >= 0"),
-    (["MEASURED", "model.yaml"], "a measurement folder takes no CONFIG"),
-    (["MEASURED", "--bias", "alibi", "--smoothness", "1"], "--smoothness: applies to --bias table only"),
-    (["profile.csv", "--bias", "alibi"], "apply to a posbias measure folder"),
-    (["profile.csv"], "a measured profile needs CONFIG"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["EMPTY"], "not a folder written by posbias measure"),
+        (["MEASURED", "--bias", "t5"], "invalid choice: 't5'"),
+        (["MEASURED", "--smoothness", "-1"], "--smoothness: -1.0, expected a finite value >= 0"),
+        (["MEASURED", "model.yaml"], "a measurement folder takes no CONFIG"),
+        (["MEASURED", "--bias", "alibi", "--smoothness", "1"], "--smoothness: applies to --bias table only"),
+        (["profile.csv", "--bias", "alibi"], "apply to a posbias measure folder"),
+        (["profile.csv"], "a measured profile needs CONFIG"),
+    ],
+)
 def test_fit_command_refusals_are_one_line_exit_2(measured_folder, tmp_path, capsys, argv, message):
     from posbias.cli import main
 
     (tmp_path / "EMPTY").mkdir()
     (tmp_path / "profile.csv").write_text("token_position,probability\n0,0.5\n1,0.5\n")
-    names = {"EMPTY": str(tmp_path / "EMPTY"), "MEASURED": str(measured_folder),
-             "profile.csv": str(tmp_path / "profile.csv")}
+    names = {
+        "EMPTY": str(tmp_path / "EMPTY"),
+        "MEASURED": str(measured_folder),
+        "profile.csv": str(tmp_path / "profile.csv"),
+    }
     out = tmp_path / "out"
     assert main(["fit", *[names.get(a, a) for a in argv], "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
@@ -407,8 +447,23 @@ def test_validate_command_shows_panel_i_on_a_hf_fixture(tmp_path, capsys):
     from posbias.cli import main
 
     out = tmp_path / "v"
-    assert main(["validate", "--checkpoint", str(FIXTURES / "bloom"), "--lengths", "12", "--samples", "2",
-                 "--out", str(out), "--json"]) == 0
+    assert (
+        main(
+            [
+                "validate",
+                "--checkpoint",
+                str(FIXTURES / "bloom"),
+                "--lengths",
+                "12",
+                "--samples",
+                "2",
+                "--out",
+                str(out),
+                "--json",
+            ]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert "i" in report["12"]
     p = np.loadtxt(out / "profiles" / "12" / "i.csv", delimiter=",", skiprows=1)[:, 1]
@@ -441,13 +496,29 @@ def test_sliding_window_measurement_is_refused_where_the_window_binds():
 def test_transformers_backend_bloom_is_refused_in_one_line(tmp_path, capsys):
     """BLOOM through the transformers backend records q.k without its ALiBi term (slopes 0): measure still
     writes its set, bias_fit.json says why there is no fit, and posbias fit on the folder exits 2 in one line."""
-    pytest.importorskip("torch")   # the optional backend, as tests/product/test_torch_backend.py
+    pytest.importorskip("torch")  # the optional backend, as tests/product/test_torch_backend.py
     pytest.importorskip("transformers")
     from posbias.cli import main
 
     out = tmp_path / "pt"
-    assert main(["measure", str(FIXTURES / "bloom"), "--backend", "transformers", "--tokens", "8", "--samples", "1",
-                 "--quiet", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "measure",
+                str(FIXTURES / "bloom"),
+                "--backend",
+                "transformers",
+                "--tokens",
+                "8",
+                "--samples",
+                "1",
+                "--quiet",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     record = json.loads((out / "bias_fit.json").read_text())
     assert sorted(record) == ["refused"] and "transformers backend records only" in record["refused"]
     capsys.readouterr()

@@ -18,8 +18,22 @@ content_config: {diagonal_scores: [[1.0]], base_scores: [[0.0]]}
 lambda_schedule_config: {schedule_type: power_decay, lambda_0: 0.8, beta: 1.0}
 """
 
-REQUIRED = {"num_layers", "num_tokens", "num_heads", "p_first", "p_last", "argmin", "p_min", "entropy",
-            "sum_lambda", "sum_lambda_delta", "last_token_atom", "u_shape", "precision", "engine"}
+REQUIRED = {
+    "num_layers",
+    "num_tokens",
+    "num_heads",
+    "p_first",
+    "p_last",
+    "argmin",
+    "p_min",
+    "entropy",
+    "sum_lambda",
+    "sum_lambda_delta",
+    "last_token_atom",
+    "u_shape",
+    "precision",
+    "engine",
+}
 
 
 def _write(tmp_path, text, name="c.yaml"):
@@ -64,8 +78,9 @@ def test_rollout_json_and_full(tmp_path, capsys):
 def test_diagonal_identity_route_matches_full_matrix(tmp_path, capsys):
     """--diagonal (O(T N), C5(a)) against the diagonal of the dense P from --full."""
     out = tmp_path / "out"
-    cfg = _write(tmp_path,
-                 GOOD.replace("mask_type: causal, window_size: null", "mask_type: sliding_window, window_size: 5"))
+    cfg = _write(
+        tmp_path, GOOD.replace("mask_type: causal, window_size: null", "mask_type: sliding_window, window_size: 5")
+    )
     assert main(["rollout", str(cfg), "--out", str(out), "--full", "--diagonal", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     diag = np.loadtxt(out / "diagonal.csv", delimiter=",", skiprows=1)[:, 1]
@@ -90,8 +105,10 @@ def test_lenient_numbers_like_the_reference_loader(tmp_path):
 def test_overrides_and_clipping_warning(tmp_path, capsys):
     text = GOOD.replace("lambda_0: 0.8", "lambda_0: 1.5")
     out = tmp_path / "out"
-    assert main(["rollout", str(_write(tmp_path, text)), "--out", str(out), "--tokens", "40",
-                 "--layers", "5", "--json"]) == 0
+    assert (
+        main(["rollout", str(_write(tmp_path, text)), "--out", str(out), "--tokens", "40", "--layers", "5", "--json"])
+        == 0
+    )
     captured = capsys.readouterr()
     assert "lambda clipped to [0, 1] in layer(s) 0" in captured.err
     summary = json.loads(captured.out)
@@ -109,8 +126,10 @@ def test_measured_kernels_mode(tmp_path, capsys):
     assert np.max(np.abs(p - nx.profile(stack, 20).probabilities)) <= 1e-12
     # a .npy plus --schedule
     np.save(tmp_path / "k.npy", kernels)
-    assert main(["rollout", "--kernels", str(tmp_path / "k.npy"), "--schedule", "custom:0.3,0.6,0.9",
-                 "--out", str(out)]) == 0
+    assert (
+        main(["rollout", "--kernels", str(tmp_path / "k.npy"), "--schedule", "custom:0.3,0.6,0.9", "--out", str(out)])
+        == 0
+    )
     p2 = np.loadtxt(out / "profile.csv", delimiter=",", skiprows=1)[:, 1]
     assert np.max(np.abs(p2 - p)) <= 1e-15
 
@@ -122,32 +141,56 @@ def _bad_config_cases():
 
     return {
         "unknown key": (GOOD + "bogus: 1\n", "bogus: unknown key"),
-        "unknown nested key": (edit("softmax_temperature: 1.0", "softmax_temperature: 1.0, temp: 2"),
-                               "attention_config.temp: unknown key"),
-        "inner length": (edit("[[0.5, 0.125]]", "[[0.5, 0.125, 0.1]]"),
-                         "attention_config.alibi_slopes[0]: has length 3, expected 1 or num_heads = 2"),
-        "outer length": (edit("[[0.5, 0.125]]", "[[0.5], [0.1]]"),
-                         "attention_config.alibi_slopes: outer list has length 2, expected 1 or num_layers = 3"),
-        "nan": (edit("diagonal_scores: [[1.0]]", "diagonal_scores: [[.nan]]"),
-                "content_config.diagonal_scores[0][0]: input should be a finite number"),
-        "inf": (edit("lambda_0: 0.8", "lambda_0: .inf"),
-                "lambda_schedule_config.lambda_0: input should be a finite number"),
-        "non-numeric": (edit("[[0.5, 0.125]]", "[[0.5, fast]]"),
-                        "attention_config.alibi_slopes[0][1]: input should be a valid number, unable to parse string "
-                        "as a number, got 'fast'"),
+        "unknown nested key": (
+            edit("softmax_temperature: 1.0", "softmax_temperature: 1.0, temp: 2"),
+            "attention_config.temp: unknown key",
+        ),
+        "inner length": (
+            edit("[[0.5, 0.125]]", "[[0.5, 0.125, 0.1]]"),
+            "attention_config.alibi_slopes[0]: has length 3, expected 1 or num_heads = 2",
+        ),
+        "outer length": (
+            edit("[[0.5, 0.125]]", "[[0.5], [0.1]]"),
+            "attention_config.alibi_slopes: outer list has length 2, expected 1 or num_layers = 3",
+        ),
+        "nan": (
+            edit("diagonal_scores: [[1.0]]", "diagonal_scores: [[.nan]]"),
+            "content_config.diagonal_scores[0][0]: input should be a finite number",
+        ),
+        "inf": (
+            edit("lambda_0: 0.8", "lambda_0: .inf"),
+            "lambda_schedule_config.lambda_0: input should be a finite number",
+        ),
+        "non-numeric": (
+            edit("[[0.5, 0.125]]", "[[0.5, fast]]"),
+            "attention_config.alibi_slopes[0][1]: input should be a valid number, unable to parse string "
+            "as a number, got 'fast'",
+        ),
         "fractional size": (edit("num_layers: 3", "num_layers: 2.5"), "num_layers: input should be a valid integer"),
-        "non-positive size": (edit("sequence_length: 16", "sequence_length: 0"),
-                              "sequence_length: input should be greater than 0"),
-        "negative slope": (edit("[[0.5, 0.125]]", "[[0.5, -0.1]]"),
-                           "attention_config.alibi_slopes[0][1]: input should be greater than or equal to 0"),
-        "custom length": (edit("{schedule_type: power_decay, lambda_0: 0.8, beta: 1.0}",
-                               "{schedule_type: custom, lambdas_custom: [0.1, 0.2]}"),
-                          "lambda_schedule_config.lambdas_custom: has 2 values, expected num_layers = 3"),
-        "schedule type": (edit("schedule_type: power_decay", "schedule_type: linear"),
-                          "lambda_schedule_config.schedule_type: expected constant, power_decay or custom"),
+        "non-positive size": (
+            edit("sequence_length: 16", "sequence_length: 0"),
+            "sequence_length: input should be greater than 0",
+        ),
+        "negative slope": (
+            edit("[[0.5, 0.125]]", "[[0.5, -0.1]]"),
+            "attention_config.alibi_slopes[0][1]: input should be greater than or equal to 0",
+        ),
+        "custom length": (
+            edit(
+                "{schedule_type: power_decay, lambda_0: 0.8, beta: 1.0}",
+                "{schedule_type: custom, lambdas_custom: [0.1, 0.2]}",
+            ),
+            "lambda_schedule_config.lambdas_custom: has 2 values, expected num_layers = 3",
+        ),
+        "schedule type": (
+            edit("schedule_type: power_decay", "schedule_type: linear"),
+            "lambda_schedule_config.schedule_type: expected constant, power_decay or custom",
+        ),
         "missing key": (GOOD.replace("num_layers: 3\n", ""), "num_layers: required key is missing"),
-        "window missing": (edit("mask_type: causal", "mask_type: sliding_window"),
-                           "window_size: required for mask_type sliding_window"),
+        "window missing": (
+            edit("mask_type: causal", "mask_type: sliding_window"),
+            "window_size: required for mask_type sliding_window",
+        ),
         "not yaml": ("a: [1, 2\n", "not valid YAML"),
         "not a mapping": ("- 1\n- 2\n", "expected a mapping"),
     }
@@ -171,18 +214,21 @@ def _kernel_file(tmp_path, kernels, name="k.npy"):
     return tmp_path / name
 
 
-@pytest.mark.parametrize("case,message", [
-    ("shape", "kernels must have shape (T, N, N), got (3, 4)"),
-    ("row sum", "layer 1 row 2: sums to"),
-    ("negative", "layer 0 row 3: entry 0"),
-    ("not causal", "layer 0 row 1: reads later token 2"),
-    ("nan", "layer 0 row 0: entry 0 is not finite"),
-    ("no lambdas", "no 'lambdas' array in the file; give --schedule SPEC"),
-    ("bad schedule", "--schedule: schedule 'constant:x'"),
-    ("wrong lambda count", "lambdas: expected 2 finite values in [0, 1]"),
-    ("missing", "no such file"),
-    ("not an array", "not a .npy/.npz array file"),
-])
+@pytest.mark.parametrize(
+    "case,message",
+    [
+        ("shape", "kernels must have shape (T, N, N), got (3, 4)"),
+        ("row sum", "layer 1 row 2: sums to"),
+        ("negative", "layer 0 row 3: entry 0"),
+        ("not causal", "layer 0 row 1: reads later token 2"),
+        ("nan", "layer 0 row 0: entry 0 is not finite"),
+        ("no lambdas", "no 'lambdas' array in the file; give --schedule SPEC"),
+        ("bad schedule", "--schedule: schedule 'constant:x'"),
+        ("wrong lambda count", "lambdas: expected 2 finite values in [0, 1]"),
+        ("missing", "no such file"),
+        ("not an array", "not a .npy/.npz array file"),
+    ],
+)
 def test_bad_kernels(tmp_path, capsys, case, message):
     good = np.stack([np.tril(np.ones((4, 4))) / np.arange(1, 5)[:, None]] * 2)
     extra = ["--schedule", "constant:0.5"]
@@ -225,14 +271,17 @@ def test_bad_kernels(tmp_path, capsys, case, message):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["rollout", "c.yaml", "--tokens", "0"], "argument --tokens: expected a positive integer, got '0'"),
-    (["rollout", "c.yaml", "--slopes", "weird"], "argument --slopes: invalid choice"),
-    (["rollout"], "missing CONFIG"),
-    (["rollout", "absent.yaml"], "absent.yaml: no such file"),
-    (["rollout", "."], ".: cannot read"),
-    (["frobnicate"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["rollout", "c.yaml", "--tokens", "0"], "argument --tokens: expected a positive integer, got '0'"),
+        (["rollout", "c.yaml", "--slopes", "weird"], "argument --slopes: invalid choice"),
+        (["rollout"], "missing CONFIG"),
+        (["rollout", "absent.yaml"], "absent.yaml: no such file"),
+        (["rollout", "."], ".: cannot read"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
 def test_bad_command_lines(tmp_path, capsys, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
     _write(tmp_path, GOOD)
@@ -243,8 +292,21 @@ def test_bad_command_lines(tmp_path, capsys, monkeypatch, argv, message):
 
 
 def test_dense_refuses_huge_n(tmp_path, capsys):
-    assert main(["rollout", str(_write(tmp_path, GOOD)), "--engine", "dense", "--tokens", "100000",
-                 "--out", str(tmp_path / "out")]) == 2
+    assert (
+        main(
+            [
+                "rollout",
+                str(_write(tmp_path, GOOD)),
+                "--engine",
+                "dense",
+                "--tokens",
+                "100000",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 2
+    )
     assert "too large for dense" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 

@@ -20,8 +20,13 @@ def _profile(draw_list):
 
 
 vectors = st.integers(1, 60).flatmap(
-    lambda n: st.tuples(*(st.lists(st.integers(0, 5) | st.floats(1e-3, 10), min_size=n, max_size=n)
-                          .filter(lambda v: sum(v) > 0) for _ in range(2))))
+    lambda n: st.tuples(
+        *(
+            st.lists(st.integers(0, 5) | st.floats(1e-3, 10), min_size=n, max_size=n).filter(lambda v: sum(v) > 0)
+            for _ in range(2)
+        )
+    )
+)
 
 
 @settings(max_examples=150, deadline=None)
@@ -66,16 +71,19 @@ def test_command_table_json_and_default_folder(tmp_path, monkeypatch, capsys):
     assert report["best_w1"] == "good" and report["rows"][0]["w1"] == pytest.approx(0.05 / 3 + 0.0 / 3, abs=1e-15)
 
 
-@pytest.mark.parametrize("text,message", [
-    ("", "empty file"),
-    ("position,probability\n0,1.0\n", "header"),
-    ("token_position,probability\n0,0.5\n2,0.5\n", "has position 2, expected 1"),
-    ("token_position,probability\n0,0.5\n1,0.4\n", "sums to"),
-    ("token_position,probability\n0,nan\n1,0.4\n", "finite"),
-    ("token_position,probability\n0,1.5\n1,-0.5\n", "finite value >= 0"),
-    ("token_position,probability\n0,x\n", "expected 'position,value'"),
-    ("token_position,probability,sem\n0,0.5\n1,0.5,0.1\n", "expected 'position,value'"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("", "empty file"),
+        ("position,probability\n0,1.0\n", "header"),
+        ("token_position,probability\n0,0.5\n2,0.5\n", "has position 2, expected 1"),
+        ("token_position,probability\n0,0.5\n1,0.4\n", "sums to"),
+        ("token_position,probability\n0,nan\n1,0.4\n", "finite"),
+        ("token_position,probability\n0,1.5\n1,-0.5\n", "finite value >= 0"),
+        ("token_position,probability\n0,x\n", "expected 'position,value'"),
+        ("token_position,probability,sem\n0,0.5\n1,0.5,0.1\n", "expected 'position,value'"),
+    ],
+)
 def test_bad_files_one_line_exit_2_nothing_written(tmp_path, capsys, text, message):
     m = _write(tmp_path / "m.csv", np.array([0.5, 0.5]))
     bad = tmp_path / "bad.csv"

@@ -24,8 +24,14 @@ def _params(stack):
 @pytest.mark.parametrize("mask", [nx.Causal(), nx.Full(), nx.SlidingWindow(5), nx.Prefix(4)])
 def test_differentiable_profile_equals_the_structured_engine(mask):
     rng = np.random.default_rng(3)
-    stack = nx.AlibiStack.build(rng.uniform(0, 1, 5), rng.uniform(0, 1, (5, 3)), rng.uniform(-3, 3, (5, 3)),
-                                rng.uniform(0.2, 1, (5, 3)), temperature=0.8, mask=mask)
+    stack = nx.AlibiStack.build(
+        rng.uniform(0, 1, 5),
+        rng.uniform(0, 1, (5, 3)),
+        rng.uniform(-3, 3, (5, 3)),
+        rng.uniform(0.2, 1, (5, 3)),
+        temperature=0.8,
+        mask=mask,
+    )
     with jax.enable_x64(True):
         p = np.asarray(differentiable.profile(*_params(stack), stack.temperature, num_tokens=30, mask=mask))
     assert abs(p.sum() - 1) < 1e-12
@@ -68,12 +74,15 @@ def test_fit_recovers_a_lambda_scale():
     assert result.values["lambda_scale"] == pytest.approx(1.6, abs=0.02)
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(diagonal="pooled", content_scale=True), "cannot be fitted together"),
-    (dict(diagonal="none", temperature=False), "nothing to fit"),
-    (dict(steps=0), "at least 1"),
-    (dict(diagonal="sometimes"), "expected one of"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(diagonal="pooled", content_scale=True), "cannot be fitted together"),
+        (dict(diagonal="none", temperature=False), "nothing to fit"),
+        (dict(steps=0), "at least 1"),
+        (dict(diagonal="sometimes"), "expected one of"),
+    ],
+)
 def test_bad_specs(kwargs, message):
     with pytest.raises(FitError, match=message):
         FitSpec(**kwargs)
@@ -87,16 +96,28 @@ def test_command_with_heldout(tmp_path, capsys):
     for n, name in ((64, "m64.csv"), (96, "m96.csv")):
         (tmp_path / name).write_text(position_csv(probability=nx.profile(truth.stack, n).probabilities))
     out = tmp_path / "fit"
-    code = main(["fit", str(tmp_path / "m64.csv"), str(EXAMPLES / "small.yaml"), "--no-temperature",
-                 "--steps", "300", "--heldout", str(tmp_path / "m96.csv"), "--out", str(out), "--json"])
+    code = main(
+        [
+            "fit",
+            str(tmp_path / "m64.csv"),
+            str(EXAMPLES / "small.yaml"),
+            "--no-temperature",
+            "--steps",
+            "300",
+            "--heldout",
+            str(tmp_path / "m96.csv"),
+            "--out",
+            str(out),
+            "--json",
+        ]
+    )
     assert code == 0
     report = json.loads(capsys.readouterr().out)
     assert report["values"]["diagonal"] == pytest.approx(2.5, abs=0.05)
     assert report["heldout"]["w1_after"] < 0.1 * report["heldout"]["w1_before"]
     assert sorted(p.name for p in out.iterdir()) == ["fit.json", "fit.png", "fitted_profile.csv"]
     fitted = np.loadtxt(out / "fitted_profile.csv", delimiter=",", skiprows=1)[:, 1]
-    assert np.allclose(fitted, model_profile(truth.stack, 64, {"diagonal": report["values"]["diagonal"]}),
-                       atol=1e-15)
+    assert np.allclose(fitted, model_profile(truth.stack, 64, {"diagonal": report["values"]["diagonal"]}), atol=1e-15)
 
 
 def test_command_refuses_bad_input(tmp_path, capsys):

@@ -29,23 +29,27 @@ LLAMA = FIXTURES / "llama"
 Q8_0 = gguf_package.GGMLQuantizationType.Q8_0
 Q4_1 = gguf_package.GGMLQuantizationType.Q4_1
 TOL = 1e-5
-HALF = 2.0 ** -11
+HALF = 2.0**-11
 HAS_TORCH = all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers", "accelerate"))
-TEXTS = ["The attention of a transformer reads earlier positions.",
-         "  leading spaces,\ttabs\t\tand\n\n\nnewlines   \r\n trailing   ",
-         "digits 0 12 345 6789 3.14159 1e-5 2026-12-01 +44 (0)20",
-         "def f(x):\n    return {'a': [x ** 2 for x in range(10)]}  # comment\n",
-         "unicode: café naïve Straße Ωμέγα 東京 😀🚀 — “quotes” …",
-         "<eos>special<eos> in text <eos>",
-         ""]
+TEXTS = [
+    "The attention of a transformer reads earlier positions.",
+    "  leading spaces,\ttabs\t\tand\n\n\nnewlines   \r\n trailing   ",
+    "digits 0 12 345 6789 3.14159 1e-5 2026-12-01 +44 (0)20",
+    "def f(x):\n    return {'a': [x ** 2 for x in range(10)]}  # comment\n",
+    "unicode: café naïve Straße Ωμέγα 東京 😀🚀 — “quotes” …",
+    "<eos>special<eos> in text <eos>",
+    "",
+]
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     """GGUF files of the llama fixture: F32, Q8_0 (every 2-D weight whose rows split into 32-blocks) and Q4_1."""
     root = tmp_path_factory.mktemp("gguf")
-    return {name: gguf_files.write(LLAMA, root / f"llama-{name}.gguf", q)
-            for name, q in (("f32", None), ("q8_0", Q8_0), ("q4_1", Q4_1))}
+    return {
+        name: gguf_files.write(LLAMA, root / f"llama-{name}.gguf", q)
+        for name, q in (("f32", None), ("q8_0", Q8_0), ("q4_1", Q4_1))
+    }
 
 
 def _safetensors(folder):
@@ -68,7 +72,7 @@ def test_rope_permutation_is_undone_row_by_row():
     stored = gguf_files.rope_permute(rows, heads)
     assert not np.array_equal(stored, rows)
     assert np.array_equal(gguf.unpermute(stored, heads), rows)
-    assert np.array_equal(gguf.unpermute(stored[:, 0], heads), rows[:, 0])   # a bias
+    assert np.array_equal(gguf.unpermute(stored[:, 0], heads), rows[:, 0])  # a bias
     # head 1, channel pair c = 2: Hugging Face rows 1*6 + 2 and 1*6 + 3 + 2 sit side by side in the file
     assert np.array_equal(stored[6 + 4], rows[6 + 2]) and np.array_equal(stored[6 + 5], rows[6 + 5])
 
@@ -76,11 +80,20 @@ def test_rope_permutation_is_undone_row_by_row():
 def test_config_and_spec_from_metadata(files):
     ck, folder = gguf.load(files["f32"]), checkpoint.load(LLAMA)
     hf = json.loads((LLAMA / "config.json").read_text())
-    for key in ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
-                "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings", "tie_word_embeddings"):
+    for key in (
+        "num_hidden_layers",
+        "hidden_size",
+        "intermediate_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "vocab_size",
+        "max_position_embeddings",
+        "tie_word_embeddings",
+    ):
         assert ck.config[key] == hf[key], key
     assert ck.config["model_type"] == "llama" and ck.config["rope_theta"] == hf["rope_parameters"]["rope_theta"]
-    assert ck.config["rms_norm_eps"] == float(np.float32(hf["rms_norm_eps"]))   # GGUF stores a float32
+    assert ck.config["rms_norm_eps"] == float(np.float32(hf["rms_norm_eps"]))  # GGUF stores a float32
     assert ck.spec == dataclasses.replace(folder.spec, eps=ck.config["rms_norm_eps"])
     assert ck.folder == files["f32"] and ck.prefix == "model."
 
@@ -107,7 +120,7 @@ def test_quantized_tensors_within_the_block_error(files, kind):
             assert np.array_equal(got, value), name
             continue
         quantized += 1
-        blocks = value.reshape(-1, 32)   # the rope permutation moves whole rows: each block stays one block
+        blocks = value.reshape(-1, 32)  # the rope permutation moves whole rows: each block stays one block
         lo, hi = blocks.min(axis=1, keepdims=True), blocks.max(axis=1, keepdims=True)
         if kind == "q8_0":
             d = np.maximum(-lo, hi) / 127
@@ -154,8 +167,9 @@ def test_untied_output_and_tied_qwen2_biases(tmp_path):
     for name, value in ref.items():
         assert np.array_equal(ck.top_level(name), value), name
     p = weights.params(ck, np.float32)
-    assert "unembed" not in p and np.array_equal(p["blocks"]["bq"][0].ravel(),
-                                                 ref["model.layers.0.self_attn.q_proj.bias"])
+    assert "unembed" not in p and np.array_equal(
+        p["blocks"]["bq"][0].ravel(), ref["model.layers.0.self_attn.q_proj.bias"]
+    )
     untied = weights.params(gguf.load(gguf_files.write(LLAMA, tmp_path / "llama.gguf")), np.float32)
     assert np.array_equal(untied["unembed"], _safetensors(LLAMA)["lm_head.weight"].T)
 
@@ -189,8 +203,9 @@ def test_refusals_are_one_line(tmp_path, capsys):
     bad = tmp_path / "garbage.gguf"
     bad.write_bytes(b"not a gguf file at all" * 10)
     _refusal(tmp_path, capsys, bad, "garbage.gguf", "not a readable GGUF file")
-    f64 = gguf_files.write(LLAMA, tmp_path / "f64.gguf", skip=("model.norm.weight",),
-                           extra={"output_norm.weight": np.ones(32, np.float64)})
+    f64 = gguf_files.write(
+        LLAMA, tmp_path / "f64.gguf", skip=("model.norm.weight",), extra={"output_norm.weight": np.ones(32, np.float64)}
+    )
     _refusal(tmp_path, capsys, f64, "output_norm.weight", "F64", "cannot dequantize")
     freqs = gguf_files.write(LLAMA, tmp_path / "freqs.gguf", extra={"rope_freqs.weight": np.ones(4, np.float32)})
     _refusal(tmp_path, capsys, freqs, "rope_freqs.weight")
@@ -211,8 +226,24 @@ def test_measure_and_validate_a_gguf_end_to_end(files, tmp_path, capsys):
     data = tmp_path / "docs.jsonl"
     data.write_text("\n".join(json.dumps({"text": f"{text} {k}"}) for k in range(6)) + "\n")
     out = tmp_path / "m"
-    assert main(["measure", str(files["q8_0"]), "--data", str(data), "--tokens", "12", "--samples", "3",
-                 "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "measure",
+                str(files["q8_0"]),
+                "--data",
+                str(data),
+                "--tokens",
+                "12",
+                "--samples",
+                "3",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     report = json.loads((out / "report.json").read_text())
     assert report["model_type"] == "llama" and report["num_tokens"] == 12
     with np.load(out / "kernels.npz") as k:
@@ -222,8 +253,24 @@ def test_measure_and_validate_a_gguf_end_to_end(files, tmp_path, capsys):
     influence = np.loadtxt(out / "influence.csv", delimiter=",", skiprows=1)[:, 1]
     assert abs(influence.sum() - 1) < 1e-12 and np.all(influence >= 0)
     v = tmp_path / "v"
-    assert main(["validate", "--checkpoint", str(files["q8_0"]), "--data", str(data), "--lengths", "8,12",
-                 "--samples", "2", "--out", str(v)]) == 0
+    assert (
+        main(
+            [
+                "validate",
+                "--checkpoint",
+                str(files["q8_0"]),
+                "--data",
+                str(data),
+                "--lengths",
+                "8,12",
+                "--samples",
+                "2",
+                "--out",
+                str(v),
+            ]
+        )
+        == 0
+    )
     assert (v / "report.json").is_file() and (v / "validate.png").is_file()
 
 
@@ -238,8 +285,9 @@ def test_transformers_loads_the_same_gguf_identically(files, tmp_path, kind):
     from transformers import AutoModelForCausalLM
 
     shutil.copy(files[kind], tmp_path / "m.gguf")
-    model = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="m.gguf", dtype=torch.float32,
-                                                 attn_implementation="eager").eval()
+    model = AutoModelForCausalLM.from_pretrained(
+        tmp_path, gguf_file="m.gguf", dtype=torch.float32, attn_implementation="eager"
+    ).eval()
     ids = np.load(LLAMA / "expected.npz")["input_ids"].astype(np.int32)
     with torch.no_grad():
         out = model(torch.tensor(ids[None].astype(np.int64)), output_attentions=True, output_hidden_states=True)

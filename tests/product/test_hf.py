@@ -69,10 +69,12 @@ def test_forward_matches_transformers_fixture(family):
 def test_forward_imports_no_torch():
     import subprocess
 
-    code = ("import sys, numpy as np; from posbias.hf import checkpoint, forward, weights; "
-            f"ck = checkpoint.load({str(FIXTURES / 'gpt2')!r}); p = weights.params(ck); "
-            "forward.forward(p, np.arange(4), ck.spec, capture=True); "
-            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys, numpy as np; from posbias.hf import checkpoint, forward, weights; "
+        f"ck = checkpoint.load({str(FIXTURES / 'gpt2')!r}); p = weights.params(ck); "
+        "forward.forward(p, np.arange(4), ck.spec, capture=True); "
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -90,7 +92,7 @@ def test_tokenizer_reproduces_fixture_ids(family):
     ck = checkpoint.load(FIXTURES / family)
     expected = np.load(FIXTURES / family / "expected.npz")
     ids = ck.tokenizer().encode(str(expected["text"])).ids
-    assert ids[:len(expected["input_ids"])] == expected["input_ids"].tolist()
+    assert ids[: len(expected["input_ids"])] == expected["input_ids"].tolist()
 
 
 def test_bloom_slopes_and_position_term():
@@ -126,8 +128,9 @@ def test_sharded_base_model_checkpoint(tmp_path):
     shards = {"model-00001-of-00002.safetensors": names[:half], "model-00002-of-00002.safetensors": names[half:]}
     for file, keys in shards.items():
         save_file({k: tensors[k] for k in keys}, str(tmp_path / file))
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
-        {"metadata": {}, "weight_map": {k: file for file, keys in shards.items() for k in keys}}))
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": {k: file for file, keys in shards.items() for k in keys}})
+    )
     for name in ("config.json", "tokenizer.json", "expected.npz"):
         shutil.copy(src / name, tmp_path / name)
     ck, expected, logits, cap = _run(tmp_path)
@@ -154,7 +157,7 @@ def test_bfloat16_weights_are_cast_up(tmp_path):
     # rounding to bfloat16 is elementwise, so it commutes with the canonical rearrangement
     rounded = np.asarray(tensors["transformer.wte.weight"]).astype(ml_dtypes.bfloat16).astype(np.float32)
     assert np.array_equal(bf["embed"], rounded)
-    assert np.abs(bf["blocks"]["wq"] - full["blocks"]["wq"]).max() <= 2.0 ** -8 * np.abs(full["blocks"]["wq"]).max()
+    assert np.abs(bf["blocks"]["wq"] - full["blocks"]["wq"]).max() <= 2.0**-8 * np.abs(full["blocks"]["wq"]).max()
     assert not np.array_equal(bf["blocks"]["wq"], full["blocks"]["wq"])
 
 
@@ -275,10 +278,26 @@ def test_measure_command_writes_the_set_rollout_reads(tmp_path, capsys, family):
     text = np.load(FIXTURES / "bloom" / "expected.npz")["text"]
     data.write_text("\n".join(json.dumps({"text": f"{text} {k}"}) for k in range(4)) + "\n")
     out = tmp_path / "m"
-    assert main([str(FIXTURES / family), "--data", str(data), "--tokens", "10", "--samples", "3",
-                 "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                str(FIXTURES / family),
+                "--data",
+                str(data),
+                "--tokens",
+                "10",
+                "--samples",
+                "3",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json", "bias_fit.json"])
+        ["config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json", "bias_fit.json"]
+    )
     lines = (out / "lambdas.csv").read_text().splitlines()
     assert lines[0] == "layer,mean,std" and len(lines) == 3
     report = json.loads((out / "report.json").read_text())
@@ -292,8 +311,7 @@ def test_measure_command_writes_the_set_rollout_reads(tmp_path, capsys, family):
     assert f'mask_type: "{"causal" if spec.causal else "full"}"' in (out / "config.yaml").read_text()
     assert posbias_main(["rollout", str(out / "config.yaml"), "--out", str(tmp_path / "r")]) == 0
     causal = ["--causal"] if spec.causal else []
-    assert posbias_main(["rollout", "--kernels", str(out / "kernels.npz"), *causal,
-                         "--out", str(tmp_path / "rk")]) == 0
+    assert posbias_main(["rollout", "--kernels", str(out / "kernels.npz"), *causal, "--out", str(tmp_path / "rk")]) == 0
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["num_tokens"] == 10
 
@@ -307,8 +325,20 @@ def test_measure_command_refusals_are_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and "'mystery'" in err and "bloom" in err
     assert main([str(FIXTURES / "gpt2"), "--tokens", "33", "--out", str(tmp_path / "o")]) == 2
     assert "32 learned positions" in capsys.readouterr().err
-    assert main([str(FIXTURES / "gpt2"), "--data", str(tmp_path / "absent.txt"), "--tokens", "8",
-                 "--out", str(tmp_path / "o")]) == 2
+    assert (
+        main(
+            [
+                str(FIXTURES / "gpt2"),
+                "--data",
+                str(tmp_path / "absent.txt"),
+                "--tokens",
+                "8",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )
     assert "cannot read" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
@@ -319,7 +349,7 @@ def test_mpt_slopes_coincide_with_bloom_construction_at_bias_max_8():
     for heads in range(1, 130):
         assert np.array_equal(forward.mpt_slopes(heads, 8.0), alibi_slopes(heads, "hf")), heads
     # another alibi_bias_max: 2^(-h B / H) for a power of two
-    assert forward.mpt_slopes(4, 16.0).tolist() == [2.0 ** -4, 2.0 ** -8, 2.0 ** -12, 2.0 ** -16]
+    assert forward.mpt_slopes(4, 16.0).tolist() == [2.0**-4, 2.0**-8, 2.0**-12, 2.0**-16]
 
 
 def test_mpt_clip_qkv_is_applied():
@@ -373,8 +403,8 @@ def test_falcon_position_term_is_the_bfloat16_alibi_once():
     for h in (0, 1, 7, 15):
         term = [float(_bfloat16(exact[h] * _bfloat16(Fraction(j)))) * spec.alibi_scale for j in range(n)]
         for i in (0, 5, 255, 256, 300, 699):
-            assert pos[h, i, :i + 1].tolist() == term[:i + 1]
-            assert np.all(pos[h, i, i + 1:] == -np.inf)
+            assert pos[h, i, : i + 1].tolist() == term[: i + 1]
+            assert np.all(pos[h, i, i + 1 :] == -np.inf)
     # beyond j = 256 bfloat16 no longer holds m_h j exactly: the term is not linear there
     assert np.abs(np.diff(pos[1, -1], 2)).max() > 0
 
@@ -436,20 +466,33 @@ def test_bert_reads_every_position_and_returns_hidden_states():
     assert out.shape == (6, spec.width)
 
 
-@pytest.mark.parametrize("config, match", [
-    ({"model_type": "falcon", "alibi": False}, "rotary"),
-    ({"model_type": "falcon", "alibi": True, "activation": "relu"}, "activation 'relu'"),
-    ({"model_type": "falcon", "alibi": True, "new_decoder_architecture": True, "num_kv_heads": 3},
-     "not a multiple of num_kv_heads"),
-    ({"model_type": "bert", "position_embedding_type": "relative_key"}, "relative_key"),
-    ({"model_type": "bert", "is_decoder": True}, "decoder"),
-])
+@pytest.mark.parametrize(
+    "config, match",
+    [
+        ({"model_type": "falcon", "alibi": False}, "rotary"),
+        ({"model_type": "falcon", "alibi": True, "activation": "relu"}, "activation 'relu'"),
+        (
+            {"model_type": "falcon", "alibi": True, "new_decoder_architecture": True, "num_kv_heads": 3},
+            "not a multiple of num_kv_heads",
+        ),
+        ({"model_type": "bert", "position_embedding_type": "relative_key"}, "relative_key"),
+        ({"model_type": "bert", "is_decoder": True}, "decoder"),
+    ],
+)
 def test_unsupported_settings_are_one_line(tmp_path, config, match):
     from posbias.hf.families import spec_of
 
-    base = {"falcon": {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 16, "vocab_size": 10},
-            "bert": {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 16, "vocab_size": 10,
-                     "max_position_embeddings": 8, "intermediate_size": 32}}[config["model_type"]]
+    base = {
+        "falcon": {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 16, "vocab_size": 10},
+        "bert": {
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "hidden_size": 16,
+            "vocab_size": 10,
+            "max_position_embeddings": 8,
+            "intermediate_size": 32,
+        },
+    }[config["model_type"]]
     with pytest.raises(UserError, match=match) as err:
         spec_of({**base, **config})
     assert "\n" not in str(err.value)

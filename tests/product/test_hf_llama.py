@@ -35,7 +35,8 @@ def _run(folder, spec=None, dtype=np.float32):
     expected = np.load(Path(folder) / "expected.npz")
     p = weights.params(ck, dtype)
     logits, cap = jax.jit(lambda p, ids: forward.forward(p, ids, spec, capture=True))(
-        p, expected["input_ids"].astype(np.int32))
+        p, expected["input_ids"].astype(np.int32)
+    )
     return ck, expected, np.asarray(logits), {k: np.asarray(v) for k, v in cap.items()}
 
 
@@ -60,8 +61,9 @@ def test_forward_matches_transformers_fixture(name):
     # the logits as the softmax sees them, s_t q.k (float32 rounding of the unscaled q.k, up to |q| |k| ~ 10
     # here, reaches 1.3e-5 on a near-zero entry)
     s = cap["scale"][:, None, None]
-    np.testing.assert_allclose(s * cap["content"][..., causal], s * expected["content"][..., causal],
-                               rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(
+        s * cap["content"][..., causal], s * expected["content"][..., causal], rtol=TOL, atol=TOL
+    )
     # content is the full pre-softmax logit: probs = softmax(s_t content + mask) on the keys read, 0 elsewhere
     assert np.all(cap["position"][:, causal] == 0) and np.all(cap["position"][:, ~causal] == -np.inf)
     read = _read(ck.spec, n)[:, None]
@@ -77,10 +79,12 @@ def test_forward_imports_no_torch():
     import subprocess
     import sys
 
-    code = ("import sys, numpy as np; from posbias.hf import checkpoint, forward, weights; "
-            f"ck = checkpoint.load({str(FIXTURES / 'mistral')!r}); p = weights.params(ck); "
-            "forward.forward(p, np.arange(7), ck.spec, capture=True); "
-            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys, numpy as np; from posbias.hf import checkpoint, forward, weights; "
+        f"ck = checkpoint.load({str(FIXTURES / 'mistral')!r}); p = weights.params(ck); "
+        "forward.forward(p, np.arange(7), ck.spec, capture=True); "
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -104,8 +108,8 @@ def test_float64_forward_matches_fixture():
 
 def test_window_mask_per_layer():
     spec = checkpoint.load(FIXTURES / "qwen2").spec
-    assert forward.windows(spec, 16).tolist() == [17, 6]          # layer 0 full, layer 1 the 6 latest keys
-    assert forward.windows(spec, 4).tolist() == [5, 5]            # a window longer than N restricts nothing
+    assert forward.windows(spec, 16).tolist() == [17, 6]  # layer 0 full, layer 1 the 6 latest keys
+    assert forward.windows(spec, 4).tolist() == [5, 5]  # a window longer than N restricts nothing
     _, _, _, cap = _run(FIXTURES / "qwen2")
     probs = cap["probs"]
     assert np.all(probs[1][:, 10, :5] == 0) and np.all(probs[1][:, 10, 5:11] > 0)
@@ -115,7 +119,7 @@ def test_window_mask_per_layer():
 def test_fixtures_exercise_each_setting():
     """Each fixture's distinguishing setting matters: without it the forward no longer matches transformers."""
     specs = {name: checkpoint.load(FIXTURES / name).spec for name in LLAMAS}
-    assert specs["llama"].groups == 2 and specs["llama"].heads == 4          # GQA, H / G = 2
+    assert specs["llama"].groups == 2 and specs["llama"].heads == 4  # GQA, H / G = 2
     assert specs["llama-linear"].groups == 1 and specs["llama-linear"].head_dim == 12  # MQA, head_dim != D / H
     assert [specs[n].rope.kind for n in LLAMAS[:4]] == ["default", "linear", "dynamic", "llama3"]
     assert specs["mistral"].windows == (5, 5) and specs["qwen2"].windows == (None, 6)
@@ -140,13 +144,13 @@ def test_grouped_keys_are_shared_by_their_query_heads():
     from safetensors import safe_open
 
     with safe_open(str(FIXTURES / "llama" / "model.safetensors"), framework="numpy") as f:
-        k_proj = f.get_tensor("model.layers.1.self_attn.k_proj.weight")   # (G K, D), torch.nn.Linear layout
+        k_proj = f.get_tensor("model.layers.1.self_attn.k_proj.weight")  # (G K, D), torch.nn.Linear layout
         lm_head = f.get_tensor("lm_head.weight")
     k = ck.spec.head_dim
     for h in range(ck.spec.heads):
         g = h // (ck.spec.heads // ck.spec.groups)
-        assert np.array_equal(p["blocks"]["wk"][1][:, h, :], k_proj[g * k:(g + 1) * k].T)
-    assert np.array_equal(p["unembed"], lm_head.T)                  # tie_word_embeddings false: its own head
+        assert np.array_equal(p["blocks"]["wk"][1][:, h, :], k_proj[g * k : (g + 1) * k].T)
+    assert np.array_equal(p["unembed"], lm_head.T)  # tie_word_embeddings false: its own head
     assert "unembed" not in weights.params(checkpoint.load(FIXTURES / "qwen2"))  # tied
 
 
@@ -175,9 +179,19 @@ def test_biases_are_read_and_required(tmp_path):
 
 
 def _spec(rope: dict, **extra):
-    return spec_of({"model_type": "llama", "num_hidden_layers": 1, "num_attention_heads": 2, "hidden_size": 16,
-                    "vocab_size": 10, "intermediate_size": 8, "max_position_embeddings": 64, "rope_parameters": rope,
-                    **extra})
+    return spec_of(
+        {
+            "model_type": "llama",
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "hidden_size": 16,
+            "vocab_size": 10,
+            "intermediate_size": 8,
+            "max_position_embeddings": 64,
+            "rope_parameters": rope,
+            **extra,
+        }
+    )
 
 
 def test_inverse_frequencies_closed_forms():
@@ -186,14 +200,22 @@ def test_inverse_frequencies_closed_forms():
     base = [theta ** (-2 * c / k) for c in range(k // 2)]
     spec = _spec({"rope_type": "default", "rope_theta": theta})
     np.testing.assert_allclose(forward.inv_freq(spec, 5), base, rtol=1e-15)
-    np.testing.assert_allclose(forward.inv_freq(_spec({"rope_type": "linear", "factor": 4.0}), 5),
-                               [w / 4 for w in base], rtol=1e-15)
+    np.testing.assert_allclose(
+        forward.inv_freq(_spec({"rope_type": "linear", "factor": 4.0}), 5), [w / 4 for w in base], rtol=1e-15
+    )
     dyn = _spec({"rope_type": "dynamic", "factor": 2.0})
-    np.testing.assert_allclose(forward.inv_freq(dyn, 64), base, rtol=1e-15)     # up to max_position_embeddings
+    np.testing.assert_allclose(forward.inv_freq(dyn, 64), base, rtol=1e-15)  # up to max_position_embeddings
     grown = theta * (2.0 * 100 / 64 - 1.0) ** (k / (k - 2))
     np.testing.assert_allclose(forward.inv_freq(dyn, 100), [grown ** (-2 * c / k) for c in range(4)], rtol=1e-14)
-    l3 = _spec({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 64})
+    l3 = _spec(
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        }
+    )
     # wavelengths 2 pi / w_c = 6.3, 62.8, 628, 6283 against the band edges 64 / 4 = 16 and 64 / 1 = 64
     s = (64 / (2 * math.pi / base[1]) - 1.0) / (4.0 - 1.0)
     want = [base[0], (1 - s) * base[1] / 8 + s * base[1], base[2] / 8, base[3] / 8]
@@ -205,39 +227,66 @@ def test_inverse_frequencies_closed_forms():
 
 def test_rope_config_formats():
     """transformers 5's rope_parameters and the older rope_scaling + rope_theta read alike."""
-    new = rope_of({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0},
-                   "max_position_embeddings": 64})
-    old = rope_of({"rope_scaling": {"type": "linear", "factor": 2.0}, "rope_theta": 500.0,
-                   "max_position_embeddings": 64})
+    new = rope_of(
+        {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}, "max_position_embeddings": 64}
+    )
+    old = rope_of(
+        {"rope_scaling": {"type": "linear", "factor": 2.0}, "rope_theta": 500.0, "max_position_embeddings": 64}
+    )
     assert new == old == Rope(500.0, "linear", 2.0)
     assert rope_of({}) == Rope(10000.0)
-    l3 = rope_of({"rope_scaling": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4},
-                  "max_position_embeddings": 128})
-    assert l3.original_max_positions == 128            # defaults to max_position_embeddings, as transformers does
+    l3 = rope_of(
+        {
+            "rope_scaling": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4},
+            "max_position_embeddings": 128,
+        }
+    )
+    assert l3.original_max_positions == 128  # defaults to max_position_embeddings, as transformers does
 
 
-@pytest.mark.parametrize("extra, match", [
-    ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0}}, "rope type 'yarn'"),
-    ({"rope_parameters": {"rope_type": "longrope"}}, "rope type 'longrope'"),
-    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
-    ({"hidden_act": "gelu"}, "hidden_act 'gelu'"),
-    ({"num_key_value_heads": 3}, "not a multiple of num_key_value_heads"),
-    ({"rope_parameters": {"rope_type": "linear"}}, "linear rope factor"),
-    ({"rope_parameters": {"full_attention": {"rope_type": "default"}}}, "per-layer-type"),
-])
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0}}, "rope type 'yarn'"),
+        ({"rope_parameters": {"rope_type": "longrope"}}, "rope type 'longrope'"),
+        ({"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
+        ({"hidden_act": "gelu"}, "hidden_act 'gelu'"),
+        ({"num_key_value_heads": 3}, "not a multiple of num_key_value_heads"),
+        ({"rope_parameters": {"rope_type": "linear"}}, "linear rope factor"),
+        ({"rope_parameters": {"full_attention": {"rope_type": "default"}}}, "per-layer-type"),
+    ],
+)
 def test_unsupported_settings_are_one_line(extra, match):
-    config = {"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 16,
-              "vocab_size": 10, "intermediate_size": 8, "max_position_embeddings": 64, **extra}
+    config = {
+        "model_type": "llama",
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "hidden_size": 16,
+        "vocab_size": 10,
+        "intermediate_size": 8,
+        "max_position_embeddings": 64,
+        **extra,
+    }
     with pytest.raises(UserError, match=match) as err:
         spec_of(config)
     assert "\n" not in str(err.value)
 
 
 def test_qwen2_windows_from_max_window_layers():
-    base = {"model_type": "qwen2", "num_hidden_layers": 4, "num_attention_heads": 2, "hidden_size": 8,
-            "vocab_size": 10, "intermediate_size": 8}
-    assert spec_of({**base, "use_sliding_window": True, "sliding_window": 3, "max_window_layers": 2}).windows == \
-        (None, None, 3, 3)
+    base = {
+        "model_type": "qwen2",
+        "num_hidden_layers": 4,
+        "num_attention_heads": 2,
+        "hidden_size": 8,
+        "vocab_size": 10,
+        "intermediate_size": 8,
+    }
+    assert spec_of({**base, "use_sliding_window": True, "sliding_window": 3, "max_window_layers": 2}).windows == (
+        None,
+        None,
+        3,
+        3,
+    )
     assert spec_of({**base, "use_sliding_window": False, "sliding_window": 3}).windows is None
     with pytest.raises(UnsupportedModel, match="layer_types"):
         spec_of({**base, "use_sliding_window": True, "layer_types": ["chunked_attention"] * 4})
@@ -262,21 +311,31 @@ def test_regenerated_fixture_matches(name, tmp_path):
     np.testing.assert_allclose(cap["probs"], expected["attentions"], rtol=TOL, atol=TOL)
 
 
-@pytest.mark.parametrize("rope", [
-    {"rope_type": "default", "rope_theta": 500.0},
-    {"rope_type": "linear", "factor": 3.0, "rope_theta": 10000.0},
-    {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0},
-    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-     "original_max_position_embeddings": 64, "rope_theta": 500000.0},
-])
+@pytest.mark.parametrize(
+    "rope",
+    [
+        {"rope_type": "default", "rope_theta": 500.0},
+        {"rope_type": "linear", "factor": 3.0, "rope_theta": 10000.0},
+        {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0},
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+            "rope_theta": 500000.0,
+        },
+    ],
+)
 def test_inverse_frequencies_equal_transformers(rope):
     pytest.importorskip("torch")
     utils = pytest.importorskip("transformers.modeling_rope_utils")
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-    config = LlamaConfig(hidden_size=256, num_attention_heads=2, max_position_embeddings=128,
-                         rope_parameters=dict(rope))
+    config = LlamaConfig(
+        hidden_size=256, num_attention_heads=2, max_position_embeddings=128, rope_parameters=dict(rope)
+    )
     spec = spec_of({"model_type": "llama", **json.loads(config.to_json_string())})
     for n in (16, 128, 300):
         if rope["rope_type"] == "default":
@@ -308,12 +367,11 @@ def test_measure_matches_transformers_tensors_and_a_numpy_rollout():
     n = len(ids)
     panels = predictions(m, m.slopes, causal=True)
     row = np.eye(n)[-1]
-    for t in reversed(range(ck.spec.layers)):   # p = e_{N-1}^T R^(T-1) ... R^(0), R = (1 - lambda) I + lambda K
+    for t in reversed(range(ck.spec.layers)):  # p = e_{N-1}^T R^(T-1) ... R^(0), R = (1 - lambda) I + lambda K
         row = row @ ((1 - m.lambdas[t]) * np.eye(n) + m.lambdas[t] * m.kernels[t] / m.kernels[t].sum(-1, keepdims=True))
     np.testing.assert_allclose(panels["e"], row, atol=1e-12)
     uniform = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
-    np.testing.assert_allclose(panels["a"], np.eye(n)[-1] @ np.linalg.matrix_power(uniform, ck.spec.layers),
-                               atol=1e-12)
+    np.testing.assert_allclose(panels["a"], np.eye(n)[-1] @ np.linalg.matrix_power(uniform, ck.spec.layers), atol=1e-12)
 
 
 def test_influence_equals_finite_differences():
@@ -353,8 +411,24 @@ def test_measure_command_end_to_end(tmp_path):
     text = str(np.load(FIXTURES / "llama" / "expected.npz")["text"])
     data.write_text("\n".join(json.dumps({"text": f"{text} {k}"}) for k in range(4)) + "\n")
     out = tmp_path / "m"
-    assert posbias_main(["measure", str(FIXTURES / "llama"), "--data", str(data), "--tokens", "10", "--samples", "3",
-                         "--out", str(out), "--quiet"]) == 0
+    assert (
+        posbias_main(
+            [
+                "measure",
+                str(FIXTURES / "llama"),
+                "--data",
+                str(data),
+                "--tokens",
+                "10",
+                "--samples",
+                "3",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     report = json.loads((out / "report.json").read_text())
     assert report["model_type"] == "llama" and report["slopes"] == [0.0] * 4
     assert any("rotary" in note for note in report["notes"])
@@ -367,8 +441,9 @@ def test_measure_command_end_to_end(tmp_path):
     rows = (out / "influence.csv").read_text().splitlines()
     influence = np.array([float(r.split(",")[1]) for r in rows[1:]])
     assert len(influence) == 10 and np.all(influence >= 0) and abs(influence.sum() - 1) < 1e-9
-    assert posbias_main(["rollout", "--kernels", str(out / "kernels.npz"), "--causal",
-                         "--out", str(tmp_path / "r")]) == 0
+    assert (
+        posbias_main(["rollout", "--kernels", str(out / "kernels.npz"), "--causal", "--out", str(tmp_path / "r")]) == 0
+    )
 
 
 @pytest.mark.parametrize("name, n, batch", [("llama", 16, 1), ("mistral", 16, 2), ("llama-linear", 12, 1)])
@@ -387,8 +462,10 @@ def test_memory_estimate_bounds_xla(name, n, batch):
     est = estimate(spec, n, 4, tied=tied)
     shapes = jax.tree_util.tree_map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), weights.params(ck, np.float32))
     ids = jax.ShapeDtypeStruct((batch, n), jnp.int32)
-    for fn, predicted in ((capture_fn(spec), est.workspace + (est.sums if batch > 1 else 0) + batch * est.capture),
-                          (influence_fn(spec), est.workspace + batch * est.gradient)):
+    for fn, predicted in (
+        (capture_fn(spec), est.workspace + (est.sums if batch > 1 else 0) + batch * est.capture),
+        (influence_fn(spec), est.workspace + batch * est.gradient),
+    ):
         stats = fn.lower(shapes, ids).compile().memory_analysis()
         xla = stats.temp_size_in_bytes + stats.output_size_in_bytes
         assert xla <= predicted <= 4 * xla, (name, xla, predicted)

@@ -42,13 +42,39 @@ def _stored(folder: Path) -> dict:
 # (out, in), attention output, MLP in, MLP out, LN1, LN2) -- written from the families' source
 # conventions, not from posbias.hf.families.
 LAYOUT = {
-    "bloom": ("h.{t}.", "self_attention.query_key_value", lambda s, h, k, d, kk: h * 3 * kk + s * kk + k, True,
-              "self_attention.dense", "mlp.dense_h_to_4h", "mlp.dense_4h_to_h", "input_layernorm",
-              "post_attention_layernorm"),
-    "gpt2": ("h.{t}.", "attn.c_attn", lambda s, h, k, d, kk: s * d + h * kk + k, False, "attn.c_proj",
-             "mlp.c_fc", "mlp.c_proj", "ln_1", "ln_2"),
-    "mpt": ("blocks.{t}.", "attn.Wqkv", lambda s, h, k, d, kk: s * d + h * kk + k, True, "attn.out_proj",
-            "ffn.up_proj", "ffn.down_proj", "norm_1", "norm_2"),
+    "bloom": (
+        "h.{t}.",
+        "self_attention.query_key_value",
+        lambda s, h, k, d, kk: h * 3 * kk + s * kk + k,
+        True,
+        "self_attention.dense",
+        "mlp.dense_h_to_4h",
+        "mlp.dense_4h_to_h",
+        "input_layernorm",
+        "post_attention_layernorm",
+    ),
+    "gpt2": (
+        "h.{t}.",
+        "attn.c_attn",
+        lambda s, h, k, d, kk: s * d + h * kk + k,
+        False,
+        "attn.c_proj",
+        "mlp.c_fc",
+        "mlp.c_proj",
+        "ln_1",
+        "ln_2",
+    ),
+    "mpt": (
+        "blocks.{t}.",
+        "attn.Wqkv",
+        lambda s, h, k, d, kk: s * d + h * kk + k,
+        True,
+        "attn.out_proj",
+        "ffn.up_proj",
+        "ffn.down_proj",
+        "norm_1",
+        "norm_2",
+    ),
 }
 
 
@@ -64,7 +90,7 @@ def _reference_layer(family: str, t: int) -> dict:
     def tensor(name, shape):
         return stored[pre + name] if pre + name in stored else np.zeros(shape, np.float32)
 
-    def as_in_out(w):   # element (i, o) of the linear map
+    def as_in_out(w):  # element (i, o) of the linear map
         return w.T if out_in else w
 
     ref = {}
@@ -89,7 +115,7 @@ def _reference_layer(family: str, t: int) -> dict:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_params_layout_equals_index_formulas_bit_for_bit(family):
     ck = checkpoint.load(FIXTURES / family)
-    for dtype in (np.float32, None):   # the fixtures are stored in float32: both keep it
+    for dtype in (np.float32, None):  # the fixtures are stored in float32: both keep it
         p = weights.params(ck, dtype)
         assert sorted(p["blocks"]) == sorted(_reference_layer(family, 0))
         for t in range(ck.spec.layers):
@@ -105,7 +131,7 @@ def test_params_peak_is_about_one_model_copy(family):
     """tracemalloc sees NumPy's allocations: the reader's peak stays below 1.5 copies (stacking a list of
     per-layer dicts, as before, holds two)."""
     ck = checkpoint.load(FIXTURES / family)
-    weights.params(ck)   # safetensors' one-time setup outside the trace
+    weights.params(ck)  # safetensors' one-time setup outside the trace
     tracemalloc.start()
     try:
         p = weights.params(ck)
@@ -114,7 +140,7 @@ def test_params_peak_is_about_one_model_copy(family):
         tracemalloc.stop()
     total = sum(v.nbytes for v in jax.tree_util.tree_leaves(p))
     assert total <= peak < 1.5 * total, (peak, total)
-    assert params_bytes(ck.spec, 4, tied=True) == total   # the memory model's (a), tensor by tensor
+    assert params_bytes(ck.spec, 4, tied=True) == total  # the memory model's (a), tensor by tensor
 
 
 def _bfloat16_copy(family: str, folder: Path) -> Path:
@@ -157,6 +183,7 @@ def test_bfloat16_weights_kept_narrow_compute_as_cast_up_front(tmp_path):
 
 # ---------------------------------------------------------------- the memory model against XLA
 
+
 @functools.cache
 def _xla_bytes(family: str, kind: str, batch: int, n: int) -> tuple[int, int]:
     """(temp + output, argument) bytes XLA reports for a float32 function compiled for (B, N) ids:
@@ -171,12 +198,14 @@ def _xla_bytes(family: str, kind: str, batch: int, n: int) -> tuple[int, int]:
 
 def _plain_gradient(spec):
     """The influence gradient without rematerialisation (the estimate's ``gradient_no_remat``)."""
+
     def top1(embedded, params, ids):
         probs = jax.nn.softmax(forward(params, ids, spec, embedded=embedded)[-1])
         return probs[jnp.argmax(jax.lax.stop_gradient(probs))]
 
-    return jax.jit(jax.vmap(lambda p, ids: jnp.linalg.norm(jax.grad(top1)(p["embed"][ids], p, ids), axis=-1),
-                            in_axes=(None, 0)))
+    return jax.jit(
+        jax.vmap(lambda p, ids: jnp.linalg.norm(jax.grad(top1)(p["embed"][ids], p, ids), axis=-1), in_axes=(None, 0))
+    )
 
 
 @pytest.mark.parametrize("family, sizes", [("bloom", ((16, 1), (32, 2))), ("mpt", ((16, 2), (32, 1)))])
@@ -186,8 +215,10 @@ def test_memory_estimate_bounds_xla_within_4x(family, sizes):
     spec = checkpoint.load(FIXTURES / family).spec
     for n, batch in sizes:
         est = estimate(spec, n, 4, tied=True)
-        for kind, predicted in (("capture", est.workspace + (est.sums if batch > 1 else 0) + batch * est.capture),
-                                ("gradient", est.workspace + batch * est.gradient)):
+        for kind, predicted in (
+            ("capture", est.workspace + (est.sums if batch > 1 else 0) + batch * est.capture),
+            ("gradient", est.workspace + batch * est.gradient),
+        ):
             xla, arguments = _xla_bytes(family, kind, batch, n)
             assert xla <= predicted <= 4 * xla, (family, kind, n, batch, xla, predicted)
             # XLA drops the arguments a function does not read (the capture's final LayerNorm)
@@ -211,14 +242,15 @@ def test_seven_billion_figures_from_shapes():
 
     bloom = spec_of(KNOWN["bloom-7b1"])
     d, v, t, h = 4096, 250880, 30, 32
-    count = t * (12 * d * d + 13 * d) + v * d + 2 * d + 2 * d   # blocks, embedding, ln_f, embedding LayerNorm
+    count = t * (12 * d * d + 13 * d) + v * d + 2 * d + 2 * d  # blocks, embedding, ln_f, embedding LayerNorm
     assert params_bytes(bloom, 2, tied=True) == 2 * count and count == 7_069_016_064
     e = estimate(bloom, 2048, 4)
-    assert e.host == 8 * 2 * t * h * 2048 ** 2 + 4 * t * h * 2048 ** 2
-    assert e.capture > 4 * 2 * t * h * 2048 ** 2 > e.gradient   # the stacked kernels dominate the capture
+    assert e.host == 8 * 2 * t * h * 2048**2 + 4 * t * h * 2048**2
+    assert e.capture > 4 * 2 * t * h * 2048**2 > e.gradient  # the stacked kernels dominate the capture
 
 
 # ---------------------------------------------------------------- content fit and the encoder
+
 
 def _lstsq_fit(logits: np.ndarray, read: np.ndarray):
     """b, d, R^2 of b + d [i = j] over the entries ``read``, by numpy.linalg.lstsq per (t, h)."""
@@ -276,7 +308,7 @@ def test_encoder_influence_is_the_jacobian_frobenius_norm_and_fit_reads_every_en
     m = measure(p, spec, ids[None])
     with jax.enable_x64(True):
         jac = jax.jacfwd(lambda e: forward(p, ids, spec, embedded=e)[-1])(jnp.asarray(p["embed"][ids]))
-    norms = np.sqrt((np.asarray(jac) ** 2).sum(axis=(0, 2)))   # (D, N, D) -> (N,)
+    norms = np.sqrt((np.asarray(jac) ** 2).sum(axis=(0, 2)))  # (D, N, D) -> (N,)
     np.testing.assert_allclose(m.grad_norms[0], norms, rtol=1e-10)
     b, d, _ = _lstsq_fit(m.content_mean, np.ones((6, 6), bool))
     np.testing.assert_allclose(m.content.background_raw, b, atol=1e-12)

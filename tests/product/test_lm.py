@@ -39,6 +39,7 @@ def random_params(config: ModelConfig, seed: int = 0, scale: float = 0.5) -> dic
 
 # ---------------------------------------------------------------- NumPy reference forward
 
+
 def np_layer_norm(x, g, b):
     mu = x.mean(-1, keepdims=True)
     var = ((x - mu) ** 2).mean(-1, keepdims=True)
@@ -46,7 +47,7 @@ def np_layer_norm(x, g, b):
 
 
 def np_gelu_tanh(u):
-    return 0.5 * u * (1 + np.tanh(np.sqrt(2 / np.pi) * (u + 0.044715 * u ** 3)))
+    return 0.5 * u * (1 + np.tanh(np.sqrt(2 / np.pi) * (u + 0.044715 * u**3)))
 
 
 def np_attention(x, p, t, slopes, head_dim):
@@ -76,8 +77,11 @@ def np_lambdas(params, config, tokens):
         lam.append(np.mean(np.linalg.norm(a, axis=1) / (np.linalg.norm(x, axis=1) + np.linalg.norm(a, axis=1))))
         y = x + a
         u = np_layer_norm(y, params["blocks/ln2_g"][t], params["blocks/ln2_b"][t])
-        x = y + np_gelu_tanh(u @ params["blocks/w1"][t] + params["blocks/b1"][t]) @ params["blocks/w2"][t] \
+        x = (
+            y
+            + np_gelu_tanh(u @ params["blocks/w1"][t] + params["blocks/b1"][t]) @ params["blocks/w2"][t]
             + params["blocks/b2"][t]
+        )
     return np.array(lam)
 
 
@@ -90,11 +94,11 @@ def test_lambda_equals_numpy_hand_computation():
     params = random_params(SMALL, seed=1)
     seqs = np.random.default_rng(2).integers(0, 256, size=(3, 7))
     m = measure(params, SMALL, seqs, memory=10**9, influence=False)
-    by_hand = np.array([np_lambdas(params, SMALL, s) for s in seqs])   # (S, T)
+    by_hand = np.array([np_lambdas(params, SMALL, s) for s in seqs])  # (S, T)
     assert np.abs(m.lambda_per_sequence - by_hand).max() < 1e-12
     assert np.abs(m.lambdas - by_hand.mean(axis=0)).max() < 1e-12
     assert np.abs(m.lambda_std - by_hand.std(axis=0)).max() < 1e-12
-    assert np.all((m.lambdas > 0.05) & (m.lambdas < 0.95))   # a non-degenerate case
+    assert np.all((m.lambdas > 0.05) & (m.lambdas < 0.95))  # a non-degenerate case
 
 
 def test_influence_gradients_match_central_differences():
@@ -104,8 +108,9 @@ def test_influence_gradients_match_central_differences():
     tokens = np.array([[5, 77, 200, 31, 9]])
     m = measure(params, SMALL, tokens, memory=10**9)
     with jax.enable_x64(True):
-        p = jax.tree_util.tree_map(jnp.asarray,
-                                   __import__("posbias.lm.model", fromlist=["unflatten"]).unflatten(params))
+        p = jax.tree_util.tree_map(
+            jnp.asarray, __import__("posbias.lm.model", fromlist=["unflatten"]).unflatten(params)
+        )
         top = int(np.argmax(np.asarray(jax.nn.softmax(forward(p, tokens[0], SMALL)[-1]))))
         f = jax.jit(lambda e: jax.nn.softmax(forward(p, tokens[0], SMALL, embedded=e)[-1])[top])
         e0 = np.asarray(params["embed"])[tokens[0]]
@@ -161,7 +166,7 @@ def test_content_fit_recovers_background_and_diagonal():
     b = np.array([[1.5, -2.0]])
     d = np.array([[0.25, 3.0]])
     logits = b[..., None, None] + d[..., None, None] * np.eye(n)
-    logits = logits + np.triu(np.full((n, n), 99.0), 1)   # entries above the diagonal are ignored
+    logits = logits + np.triu(np.full((n, n), 99.0), 1)  # entries above the diagonal are ignored
     fit = content_fit(logits, np.full(1, 1 / np.sqrt(dh)))
     assert np.allclose(fit.background_raw, b, atol=1e-14) and np.allclose(fit.diagonal_raw, d, atol=1e-14)
     assert np.allclose(fit.background_scaled, b / 4, atol=1e-14) and np.allclose(fit.diagonal_scaled, d / 4)
@@ -171,6 +176,7 @@ def test_content_fit_recovers_background_and_diagonal():
 
 
 # ---------------------------------------------------------------- training, CLI
+
 
 def unigram_validation_bits() -> float:
     """Recomputed here from pydoc_data and docs/lm.md's validation topics: add-one byte
@@ -195,9 +201,9 @@ def test_ci_training_beats_the_unigram_baseline(ci_run, capsys):
     summary = json.loads((ci_run / "train.json").read_text())
     unigram = unigram_validation_bits()
     assert abs(summary["unigram_val_bpb"] - unigram) < 1e-12
-    assert summary["history"][0]["val_bpb"] > summary["val_bpb"]        # it learned during the run
-    assert summary["val_bpb"] < unigram - 1.0                           # well below the baseline
-    assert jax.config.jax_enable_x64          # the caller's (conftest's) global setting is untouched
+    assert summary["history"][0]["val_bpb"] > summary["val_bpb"]  # it learned during the run
+    assert summary["val_bpb"] < unigram - 1.0  # well below the baseline
+    assert jax.config.jax_enable_x64  # the caller's (conftest's) global setting is untouched
     params = np.load(ci_run / "checkpoint.npz")
     assert params["params/embed"].dtype == np.float32
 
@@ -210,8 +216,19 @@ def test_measure_writes_files_rollout_reads(ci_run, tmp_path, capsys):
     out = tmp_path / "m"
     assert lm_cli.main(["measure", str(ci_run), "--tokens", "48", "--samples", "6", "--out", str(out), "--quiet"]) == 0
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted(["rollout.yaml", "kernels.npz", "attention.npz", "influence.csv", "lambda.csv",
-                            "content.csv", "measure.json", "lambda.png", "bias_fit.json"])
+    assert names == sorted(
+        [
+            "rollout.yaml",
+            "kernels.npz",
+            "attention.npz",
+            "influence.csv",
+            "lambda.csv",
+            "content.csv",
+            "measure.json",
+            "lambda.png",
+            "bias_fit.json",
+        ]
+    )
     model = load_config(out / "rollout.yaml")
     lam = np.loadtxt(out / "lambda.csv", delimiter=",", skiprows=1)
     assert model.num_tokens == 48 and model.stack.num_layers == 2 and model.stack.num_heads == 4
@@ -227,8 +244,19 @@ def test_measure_writes_files_rollout_reads(ci_run, tmp_path, capsys):
 
 def test_resume_after_sigkill_equals_uninterrupted(ci_run, tmp_path):
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "posbias.lm.cli", "train", "--preset", "ci", "--out", str(out), "--quiet",
-           "--checkpoint-every", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "posbias.lm.cli",
+        "train",
+        "--preset",
+        "ci",
+        "--out",
+        str(out),
+        "--quiet",
+        "--checkpoint-every",
+        "1",
+    ]
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -273,8 +301,10 @@ def test_bad_measure_input_one_line_exit_2_nothing_written(ci_run, tmp_path, cap
     truncated.mkdir()
     data = (ci_run / "checkpoint.npz").read_bytes()
     (truncated / "checkpoint.npz").write_bytes(data[: len(data) // 2])
-    cases += [(["measure", str(garbage), "--out", str(out)], "corrupt checkpoint"),
-              (["measure", str(truncated), "--out", str(out)], "corrupt checkpoint")]
+    cases += [
+        (["measure", str(garbage), "--out", str(out)], "corrupt checkpoint"),
+        (["measure", str(truncated), "--out", str(out)], "corrupt checkpoint"),
+    ]
     for argv, needle in cases:
         _one_error_line(capsys, lm_cli.main(argv), needle)
         assert not out.exists()
@@ -285,10 +315,14 @@ def test_bad_train_input_one_line_exit_2(ci_run, tmp_path, capsys):
     a_file = tmp_path / "file"
     a_file.write_text("x")
     _one_error_line(capsys, lm_cli.main(["train", "--preset", "ci", "--out", str(a_file)]), "not a folder")
-    _one_error_line(capsys, lm_cli.main(["train", "--preset", "ci", "--out", str(ci_run), "--seed", "1"]),
-                    "another run (train.seed")
-    _one_error_line(capsys, lm_cli.main(["train", "--preset", "ci", "--heads", "3", "--out", str(tmp_path / "h")]),
-                    "not a multiple of heads")
+    _one_error_line(
+        capsys, lm_cli.main(["train", "--preset", "ci", "--out", str(ci_run), "--seed", "1"]), "another run (train.seed"
+    )
+    _one_error_line(
+        capsys,
+        lm_cli.main(["train", "--preset", "ci", "--heads", "3", "--out", str(tmp_path / "h")]),
+        "not a multiple of heads",
+    )
     assert not (tmp_path / "h").exists()
 
 
@@ -296,6 +330,7 @@ def test_posbias_command_has_measure(ci_run, tmp_path, capsys):
     """Through the posbias command itself (needs posbias/cli.py to wire posbias.lm.cli)."""
     from posbias.cli import main as posbias_main
 
-    _one_error_line(capsys, posbias_main(["measure", str(ci_run), "--samples", "0", "--out", str(tmp_path / "o")]),
-                    "--samples")
+    _one_error_line(
+        capsys, posbias_main(["measure", str(ci_run), "--samples", "0", "--out", str(tmp_path / "o")]), "--samples"
+    )
     assert not (tmp_path / "o").exists()

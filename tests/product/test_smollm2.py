@@ -32,9 +32,16 @@ def ck():
 
 def test_the_file_reads_as_the_published_architecture(ck):
     c = ck.config
-    assert (c["model_type"], c["num_hidden_layers"], c["num_attention_heads"], c["num_key_value_heads"],
-            c["hidden_size"], c["head_dim"], c["intermediate_size"], c["vocab_size"]) == \
-        ("llama", 30, 9, 3, 576, 64, 1536, 49152)
+    assert (
+        c["model_type"],
+        c["num_hidden_layers"],
+        c["num_attention_heads"],
+        c["num_key_value_heads"],
+        c["hidden_size"],
+        c["head_dim"],
+        c["intermediate_size"],
+        c["vocab_size"],
+    ) == ("llama", 30, 9, 3, 576, 64, 1536, 49152)
     assert c["rope_theta"] == 100000.0 and c["rms_norm_eps"] == float(np.float32(1e-5))
     assert c["tie_word_embeddings"] is True and not ck.has("lm_head.weight") and ck.permuted
     types = {t.tensor_type.name for t in ck.files.values()}
@@ -42,16 +49,18 @@ def test_the_file_reads_as_the_published_architecture(ck):
     assert ck.files["model.embed_tokens.weight"].tensor_type.name == "Q8_0"
     tok = ck.tokenizer()
     ids = tok.encode("Hello world").ids
-    assert ids and 1 not in ids          # add_bos_token is false: no <|im_start|> (id 1) prepended
-    assert tok.encode("<|im_start|>user").ids[0] == 1   # control tokens match whole
+    assert ids and 1 not in ids  # add_bos_token is false: no <|im_start|> (id 1) prepended
+    assert tok.encode("<|im_start|>user").ids[0] == 1  # control tokens match whole
 
 
 def test_measure_on_the_real_model(tmp_path):
     from posbias.cli import main
 
     out = tmp_path / "m"
-    assert main(["measure", str(smollm2.path()), "--tokens", str(N), "--samples", str(S), "--out", str(out),
-                 "--quiet"]) == 0
+    assert (
+        main(["measure", str(smollm2.path()), "--tokens", str(N), "--samples", str(S), "--out", str(out), "--quiet"])
+        == 0
+    )
     report = json.loads((out / "report.json").read_text())
     assert report["model_type"] == "llama" and report["num_tokens"] == N and report["samples"] == S
     lam = np.loadtxt(out / "lambdas.csv", delimiter=",", skiprows=1)
@@ -76,8 +85,9 @@ def test_transformers_reads_the_same_model(ck):
     from posbias.hf import forward, weights
 
     folder, name = smollm2.path().parent, smollm2.path().name
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
-                                                 attn_implementation="eager").eval()
+    model = AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=name, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
     state = model.state_dict()
     for full in ck.files:
         assert np.array_equal(ck.top_level(full), state[full].numpy()), full

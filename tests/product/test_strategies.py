@@ -87,13 +87,19 @@ def test_alibi_stacks_are_valid(stack):
 
 def test_edge_cases_are_reached():
     # exact zeros and saturated rows in float kernels; lambda exactly 0 and 1 in one schedule
-    find(ps.causal_kernels(max_tokens=5), lambda k: np.any(np.tril(k) == 0) and np.any((k > 0) & (k < 1e-300)) or
-         np.any(np.tril(k, -1) == 1.0), settings=FIND)
+    find(
+        ps.causal_kernels(max_tokens=5),
+        lambda k: np.any(np.tril(k) == 0) and np.any((k > 0) & (k < 1e-300)) or np.any(np.tril(k, -1) == 1.0),
+        settings=FIND,
+    )
     find(ps.lambda_schedules(max_layers=6), lambda lam: 0.0 in lam and 1.0 in lam, settings=FIND)
     for kind in (Causal, SlidingWindow, Prefix, Full):
         find(ps.masks(), lambda m, kind=kind: isinstance(m, kind), settings=FIND)
-    find(ps.alibi_stacks(max_heads=4), lambda s: s.num_heads == 4 and s.temperature != 1.0
-         and np.any(s.diagonal != 0), settings=FIND)
+    find(
+        ps.alibi_stacks(max_heads=4),
+        lambda s: s.num_heads == 4 and s.temperature != 1.0 and np.any(s.diagonal != 0),
+        settings=FIND,
+    )
 
 
 @pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")  # repr of a 64 x 32 stack
@@ -101,8 +107,11 @@ def test_deep_sizes_are_reached():
     deep = ps.SIZES["deep"]
     assert deep.max_tokens >= 512 and deep.max_layers >= 64 and deep.max_heads >= 32
     first = settings(FIND, phases=[Phase.generate])  # the first draw; no shrinking of a 64 x 32 stack
-    stack, n = find(ps.alibi_cases("deep", num_layers=deep.max_layers, num_heads=deep.max_heads,
-                                   num_tokens=deep.max_tokens), lambda c: True, settings=first)
+    stack, n = find(
+        ps.alibi_cases("deep", num_layers=deep.max_layers, num_heads=deep.max_heads, num_tokens=deep.max_tokens),
+        lambda c: True,
+        settings=first,
+    )
     assert (stack.num_layers, stack.num_heads, n) == (64, 32, 512)
     p = Structured().profile(stack, n).probabilities
     assert abs(float(np.sum(p)) - 1) < 1e-9

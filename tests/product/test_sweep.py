@@ -59,8 +59,12 @@ def test_table_rows_equal_independent_single_model_runs(tmp_path):
                 row = table[k]
                 k += 1
                 assert (row["lambda"], row["mask"]) == (lam, mask) and math.isclose(row["slope_scale"], scale)
-                stack = posbias.AlibiStack.build([lam] * 4, posbias.alibi_slopes(4) * row["slope_scale"],
-                                                 diagonal=1.0, mask=posbias.numerics.masks.parse(mask))
+                stack = posbias.AlibiStack.build(
+                    [lam] * 4,
+                    posbias.alibi_slopes(4) * row["slope_scale"],
+                    diagonal=1.0,
+                    mask=posbias.numerics.masks.parse(mask),
+                )
                 dense = posbias.profile(stack, 16, engine="dense").probabilities  # independent route
                 p = np.asarray(row["profile"])
                 assert abs(p.sum() - 1) < 1e-12
@@ -77,14 +81,17 @@ def test_table_rows_equal_independent_single_model_runs(tmp_path):
 
 
 def test_zip_and_power_decay_axes(tmp_path):
-    spec = _spec(tmp_path, """\
+    spec = _spec(
+        tmp_path,
+        """\
 base: {heads: 2, tokens: 8, schedule: "power_decay:0.5,1.0"}
 axes:
   lambda0: [0.3, 0.6]
   beta: [0.5, 2.0]
   layers: [1, 3]
 zip: [[lambda0, beta]]
-""")
+""",
+    )
     assert _sweep(spec, "--out", tmp_path / "out", "--quiet") == 0
     rows = read_table(tmp_path / "out").to_pylist()
     got = [(r["lambda0"], r["beta"], r["layers"]) for r in rows]
@@ -93,27 +100,51 @@ zip: [[lambda0, beta]]
         assert math.isclose(r["sum_lambda"], sum(r["lambda0"] / (t + 1) ** r["beta"] for t in range(r["layers"])))
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("base: {layers: 2, heads: 2, tokens: 8, schedule: 'constant:0.5'}\naxes: {lamda: [0.5]}\n",
-     "axes.lamda: unknown axis"),
-    ("base: {layers: 2, heads: 2, tokens: 8, schedule: 'constant:0.5'}\naxes: {lambda: []}\n",
-     "axes.lambda: empty axis"),
-    ("base: {layers: 2, heads: 2, tokens: 8, schedule: 'constant:0.5'}\naxes: {lambda: [0.5, 1.5]}\n",
-     "axes.lambda[1]: lambda = 1.5, expected a value in [0, 1]"),
-    ("base: {layers: 2, heads: 2, tokens: 8, schedule: 'constant:0.5'}\naxes: {tokens: [8, 0]}\n",
-     "axes.tokens[1]: tokens = 0, expected an integer between 1 and 2^53"),
-    ("base: {layers: 2, heads: 2, tokens: 8, schedule: 'constant:0.5'}\naxes: {lambda0: [0.5]}\n",
-     "axis lambda0 alone needs a power_decay base schedule"),
-    ("base: {layers: 2, heads: 2, tokens: 8, schedule: 'constant:0.5'}\naxes: {lambda: [0.1, 0.2], "
-     "slope_scale: [1]}\nzip: [[lambda, slope_scale]]\n", "zipped axes need equal lengths"),
-    ("base: {layers: 2, heads: 2, tokens: 8, schedule: 'constant:0.5'}\naxes: {mask: [causal, 'window:0']}\n",
-     "axes.mask[1]: mask 'window:0'"),
-    ("base: {layers: 2, heads: 2, tokens: 8, schedule: 'constant:0.5'}\naxes: {lambda: {linspace: [0, 1, 1001]}, "
-     "slope_scale: {linspace: [0, 1, 1001]}}\n", "more than 1,000,000 (use --force"),
-    ("base: {layers: 2, tokens: 8, schedule: 'constant:0.5'}\naxes: {lambda: [0.5]}\n", "base.heads is missing"),
-    ("base: {layers: 2, heads: 2, tokens: 8, schedule: 'constant:0.5'}\naxes: {lambda: [0.5]}\nengine: gpu\n",
-     "engine: expected one of auto"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            "base: {layers: 2, heads: 2, tokens: 8, schedule: 'constant:0.5'}\naxes: {lamda: [0.5]}\n",
+            "axes.lamda: unknown axis",
+        ),
+        (
+            "base: {layers: 2, heads: 2, tokens: 8, schedule: 'constant:0.5'}\naxes: {lambda: []}\n",
+            "axes.lambda: empty axis",
+        ),
+        (
+            "base: {layers: 2, heads: 2, tokens: 8, schedule: 'constant:0.5'}\naxes: {lambda: [0.5, 1.5]}\n",
+            "axes.lambda[1]: lambda = 1.5, expected a value in [0, 1]",
+        ),
+        (
+            "base: {layers: 2, heads: 2, tokens: 8, schedule: 'constant:0.5'}\naxes: {tokens: [8, 0]}\n",
+            "axes.tokens[1]: tokens = 0, expected an integer between 1 and 2^53",
+        ),
+        (
+            "base: {layers: 2, heads: 2, tokens: 8, schedule: 'constant:0.5'}\naxes: {lambda0: [0.5]}\n",
+            "axis lambda0 alone needs a power_decay base schedule",
+        ),
+        (
+            "base: {layers: 2, heads: 2, tokens: 8, schedule: 'constant:0.5'}\naxes: {lambda: [0.1, 0.2], "
+            "slope_scale: [1]}\nzip: [[lambda, slope_scale]]\n",
+            "zipped axes need equal lengths",
+        ),
+        (
+            "base: {layers: 2, heads: 2, tokens: 8, schedule: 'constant:0.5'}\naxes: {mask: [causal, 'window:0']}\n",
+            "axes.mask[1]: mask 'window:0'",
+        ),
+        (
+            "base: {layers: 2, heads: 2, tokens: 8, schedule: 'constant:0.5'}\n"
+            "axes: {lambda: {linspace: [0, 1, 1001]}, "
+            "slope_scale: {linspace: [0, 1, 1001]}}\n",
+            "more than 1,000,000 (use --force",
+        ),
+        ("base: {layers: 2, tokens: 8, schedule: 'constant:0.5'}\naxes: {lambda: [0.5]}\n", "base.heads is missing"),
+        (
+            "base: {layers: 2, heads: 2, tokens: 8, schedule: 'constant:0.5'}\naxes: {lambda: [0.5]}\nengine: gpu\n",
+            "engine: expected one of auto",
+        ),
+    ],
+)
 def test_bad_specs_one_line_exit_2_nothing_written(tmp_path, capsys, text, expected):
     spec = _spec(tmp_path, text)
     out = tmp_path / "out"
@@ -124,8 +155,7 @@ def test_bad_specs_one_line_exit_2_nothing_written(tmp_path, capsys, text, expec
 
 
 def test_a_point_that_cannot_fit_is_refused_with_its_estimate(tmp_path, capsys):
-    spec = _spec(tmp_path, "base: {layers: 8, heads: 4, tokens: 64, schedule: 'constant:0.5'}\n"
-                           "axes: {lambda: [0.5]}\n")
+    spec = _spec(tmp_path, "base: {layers: 8, heads: 4, tokens: 64, schedule: 'constant:0.5'}\naxes: {lambda: [0.5]}\n")
     assert _sweep(spec, "--out", tmp_path / "out", "--memory-budget", "1K") == 2
     err = capsys.readouterr().err
     assert "one point of shape T = 8, H = 4, N = 64 (causal) needs about" in err and "memory budget of 1.0 KiB" in err
@@ -206,11 +236,29 @@ def test_plot_heatmap_and_curves(tmp_path, capsys):
     assert plot_main([str(out)]) == 0
     png = out / "heatmap-u_shape.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert plot_main([str(out), "--x", "slope_scale", "--y", "mask", "--metric", "p_first", "--reduce", "first",
-                      "--out", str(tmp_path / "f.png")]) == 0
+    assert (
+        plot_main(
+            [
+                str(out),
+                "--x",
+                "slope_scale",
+                "--y",
+                "mask",
+                "--metric",
+                "p_first",
+                "--reduce",
+                "first",
+                "--out",
+                str(tmp_path / "f.png"),
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "f.png").is_file()
-    assert plot_main([str(out), "--kind", "curves", "--x", "slope_scale", "--series", "lambda",
-                      "--at", "mask=causal"]) == 0
+    assert (
+        plot_main([str(out), "--kind", "curves", "--x", "slope_scale", "--series", "lambda", "--at", "mask=causal"])
+        == 0
+    )
     assert (out / "curves-p_first.png").is_file()
     capsys.readouterr()
     assert plot_main([str(out), "--x", "depth"]) == 2
@@ -223,8 +271,9 @@ def test_posbias_command_runs_sweep_and_plot(tmp_path):
     exe = shutil.which("posbias", path=str(Path(sys.executable).parent))
     assert exe is not None
     spec = _spec(tmp_path, TINY)
-    res = subprocess.run([exe, "sweep", str(spec), "--out", str(tmp_path / "out")], capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run(
+        [exe, "sweep", str(spec), "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300
+    )
     assert res.returncode == 0, res.stderr
     assert "18 points" in res.stdout
     res = subprocess.run([exe, "plot", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)

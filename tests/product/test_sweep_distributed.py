@@ -28,14 +28,23 @@ HANG_GUARD_S = 600
 
 def _env(devices: int) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_") and k != "XLA_FLAGS"}
-    env.update(JAX_PLATFORMS="cpu", POSBIAS_NATIVE="0",
-               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    env.update(JAX_PLATFORMS="cpu", POSBIAS_NATIVE="0", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
     return env
 
 
 def _cmd(spec, out, *extra):
-    return [sys.executable, "-m", "posbias.sweep.cli", str(spec), "--out", str(out), "--batch-size", "5",
-            "--quiet", *map(str, extra)]
+    return [
+        sys.executable,
+        "-m",
+        "posbias.sweep.cli",
+        str(spec),
+        "--out",
+        str(out),
+        "--batch-size",
+        "5",
+        "--quiet",
+        *map(str, extra),
+    ]
 
 
 def _run(cmd, env, cwd):
@@ -72,9 +81,17 @@ def test_two_jax_distributed_processes_give_the_one_process_table(tmp_path):
     _run(_cmd(spec, tmp_path / "single"), env, tmp_path)
     out = tmp_path / "multi"
     coordinator = f"localhost:{_free_port()}"
-    procs = [subprocess.Popen(_cmd(spec, out, "--coordinator", coordinator, "--num-processes", 2, "--process-id", i),
-                              env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            _cmd(spec, out, "--coordinator", coordinator, "--num-processes", 2, "--process-id", i),
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in (0, 1)
+    ]
     for p in procs:
         _, err = p.communicate(timeout=HANG_GUARD_S)
         assert p.returncode == 0, err[-2000:]
@@ -86,5 +103,7 @@ def test_two_jax_distributed_processes_give_the_one_process_table(tmp_path):
         by_process.setdefault(b["process"], set()).add(int(index))
     assert set(by_process) == {0, 1}
     assert all(i % 2 == p for p, idx in by_process.items() for i in idx)  # batch index % P == process
-    assert sorted(Path(out).glob("manifest-process-*.json")) == [out / "manifest-process-0.json",
-                                                                  out / "manifest-process-1.json"]
+    assert sorted(Path(out).glob("manifest-process-*.json")) == [
+        out / "manifest-process-0.json",
+        out / "manifest-process-1.json",
+    ]

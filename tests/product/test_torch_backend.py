@@ -38,22 +38,34 @@ def both(request):
     ck = checkpoint.load(folder)
     seqs = _sequences(folder)
     jax_m = jax_measure(weights.params(ck, None), ck.spec, seqs)
-    torch_m = torch_backend.measure(torch_backend.load(folder), seqs, batch=2)   # 2 + 1: two batches
+    torch_m = torch_backend.measure(torch_backend.load(folder), seqs, batch=2)  # 2 + 1: two batches
     return request.param, jax_m, torch_m
 
 
 def test_backends_agree_on_the_fixture(both):
     family, a, b = both
     assert a.lambdas.min() > 0 and a.lambdas.max() < 1
-    for name in ("lambdas", "lambda_std", "kernels", "kernels_per_head", "kernels_value", "value_norms", "influence",
-                 "grad_norms"):
+    for name in (
+        "lambdas",
+        "lambda_std",
+        "kernels",
+        "kernels_per_head",
+        "kernels_value",
+        "value_norms",
+        "influence",
+        "grad_norms",
+    ):
         x, y = getattr(a, name), getattr(b, name)
         assert x.shape == y.shape, (family, name)
         np.testing.assert_allclose(y, x, rtol=0, atol=TOL, err_msg=f"{family} {name}")
     scale = np.abs(a.content_mean).max()
     np.testing.assert_allclose(b.content_mean, a.content_mean, rtol=0, atol=TOL * scale)
-    np.testing.assert_allclose(b.content.diagonal_scaled, a.content.diagonal_scaled, rtol=0,
-                               atol=TOL * max(1.0, np.abs(a.content.diagonal_scaled).max()))
+    np.testing.assert_allclose(
+        b.content.diagonal_scaled,
+        a.content.diagonal_scaled,
+        rtol=0,
+        atol=TOL * max(1.0, np.abs(a.content.diagonal_scaled).max()),
+    )
     assert abs(b.influence.sum() - 1) < 1e-12
     assert np.abs(b.kernels_value.sum(axis=-1) - 1).max() < 1e-12
 
@@ -62,18 +74,48 @@ def _tiny_config(model_type: str):
     """A two-layer random model of ``model_type`` (4 heads, 2 key/value heads where it has them)."""
     from transformers import AutoConfig
 
-    small = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, max_position_embeddings=64, head_dim=8)
-    names = {"gpt2": dict(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=64),
-             "bloom": dict(vocab_size=64, hidden_size=32, n_layer=2, n_head=4),
-             "opt": dict(vocab_size=64, hidden_size=32, ffn_dim=48, num_hidden_layers=2, num_attention_heads=4,
-                         max_position_embeddings=64, word_embed_proj_dim=32),
-             "gpt_neox": dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                              num_attention_heads=4, max_position_embeddings=64),
-             "phi": dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                         num_attention_heads=4, max_position_embeddings=64)}
-    return AutoConfig.for_model(model_type, **names.get(model_type, small), bos_token_id=0, eos_token_id=0,
-                                pad_token_id=0)
+    small = dict(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        head_dim=8,
+    )
+    names = {
+        "gpt2": dict(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=64),
+        "bloom": dict(vocab_size=64, hidden_size=32, n_layer=2, n_head=4),
+        "opt": dict(
+            vocab_size=64,
+            hidden_size=32,
+            ffn_dim=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=64,
+            word_embed_proj_dim=32,
+        ),
+        "gpt_neox": dict(
+            vocab_size=64,
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=64,
+        ),
+        "phi": dict(
+            vocab_size=64,
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=64,
+        ),
+    }
+    return AutoConfig.for_model(
+        model_type, **names.get(model_type, small), bos_token_id=0, eos_token_id=0, pad_token_id=0
+    )
 
 
 @pytest.mark.parametrize("model_type", sorted(torch_backend.LAYOUTS))
@@ -122,19 +164,21 @@ def test_value_norms_recomputed_in_numpy_from_the_fixture_weights():
     h = (x - mu) / np.sqrt(var + 1e-5) * w["h.0.ln_1.weight"] + w["h.0.ln_1.bias"]
     qkv = h @ w["h.0.attn.c_attn.weight"] + w["h.0.attn.c_attn.bias"]
     d, heads = 32, 4
-    q, k, v = (qkv[:, i * d:(i + 1) * d].reshape(-1, heads, 8).transpose(1, 0, 2) for i in range(3))
+    q, k, v = (qkv[:, i * d : (i + 1) * d].reshape(-1, heads, 8).transpose(1, 0, 2) for i in range(3))
     logits = np.einsum("hik,hjk->hij", q, k) / np.sqrt(8)
     n = len(ids)
     logits = np.where(np.tril(np.ones((n, n), bool)), logits, -np.inf)
     probs = np.exp(logits - logits.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     wo = w["h.0.attn.c_proj.weight"].reshape(heads, 8, d)
-    norms = np.linalg.norm(np.einsum("hjk,hkd->hjd", v, wo), axis=-1)           # (H, N)
+    norms = np.linalg.norm(np.einsum("hjk,hkd->hjd", v, wo), axis=-1)  # (H, N)
     weighted = probs * norms[:, None, :]
     kernel = (weighted / weighted.sum(-1, keepdims=True)).mean(0)
     ck = checkpoint.load(folder)
-    for m in (jax_measure(weights.params(ck, None), ck.spec, seqs),
-              torch_backend.measure(torch_backend.load(folder), seqs)):
+    for m in (
+        jax_measure(weights.params(ck, None), ck.spec, seqs),
+        torch_backend.measure(torch_backend.load(folder), seqs),
+    ):
         np.testing.assert_allclose(m.value_norms[0], norms, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(m.kernels_value[0], kernel, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(m.kernels_per_head[0], probs, rtol=1e-10, atol=1e-12)

@@ -43,8 +43,11 @@ def test_panels_against_independent_routes(run):
     panels = predictions(m, slopes)
     for p in panels.values():
         assert abs(p.sum() - 1) < 1e-12 and np.all(p >= 0)
-    dense = {"a": nx.AlibiStack.build(np.ones(2), slopes), "b": nx.AlibiStack.build(m.lambdas, slopes),
-             "c": nx.AlibiStack.build(m.lambdas, slopes, m.content.diagonal_scaled)}
+    dense = {
+        "a": nx.AlibiStack.build(np.ones(2), slopes),
+        "b": nx.AlibiStack.build(m.lambdas, slopes),
+        "c": nx.AlibiStack.build(m.lambdas, slopes, m.content.diagonal_scaled),
+    }
     for key, stack in dense.items():
         assert np.max(np.abs(panels[key] - nx.profile(stack, 12, engine="dense").probabilities)) < 1e-13
     assert np.max(np.abs(panels["e"] - _numpy_rollout_last_row(np.asarray(m.kernels, float), m.lambdas))) < 1e-13
@@ -52,8 +55,10 @@ def test_panels_against_independent_routes(run):
 
 def test_command_writes_the_report_and_profiles(run, tmp_path, capsys):
     out = tmp_path / "v"
-    assert main(["validate", "--checkpoint", str(run), "--lengths", "8,16", "--samples", "3", "--out", str(out),
-                 "--json"]) == 0
+    assert (
+        main(["validate", "--checkpoint", str(run), "--lengths", "8,16", "--samples", "3", "--out", str(out), "--json"])
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert sorted(report) == ["16", "8", "sinks"] and sorted(report["sinks"]) == ["16", "8"]
     assert sorted(report["16"]) == ["a", "b", "c", "e", "f", "flat", "g", "h", "i", "uniform"]
@@ -70,11 +75,14 @@ def test_command_writes_the_report_and_profiles(run, tmp_path, capsys):
     assert (out / "validate.png").read_bytes()[:4] == b"\x89PNG"
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--checkpoint", "missing-run"], "no such file or folder"),
-    (["--lengths", "8,32"], "longer than the model's context 16"),
-    (["--samples", "0"], "positive integer"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--checkpoint", "missing-run"], "no such file or folder"),
+        (["--lengths", "8,32"], "longer than the model's context 16"),
+        (["--samples", "0"], "positive integer"),
+    ],
+)
 def test_bad_input_one_line_exit_2_nothing_written(run, tmp_path, capsys, argv, message):
     argv = [a if a != "missing-run" else str(tmp_path / "missing-run") for a in argv]
     if "--checkpoint" not in argv:

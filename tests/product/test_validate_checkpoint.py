@@ -44,8 +44,20 @@ def runs(tmp_path_factory):
     out = {}
     for family in FAMILIES:
         extra = ["--data", str(_jsonl(root / "docs.jsonl"))] if family == "gpt2" else []
-        code = main(["validate", "--checkpoint", str(FIXTURES / family), "--lengths", "16,32", "--samples", "2",
-                     "--out", str(root / family), *extra])
+        code = main(
+            [
+                "validate",
+                "--checkpoint",
+                str(FIXTURES / family),
+                "--lengths",
+                "16,32",
+                "--samples",
+                "2",
+                "--out",
+                str(root / family),
+                *extra,
+            ]
+        )
         out[family] = (code, root / family)
     return out
 
@@ -150,10 +162,12 @@ def test_encoder_predictions_use_the_full_mask():
     panels = predictions(m, slopes, causal=False)
     ones = np.ones(len(m.lambdas))
     zero = np.zeros_like(m.content.diagonal_scaled)
-    expected = {"a": _dense_profile(slopes, ones, zero, m.num_tokens, causal=False),
-                "b": _dense_profile(slopes, m.lambdas, zero, m.num_tokens, causal=False),
-                "c": _dense_profile(slopes, m.lambdas, m.content.diagonal_scaled, m.num_tokens, causal=False),
-                "e": _kernel_rollout(m.kernels, m.lambdas)}
+    expected = {
+        "a": _dense_profile(slopes, ones, zero, m.num_tokens, causal=False),
+        "b": _dense_profile(slopes, m.lambdas, zero, m.num_tokens, causal=False),
+        "c": _dense_profile(slopes, m.lambdas, m.content.diagonal_scaled, m.num_tokens, causal=False),
+        "e": _kernel_rollout(m.kernels, m.lambdas),
+    }
     for key, value in expected.items():
         assert np.max(np.abs(panels[key] - value)) < 1e-13
     causal_a = _dense_profile(slopes, ones, zero, m.num_tokens)
@@ -180,8 +194,22 @@ def test_encoder_spec_runs_with_the_full_mask(tmp_path, monkeypatch):
 
     monkeypatch.setattr(checkpoint, "load", as_encoder)
     out = tmp_path / "enc"
-    assert main(["validate", "--checkpoint", str(FIXTURES / "bloom"), "--lengths", "16", "--samples", "2",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "validate",
+                "--checkpoint",
+                str(FIXTURES / "bloom"),
+                "--lengths",
+                "16",
+                "--samples",
+                "2",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     spec = real_load(FIXTURES / "bloom").spec
     a = _profile(out / "profiles" / "16" / "a.csv")
     full = _dense_profile(hf_slopes(spec), np.ones(spec.layers), np.zeros((spec.layers, spec.heads)), 16, False)
@@ -195,14 +223,17 @@ def _copy(family: str, tmp_path: Path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("case,message", [
-    ("unknown-type", "model_type 'no_such_family' is not supported; supported model_type values: "),
-    ("too-long", "--lengths: N = 64 is longer than the model's 32 learned positions"),
-    ("short-text", "tokens, fewer than --lengths N = 32"),
-    ("few-windows", "windows of N = 32"),
-    ("bad-jsonl", "line 1 is not JSON"),
-    ("data-for-trained", "--data applies to Hugging Face checkpoints"),
-])
+@pytest.mark.parametrize(
+    "case,message",
+    [
+        ("unknown-type", "model_type 'no_such_family' is not supported; supported model_type values: "),
+        ("too-long", "--lengths: N = 64 is longer than the model's 32 learned positions"),
+        ("short-text", "tokens, fewer than --lengths N = 32"),
+        ("few-windows", "windows of N = 32"),
+        ("bad-jsonl", "line 1 is not JSON"),
+        ("data-for-trained", "--data applies to Hugging Face checkpoints"),
+    ],
+)
 def test_refusals_one_line_exit_2_nothing_written(tmp_path, capsys, case, message):
     folder, argv = FIXTURES / "gpt2", ["--lengths", "16,32"]
     if case == "unknown-type":
@@ -228,4 +259,3 @@ def test_refusals_one_line_exit_2_nothing_written(tmp_path, capsys, case, messag
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()
-

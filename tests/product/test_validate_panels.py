@@ -44,8 +44,9 @@ def test_uniform_full_mask_baseline_closed_form():
     keep = np.prod(1 - lambdas)
     expected = np.full(n, (1 - keep) / n)
     expected[-1] += keep
-    np.testing.assert_allclose(kernel_profile(uniform_kernels(3, n, causal=False), lambdas, causal=False), expected,
-                               rtol=0, atol=1e-15)
+    np.testing.assert_allclose(
+        kernel_profile(uniform_kernels(3, n, causal=False), lambdas, causal=False), expected, rtol=0, atol=1e-15
+    )
 
 
 def _rollout(kernels, lambdas):
@@ -62,8 +63,20 @@ def _profile(path: Path) -> np.ndarray:
 @pytest.fixture(scope="module", params=[f for f in ("gpt2", "llama", "bloom") if (FIXTURES / f).is_dir()])
 def run(request, tmp_path_factory):
     out = tmp_path_factory.mktemp("panels") / request.param
-    code = main(["validate", "--checkpoint", str(FIXTURES / request.param), "--lengths", ",".join(map(str, LENGTHS)),
-                 "--samples", "2", "--out", str(out), "--json"])
+    code = main(
+        [
+            "validate",
+            "--checkpoint",
+            str(FIXTURES / request.param),
+            "--lengths",
+            ",".join(map(str, LENGTHS)),
+            "--samples",
+            "2",
+            "--out",
+            str(out),
+            "--json",
+        ]
+    )
     return code, out
 
 
@@ -78,8 +91,13 @@ def test_written_panels_recomputed_from_the_written_kernels(run, capsys):
         profiles = {p.stem: _profile(p) for p in (out / "profiles" / str(n)).glob("*.csv")}
         assert sorted(profiles) == sorted([*"abcdefghi", "flat", "uniform"])
         ones = np.ones(len(lambdas))
-        dense = {"e": _rollout(kernels, lambdas), "f": _rollout(kernels, ones), "g": _rollout(kv, lambdas),
-                 "h": _rollout(kv, ones), "flat": np.full(n, 1 / n)}
+        dense = {
+            "e": _rollout(kernels, lambdas),
+            "f": _rollout(kernels, ones),
+            "g": _rollout(kv, lambdas),
+            "h": _rollout(kv, ones),
+            "flat": np.full(n, 1 / n),
+        }
         for key, expected in dense.items():
             np.testing.assert_allclose(profiles[key], expected, rtol=0, atol=1e-12, err_msg=key)
         from posbias.theorem.cesaro_exact import exact_profile
@@ -98,8 +116,9 @@ def test_written_panels_recomputed_from_the_written_kernels(run, capsys):
         np.testing.assert_allclose(sinks["key0_mass"], kernels[:, 1:, 0].mean(axis=1), rtol=0, atol=1e-15)
         np.testing.assert_allclose(sinks["key0_mass_value_weighted"], kv[:, 1:, 0].mean(axis=1), rtol=0, atol=1e-15)
         norms = arrays["value_norms"]
-        np.testing.assert_allclose(sinks["value_norm_ratio"],
-                                   norms[:, :, 0].mean(axis=1) / norms[:, :, 1:].mean(axis=(1, 2)), rtol=1e-12)
+        np.testing.assert_allclose(
+            sinks["value_norm_ratio"], norms[:, :, 0].mean(axis=1) / norms[:, :, 1:].mean(axis=(1, 2)), rtol=1e-12
+        )
         assert kv.min() >= 0 and np.abs(kv.sum(axis=-1) - 1).max() < 1e-12
     md = (out / "report.md").read_text()
     assert "| beats flat |" in md and "Sink diagnostics per layer" in md and "the flat profile 1/N in W1" in md
@@ -121,7 +140,7 @@ def test_bos_modes_on_the_fixture_tokenizers():
     assert np.array_equal(bos.windows(tok, text, (12,), 3, label, None)[12], data.windows(plain, 12, 3, label))
     from tokenizers.processors import TemplateProcessing
 
-    lead = tok.encode("x", add_special_tokens=False).ids[0]   # any id: a Llama-style "<s> $A" template
+    lead = tok.encode("x", add_special_tokens=False).ids[0]  # any id: a Llama-style "<s> $A" template
     name = tok.id_to_token(lead)
     tok.post_processor = TemplateProcessing(single=f"{name} $A", special_tokens=[(name, lead)])
     assert bos.leading_token(tok) == lead
@@ -140,7 +159,7 @@ def test_bos_option_end_to_end_and_refused_for_the_trained_model(tmp_path, capsy
     assert main([*args, "--bos", "no", "--out", str(tmp_path / "no")]) == 0
     capsys.readouterr()
     yes, no = (np.load(tmp_path / f / "kernels" / "12.npz")["kernels"] for f in ("yes", "no"))
-    assert not np.allclose(yes, no)   # the first key is token 0 in every window, not text
+    assert not np.allclose(yes, no)  # the first key is token 0 in every window, not text
     assert main(["validate", "--bos", "yes", "--out", str(tmp_path / "trained")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--bos apply to Hugging Face checkpoints" in err

@@ -36,9 +36,7 @@ def same(a, b) -> bool:
     if type(a) is not type(b):
         return False
     if isinstance(a, dict):
-        return len(a) == len(b) and all(
-            same(ka, kb) and same(a[ka], b[kb]) for ka, kb in zip(a, b)
-        )
+        return len(a) == len(b) and all(same(ka, kb) and same(a[ka], b[kb]) for ka, kb in zip(a, b))
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     if isinstance(a, float):
@@ -74,8 +72,9 @@ def test_reference_file_identical_to_ruamel(path):
     assert same(loads(text, str(path), loader="reference"), expected)
 
 
-@pytest.mark.parametrize("path", [p for p in FILES if "\t" in p.read_text(encoding="utf-8")],
-                         ids=lambda p: str(p.relative_to(DATA)))
+@pytest.mark.parametrize(
+    "path", [p for p in FILES if "\t" in p.read_text(encoding="utf-8")], ids=lambda p: str(p.relative_to(DATA))
+)
 def test_tab_file_falls_back_to_ruamel(path, monkeypatch):
     """A libyaml that rejects TABs in flow lists (pure PyYAML stands in for one) falls back."""
     text = path.read_text(encoding="utf-8")
@@ -100,22 +99,123 @@ def test_fallback_when_libyaml_rejects_what_ruamel_accepts():
 
 SCALARS = [
     # floats: YAML 1.2 reads these as floats; PyYAML 1.1 would give strings for most
-    "1e-3", "1E3", "1e3", "-1e-3", "+1e+3", "1.0e3", "1.0e-3", "1.0E+3", "1.", "-1.", ".5", "-.5", "+.5",
-    ".5e-3", ".5e3", "0.", "-0.0", "+0.0", "1_000.5", "1__0.0_1", "0.1000000000000000055511151231257827",
-    "1e400", "-1e400", "1e-400", "123456789012345678901234567890.0",
-    ".inf", "-.inf", "+.inf", ".Inf", ".INF", ".nan", ".NaN", ".NAN", "-.nan", "inf", "nan", "NaN", "Infinity",
+    "1e-3",
+    "1E3",
+    "1e3",
+    "-1e-3",
+    "+1e+3",
+    "1.0e3",
+    "1.0e-3",
+    "1.0E+3",
+    "1.",
+    "-1.",
+    ".5",
+    "-.5",
+    "+.5",
+    ".5e-3",
+    ".5e3",
+    "0.",
+    "-0.0",
+    "+0.0",
+    "1_000.5",
+    "1__0.0_1",
+    "0.1000000000000000055511151231257827",
+    "1e400",
+    "-1e400",
+    "1e-400",
+    "123456789012345678901234567890.0",
+    ".inf",
+    "-.inf",
+    "+.inf",
+    ".Inf",
+    ".INF",
+    ".nan",
+    ".NaN",
+    ".NAN",
+    "-.nan",
+    "inf",
+    "nan",
+    "NaN",
+    "Infinity",
     # ints
-    "0", "-0", "+0", "7", "+7", "-7", "017", "-017", "0o17", "0o19", "0x1F", "0X1F", "-0x1f", "0b101", "0B101",
-    "1_000", "_1", "1_", "-_", "+_", "08", "09", "12345678901234567890123", "0x_", "0b", "0o",
+    "0",
+    "-0",
+    "+0",
+    "7",
+    "+7",
+    "-7",
+    "017",
+    "-017",
+    "0o17",
+    "0o19",
+    "0x1F",
+    "0X1F",
+    "-0x1f",
+    "0b101",
+    "0B101",
+    "1_000",
+    "_1",
+    "1_",
+    "-_",
+    "+_",
+    "08",
+    "09",
+    "12345678901234567890123",
+    "0x_",
+    "0b",
+    "0o",
     # bools and nulls: 1.2 has only true/false (three spellings) and null/~/empty
-    "true", "True", "TRUE", "false", "False", "FALSE", "tRue", "yes", "no", "Yes", "NO", "on", "off", "On", "y", "n",
-    "Y", "N", "null", "Null", "NULL", "nULL", "~", "",
+    "true",
+    "True",
+    "TRUE",
+    "false",
+    "False",
+    "FALSE",
+    "tRue",
+    "yes",
+    "no",
+    "Yes",
+    "NO",
+    "on",
+    "off",
+    "On",
+    "y",
+    "n",
+    "Y",
+    "N",
+    "null",
+    "Null",
+    "NULL",
+    "nULL",
+    "~",
+    "",
     # YAML 1.1 only forms
-    "1:30", "190:20:30", "1:30.5", "-1:30", "=", "<<",
+    "1:30",
+    "190:20:30",
+    "1:30.5",
+    "-1:30",
+    "=",
+    "<<",
     # timestamps (the fast path leaves them to ruamel)
-    "2024-01-01", "2001-12-14t21:59:43.10-05:00", "2001-12-14 21:59:43.10 -5", "2024-1-1",
+    "2024-01-01",
+    "2001-12-14t21:59:43.10-05:00",
+    "2001-12-14 21:59:43.10 -5",
+    "2024-1-1",
     # strings that look numeric
-    "1.2.3", "1e", "e3", "1e3.5", "0x", "-", "+", ".", "..", "1-2", "1,5", "v1", "1 2", "0.1 # comment",
+    "1.2.3",
+    "1e",
+    "e3",
+    "1e3.5",
+    "0x",
+    "-",
+    "+",
+    ".",
+    "..",
+    "1-2",
+    "1,5",
+    "v1",
+    "1 2",
+    "0.1 # comment",
 ]
 
 
@@ -164,17 +264,20 @@ def test_random_scalars_like_ruamel():
                 assert same(got[1], expected[1]), (text, got, expected)
 
 
-@pytest.mark.parametrize("text", [
-    "b: &b {x: 1, y: 2}\nc:\n  <<: *b\n  y: 3\n",  # merge keys
-    "%YAML 1.1\n---\na: yes\nb: 017\n",  # version directive: ruamel switches to 1.1 typing
-    "a: !!binary aGk=\n",
-    "a: !!set {x, y}\n",
-    "? [1, 2]\n: x\n",  # non-scalar key (ruamel: tuple)
-    "a: &x 1\nb: &x 2\nc: *x\n",  # reused anchor: libyaml refuses, ruamel takes the last
-    "k: ! \n",  # non-specific tag
-    "k: &a:b 1\n",  # anchor name libyaml ends earlier
-    "=: 1\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "b: &b {x: 1, y: 2}\nc:\n  <<: *b\n  y: 3\n",  # merge keys
+        "%YAML 1.1\n---\na: yes\nb: 017\n",  # version directive: ruamel switches to 1.1 typing
+        "a: !!binary aGk=\n",
+        "a: !!set {x, y}\n",
+        "? [1, 2]\n: x\n",  # non-scalar key (ruamel: tuple)
+        "a: &x 1\nb: &x 2\nc: *x\n",  # reused anchor: libyaml refuses, ruamel takes the last
+        "k: ! \n",  # non-specific tag
+        "k: &a:b 1\n",  # anchor name libyaml ends earlier
+        "=: 1\n",
+    ],
+)
 def test_features_left_to_ruamel(text):
     expected, got = outcome(ruamel_load, text), outcome(loads, text)
     assert got[0] == expected[0] == "ok", (got, expected)
@@ -308,8 +411,16 @@ def test_deep_block_nesting_clean_error():
 # --------------------------------------------------------------- files and shapes
 
 
-@pytest.mark.parametrize("text,got", [("- 1\n- 2\n", "a list"), ("5\n", "a int"), ("", "an empty file"),
-                                      ("# only a comment\n", "an empty file"), ("just text\n", "a str")])
+@pytest.mark.parametrize(
+    "text,got",
+    [
+        ("- 1\n- 2\n", "a list"),
+        ("5\n", "a int"),
+        ("", "an empty file"),
+        ("# only a comment\n", "an empty file"),
+        ("just text\n", "a str"),
+    ],
+)
 def test_not_a_mapping(tmp_path, text, got):
     with pytest.raises(YamlError) as info:
         read_yaml(write(tmp_path, text))
@@ -342,8 +453,16 @@ def test_utf8_bom_and_unicode(tmp_path):
     assert read_yaml(path) == {"name": "café", "k": [1, 2]}
 
 
-@pytest.mark.parametrize("text,line", [("a: 1\nb: [1, 2\nc: 3\n", None), ("a: 1\n  b: 2\n", 2),
-                                       ("a: 1\n---\nb: 2\n", 2), ("a: \x00\n", 1), ("a: 1\nb: '\n", None)])
+@pytest.mark.parametrize(
+    "text,line",
+    [
+        ("a: 1\nb: [1, 2\nc: 3\n", None),
+        ("a: 1\n  b: 2\n", 2),
+        ("a: 1\n---\nb: 2\n", 2),
+        ("a: \x00\n", 1),
+        ("a: 1\nb: '\n", None),
+    ],
+)
 def test_syntax_errors_are_one_line(tmp_path, text, line):
     path = write(tmp_path, text)
     with pytest.raises(YamlError, match="not valid YAML") as info:
@@ -399,8 +518,9 @@ def _jax_cache_child(tmp_path, **env):
 
     full = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "POSBIAS_JAX"))}
     full.update(env)
-    proc = subprocess.run([sys.executable, "-c", JAX_CACHE_CHILD], env=full, capture_output=True, text=True,
-                          cwd=tmp_path, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", JAX_CACHE_CHILD], env=full, capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -52,13 +52,16 @@ def test_exact_profile_equals_fraction_matrix_product(n, lambdas):
     assert cesaro_exact.exact_profile(lambdas, n).fractions() == fraction_rollout_last_row(lambdas, n)
 
 
-@pytest.mark.parametrize("spec,n,t", [
-    ("constant:0.3", 48, 32),
-    ("constant:1", 40, 12),
-    ("power_decay:0.9,1", 64, 40),
-    ("power_decay:0.8,1.5", 64, 40),
-    ("custom:0.1,0.9,0.5,0,1,0.25", 33, 6),
-])
+@pytest.mark.parametrize(
+    "spec,n,t",
+    [
+        ("constant:0.3", 48, 32),
+        ("constant:1", 40, 12),
+        ("power_decay:0.9,1", 64, 40),
+        ("power_decay:0.8,1.5", 64, 40),
+        ("custom:0.1,0.9,0.5,0,1,0.25", 33, 6),
+    ],
+)
 def test_exact_profile_equals_numerics_dense_products(spec, n, t):
     sched = cesaro_schedule.parse_schedule(spec, t)
     exact = np.array(cesaro_exact.exact_profile(sched.lambdas, n).floats())
@@ -79,8 +82,9 @@ def test_lambdified_closed_form_agrees_on_a_grid_small_n():
     p_jax, mu_jax = np.asarray(f_p(grid)), np.asarray(f_mu(grid))
     for lams, p_row, mu_row in zip(exact_grid, p_jax, mu_jax):
         np.testing.assert_allclose(p_row, cesaro_exact.exact_profile(lams, n).floats(), rtol=0, atol=1e-13)
-        np.testing.assert_allclose(mu_row, [float(cesaro_exact.moment_fraction(k, lams)) for k in range(n)],
-                                   rtol=1e-14, atol=0)
+        np.testing.assert_allclose(
+            mu_row, [float(cesaro_exact.moment_fraction(k, lams)) for k in range(n)], rtol=1e-14, atol=0
+        )
 
 
 def test_layer_order_is_irrelevant():
@@ -131,16 +135,22 @@ def test_float64_alternating_sum_is_unsafe_at_moderate_n():
 
     n, lambdas = 60, [Fraction(1, 2)] * 8
     mu = [float(cesaro_exact.moment_fraction(k, lambdas)) for k in range(n)]
-    naive = [math.comb(n - 1, j) * sum((-1) ** i * math.comb(n - 1 - j, i) * mu[j + i] for i in range(n - j))
-             for j in range(n)]
+    naive = [
+        math.comb(n - 1, j) * sum((-1) ** i * math.comb(n - 1 - j, i) * mu[j + i] for i in range(n - j))
+        for j in range(n)
+    ]
     exact = cesaro_exact.exact_profile(lambdas, n).floats()
     assert max(abs(a - b) for a, b in zip(naive, exact)) > 1e-3
 
 
 def test_certificates_hold():
     certs = {n: c for n, c in certificate_registry().certificates.items() if n.startswith("cesaro:")}
-    assert set(certs) >= {"cesaro:hausdorff-of-cesaro", "cesaro:hausdorff-product-rule",
-                          "cesaro:residual-layer", "cesaro:rollout-closed-form"}
+    assert set(certs) >= {
+        "cesaro:hausdorff-of-cesaro",
+        "cesaro:hausdorff-product-rule",
+        "cesaro:residual-layer",
+        "cesaro:rollout-closed-form",
+    }
     for name, check in certs.items():
         c = check()
         assert c.name == name and c.holds, (name, c.detail)
@@ -166,11 +176,21 @@ def test_irrational_schedule_is_rounded_with_a_bound():
     np.testing.assert_allclose(r.data["profile"], dense, rtol=1e-12)
 
 
-@pytest.mark.parametrize("args", [
-    ["--tokens", "x"], ["--bogus"], ["--schedule", "constant:1.5"], ["--schedule", "warp:1"],
-    ["--schedule", "custom:0.1,0.2", "--layers", "3"], ["--tokens", "0"], ["--schedule", "constant:nan"],
-    ["--tokens", "4096"], ["--tokens", "2048", "--layers", "64"], ["--tokens", "8192", "--layers", "1"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--tokens", "x"],
+        ["--bogus"],
+        ["--schedule", "constant:1.5"],
+        ["--schedule", "warp:1"],
+        ["--schedule", "custom:0.1,0.2", "--layers", "3"],
+        ["--tokens", "0"],
+        ["--schedule", "constant:nan"],
+        ["--tokens", "4096"],
+        ["--tokens", "2048", "--layers", "64"],
+        ["--tokens", "8192", "--layers", "1"],
+    ],
+)
 def test_bad_input_raises_one_line_derive_error(args):
     with pytest.raises(DeriveError) as info:
         cesaro.compute(cesaro.DERIVATION.parse(args))

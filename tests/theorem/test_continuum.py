@@ -30,8 +30,12 @@ def test_exact_profile_is_the_binomial_mixture_of_the_limit_law():
     p = cesaro_exact.exact_profile([Fraction(3, 10)] * t, n).floats()
     with mpmath.workdps(30):
         for j in (0, 1, 7, 20, 38, 39):
-            mix = mpmath.quad(lambda x, j=j: math.comb(n - 1, j) * x**j * (1 - x) ** (n - 1 - j)
-                              * continuum.density(float(x), t, lam), [0, 0.25, 0.5, 0.75, 1])
+            mix = mpmath.quad(
+                lambda x, j=j: (
+                    math.comb(n - 1, j) * x**j * (1 - x) ** (n - 1 - j) * continuum.density(float(x), t, lam)
+                ),
+                [0, 0.25, 0.5, 0.75, 1],
+            )
             atom = (1 - lam) ** t if j == n - 1 else 0.0
             assert float(mix) + atom == pytest.approx(p[j], rel=1e-9)
 
@@ -69,10 +73,18 @@ def test_certificates_hold():
         assert c.name == name and c.holds, (name, c.detail)
 
 
-@pytest.mark.parametrize("args", [
-    ["--lam", "1.5"], ["--lam", "x"], ["--tokens", "4"], ["--tokens", "4096"], ["--window", "0.6"],
-    ["--layers", "0"], ["--bogus"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--lam", "1.5"],
+        ["--lam", "x"],
+        ["--tokens", "4"],
+        ["--tokens", "4096"],
+        ["--window", "0.6"],
+        ["--layers", "0"],
+        ["--bogus"],
+    ],
+)
 def test_bad_input_raises_one_line_derive_error(args):
     with pytest.raises(DeriveError) as info:
         continuum.compute(continuum.DERIVATION.parse(args))

@@ -15,14 +15,29 @@ from posbias.theorem.queries import derivations
 
 MINE = {
     "softmax-shift": [{}],
-    "alibi-row": [{}, {"row": 5}, {"row": 4, "slope": 0.7, "diag": -1.0}, {"slope": 0.0},
-                  {"row": 3, "slope": 0.0, "diag": 0.0}],
+    "alibi-row": [
+        {},
+        {"row": 5},
+        {"row": 4, "slope": 0.7, "diag": -1.0},
+        {"slope": 0.0},
+        {"row": 3, "slope": 0.0, "diag": 0.0},
+    ],
     "monotone": [{}, {"max_row": 10}],
     "drift": [{}, {"row": 6, "slope": 0.3, "diag": 1.5, "lam": 0.4}, {"tokens": 8}],
     "diagonal-product": [{}, {"layers": 5, "tokens": 5}],
 }
-ALL_NAMES = ("softmax-shift", "alibi-row", "monotone", "drift", "diagonal-product",
-             "cesaro-rollout", "dichotomy", "continuum-profile", "row", "order")
+ALL_NAMES = (
+    "softmax-shift",
+    "alibi-row",
+    "monotone",
+    "drift",
+    "diagonal-product",
+    "cesaro-rollout",
+    "dichotomy",
+    "continuum-profile",
+    "row",
+    "order",
+)
 
 
 def test_registry_has_every_derivation():
@@ -96,11 +111,13 @@ def test_alibi_row_lambdified_matches_engine():
     steep = MS > 0  # the closed forms divide by 1 - r
     for row in (0, 1, 4, 8):
         row_fn = sp.lambdify((m, d), alibi_row.row_vector(row), modules="jax")
-        np.testing.assert_allclose(_eval(row_fn(jnp.asarray(MS), jnp.asarray(DS)), MS.shape),
-                                   kernels[:, row, : row + 1], atol=1e-13)
+        np.testing.assert_allclose(
+            _eval(row_fn(jnp.asarray(MS), jnp.asarray(DS)), MS.shape), kernels[:, row, : row + 1], atol=1e-13
+        )
         alpha_fn = sp.lambdify((m, d), alibi_row.self_weight(row), modules="jax")
-        np.testing.assert_allclose(np.broadcast_to(np.asarray(alpha_fn(jnp.asarray(MS), jnp.asarray(DS))), MS.shape),
-                                   diags[:, row], atol=1e-13)
+        np.testing.assert_allclose(
+            np.broadcast_to(np.asarray(alpha_fn(jnp.asarray(MS), jnp.asarray(DS))), MS.shape), diags[:, row], atol=1e-13
+        )
         e_fn = sp.lambdify((m, d), alibi_row.expected_position(row), modules="jax")
         got_e = np.broadcast_to(np.asarray(e_fn(jnp.asarray(MS[steep]), jnp.asarray(DS[steep]))), MS[steep].shape)
         np.testing.assert_allclose(got_e, kernels[steep, row] @ np.arange(n), atol=1e-12)
@@ -160,8 +177,11 @@ def test_causal_drift_identity_on_engine_kernels():
 def test_diagonal_product_lambdified_matches_engine():
     layers, n = 4, 5
     _, lams, kernels = diagonal_product.product(layers, n)
-    stack = nx.AlibiStack.build([0.3, 0.9, 0.5, 1.0], [[0.2, 1.1], [0.0, 0.5], [2.0, 0.1], [0.7, 0.7]],
-                                diagonal=[[0.5, -1.0], [1.0, 0.0], [-0.5, 2.0], [0.0, 0.3]])
+    stack = nx.AlibiStack.build(
+        [0.3, 0.9, 0.5, 1.0],
+        [[0.2, 1.1], [0.0, 0.5], [2.0, 0.1], [0.7, 0.7]],
+        diagonal=[[0.5, -1.0], [1.0, 0.0], [-0.5, 2.0], [0.0, 0.3]],
+    )
     dense = np.asarray(nx.alibi_kernels(stack, n))
     pmat = np.asarray(nx.rollout_matrix(jnp.asarray(dense), jnp.asarray(stack.lambdas)))
     closed = nx.diagonal_product(nx.kernel_diagonals(stack, n), stack.lambdas)
@@ -174,20 +194,23 @@ def test_diagonal_product_lambdified_matches_engine():
         assert got == pytest.approx(closed[row], abs=1e-13)
 
 
-@pytest.mark.parametrize("argv", [
-    ["no-such-derivation"],
-    ["alibi-row", "--row", "x"],
-    ["alibi-row", "--row", "-1"],
-    ["alibi-row", "--slope", "-0.5"],
-    ["alibi-row", "--bogus", "1"],
-    ["alibi-row", "--row"],
-    ["alibi-row", "stray"],
-    ["drift", "--tokens", "9"],
-    ["drift", "--lam", "nan"],
-    ["diagonal-product", "--layers", "6"],
-    ["monotone", "--format", "xml"],
-    ["softmax-shift", "--tokens", "3"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["no-such-derivation"],
+        ["alibi-row", "--row", "x"],
+        ["alibi-row", "--row", "-1"],
+        ["alibi-row", "--slope", "-0.5"],
+        ["alibi-row", "--bogus", "1"],
+        ["alibi-row", "--row"],
+        ["alibi-row", "stray"],
+        ["drift", "--tokens", "9"],
+        ["drift", "--lam", "nan"],
+        ["diagonal-product", "--layers", "6"],
+        ["monotone", "--format", "xml"],
+        ["softmax-shift", "--tokens", "3"],
+    ],
+)
 def test_bad_input_gives_one_line_and_status_2(argv, capsys):
     assert derive_command(argv) == 2
     out, err = capsys.readouterr()

@@ -109,8 +109,9 @@ def test_undecidable_expression_is_reported_undecided():
 def test_large_expressions_are_undecided_by_a_work_limit_not_a_timer():
     from posbias.theorem.dichotomy_analysis import MAX_OPS
 
-    big = ("sin(t)**2*cos(t)**2*sin(2*t)**2*cos(3*t)**2*sin(5*t)**2*cos(7*t)**2*sin(11*t)**2"
-           "/(t+1)**2/(t+2)**2/(t+3)**2/9")
+    big = (
+        "sin(t)**2*cos(t)**2*sin(2*t)**2*cos(3*t)**2*sin(5*t)**2*cos(7*t)**2*sin(11*t)**2/(t+1)**2/(t+2)**2/(t+3)**2/9"
+    )
     d = run(big)
     assert d["verdict"] == "undecided" and f"only up to {MAX_OPS}" in d["reason"]
 
@@ -121,8 +122,18 @@ def test_delta_scales_the_atom_bound():
     assert float(sp.sympify(d["atom_lower_bound"])) == pytest.approx(math.exp(-(math.pi**2 / 24) / 0.75))
 
 
-@pytest.mark.parametrize("schedule", ["constant:0.3", "power_decay:0.5,1", "power_decay:0.5,1.5", "geometric:0.5,0.9",
-                                      "constant:1", "exp(-t)/2", "1/((t+2)*log(t+2))"])
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        "constant:0.3",
+        "power_decay:0.5,1",
+        "power_decay:0.5,1.5",
+        "geometric:0.5,0.9",
+        "constant:1",
+        "exp(-t)/2",
+        "1/((t+2)*log(t+2))",
+    ],
+)
 @pytest.mark.parametrize("delta", [None, 0, Fraction(1, 2), Fraction(99, 100), "1/(t+2)"])
 def test_verdict_and_atom_agree(schedule, delta):
     """Collapse iff the atom tends to 0; no collapse iff it stays positive (with a positive bound)."""
@@ -186,18 +197,38 @@ def test_power_decay_just_above_one_is_answered():
 
 def test_certificates_hold():
     certs = {n: c for n, c in certificate_registry().certificates.items() if n.startswith("dichotomy:")}
-    assert {"dichotomy:constant-diverges", "dichotomy:power-decay-threshold",
-            "dichotomy:product-upper-bound", "dichotomy:product-lower-bound"} <= set(certs)
+    assert {
+        "dichotomy:constant-diverges",
+        "dichotomy:power-decay-threshold",
+        "dichotomy:product-upper-bound",
+        "dichotomy:product-lower-bound",
+    } <= set(certs)
     for name, check in certs.items():
         c = check()
         assert c.name == name and c.holds, (name, c.detail)
 
 
-@pytest.mark.parametrize("args", [
-    ["sin(t"], ["__import__('os')"], ["t.__class__"], ["t+1"], ["1/t"], ["-0.1"],
-    ["power_decay:0.5"], ["0.5/(t+1)", "--delta", "2"], ["0.5", "--bogus"], [], ["constant:abc+"], ["constant:t"],
-    ["0.5/(t+1)", "--delta", "1"], ["0.5/(t+1)", "--delta", "t"], ["1 .func(t)"], ["constant:1e-999999999"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sin(t"],
+        ["__import__('os')"],
+        ["t.__class__"],
+        ["t+1"],
+        ["1/t"],
+        ["-0.1"],
+        ["power_decay:0.5"],
+        ["0.5/(t+1)", "--delta", "2"],
+        ["0.5", "--bogus"],
+        [],
+        ["constant:abc+"],
+        ["constant:t"],
+        ["0.5/(t+1)", "--delta", "1"],
+        ["0.5/(t+1)", "--delta", "t"],
+        ["1 .func(t)"],
+        ["constant:1e-999999999"],
+    ],
+)
 def test_bad_input_raises_one_line_derive_error(args):
     with pytest.raises(DeriveError) as info:
         dichotomy.compute(dichotomy.DERIVATION.parse(args))

@@ -108,9 +108,11 @@ def test_certificate_decorator_names_registers_and_refuses_duplicates():
     assert always_true() == Check("testing:always-true", True, "trivially")
     assert registered()["testing:always-true"].claims == ("C1",)
     with pytest.raises(ValueError, match="declared twice"):
+
         @certificate("testing:always-true")
         def other() -> Check:
             return check(True, "again")
+
     with pytest.raises(ValueError, match="module:check-name"):
         certificate("no colon")
 
@@ -144,8 +146,13 @@ def _private_reaches(path: Path) -> list[str]:
         elif isinstance(node, ast.Import):
             modules |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.startswith("posbias")}
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
-                and isinstance(node.value, ast.Name) and node.value.id in modules):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules
+        ):
             found.append(f"{node.value.id}.{node.attr}")
     return found
 
