@@ -48,6 +48,7 @@ import jax, jax.numpy as jnp
 jax.config.update("jax_enable_x64", True)
 import posbias.numerics as nx
 from posbias.numerics import _recurrence as rec
+from posbias.numerics import _chunked as ch
 
 cfg = json.loads(sys.argv[1])
 n, form, layers, repeat = cfg["n"], cfg["form"], cfg["layers"], cfg["repeat"]
@@ -76,7 +77,7 @@ out = {"n": n, "form": form, "layers": layers, "heads": h, "backend": jax.defaul
 
 # the plan and the model figures
 if form == "chunked":
-    plan = rec.chunk_plan(n, h, stack.mask, engine.group_budget, moderate=True)
+    plan = ch.chunk_plan(n, h, stack.mask, engine.group_budget, moderate=True)
     pp, c = plan.padded, plan.chunk
     shared = h * pp <= (1 << 24)
     out.update(chunk=c, groups=plan.groups,
@@ -95,7 +96,7 @@ try:
         heads = plan.groups * plan.group
         one = rec.LayerParams(one.lam, *(jnp.pad(a, ((0, 0), (0, heads - h))) for a in one[1:]))
         v = jnp.zeros(pp).at[n - 1].set(1.0)
-        compiled = rec.chunked_layers_scan.lower(v, one, None, plan=plan).compile()
+        compiled = ch.chunked_layers_scan.lower(v, one, None, plan=plan).compile()
     else:
         heads = -(-h // plan.group) * plan.group
         one = rec.LayerParams(one.lam, *(jnp.pad(a, ((0, 0), (0, heads - h))) for a in one[1:]))

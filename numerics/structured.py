@@ -12,7 +12,7 @@ an N x N matrix. Three paths, same mathematics:
   support stays >= 2^-900 and continues from the last such layer in block floating point
   (``numerics.native.profile``'s ``adaptive``; path "native" when it never switched).
 * ``xla``: a jit-compiled ``lax.scan`` over layers; what runs on GPU/TPU and where no C
-  compiler exists. Each layer is the chunked formulation of numerics/_recurrence.py,
+  compiler exists. Each layer is the chunked formulation of numerics/_chunked.py,
   parallel in positions and heads: one matmul of all chunks and heads with stacked
   Toeplitz blocks of r^{k-q}, an associative scan over the chunk carries, a small
   matmul for the carries (cost and memory stated there). All heads run at once while
@@ -126,7 +126,7 @@ class Structured(Engine):
     threads: native path, worker threads (default: all cores);
     xla_scan: XLA path in linear arithmetic, "chunked" (parallel in positions and heads)
     or "blocked" (the earlier sequential formulation, for comparison);
-    chunk: chunked XLA path, the chunk length C (None: the rule of ``_recurrence.chunk_size``)."""
+    chunk: chunked XLA path, the chunk length C (None: the rule of ``_chunked.chunk_size``)."""
 
     ring: RingName = "linear"
     native: bool = True
@@ -196,13 +196,14 @@ class Structured(Engine):
         params = 8 * 8 * num_layers * num_heads
         if self.uses_native(np.float64):  # C kernel: a few (N,) buffers per thread (float64 only)
             return 8 * num_tokens * (4 * (self.threads or os.cpu_count() or 2) + 8) + params
+        from posbias.numerics import _chunked as ch
         from posbias.numerics import _recurrence as rec
 
         if self.chunked():
-            c = rec.chunk_plan(num_tokens, num_heads, None, self.group_budget, self.chunk)
+            c = ch.chunk_plan(num_tokens, num_heads, None, self.group_budget, self.chunk)
             # u and one temporary (G, P), the Toeplitz blocks, the shared normalisers when stored
             shared = 8 * num_heads * c.padded if num_heads * c.padded <= SHARED_NORMALISER_MAX else 0
-            widest = max(c.chunk, min(rec.BAND_MAX, 1 << int(np.ceil(np.log2(max(num_tokens, 2))))))  # a window's C
+            widest = max(c.chunk, min(ch.BAND_MAX, 1 << int(np.ceil(np.log2(max(num_tokens, 2))))))  # a window's C
             return 8 * (3 * c.group * c.padded + 3 * c.group * widest**2 + 12 * c.padded) + shared + params
         g = rec.plan(num_tokens, num_heads, None, min(self.group_budget, BLOCKED_BUDGET))
         return 8 * 10 * g.group * g.padded + 8 * 8 * g.padded + params
@@ -257,6 +258,7 @@ class Structured(Engine):
     def _xla(self, stack, num_tokens, dtype, progress) -> Profile:
         import jax.numpy as jnp
 
+        from posbias.numerics import _chunked as ch
         from posbias.numerics import _recurrence as rec
         from posbias.numerics.semiring import LOG
         from posbias.numerics.semiring import RINGS as SEMIRINGS
@@ -264,7 +266,7 @@ class Structured(Engine):
         ring = SEMIRINGS[self.ring]
         if self.chunked():
             moderate = bool(np.all(np.abs(stack.scaled()[1]) <= rec.D_CLIP))
-            geometry = rec.chunk_plan(num_tokens, stack.num_heads, stack.mask, self.group_budget, self.chunk, moderate)
+            geometry = ch.chunk_plan(num_tokens, stack.num_heads, stack.mask, self.group_budget, self.chunk, moderate)
         else:
             geometry = rec.plan(num_tokens, stack.num_heads, stack.mask, min(self.group_budget, BLOCKED_BUDGET))
         heads = -(-stack.num_heads // geometry.group) * geometry.group
@@ -287,7 +289,7 @@ class Structured(Engine):
         shared = None
         if np.all(slopes == slopes[:1]) and heads * geometry.padded <= SHARED_NORMALISER_MAX:
             if self.chunked():
-                shared = rec.chunked_normaliser(layers.slopes[-1], plan=geometry)
+                shared = ch.chunked_normaliser(layers.slopes[-1], plan=geometry)
             else:
                 shared = rec.shared_normaliser(layers.slopes[-1], geometry=geometry)
         v = np.zeros(geometry.padded)
@@ -298,7 +300,7 @@ class Structured(Engine):
         for start in range(t_pad - chunk, -1, -chunk):
             part = rec.LayerParams(*(a[start : start + chunk] for a in layers))
             if self.chunked():
-                v, (mn, last) = rec.chunked_layers_scan(v, part, shared, plan=geometry)
+                v, (mn, last) = ch.chunked_layers_scan(v, part, shared, plan=geometry)
             else:
                 v, (mn, last) = rec.layers_scan(v, part, shared, ring=ring, geometry=geometry)
             mins.append(np.asarray(mn))
@@ -392,6 +394,7 @@ class Structured(Engine):
         import jax
         import jax.numpy as jnp
 
+        from posbias.numerics import _chunked as ch
         from posbias.numerics import _recurrence as rec
         from posbias.numerics.engine import implausible_rows
         from posbias.numerics.semiring import LOG
@@ -402,7 +405,7 @@ class Structured(Engine):
         slopes, diagonal = scaled
         if self.chunked():
             moderate = bool(np.all(np.abs(diagonal) <= rec.D_CLIP))
-            geometry = rec.chunk_plan(num_tokens, batch.num_heads, batch.mask, self.group_budget, self.chunk, moderate)
+            geometry = ch.chunk_plan(num_tokens, batch.num_heads, batch.mask, self.group_budget, self.chunk, moderate)
         else:
             geometry = rec.plan(num_tokens, batch.num_heads, batch.mask, min(self.group_budget, BLOCKED_BUDGET))
         heads = -(-batch.num_heads // geometry.group) * geometry.group
@@ -447,6 +450,7 @@ def _batched(chunked: bool, geometry, ring_name: str):
     """jit(vmap(the layer scan of one stack)) for this geometry (compiled once per shape)."""
     import jax
 
+    from posbias.numerics import _chunked as ch
     from posbias.numerics import _recurrence as rec
     from posbias.numerics.semiring import RINGS as SEMIRINGS
 
@@ -455,7 +459,7 @@ def _batched(chunked: bool, geometry, ring_name: str):
     def one(v, lam, m, d, w):
         layers = rec.LayerParams(lam, m, d, w)
         if chunked:
-            return rec.chunked_layers_scan(v, layers, None, plan=geometry)
+            return ch.chunked_layers_scan(v, layers, None, plan=geometry)
         return rec.layers_scan(v, layers, None, ring=ring, geometry=geometry)
 
     return jax.jit(jax.vmap(one))

@@ -72,18 +72,31 @@ def test_no_module_reaches_into_another_modules_private_names():
     assert found == []
 
 
-def test_the_shared_recurrence_is_used_only_by_the_engines_that_share_it():
-    def imports_recurrence(path):
+def _importers(module: str) -> list[str]:
+    """The package modules that import ``posbias.numerics.<module>`` (either import form)."""
+
+    def imports(path):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         return any(
             isinstance(node, ast.ImportFrom)
-            and (node.module or "").endswith("numerics")
-            and any(a.name == "_recurrence" for a in node.names)
+            and (
+                ((node.module or "").endswith("numerics") and any(a.name == module for a in node.names))
+                or (node.module or "").endswith(f"numerics.{module}")
+            )
             for node in ast.walk(tree)
         )
 
-    users = sorted(name for name, path in _module_files() if imports_recurrence(path))
-    assert users == ["posbias.numerics.fft", "posbias.numerics.structured"]
+    return sorted(name for name, path in _module_files() if imports(path))
+
+
+def test_the_shared_recurrence_is_used_only_by_the_engines_that_share_it():
+    # numerics/_chunked.py is the recurrence's parallel formulation, built on its row weights
+    assert _importers("_recurrence") == [
+        "posbias.numerics._chunked",
+        "posbias.numerics.fft",
+        "posbias.numerics.structured",
+    ]
+    assert _importers("_chunked") == ["posbias.numerics.structured"]
 
 
 def test_numerics_never_imports_sympy():

@@ -1,4 +1,4 @@
-"""The chunked XLA formulation (numerics/_recurrence.py, ``Structured(native=False)``) against
+"""The chunked XLA formulation (numerics/_chunked.py, ``Structured(native=False)``) against
 the C kernel (``Structured(native=True)``) and against a dense NumPy rollout written here.
 
 The dense reference is independent of the engines: each head's masked softmax of
