@@ -206,11 +206,14 @@ def why_invalid(c) -> str | None:
 # What an explicitly chosen engine may refuse, and why. "computes reliably" is posbias/rollout.py's
 # guard against an engine returning a non-probability on extreme input (an engine bug, refused
 # cleanly rather than printed; auto falls back to dense instead, so it never refuses).
+# LINEAR_RANGE: slopes m/tau above 700, whose e^(-m) underflows in linear arithmetic (the log
+# engine, and auto, take them).
 UNRELIABLE = "beyond what the engine computes reliably"
+LINEAR_RANGE = "the float64 range in linear arithmetic"
 ENGINE_REFUSALS = {
-    "fft": ("handles causal and sliding-window masks only", "clipping of d is not exact", UNRELIABLE),
+    "fft": ("handles causal and sliding-window masks only", "clipping of d is not exact", LINEAR_RANGE, UNRELIABLE),
     "log": ("sliding-window masks need subtraction", UNRELIABLE),
-    "structured": ("clipping of d is not exact", UNRELIABLE),
+    "structured": ("clipping of d is not exact", LINEAR_RANGE, UNRELIABLE),
     "dense": (UNRELIABLE,),
 }
 
