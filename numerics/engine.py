@@ -32,7 +32,7 @@ import contextlib
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -240,7 +240,7 @@ class Engine(abc.ABC):
                 done += 1
                 if progress is not None:
                     progress(done, total)
-        return [r for r in out if r is not None]
+        return cast(list[Profile], out)  # every entry filled above
 
 
 def _x64(enabled: bool):
