@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import stat
 import tempfile
 import warnings
 from contextlib import contextmanager
@@ -78,24 +79,44 @@ def _fail(out_dir: Path, what: str, exc: BaseException | None = None) -> UserErr
 
 def prepare(out_dir: Path) -> list[Path]:
     """Make ``out_dir`` (and missing parents), refusing (UserError, one line) a path that is a file,
-    too long, or not writable; return the folders created, innermost last (``remove_created`` undoes it)."""
-    try:
-        if out_dir.exists() and not out_dir.is_dir():
-            raise _fail(out_dir, "exists and is not a folder")
-        missing = []
-        folder = out_dir
-        while not os.path.lexists(folder):
-            missing.append(folder)
-            if folder.parent == folder:
-                break
-            folder = folder.parent
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _fail(out_dir, "cannot create the folder", exc) from None
+    too long, or not writable; return the folders created, innermost last (``remove_created`` undoes it).
+
+    Another posbias process may create the same folder, or remove one it created (``check_writable``
+    undoing its probe), at the same moment: the type is read with one ``stat`` (never an exists/is-dir
+    pair that a removal can fall between), and a folder that vanishes under the creation is created
+    again, a few times, so only a path that really is something else is refused."""
+    for _ in range(_RACE_RETRIES):
+        try:
+            try:
+                kind = os.stat(out_dir).st_mode
+            except FileNotFoundError:
+                kind = None
+            if kind is not None and not stat.S_ISDIR(kind):
+                raise _fail(out_dir, "exists and is not a folder")
+            missing = []
+            folder = out_dir
+            while not os.path.lexists(folder):
+                missing.append(folder)
+                if folder.parent == folder:
+                    break
+                folder = folder.parent
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except FileExistsError as exc:
+            if os.path.lexists(out_dir):  # a dangling link, or a file made meanwhile: refused
+                raise _fail(out_dir, "cannot create the folder", exc) from None
+            continue  # created and removed again by another process between the two calls
+        except OSError as exc:
+            raise _fail(out_dir, "cannot create the folder", exc) from None
+        break
     if not os.access(out_dir, os.W_OK | os.X_OK):
         remove_created(missing[::-1])
         raise _fail(out_dir, "the folder is not writable")
     return missing[::-1]
+
+
+_RACE_RETRIES = 8
+"""How often ``prepare`` and the staging step start again when another process removes the
+folder under them (each retry follows a removal, so the loop ends unless removals keep coming)."""
 
 
 def remove_created(folders: list[Path]) -> None:
@@ -189,12 +210,14 @@ def write_run(
             raise _fail(out_dir, "cannot use this path", exc) from None
         if odd:
             raise _fail(out_dir, f"{name} exists and is not a regular file")
-    created = prepare(out_dir)
     mode = file_mode()
     staging = None
+    created: list[Path] = []
     try:
+        created, staging = _prepared(
+            out_dir, lambda: Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out_dir))
+        )
         _remove_stale_staging(out_dir)
-        staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out_dir))
         for name in names:  # names may hold sub-folders (profiles/128/a.csv)
             (staging / name).parent.mkdir(parents=True, exist_ok=True)
         for name, text in texts.items():
@@ -236,15 +259,34 @@ def check_writable(out_dir: Path) -> None:
     before a long computation by creating the folder and a probe file, then removing both (the
     folder is left as it was)."""
     out_dir = Path(out_dir)
-    created = prepare(out_dir)
+    created: list[Path] = []
     try:
-        fd, probe = tempfile.mkstemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-probe-", dir=out_dir)
+        created, (fd, probe) = _prepared(
+            out_dir, lambda: tempfile.mkstemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-probe-", dir=out_dir)
+        )
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
         raise _fail(out_dir, "cannot write", exc) from None
     finally:
         remove_created(created)
+
+
+def _prepared(out_dir: Path, make):
+    """``prepare(out_dir)``, then ``make()`` (a staging folder or probe inside it); where another
+    process removed the folder between the two (FileNotFoundError), both again (``_RACE_RETRIES``).
+    Returns the created folders and what ``make`` returned."""
+    for attempt in range(_RACE_RETRIES):
+        created = prepare(out_dir)
+        try:
+            return created, make()
+        except FileNotFoundError:
+            if attempt == _RACE_RETRIES - 1:
+                raise
+        except BaseException:
+            remove_created(created)
+            raise
+    raise AssertionError("unreachable")
 
 
 @contextmanager

@@ -15,12 +15,14 @@ attention:
   output projection's output, bias included, hooked on the module), ``content`` (T, H, N, N)
   (raw q_i . k_j from the hooked QKV projections, split as transformers splits them; the Llama
   family: q_proj and k_proj rotated by the model's own rotary embedding, keys repeated per group);
-* Falcon: transformers' FalconModel adds the ALiBi term twice (in the attention and again
-  folded into the mask; ``posbias.hf.families``). The standard keys hold the checkpoints'
-  own semantics, computed with transformers' FalconDecoderLayer modules called in turn
-  with the ALiBi tensor and a plain causal mask (the term once, as RefinedWeb's modelling
-  code adds it); ``transformers_logits`` and ``transformers_attentions`` hold what
-  FalconForCausalLM itself returns;
+* Falcon: transformers' FalconModel up to 5.24 adds the ALiBi term twice (in the attention and
+  again folded into the mask; ``posbias.hf.families``); from 5.25 it adds it once, through the
+  mask. The standard keys hold the checkpoints' own semantics (the term once, as RefinedWeb's
+  modelling code adds it): with a transformers that adds it twice, computed with its
+  FalconDecoderLayer modules called in turn with the ALiBi tensor and a plain causal mask;
+  otherwise FalconForCausalLM's own outputs. ``transformers_logits`` and
+  ``transformers_attentions`` hold what FalconForCausalLM itself returns (the committed
+  fixtures were made with 5.24: the doubled term);
 * ``versions.json``: the torch, transformers, tokenizers and safetensors versions used.
 
 The weights are the config class's initialisation with a larger range (0.2), then every
@@ -291,10 +293,22 @@ def _content(family: str, attn, fused, config, rotary=None) -> np.ndarray:
         return (q.permute(1, 0, 2) @ k.permute(1, 2, 0)).numpy()
     fused = fused[0]
     n = fused.shape[0]
-    if family.startswith("falcon"):  # FalconAttention._split_heads: (1, N, H, K) queries, keys (H or 1 heads)
-        q, k, _ = attn._split_heads(fused[None])
-        q, k = q[0].permute(1, 0, 2), k[0].permute(1, 0, 2)
-        return (q @ k.transpose(1, 2)).numpy()
+    if family.startswith("falcon"):  # FalconAttention's three layouts of the fused projection (N, (H + 2G) K)
+        heads, dim = config.num_attention_heads, attn.head_dim
+        if config.new_decoder_architecture:  # G groups, each: its H/G queries, then its key, then its value
+            groups = config.num_kv_heads
+            grouped = fused.view(n, groups, heads // groups + 2, dim)
+            q = grouped[:, :, :-2].reshape(n, heads, dim)
+            k = grouped[:, :, -2].repeat_interleave(heads // groups, dim=1)  # group g serves queries g H/G ...
+        elif config.multi_query:  # H queries, then one key and one value shared by every head
+            q, k = (
+                fused[:, : heads * dim].view(n, heads, dim),
+                fused[:, heads * dim : (heads + 1) * dim].view(n, 1, dim),
+            )
+        else:  # Falcon-RW: query, key, value interleaved per head, (N, H, 3, K)
+            view = fused.view(n, heads, 3, dim)
+            q, k = view[:, :, 0], view[:, :, 1]
+        return (q.permute(1, 0, 2) @ k.permute(1, 2, 0)).numpy()
     heads = config.n_heads if family == "mpt" else config.n_head
     dim = fused.shape[1] // 3 // heads
     if family == "mpt":  # MptAttention: clamp, then chunk into q | k | v
@@ -328,6 +342,15 @@ def _modules(family: str, model):
         )
         out.append((attn, getattr(attn, names[0]), [getattr(attn, names[1])]))
     return out
+
+
+def _falcon_adds_alibi_twice(model) -> bool:
+    """Whether this transformers' Falcon adds the ALiBi term twice: up to 5.24 FalconDecoderLayer took an
+    ``alibi`` argument that FalconAttention added to q.k, and FalconModel also folded the term into the
+    mask; from 5.25 the term reaches the attention through the mask alone (once), and the argument is gone."""
+    import inspect
+
+    return "alibi" in inspect.signature(type(model.transformer.h[0]).forward).parameters
 
 
 def _falcon_single_alibi(model, ids):
@@ -394,9 +417,12 @@ def make_fixture(family: str, folder) -> Path:
                 "transformers_logits": out.logits[0].numpy().astype(np.float32),
                 "transformers_attentions": np.stack([a[0].numpy() for a in out.attentions]).astype(np.float32),
             }
-            attn_out.clear()
-            qkv.clear()
-            logits, attentions, hidden = _falcon_single_alibi(model, inputs)
+            if _falcon_adds_alibi_twice(model):
+                attn_out.clear()
+                qkv.clear()
+                logits, attentions, hidden = _falcon_single_alibi(model, inputs)
+            else:
+                logits, attentions, hidden = out.logits, out.attentions, out.hidden_states
         else:
             logits, attentions, hidden = out.logits, out.attentions, out.hidden_states
     for hook in hooks:

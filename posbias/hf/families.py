@@ -40,9 +40,10 @@ tensors map onto W_q ... b_2:
   so the effective slope the softmax sees is bf16(m_h) / sqrt(d_head) (1/8 of BLOOM's for
   d_head = 64), exact up to the bfloat16 rounding of m_h j. This is the term of the
   checkpoints' own modelling code (RefinedWeb's modelling_RW.py) and of transformers'
-  FalconAttention; transformers' FalconModel (checked with 5.24) also folds the same term
-  into the attention mask, so its eager forward adds it twice: ``alibi_scale`` = 2 /
-  sqrt(d_head) reproduces that, and the committed Falcon fixture records both;
+  FalconAttention up to transformers 5.24, whose FalconModel also folds the same term into
+  the attention mask, so its eager forward adds it twice: ``alibi_scale`` = 2 / sqrt(d_head)
+  reproduces that, and the committed Falcon fixture (made with 5.24) records both; from 5.25
+  transformers adds it once, through the mask, as the checkpoints' own code does;
 * ``activation``: ``gelu-bloom`` (x/2 (1 + tanh(0.79788456 x (1 + 0.044715 x^2))), BLOOM's
   constant), the config's ``activation_function`` for GPT-2 or ``hidden_act`` for BERT
   (``gelu_new``, ``gelu_pytorch_tanh``: the tanh approximation; ``gelu``: the exact erf form),
