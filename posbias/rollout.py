@@ -55,7 +55,7 @@ def _refuse_options(stack, num_tokens: int, engine: str, full_matrix: bool, diag
     """Options that cannot apply are refused before the profile is computed (no minutes lost)."""
     from posbias import numerics as nx
 
-    if isinstance(stack, nx.KernelStack) and engine not in ("auto", "measured"):
+    if isinstance(stack, nx.KernelStack) and nx.engines.get(engine).supports(stack, stack.num_tokens) is not None:
         raise UserError(f"--engine {engine}: measured kernels run on the measured engine (use auto)")
     if diagonal and isinstance(getattr(stack, "block", stack), nx.BiasStack):  # periodic bias stacks too
         raise UserError(

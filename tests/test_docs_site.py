@@ -62,6 +62,32 @@ def test_every_guide_and_the_api_reference_are_built(site):
     assert not (site / "hooks").exists()  # the build hook is not published
 
 
+def _public_modules() -> list[str]:
+    """Every module of the library whose name has no leading underscore, by its ``:::`` name in docs/api.md
+    (numerics.x and theorem.x for the source folders installed as posbias.numerics / posbias.theorem)."""
+    names = []
+    for folder, prefix in [("numerics", "numerics"), ("theorem", "theorem"), ("posbias", "posbias")]:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            parts = path.relative_to(REPO / folder).with_suffix("").parts
+            if any(part.startswith("_") for part in parts[:-1]) or "native" in parts[:-1]:
+                continue
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            elif parts[-1].startswith("_"):
+                continue
+            names.append(".".join((prefix, *parts)))
+    return names
+
+
+def test_the_api_reference_lists_every_public_module():
+    entries = {
+        line[4:].strip() for line in (REPO / "docs" / "api.md").read_text().splitlines() if line.startswith("::: ")
+    }
+    missing = [name for name in _public_modules() if name not in entries and name not in ("numerics", "theorem")]
+    assert missing == [], f"public modules missing from docs/api.md: {missing}"
+    assert len(entries) > 140
+
+
 def test_benchmarks_page_shows_the_results_files(site):
     html = (site / "benchmarks" / "index.html").read_text()
     assert "<!-- bench:" not in html
@@ -97,3 +123,17 @@ def test_mkdocs_is_not_needed_to_import_posbias():
         cwd="/",
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_citation_file_matches_the_package():
+    import tomllib
+
+    import yaml
+
+    cff = yaml.safe_load((REPO / "CITATION.cff").read_text())
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert cff["version"] == project["version"]
+    assert cff["license"] == project["license"]
+    assert [a["name"] for a in cff["authors"]] == [a["name"] for a in project["authors"]]
+    assert "arXiv:2602.16837" in [i["value"] for i in cff["references"][0]["identifiers"]]
+    assert "(CITATION.cff)" in (REPO / "README.md").read_text()

@@ -35,18 +35,12 @@ from fractions import Fraction
 
 import sympy as sp
 
+from posbias.theorem.c7_predicates import exact_log_concave
 from posbias.theorem.certificate import Check, certificate, check
+from posbias.theorem.orders import exact_cdf, exact_rows_monotone
 from posbias.theorem.sympy_types import sum_of
 
 MAX_N = 8
-
-
-def _cum(ws):
-    out, acc = [], 0
-    for x in ws:
-        acc = acc + x
-        out.append(acc)
-    return out
 
 
 @certificate("relative-bias:row-cdf", claims=("C7(a)",))
@@ -61,7 +55,7 @@ def row_cdf() -> Check:
     general = {lo, hi} == {i - k, i} and sp.simplify(shifted - sum_of(w(g), (g, i - k, i))) == 0
     # W(i) - W(i-k-1) = sum_{g=i-k}^{i} w(g): the split identity on k < i (finite instances below)
     ws = sp.symbols(f"w0:{MAX_N}")
-    W = _cum(ws)
+    W = exact_cdf(ws)
     finite = all(
         sp.expand(sum(ws[r - c] for c in range(kk + 1)) - (W[r] - (W[r - kk - 1] if r - kk - 1 >= 0 else 0))) == 0
         for r in range(MAX_N)
@@ -103,13 +97,7 @@ def _monotone_exact(ws) -> bool:
     for r in range(n):
         total = sum(ws[: r + 1])
         rows.append([ws[r - c] / total if c <= r else Fraction(0) for c in range(n)])
-    cdfs = [_cum(row) for row in rows]
-    return all(cdfs[r][c] >= cdfs[r + 1][c] for r in range(n - 1) for c in range(n))
-
-
-def _log_concave(ws) -> bool:
-    W = _cum(ws)
-    return all(W[n] ** 2 >= W[n - 1] * W[n + 1] for n in range(1, len(ws) - 1))
+    return exact_rows_monotone(rows)
 
 
 @certificate("relative-bias:monotone-iff-log-concave", claims=("C7(b)",))
@@ -120,7 +108,7 @@ def monotone_iff_log_concave(samples: int = 3000, seed: int = 7) -> Check:
     for _ in range(samples):
         n = rnd.randint(2, 7)
         ws = [Fraction(rnd.randint(1, 12), rnd.randint(1, 12)) for _ in range(n)]
-        mono, lc = _monotone_exact(ws), _log_concave(ws)
+        mono, lc = _monotone_exact(ws), exact_log_concave(ws)
         counts[lc] += 1
         if mono != lc:
             disagree.append(ws)
@@ -152,10 +140,10 @@ def non_increasing_sufficient() -> Check:
 def bumped_table() -> Check:
     """w = (1, 1/10, 1/10, 5): W = (1, 11/10, 6/5, 31/5), W(2)^2 = 36/25 < W(1)W(3) = 341/50: not monotone."""
     ws = [Fraction(1), Fraction(1, 10), Fraction(1, 10), Fraction(5)]
-    W = _cum(ws)
+    W = exact_cdf(ws)
     gap = W[2] ** 2 - W[1] * W[3]
     return check(
-        gap < 0 and not _monotone_exact(ws) and not _log_concave(ws),
+        gap < 0 and not _monotone_exact(ws) and not exact_log_concave(ws),
         "the bumped table w = (1, 0.1, 0.1, 5) is not log-concave (n = 2) and its 4-token kernel is not monotone",
         f"W(2)^2 - W(1)W(3) = {gap}",
     )

@@ -2,7 +2,8 @@
 
 * ``bias_kernel(weights, n)``: the causal N-token kernel A(i, j) = w(i-j)/W(i) (j <= i) formed densely
   from the weights w(0..N-1) (w(0) carries e^d; entries beyond the given weights are 0);
-* ``log_concave(weights)``: W(n)^2 >= W(n-1) W(n+1) for 1 <= n <= N-2 (relative tolerance ``tol``);
+* ``log_concave(weights)``: W(n)^2 >= W(n-1) W(n+1) for 1 <= n <= N-2 (relative tolerance ``tol``), and
+  ``exact_log_concave(weights)`` the same without tolerance in the weights' own arithmetic (Fractions);
 * ``c7a(K, weights)``: the row CDFs of K are 1 - W(i-k-1)/W(i) (k < i) and 1 (k >= i);
 * ``c7b(K, weights)``: K stochastically monotone <=> W log-concave;
 * ``c7c(K, K_later)``: every row of K_later sits later (rows dominated).
@@ -37,19 +38,25 @@ def bias_kernel(weights, n: int) -> np.ndarray:
 
 def log_concave(weights, tol: float = TOL) -> bool:
     """W(n)^2 >= W(n-1) W(n+1) - tol W(n)^2 for every 1 <= n <= N-2."""
-    W = np.cumsum(np.asarray(weights, dtype=np.float64))
+    W = orders.cdf(weights)
     if len(W) < 3:
         return True
     gaps = W[1:-1] ** 2 - W[:-2] * W[2:]
     return bool(np.all(gaps >= -tol * W[1:-1] ** 2))
 
 
+def exact_log_concave(weights) -> bool:
+    """W(n)^2 >= W(n-1) W(n+1) for every 1 <= n <= N-2, exactly (W = ``orders.exact_cdf`` of the weights)."""
+    W = orders.exact_cdf(weights)
+    return all(W[n] * W[n] >= W[n - 1] * W[n + 1] for n in range(1, len(W) - 1))
+
+
 def c7a(kernel, weights, tol: float = TOL) -> bool:
     """Row CDFs of ``kernel`` equal 1 - W(i-k-1)/W(i) for k < i and 1 for k >= i."""
     k = np.asarray(kernel, dtype=np.float64)
     n = k.shape[0]
-    W = np.cumsum(np.asarray(weights, dtype=np.float64)[:n])
-    F = np.cumsum(k, axis=1)
+    W = orders.cdf(np.asarray(weights, dtype=np.float64)[:n])
+    F = orders.cdf(k)
     want = np.ones((n, n))
     for i in range(n):
         for kk in range(i):

@@ -7,7 +7,7 @@ Examples
 --------
 >>> import sympy as sp
 
-from posbias.theorem.orders import exact_dominated
+from posbias.theorem.orders import exact_rows_monotone
 >>> exact_monotone(sp.Matrix([[1, 0], [sp.Rational(1, 3), sp.Rational(2, 3)]]))
 True
 """
@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import sympy as sp
 
-from posbias.theorem.orders import exact_dominated
+from posbias.theorem.orders import exact_rows_monotone
 
 
 def exact_monotone(kernel: sp.Matrix) -> bool:
     """Rows ≼-increasing, exactly."""
-    rows = [list(kernel.row(a)) for a in range(kernel.rows)]
-    return all(exact_dominated(rows[a], rows[a + 1]) for a in range(len(rows) - 1))
+    return exact_rows_monotone([kernel.row(a) for a in range(kernel.rows)])
 
 
 def exact_residual(kernel: sp.Matrix, lam) -> sp.Matrix:

@@ -69,6 +69,13 @@ def exact_dominated(mu: Iterable[Any], nu: Iterable[Any]) -> bool:
     return all(a >= b for a, b in zip(exact_cdf(mu), exact_cdf(nu)))
 
 
+def exact_rows_monotone(rows: Sequence[Iterable[Any]]) -> bool:
+    """Rows ≼-increasing exactly: every row dominated by the next (``exact_dominated``), in the entries'
+    own arithmetic (Fractions, SymPy numbers)."""
+    rows = [list(row) for row in rows]
+    return all(exact_dominated(rows[a], rows[a + 1]) for a in range(len(rows) - 1))
+
+
 def cdf_gap(lo: Sequence[Any], hi: Sequence[Any]) -> tuple[int, Any]:
     """(k, min_k F_lo(k) - F_hi(k)), the first k where the gap is smallest, in the entries' own
     arithmetic: lo ≼ hi iff the gap is >= 0."""

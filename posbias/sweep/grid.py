@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from posbias.errors import UserError
-from posbias.sweep.spec import ALIBI_ENGINES, Spec, SpecError, biases_of, fill
+from posbias.sweep.spec import Spec, SpecError, alibi_only, biases_of, fill
 
 DEFAULT_BATCH_CAP = 1024
 """At most this many points per batch (one Parquet file, one ``profiles`` call per device)."""
@@ -209,7 +209,7 @@ class Grid:
             if isinstance(st, PeriodicStack):
                 st = st.expand()  # lambda_t varies with t: T-long arrays (refused beyond 10^7 layers)
             out = self._point(i, st, st.num_layers)
-        if self.spec.engine in ALIBI_ENGINES and _is_bias(out):
+        if _is_bias(out) and alibi_only(self.spec.engine):
             alibi = out.as_alibi(key[2])
             if alibi is None:
                 raise UserError(f"{self.spec.path}: engine {self.spec.engine}: point {i}: {self.bias_reason(i, key)}")
@@ -503,7 +503,7 @@ def _validate_bias(grid: Grid, key: tuple, st, members: list[int]) -> None:
     with np.errstate(over="ignore"):
         if not np.all(np.abs(np.asarray(sinks, np.float64) / st.temperature) <= LOGIT_LIMIT):
             raise SpecError(f"{spec.path}: sink: s / tau overflows (tau = {st.temperature!r})")
-    if spec.engine in ALIBI_ENGINES:
+    if alibi_only(spec.engine):
         seen = set()
         for i in members:
             what = (c["bias_spec"][i] if "bias_spec" in c else None, grid.sink(i, key))

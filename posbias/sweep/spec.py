@@ -95,8 +95,23 @@ AXES = (
     "bias",
     "sink",
 )
-ALIBI_ENGINES = ("structured", "log", "fft")
-"""Engines that compute ALiBi stacks only: a bias point must be ALiBi at its N (``BiasStack.as_alibi``)."""
+
+
+@functools.cache
+def alibi_only(engine: str) -> bool:
+    """Whether the engine of that name computes ALiBi stacks only, asked of the engine itself (its
+    ``supports`` on a one-layer relative-bias stack, plain and repeated): for such an engine a bias
+    point must be ALiBi at its N (``BiasStack.as_alibi``). Only that engine's module is imported."""
+    from posbias.numerics import engines
+    from posbias.numerics.bias import Bias, KerpleLog
+    from posbias.numerics.bias_stack import BiasStack
+    from posbias.numerics.periodic import PeriodicStack
+
+    probe = BiasStack.build([0.5], [Bias(KerpleLog(1.0, 1.0))])
+    chosen = engines.get(engine)  # type: ignore[arg-type]  (a name the spec has validated)
+    return all(chosen.supports(st, 4) is not None for st in (probe, PeriodicStack.build(probe, 2)))
+
+
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 MAX_GENERATED_SPECS = 100_000
 """At most this many distinct bias specs (templates times placeholder values) are generated and checked."""

@@ -20,6 +20,8 @@ against the engine, again through hypothesis.
 Users register their own claims and run them with the same machinery and output.
 A complete example:
 
+Examples
+--------
 >>> import numpy as np
 >>> import posbias.verify as pv
 >>> from posbias.verify.strategies import causal_kernels

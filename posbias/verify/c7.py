@@ -19,6 +19,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from posbias.theorem.c7_predicates import exact_log_concave
+from posbias.theorem.orders import cdf, exact_rows_monotone
 from posbias.verify.claims import c2b_check, c2b_explain, hypotheses, predicate
 from posbias.verify.kernels import last_row
 from posbias.verify.lazy import composite, ps, st
@@ -46,14 +48,8 @@ def exact_bias_kernel(ws) -> np.ndarray:
 
 
 def exact_monotone(kernel) -> bool:
-    """Rows' CDFs non-increasing in i, exactly (Fractions)."""
-    cdfs = [np.cumsum(row) for row in kernel]
-    return all(cdfs[i][k] >= cdfs[i + 1][k] for i in range(len(cdfs) - 1) for k in range(len(cdfs)))
-
-
-def exact_log_concave(ws) -> bool:
-    W = list(np.cumsum(np.array(ws, dtype=object)))
-    return all(W[n] * W[n] >= W[n - 1] * W[n + 1] for n in range(1, len(W) - 1))
+    """Rows' CDFs non-increasing in i, exactly (Fractions): ``orders.exact_rows_monotone``."""
+    return exact_rows_monotone(list(kernel))
 
 
 @composite
@@ -140,7 +136,7 @@ def _bias_stack_target(kernels, lambdas, layer, new_lambda, tables):
     more = ps.as_float(lambdas).copy()
     more[layer] = float(new_lambda)
     k = ps.as_float(kernels)
-    gaps = np.cumsum(last_row(k, more)) - np.cumsum(last_row(k, ps.as_float(lambdas)))
+    gaps = cdf(last_row(k, more)) - cdf(last_row(k, ps.as_float(lambdas)))
     return -float(gaps[:-1].min())
 
 

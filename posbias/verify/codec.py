@@ -3,6 +3,8 @@ reference-schema rollout YAML of an AlibiStack (``config_yaml``): what a counter
 file holds, exact where the example is (Fractions stay Fractions, non-finite floats keep
 their repr).
 
+Examples
+--------
 >>> from fractions import Fraction
 >>> import numpy as np
 >>> data = encode({"r": Fraction(1, 5), "K": np.array([[1.0, 0.0], [0.5, np.inf]])})

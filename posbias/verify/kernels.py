@@ -11,6 +11,8 @@ used by the properties' checks and by model mode (THEORY.md Notation):
   mu ≼ nu (THEORY.md Orders: F_mu(k) >= F_nu(k) for every k) by posbias.theorem.orders, which
   also gives the CDF gap (``cdf_gap``) the explanations print.
 
+Examples
+--------
 >>> from fractions import Fraction
 >>> a = exact_alibi(Fraction(1, 2), 3)
 >>> [str(x) for x in a[2]]

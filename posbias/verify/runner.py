@@ -114,18 +114,15 @@ def run_property(
     return res
 
 
-class CheckResultError(TypeError):
-    """A check returned something other than True or False."""
-
-
 def holds(value) -> bool:
     """True for True, False for False (``bool`` or ``numpy.bool_``); anything else raises
-    CheckResultError (the string "False" is truthy: it must not count as held)."""
+    TypeError (the string "False" is truthy: it must not count as held); nothing needs to tell it
+    apart from other errors of a check, which all make the verdict "error"."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     shown = repr(value)
     shown = shown if len(shown) <= 40 else shown[:37] + "..."
-    raise CheckResultError(f"the check returned {shown} ({type(value).__name__}), expected True or False")
+    raise TypeError(f"the check returned {shown} ({type(value).__name__}), expected True or False")
 
 
 @contextlib.contextmanager

@@ -31,6 +31,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from posbias.theorem.orders import cdf
 from posbias.verify.claims import (
     alibi_artifact,
     c1_check,
@@ -57,7 +58,7 @@ def _c2b_target(kernels, lambdas, layer, new_lambda):
     more = ps.as_float(lambdas).copy()
     more[layer] = float(new_lambda)
     k = ps.as_float(kernels)
-    gaps = np.cumsum(last_row(k, more)) - np.cumsum(last_row(k, ps.as_float(lambdas)))
+    gaps = cdf(last_row(k, more)) - cdf(last_row(k, ps.as_float(lambdas)))
     return -float(gaps[:-1].min()) if len(gaps) > 1 else 0.0
 
 
