@@ -38,6 +38,8 @@ against their BLAS limit of 12 s (GEMM 35 GFLOP/s then), building B 7 s, the log
 re-blocking and vector products 16 s. Per W panel (K = 4096, 256 columns, b = 32) forming W
 (the add, the maximum, the cut, the exponential) costs several times its product, so reaching the
 BLAS limit needs fewer elementwise operations per entry of W (or larger blocks), not faster products.
+Since then the panels are formed by a C kernel (numerics/native_panel.py: two passes instead of six);
+the measured effect and what remains are on docs/benchmarks.md (benchmarks/bench_depth.py).
 
 Threads. The engine sets the BLAS libraries' thread count itself (numerics/blas_threads.py) for
 the duration of ``compute``: ``Power(threads=k)``, else the environment variable
