@@ -21,6 +21,10 @@ Whole ``posbias rollout`` processes (wall time and the child's peak RSS from get
    squarings N^3 / 3 / rate and the reported ratio is whole-process wall / that limit (start-up, JAX
    and building B included: the strict reading). The load average is recorded before and after each.
 
+4. with ``--with-numpy-panels``, each power run again with its W panels formed by NumPy
+   (``POSBIAS_NATIVE=0``) right after it: the C panel kernel's speed-up (numerics/native_panel.py) in
+   the same run, and how far the two routes' log p(N-1) lie apart.
+
 Results go to ``--out`` (benchmarks/results-depth.json), written atomically. Timings are of this
 machine and of whatever else runs on it (shared by several engineers): read them as orders of
 magnitude, rerun; the ratio is measured within one run so that both sides see the same load.
@@ -56,8 +60,8 @@ def gemm_rate(n: int, threads: int, repeats: int = 3) -> float:
     return 2.0 * n**3 / sorted(times)[len(times) // 2]
 
 
-def run(args: list[str], out: Path) -> tuple[float, float, dict]:
-    """(wall seconds, peak RSS MiB, summary) of one ``posbias rollout`` process."""
+def run(args: list[str], out: Path, env: dict | None = None) -> tuple[float, float, dict]:
+    """(wall seconds, peak RSS MiB, summary) of one ``posbias rollout`` process (``env``: extra variables)."""
     code = (
         "import resource, subprocess, sys, time, json\n"
         "t = time.perf_counter()\n"
@@ -67,20 +71,39 @@ def run(args: list[str], out: Path) -> tuple[float, float, dict]:
         "print(json.dumps({'wall': wall, 'rss': rss, 'rc': p.returncode, 'out': p.stdout, 'err': p.stderr}))\n"
     )
     cmd = [sys.executable, "-m", "posbias.cli", "rollout", *args, "--out", str(out), "--json"]
-    done = subprocess.run([sys.executable, "-c", code, *cmd], capture_output=True, text=True, check=True, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", code, *cmd],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
     result = json.loads(done.stdout)
     if result["rc"] != 0:
         raise SystemExit(f"failed: {' '.join(args)}: {result['err'].strip()}")
     return result["wall"], result["rss"], json.loads(result["out"])
 
 
-def depth(layers: int, model: list[str], threads: int, tmp: Path) -> dict:
+def depth(layers: int, model: list[str], threads: int, tmp: Path, numpy_panels: bool = False) -> dict:
     """The power engine alone at ``layers``, beside the GEMM rate measured just before and just after
-    it (their mean: both sides under the same load), and the ratio to the BLAS limit."""
+    it (their mean: both sides under the same load), and the ratio to the BLAS limit. With
+    ``numpy_panels``, also the same process with the W panels formed by NumPy (POSBIAS_NATIVE=0), run
+    right after: the C panel kernel's speed-up in one run."""
     tokens = int(model[model.index("--tokens") + 1])
     load_before = os.getloadavg()
     rate = gemm_rate(tokens, threads)
     wall, rss, s = run(["--layers", str(layers), *model, "--engine", "power"], tmp / f"power-{layers}")
+    extra = {}
+    if numpy_panels:
+        plain, _, s_plain = run(
+            ["--layers", str(layers), *model, "--engine", "power"], tmp / f"numpy-{layers}", {"POSBIAS_NATIVE": "0"}
+        )
+        extra = {
+            "power_numpy_panels_process_s": plain,
+            "panel_kernel_speedup": plain / wall,
+            "numpy_panels_max_abs_log_p_last_diff": abs(s_plain["log_p_last"] - s["log_p_last"]),
+        }
     rate = (rate + gemm_rate(tokens, threads)) / 2
     squarings = layers.bit_length() - 1
     flops = squarings * tokens**3 / 3  # N^3 / 6 multiply-adds per triangular squaring
@@ -97,6 +120,7 @@ def depth(layers: int, model: list[str], threads: int, tmp: Path) -> dict:
         "power_peak_rss_mb": rss,
         "ratio_power_to_blas_limit": wall / limit,
         "power_unresolved": s["unresolved"],
+        **extra,
         "summary": s,
     }
 
@@ -116,6 +140,11 @@ def main(argv=None) -> int:
     ap.add_argument("--scan-layers", type=int, default=1000, help="0: skip the per-layer scan")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results-depth.json")
     ap.add_argument("--with-auto", action="store_true", help="also the default engine choice (auto)")
+    ap.add_argument(
+        "--with-numpy-panels",
+        action="store_true",
+        help="also each power run with its W panels formed by NumPy (POSBIAS_NATIVE=0): the C kernel's speed-up",
+    )
     a = ap.parse_args(argv)
     model = ["--heads", str(a.heads), "--tokens", str(a.tokens), "--schedule", a.schedule]
     from posbias.files import atomic_write
@@ -124,7 +153,7 @@ def main(argv=None) -> int:
     rows = []
     threads = blas_threads()
     with tempfile.TemporaryDirectory() as tmp:
-        depths = [depth(t, model, threads, Path(tmp)) for t in a.layers]
+        depths = [depth(t, model, threads, Path(tmp), a.with_numpy_panels) for t in a.layers]
         rows += [
             (f"power engine alone, T = {d['layers']}", d["power_process_s"], d["power_peak_rss_mb"], d["summary"])
             for d in depths
@@ -159,6 +188,12 @@ def main(argv=None) -> int:
             f"(1 min) {d['load_average_before'][0]:.1f} before, {d['load_average_after'][0]:.1f} after, "
             f"{os.cpu_count()} cores"
         )
+        if "panel_kernel_speedup" in d:
+            print(
+                f"  W panels by NumPy (POSBIAS_NATIVE=0): {d['power_numpy_panels_process_s']:.1f} s, the C kernel "
+                f"{d['panel_kernel_speedup']:.2f}x faster; |log p(N-1) difference| "
+                f"{d['numpy_panels_max_abs_log_p_last_diff']:.3g}"
+            )
         print("  power notes:", *power["notes"], sep="\n    ")
         print(
             f"  p(0) = {power['p_first']}, log p(N-1) = {power['log_p_last']}, argmin = {power['argmin']}, "
@@ -177,6 +212,8 @@ def main(argv=None) -> int:
         "ratio_power_to_blas_limit",
         "power_unresolved",
     )
+    optional = ("power_numpy_panels_process_s", "panel_kernel_speedup", "numpy_panels_max_abs_log_p_last_diff")
+    keys += tuple(k for k in optional if k in first)
     result = {
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": f"{os.cpu_count()} CPU cores",

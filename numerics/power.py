@@ -157,13 +157,13 @@ class Power(Engine):
         with blas_limit(1), ThreadPoolExecutor(threads) as executor:
             pool = None if threads == 1 else executor
             while bits:
-                log_m = log_entries(m, causal=causal)
+                log_m = log_entries(m, causal=causal, pool=pool)
                 if bits & 1:
-                    logv, errv = vector_times(logv, errv, m, log_m, causal=causal)
+                    logv, errv = vector_times(logv, errv, m, log_m, causal=causal, pool=pool)
                     done += 1
                 bits >>= 1
                 if bits:
-                    rows = block_rows(log_m)
+                    rows = block_rows(log_m, pool)
                     m = reblock(m, rows, causal=causal)  # the same entries: log_m holds for it too
                     heights.append(min(rows, n))
                     m = multiply(m, m, log_m, causal=causal, pool=pool)

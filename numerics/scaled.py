@@ -27,6 +27,7 @@ True
 
 from __future__ import annotations
 
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,8 @@ import numpy as np
 TINY = float(np.finfo(np.float64).tiny)  # 2^-1022: below it a float64 entry has no relative accuracy
 LOG_TINY = float(np.log(TINY))
 MIN_ROWS = 8  # the smallest block height
+TASK_ROWS = 256  # rows of log M a thread takes at a time (``log_entries``)
+TASK_COLUMNS = 512  # columns a thread takes at a time (``block_rows``)
 SPAN_BUDGET = 300.0  # nats a block may span in a column before squaring (X's and X^2's together: < ~660)
 
 
@@ -106,27 +109,50 @@ def scaled(matrix: np.ndarray, abs_err: float, *, causal: bool, rows: int) -> Sc
     return Scaled(mant, scale, err, rows)
 
 
-def log_entries(m: Scaled, *, causal: bool = False) -> np.ndarray:
+def log_entries(m: Scaled, *, causal: bool = False, pool: Executor | None = None) -> np.ndarray:
     """log M (N x N, -inf at zeros). With ``causal`` (M lower triangular, as every causal power is) the
     logarithms are taken only where a row block may be non-zero (columns up to its last row), the
-    rest is -inf as it would be."""
+    rest is -inf as it would be. With a ``pool``, its threads take the row blocks (the same values)."""
     n = m.mant.shape[0]
     out = np.full((n, n), -np.inf) if causal else np.empty((n, n))
-    for blk, a in enumerate(starts(n, m.rows)):
-        c = min(a + m.rows, n)
-        lim = c if causal else n
+
+    def rows(a: int) -> None:  # rows a .. a + TASK_ROWS - 1, within one block
+        blk = a // m.rows
+        c = min(a + TASK_ROWS, (blk + 1) * m.rows, n)
+        lim = (blk + 1) * m.rows if causal else n  # the block's reach (its last row + 1 when causal)
+        lim = min(lim, n)
         with np.errstate(divide="ignore"):
             np.log(m.mant[a:c, :lim], out=out[a:c, :lim])
         out[a:c, :lim] += m.scale[blk, :lim]
+
+    tasks = [a for b in starts(n, m.rows) for a in range(b, min(b + m.rows, n), TASK_ROWS)]
+    if pool is None:
+        for a in tasks:
+            rows(a)
+    else:
+        list(pool.map(rows, tasks[::-1]))  # the widest (causal: the last) first
     return out
 
 
-def block_rows(log_m: np.ndarray) -> int:
+def block_rows(log_m: np.ndarray, pool: Executor | None = None) -> int:
     """The largest power-of-two block height (>= ``MIN_ROWS``; one block per column once it covers N)
-    whose blocks span at most ``SPAN_BUDGET`` nats in every column (non-zero entries)."""
+    whose blocks span at most ``SPAN_BUDGET`` nats in every column (non-zero entries); the first
+    reductions on ``pool``'s threads if given, by columns (maxima and minima: the same values)."""
     n = log_m.shape[0]
-    hi = block_reduce(log_m, MIN_ROWS, np.maximum)
-    lo = block_reduce(log_m, MIN_ROWS, np.minimum, where=log_m > -np.inf, initial=np.inf)
+    hi = np.empty((len(starts(n, MIN_ROWS)), log_m.shape[1]))
+    lo = np.empty_like(hi)
+
+    def columns(j0: int) -> None:
+        part = log_m[:, j0 : j0 + TASK_COLUMNS]
+        hi[:, j0 : j0 + TASK_COLUMNS] = block_reduce(part, MIN_ROWS, np.maximum)
+        lo[:, j0 : j0 + TASK_COLUMNS] = block_reduce(part, MIN_ROWS, np.minimum, where=part > -np.inf, initial=np.inf)
+
+    chunks = range(0, log_m.shape[1], TASK_COLUMNS)
+    if pool is None:
+        for j0 in chunks:
+            columns(j0)
+    else:
+        list(pool.map(columns, chunks))
     rows = MIN_ROWS
     while rows < n:
         hi, lo = (block_reduce(x, 2, f) if x.shape[0] > 1 else x for x, f in ((hi, np.maximum), (lo, np.minimum)))

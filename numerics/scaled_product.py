@@ -42,7 +42,7 @@ True
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 
 import numpy as np
 
@@ -54,22 +54,36 @@ from posbias.numerics.triangular import TRIANGULAR_BASE, lower_matmul
 EPS = float(np.finfo(np.float64).eps)
 RESOLVED = float(np.log(1e-12))  # an entry is resolved when its loss bound is below 1e-12 of it
 PANEL = 256  # columns of W formed at a time
+LSE_COLUMNS = 512  # columns of a log-sum-exp taken at a time (a thread's task)
 FLOOR = 2.0**-511  # W is cut at 2^-1022 / m_l only while m_l >= FLOOR (the cut stays below 2^-511)
 SMALL_LOSS = RESOLVED - 100.0  # vector rows lost at most this (log, relative) are bounded together
 
 
-def _weighted_logsumexp(w: np.ndarray, log_m: np.ndarray) -> np.ndarray:
-    """log sum_l exp(w[l] + log_m[l, j]) per column (-inf where nothing contributes); rows w = -inf skipped."""
-    rows = np.isfinite(w)
-    if not rows.any():
-        return np.full(log_m.shape[1], -np.inf)
-    x = w[rows, None] + log_m[rows]
-    top = np.max(x, axis=0)
-    safe = np.where(np.isfinite(top), top, 0.0)
-    x -= safe
-    np.exp(x, out=x)
-    with np.errstate(divide="ignore"):
-        return safe + np.log(np.sum(x, axis=0))
+def _weighted_logsumexp(w: np.ndarray, log_m: np.ndarray, pool: Executor | None = None) -> np.ndarray:
+    """log sum_l exp(w[l] + log_m[l, j]) per column (-inf where nothing contributes); rows w = -inf skipped.
+    With a ``pool``, its threads take chunks of ``LSE_COLUMNS`` columns: each column's terms are added
+    in the same order, so the values are the same."""
+    rows = np.flatnonzero(np.isfinite(w))
+    out = np.full(log_m.shape[1], -np.inf)
+    if rows.size == 0:
+        return out
+
+    def chunk(j0: int) -> None:
+        x = w[rows, None] + log_m[rows, j0 : j0 + LSE_COLUMNS]
+        top = np.max(x, axis=0)
+        safe = np.where(np.isfinite(top), top, 0.0)
+        x -= safe
+        np.exp(x, out=x)
+        with np.errstate(divide="ignore"):
+            out[j0 : j0 + LSE_COLUMNS] = safe + np.log(np.sum(x, axis=0))
+
+    chunks = range(0, log_m.shape[1], LSE_COLUMNS)
+    if pool is None:
+        for j0 in chunks:
+            chunk(j0)
+    else:
+        list(pool.map(chunk, chunks))
+    return out
 
 
 def _mass_times_err(mass: np.ndarray, err: np.ndarray, rows: int, causal: bool) -> np.ndarray:
@@ -210,23 +224,26 @@ def _row_block(
 
 
 def vector_times(
-    logv: np.ndarray, errv: np.ndarray, m: Scaled, log_m: np.ndarray, *, causal: bool
+    logv: np.ndarray, errv: np.ndarray, m: Scaled, log_m: np.ndarray, *, causal: bool, pool: Executor | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(log(v M), loss bound) for a row vector v = exp(logv) with per-entry loss bounds exp(errv)."""
+    """(log(v M), loss bound) for a row vector v = exp(logv) with per-entry loss bounds exp(errv); the
+    log-sum-exps on ``pool``'s threads if given (the same values)."""
     n = logv.shape[0]
-    logw = _weighted_logsumexp(logv, log_m)
-    lost_v = _lost_times(logv, errv, log_m, logw)
+    logw = _weighted_logsumexp(logv, log_m, pool)
+    lost_v = _lost_times(logv, errv, log_m, logw, pool)
     lost_m = _mass_times_err(np.logaddexp(logv, errv)[None, :], m.err, m.rows, causal)[0]
     rounding = np.log(n) + LOG_TINY + logw  # terms the log-sum-exp drops below 2^-1022 of the largest
     return logw, np.logaddexp.reduce([lost_v, lost_m, rounding], axis=0)
 
 
-def _lost_times(logv: np.ndarray, errv: np.ndarray, log_m: np.ndarray, logw: np.ndarray) -> np.ndarray:
+def _lost_times(
+    logv: np.ndarray, errv: np.ndarray, log_m: np.ndarray, logw: np.ndarray, pool: Executor | None = None
+) -> np.ndarray:
     """log sum_l exp(errv[l]) M[l, j] (|dv| M), bounded: the rows whose relative loss
     d_l = errv[l] - logv[l] is at most ``SMALL_LOSS`` contribute at most exp(max d_l) (v M)_j = exp(max d_l
     + logw[j]); the other rows are summed exactly."""
     with np.errstate(invalid="ignore"):
         rel = errv - logv
     small = rel <= SMALL_LOSS
-    exact = _weighted_logsumexp(np.where(small, -np.inf, errv), log_m)
+    exact = _weighted_logsumexp(np.where(small, -np.inf, errv), log_m, pool)
     return np.logaddexp(exact, rel[small].max() + logw) if small.any() else exact
