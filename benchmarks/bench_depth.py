@@ -21,7 +21,8 @@ Whole ``posbias rollout`` processes (wall time and the child's peak RSS from get
    squarings N^3 / 3 / rate and the reported ratio is whole-process wall / that limit (start-up, JAX
    and building B included: the strict reading). The load average is recorded before and after each.
 
-4. with ``--with-numpy-panels``, each power run again with its W panels formed by NumPy
+4. with ``--phases``, the engine's phases in process at the first depth (benchmarks/power_phases.py).
+5. with ``--with-numpy-panels``, each power run again with its W panels formed by NumPy
    (``POSBIAS_NATIVE=0``) right after it: the C panel kernel's speed-up (numerics/native_panel.py) in
    the same run, and how far the two routes' log p(N-1) lie apart.
 
@@ -141,6 +142,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results-depth.json")
     ap.add_argument("--with-auto", action="store_true", help="also the default engine choice (auto)")
     ap.add_argument(
+        "--phases", action="store_true", help="also the engine's phases in process at the first depth (power_phases.py)"
+    )
+    ap.add_argument(
         "--with-numpy-panels",
         action="store_true",
         help="also each power run with its W panels formed by NumPy (POSBIAS_NATIVE=0): the C kernel's speed-up",
@@ -212,6 +216,22 @@ def main(argv=None) -> int:
         "ratio_power_to_blas_limit",
         "power_unresolved",
     )
+    phases = None
+    if a.phases and not a.schedule.startswith("constant:"):
+        raise SystemExit("--phases: only a constant schedule (power_phases.py takes one lambda)")
+    if a.phases:
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "power_phases.py"), "--layers", str(a.layers[0]), *model[:4]]
+            + (["--lam", a.schedule.split(":", 1)[1]] if a.schedule.startswith("constant:") else []),
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+        )
+        phases = json.loads(done.stdout)
+        print(f"phases in process at T = {a.layers[0]} ({phases['profile_s']:.1f} s in all):")
+        for name, seconds in phases["phases_s"].items():
+            print(f"  {name:<16} {seconds:8.2f} s")
     optional = ("power_numpy_panels_process_s", "panel_kernel_speedup", "numpy_panels_max_abs_log_p_last_diff")
     keys += tuple(k for k in optional if k in first)
     result = {
@@ -224,6 +244,13 @@ def main(argv=None) -> int:
         **{k: first[k] for k in keys},
         "depths": [{k: d[k] for k in keys} for d in depths],
         "routes": [{"route": name, "wall_s": wall, "peak_rss_mb": rss} for name, wall, rss, _ in rows],
+        **(
+            {}
+            if phases is None
+            else {
+                "phases": {"profile_s": phases["profile_s"], "threads": phases["threads"], **phases["phases_s"]},
+            }
+        ),
     }
     atomic_write(a.out, lambda f: f.write(json.dumps(result, indent=2) + "\n"), binary=False)
     print(f"wrote {a.out}")

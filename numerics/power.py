@@ -29,8 +29,8 @@ elementwise operations on W, among them as many exponentials (N^3 / b without a 
 mask): with b = 32 at N = 4096 about 4e8 per squaring, which is most of its time. A vector
 product is O(N^2). Memory: three N x N float64 arrays (the mantissas, log M, the product)
 and a W panel of N x ``PANEL`` while squaring, whatever T is; building B takes more (the
-kernels come from JAX). N = 4096, H = 32 on 2 cores: T = 10^6 in about 33 s and 0.8 GB,
-T = 10^9 in about 90 s. Measured again (issue 21, benchmarks/bench_depth.py, the 2 cores shared
+kernels come from JAX). N = 4096, H = 32 on 2 cores: T = 10^6 in about 20 s and 0.8 GB,
+T = 10^9 in about 35 s (2026-12-04, with the C panel kernel; about 30 s and 90 s before it). Measured again (issue 21, benchmarks/bench_depth.py, the 2 cores shared
 with other work, load average 9 to 12): T = 10^6 at N = 4096 took 214 s whole process, T = 10^9 304 s,
 both 10.1 times the BLAS limit (squarings N^3 / 3 flops each at the GEMM rate measured beside them,
 about 21 GFLOP/s). In process at T = 10^6 (load average 8 to 9): 108 s, the squarings 83 s of it
@@ -38,8 +38,9 @@ against their BLAS limit of 12 s (GEMM 35 GFLOP/s then), building B 7 s, the log
 re-blocking and vector products 16 s. Per W panel (K = 4096, 256 columns, b = 32) forming W
 (the add, the maximum, the cut, the exponential) costs several times its product, so reaching the
 BLAS limit needs fewer elementwise operations per entry of W (or larger blocks), not faster products.
-Since then the panels are formed by a C kernel (numerics/native_panel.py: two passes instead of six);
-the measured effect and what remains are on docs/benchmarks.md (benchmarks/bench_depth.py).
+Since then the panels are formed by a C kernel (numerics/native_panel.py: two passes instead of six)
+and the O(N^2) passes run on the engine's threads; the measured effect, the phases and what remains
+are on docs/benchmarks.md (benchmarks/bench_depth.py --with-numpy-panels --phases).
 
 Threads. The engine sets the BLAS libraries' thread count itself (numerics/blas_threads.py) for
 the duration of ``compute``: ``Power(threads=k)``, else the environment variable

@@ -1,0 +1,79 @@
+"""Where the power engine's time goes, in process (issue 21, goal 2): one profile of a compact ALiBi stack
+with the engine's phases timed, printed as JSON. Run on demand (``bench_depth.py --phases`` runs it for
+its first depth), never as a test:
+
+    .venv/bin/python benchmarks/power_phases.py [--layers 1000000] [--tokens 4096] [--heads 32] [--lam 0.5]
+
+Phases (wall seconds, summed over calls): ``block_product`` (B from the kernels), ``scaled`` (B's scaled
+form), ``log_entries``, ``block_rows``, ``reblock``, ``vector_times`` and ``multiply`` (the squarings);
+inside ``multiply`` the W panels' formation (``form_w``, numerics/native_panel.py) and their products by
+BLAS (``panel_products``) are summed over the engine's threads, so they may add up to more than
+``multiply`` itself. The timers wrap the modules' functions as the engine calls them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import time
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=1_000_000)
+    ap.add_argument("--tokens", type=int, default=4096)
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--lam", type=float, default=0.5)
+    a = ap.parse_args(argv)
+    start = time.perf_counter()
+    import posbias.numerics.power as power
+    import posbias.numerics.scaled_product as products
+    from posbias.numerics.blas_threads import blas_threads
+    from posbias.numerics.periodic import PeriodicStack
+    from posbias.numerics.slopes import alibi_slopes
+    from posbias.numerics.stack import AlibiStack
+
+    imports = time.perf_counter() - start
+    spent: dict[str, float] = collections.defaultdict(float)
+
+    def timed(name, fn):
+        def wrapper(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[name] += time.perf_counter() - t
+
+        return wrapper
+
+    for name in ("block_product", "scaled", "log_entries", "block_rows", "reblock", "vector_times", "multiply"):
+        setattr(power, name, timed(name, getattr(power, name)))
+    products.form_w = timed("form_w", products.form_w)
+    products._panel_product = timed("panel_products", products._panel_product)
+    stack = PeriodicStack.build(AlibiStack.build([a.lam], list(alibi_slopes(a.heads, "hf"))), a.layers)
+    t = time.perf_counter()
+    profile = power.Power().profile(stack, a.tokens)
+    total = time.perf_counter() - t
+    print(
+        json.dumps(
+            {
+                "layers": a.layers,
+                "tokens": a.tokens,
+                "heads": a.heads,
+                "threads": blas_threads(),
+                "native_panels": products.native_panels(),
+                "load_average_before": os.getloadavg()[0],
+                "imports_s": imports,
+                "profile_s": total,
+                "phases_s": dict(spent),
+                "unresolved": int(profile.unresolved().sum()),
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
