@@ -30,7 +30,8 @@ mask): with b = 32 at N = 4096 about 4e8 per squaring, which is most of its time
 product is O(N^2). Memory: three N x N float64 arrays (the mantissas, log M, the product)
 and a W panel of N x ``PANEL`` while squaring, whatever T is; building B takes more (the
 kernels come from JAX). N = 4096, H = 32 on 2 cores: T = 10^6 in about 20 s and 0.8 GB,
-T = 10^9 in about 35 s (2026-12-04, with the C panel kernel; about 30 s and 90 s before it). Measured again (issue 21, benchmarks/bench_depth.py, the 2 cores shared
+T = 10^9 in about 35 s (2026-12-04, with the C panel kernel; about 30 s and 90 s before it).
+Measured again (issue 21, benchmarks/bench_depth.py, the 2 cores shared
 with other work, load average 9 to 12): T = 10^6 at N = 4096 took 214 s whole process, T = 10^9 304 s,
 both 10.1 times the BLAS limit (squarings N^3 / 3 flops each at the GEMM rate measured beside them,
 about 21 GFLOP/s). In process at T = 10^6 (load average 8 to 9): 108 s, the squarings 83 s of it
