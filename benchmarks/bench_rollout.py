@@ -83,7 +83,13 @@ def main() -> int:
     from posbias.rollout import run_stack
 
     sizes = [int(s) for s in args.sizes.split(",")]
-    results: dict = {"config": str(args.config), "machine": f"{os.cpu_count()} CPU cores", "baseline_threads": THREADS}
+    results: dict = {
+        "config": str(args.config),
+        "machine": f"{os.cpu_count()} CPU cores",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "load_average_before": os.getloadavg()[0],
+        "baseline_threads": THREADS,
+    }
     with Progress(transient=True) as bar:
         engines = args.engines.split(",")
         task = bar.add_task("benchmark", total=4 + len(sizes) * len(engines))
