@@ -10,8 +10,8 @@ the error analysis. ctypes releases the GIL during the call.
 
 The library is compiled on first use with the C compiler (``$CC``, else ``cc``/``gcc``):
 ``cc -O3 -shared -fPIC -pthread``, cached under ``$XDG_CACHE_HOME/posbias``
-(``~/.cache/posbias``) keyed by the source hash. ``POSBIAS_NATIVE=0`` disables it
-(``available()`` is then False). Float64 only.
+(``~/.cache/posbias``) keyed by the hash of the source and the folder's headers (``exp_taylor.h``).
+``POSBIAS_NATIVE=0`` disables it (``available()`` is then False). Float64 only.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def compile_source(path: Path = SOURCE) -> Path:
         raise OSError("no C compiler found (set CC)")
     if os.environ.get("POSBIAS_NATIVE", "1") == "0":
         raise OSError("the native kernel is disabled (POSBIAS_NATIVE=0)")
-    source = path.read_bytes()
+    source = path.read_bytes() + b"".join(h.read_bytes() for h in sorted(path.parent.glob("*.h")))  # includes
     key = hashlib.sha256(source + compiler.encode()).hexdigest()[:16]
     stem = "posbias_native" if path == SOURCE else f"posbias_{path.stem}"
     lib = _cache_dir() / f"{stem}-{key}.so"
@@ -160,8 +160,16 @@ def library() -> ctypes.CDLL:
 @functools.cache
 def available() -> bool:
     """Compile (once per source) and load the kernel; False if disabled or impossible."""
+    return loadable(library)
+
+
+def loadable(load: Callable[[], object]) -> bool:
+    """Whether a kernel of numerics/native/ is enabled (``POSBIAS_NATIVE`` is not 0) and ``load()``
+    compiles and loads it (once per source: the loaders cache); False, never an error, otherwise."""
+    if os.environ.get("POSBIAS_NATIVE", "1") == "0":
+        return False
     try:
-        library()
+        load()
     except (OSError, AttributeError):
         return False
     return True

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from posbias.numerics.native import SOURCE, NativeError, compile_source
+from posbias.numerics.native import SOURCE, NativeError, compile_source, loadable
 
 BIAS_SOURCE = SOURCE.with_name("bias_layer.c")
 _I64 = ctypes.c_int64
@@ -56,13 +56,7 @@ def _library() -> ctypes.CDLL:
 
 def available() -> bool:
     """Compile (once per source) and load the kernel; False if disabled or impossible."""
-    if os.environ.get("POSBIAS_NATIVE", "1") == "0":
-        return False
-    try:
-        _library()
-    except (OSError, AttributeError):
-        return False
-    return True
+    return loadable(_library)
 
 
 def profile(

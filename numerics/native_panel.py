@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 
 import numpy as np
 
-from posbias.numerics.native import SOURCE, compile_source
+from posbias.numerics.native import SOURCE, compile_source, loadable
 
 PANEL_SOURCE = SOURCE.with_name("scaled_panel.c")
 _I64 = ctypes.c_int64
@@ -37,13 +36,7 @@ def _library() -> ctypes.CDLL:
 
 def available() -> bool:
     """Compile (once per source) and load the kernel; False if disabled or impossible."""
-    if os.environ.get("POSBIAS_NATIVE", "1") == "0":
-        return False
-    try:
-        _library()
-    except (OSError, AttributeError):
-        return False
-    return True
+    return loadable(_library)
 
 
 def _pointer(a: np.ndarray):

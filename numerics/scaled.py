@@ -27,6 +27,7 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +52,16 @@ class Scaled:
     scale: np.ndarray
     err: np.ndarray
     rows: int
+
+
+def each(pool: Executor | None, task: Callable[[Any], None], items: Sequence[Any]) -> None:
+    """``task(item)`` for every item, in order, or on ``pool``'s threads (in the order given: put the
+    largest first). The tasks write disjoint parts of their outputs, so the results are the same."""
+    if pool is None:
+        for item in items:
+            task(item)
+    else:
+        list(pool.map(task, items))
 
 
 def starts(n: int, rows: int) -> np.ndarray:
@@ -126,11 +137,7 @@ def log_entries(m: Scaled, *, causal: bool = False, pool: Executor | None = None
         out[a:c, :lim] += m.scale[blk, :lim]
 
     tasks = [a for b in starts(n, m.rows) for a in range(b, min(b + m.rows, n), TASK_ROWS)]
-    if pool is None:
-        for a in tasks:
-            rows(a)
-    else:
-        list(pool.map(rows, tasks[::-1]))  # the widest (causal: the last) first
+    each(pool, rows, tasks[::-1])  # the widest (causal: the last) first
     return out
 
 
@@ -147,12 +154,7 @@ def block_rows(log_m: np.ndarray, pool: Executor | None = None) -> int:
         hi[:, j0 : j0 + TASK_COLUMNS] = block_reduce(part, MIN_ROWS, np.maximum)
         lo[:, j0 : j0 + TASK_COLUMNS] = block_reduce(part, MIN_ROWS, np.minimum, where=part > -np.inf, initial=np.inf)
 
-    chunks = range(0, log_m.shape[1], TASK_COLUMNS)
-    if pool is None:
-        for j0 in chunks:
-            columns(j0)
-    else:
-        list(pool.map(columns, chunks))
+    each(pool, columns, range(0, log_m.shape[1], TASK_COLUMNS))
     rows = MIN_ROWS
     while rows < n:
         hi, lo = (block_reduce(x, 2, f) if x.shape[0] > 1 else x for x, f in ((hi, np.maximum), (lo, np.minimum)))

@@ -48,7 +48,7 @@ import numpy as np
 
 from posbias.numerics.native_panel import available as native_panels
 from posbias.numerics.native_panel import form_w
-from posbias.numerics.scaled import LOG_TINY, TINY, Scaled, starts, support
+from posbias.numerics.scaled import LOG_TINY, TINY, Scaled, each, starts, support
 from posbias.numerics.triangular import TRIANGULAR_BASE, lower_matmul
 
 EPS = float(np.finfo(np.float64).eps)
@@ -77,12 +77,7 @@ def _weighted_logsumexp(w: np.ndarray, log_m: np.ndarray, pool: Executor | None 
         with np.errstate(divide="ignore"):
             out[j0 : j0 + LSE_COLUMNS] = safe + np.log(np.sum(x, axis=0))
 
-    chunks = range(0, log_m.shape[1], LSE_COLUMNS)
-    if pool is None:
-        for j0 in chunks:
-            chunk(j0)
-    else:
-        list(pool.map(chunk, chunks))
+    each(pool, chunk, range(0, log_m.shape[1], LSE_COLUMNS))
     return out
 
 
@@ -196,11 +191,7 @@ def _row_block(
         prod[r0 - a :, j0:j1] = _panel_product(x.mant[r0:c, l0:lim], w, r0 - l0, causal)
         shift[j0:j1] = g
 
-    if pool is None:
-        for j0 in range(0, lim, PANEL):
-            panel(j0)
-    else:  # the largest panels (the first, under a causal mask) first
-        list(pool.map(panel, range(0, lim, PANEL)))
+    each(pool, panel, range(0, lim, PANEL))  # the largest panels (the first, under a causal mask) first
     top = np.max(prod, axis=0)
     ok = (top > 0) & np.isfinite(shift)
     # drops per entry, in units of e^{g_j}: the W entries dropped, sum_l M~[i, l] 2^-1022 / m_l, the

@@ -82,6 +82,7 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path):
     (wheel,) = dist.glob("posbias-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "posbias/numerics/native/alibi_layer.c" in names and "posbias/proofs/C1.md" in names
+    assert "posbias/numerics/native/exp_taylor.h" in names  # included by bias_layer.c and scaled_panel.c
     tops = {n.split("/")[0] for n in names if "/" in n}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"posbias"}, tops
 

@@ -37,6 +37,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "exp_taylor.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
 #endif
@@ -206,19 +208,7 @@ static inline __attribute__((always_inline)) v4 exp4(v4 x) {
   const v4 t = x * 1.4426950408889634 + shift;
   const v4 n = t - shift;
   const v4 r = (x - n * 6.93147180369123816490e-01) - n * 1.90821492927058770002e-10;
-  v4 q = r * (1.0 / 6227020800.0) + 1.0 / 479001600.0;
-  q = q * r + 1.0 / 39916800.0;
-  q = q * r + 1.0 / 3628800.0;
-  q = q * r + 1.0 / 362880.0;
-  q = q * r + 1.0 / 40320.0;
-  q = q * r + 1.0 / 5040.0;
-  q = q * r + 1.0 / 720.0;
-  q = q * r + 1.0 / 120.0;
-  q = q * r + 1.0 / 24.0;
-  q = q * r + 1.0 / 6.0;
-  q = q * r + 0.5;
-  q = q * r + 1.0;
-  q = q * r + 1.0;
+  const v4 q = POSBIAS_EXP_TAYLOR13(r);
   const i4 bits = ((i4)t - (i4)shift + 1023) << 52; /* 2^n, n in [-1022, 0] */
   return (v4)((i4)(q * (v4)bits) & ~tiny);
 }

@@ -19,9 +19,10 @@
  * The exponential, for 2^-1022 <= e^t <= 1 only (t in [log 2^-1022, 0]; the cut guarantees it):
  * t = k ln 2 + r with k = round(t / ln 2) (the 1.5 * 2^52 shift), |r| <= ln 2 / 2 (ln 2 split in a
  * 32-bit head and a tail, Cody and Waite), e^r by its Taylor polynomial of degree 13 in Horner form
- * (truncation below r^14 / 14! < 5e-18, 0.03 ulp), and 2^k built in the exponent field (k >= -1022:
- * a normal number, so the scaling is exact). Measured against glibc's exp on 10^8 arguments drawn
- * over the range: at most 1 ulp apart (tests/numerics/test_scaled_panel.py checks 2 ulps).
+ * (exp_taylor.h, shared with bias_layer.c; truncation below r^14 / 14! < 5e-18, 0.03 ulp), and 2^k
+ * built in the exponent field (k >= -1022: a normal number, so the scaling is exact). Measured
+ * against glibc's exp on 10^8 arguments drawn over the range: at most 1 ulp apart
+ * (tests/numerics/test_scaled_panel.py checks 2 ulps on 2 10^5).
  *
  * Vectorisation: the loops have no branches and no calls, so GCC vectorises them; on x86-64 with
  * GCC the function is compiled for AVX-512 (x86-64-v4), AVX2 + FMA (x86-64-v3) and the baseline, and
@@ -32,6 +33,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "exp_taylor.h"
 
 #define LN2_HI 6.93147180369123816490e-01 /* ln 2 with its last 32 bits zero: k * LN2_HI is exact */
 #define LN2_LO 1.90821492927058770002e-10 /* ln 2 - LN2_HI */
@@ -53,20 +56,7 @@ static inline double exp_normal(double t) {
   memcpy(&sbits, &shift, sizeof shift);
   kd -= SHIFT;
   const double r = (t - kd * LN2_HI) - kd * LN2_LO;
-  double p = 1.0 / 6227020800.0;
-  p = p * r + 1.0 / 479001600.0;
-  p = p * r + 1.0 / 39916800.0;
-  p = p * r + 1.0 / 3628800.0;
-  p = p * r + 1.0 / 362880.0;
-  p = p * r + 1.0 / 40320.0;
-  p = p * r + 1.0 / 5040.0;
-  p = p * r + 1.0 / 720.0;
-  p = p * r + 1.0 / 120.0;
-  p = p * r + 1.0 / 24.0;
-  p = p * r + 1.0 / 6.0;
-  p = p * r + 0.5;
-  p = p * r + 1.0;
-  p = p * r + 1.0;
+  const double p = POSBIAS_EXP_TAYLOR13(r);
   const int64_t ebits = (kbits - sbits + 1023) << 52; /* 2^k, k = kbits - sbits in [-1022, 0] */
   double scale;
   memcpy(&scale, &ebits, sizeof ebits);
