@@ -277,6 +277,11 @@ class Auto(Engine):
             return None
         return f"expected an AlibiStack, BiasStack or KernelStack, got {type(stack).__name__}"
 
+    def uses_native(self, dtype) -> bool:
+        """Whether the engine tried first runs on a C kernel here: the structured engine's for ALiBi
+        stacks (``alibi_order``), the bias engine's for relative biases, both on the CPU in float64."""
+        return Structured().uses_native(dtype)
+
     def needs_jax(self, stack: Stack, dtype) -> bool:
         return False  # each engine it runs scopes its own JAX use
 

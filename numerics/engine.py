@@ -157,6 +157,11 @@ class Engine(abc.ABC):
     def compute(self, stack: Stack, num_tokens: int, *, dtype: np.dtype, progress: Progress | None) -> Profile:
         """The profile; called by ``profile`` after ``supports`` said yes, inside float64 scope."""
 
+    def uses_native(self, dtype: DTypeLike) -> bool:
+        """Whether ``compute`` runs on a C kernel for this dtype here, using no JAX device (a sweep then
+        lists no devices). Engines with a C route override it."""
+        return False
+
     def needs_jax(self, stack: Stack, dtype: np.dtype) -> bool:
         """Whether ``compute`` runs JAX for this stack (then it runs under ``jax.enable_x64``)."""
         return True

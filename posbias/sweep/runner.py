@@ -95,12 +95,11 @@ def _probe_summary():
 
 
 def native_route(engine: str) -> bool:
-    """Whether this engine name runs on the native CPU kernel here (then no JAX device is used)."""
-    if engine not in ("auto", "structured"):
-        return False
-    from posbias.numerics.structured import Structured
+    """Whether this engine name runs on the native CPU kernel here (then no JAX device is used), as the
+    engine says (``Engine.uses_native``)."""
+    from posbias.numerics import engines
 
-    return Structured().uses_native(np.float64)
+    return engines.get(engine).uses_native(np.float64)  # type: ignore[arg-type]  (a validated name)
 
 
 def local_devices(engine: str, limit: int | None):
