@@ -42,6 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import stamp
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -235,8 +237,7 @@ def main(argv=None) -> int:
     optional = ("power_numpy_panels_process_s", "panel_kernel_speedup", "numpy_panels_max_abs_log_p_last_diff")
     keys += tuple(k for k in optional if k in first)
     result = {
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": f"{os.cpu_count()} CPU cores",
+        **stamp(load=False),  # the load averages are each depth's own
         "tokens": a.tokens,
         "heads": a.heads,
         "schedule": a.schedule,

@@ -39,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import stamp
+
 REPO = Path(__file__).resolve().parents[1]
 
 PRELUDE = r"""
@@ -234,8 +236,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         results = {
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "load_average_before": os.getloadavg()[0],
+            **stamp(),
             "peak_flops": a.peak_flops,
             "smoke": a.smoke,
             **sections(a, Path(tmp)),

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from common import stamp
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = REPO.parent / "shared/data/official-configs/no_content/bloom.yaml"
@@ -85,9 +86,7 @@ def main() -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     results: dict = {
         "config": str(args.config),
-        "machine": f"{os.cpu_count()} CPU cores",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "load_average_before": os.getloadavg()[0],
+        **stamp(),
         "baseline_threads": THREADS,
     }
     with Progress(transient=True) as bar:

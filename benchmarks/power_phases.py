@@ -16,24 +16,20 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import time
+
+from common import add_power_model, power_stack, stamp
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--layers", type=int, default=1_000_000)
-    ap.add_argument("--tokens", type=int, default=4096)
-    ap.add_argument("--heads", type=int, default=32)
-    ap.add_argument("--lam", type=float, default=0.5)
+    add_power_model(ap, tokens=4096)
     a = ap.parse_args(argv)
+    header = stamp()
     start = time.perf_counter()
     import posbias.numerics.power as power
     import posbias.numerics.scaled_product as products
     from posbias.numerics.blas_threads import blas_threads
-    from posbias.numerics.periodic import PeriodicStack
-    from posbias.numerics.slopes import alibi_slopes
-    from posbias.numerics.stack import AlibiStack
 
     imports = time.perf_counter() - start
     spent: dict[str, float] = collections.defaultdict(float)
@@ -52,19 +48,19 @@ def main(argv=None) -> int:
         setattr(power, name, timed(name, getattr(power, name)))
     products.form_w = timed("form_w", products.form_w)
     products._panel_product = timed("panel_products", products._panel_product)
-    stack = PeriodicStack.build(AlibiStack.build([a.lam], list(alibi_slopes(a.heads, "hf"))), a.layers)
+    stack = power_stack(a)
     t = time.perf_counter()
     profile = power.Power().profile(stack, a.tokens)
     total = time.perf_counter() - t
     print(
         json.dumps(
             {
+                **header,
                 "layers": a.layers,
                 "tokens": a.tokens,
                 "heads": a.heads,
                 "threads": blas_threads(),
                 "native_panels": products.native_panels(),
-                "load_average_before": os.getloadavg()[0],
                 "imports_s": imports,
                 "profile_s": total,
                 "phases_s": dict(spent),

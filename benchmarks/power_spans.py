@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import time
 from pathlib import Path
 
 import numpy as np
+from common import add_power_model, power_stack, stamp
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,17 +49,11 @@ def spans(log_m: np.ndarray, rounds: int = 30) -> tuple[float, float]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--layers", type=int, default=1_000_000)
-    ap.add_argument("--tokens", type=int, default=1024)
-    ap.add_argument("--heads", type=int, default=32)
-    ap.add_argument("--lam", type=float, default=0.5)
+    add_power_model(ap, tokens=1024)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results-power-spans.json")
     a = ap.parse_args(argv)
     import posbias.numerics.power as power
     from posbias.files import atomic_write
-    from posbias.numerics.periodic import PeriodicStack
-    from posbias.numerics.slopes import alibi_slopes
-    from posbias.numerics.stack import AlibiStack
 
     rows, heights = [], []
     log_entries, block_rows = power.log_entries, power.block_rows
@@ -77,13 +70,12 @@ def main(argv=None) -> int:
         return rows_chosen
 
     power.log_entries, power.block_rows = record, height
-    stack = PeriodicStack.build(AlibiStack.build([a.lam], list(alibi_slopes(a.heads, "hf"))), a.layers)
-    profile = power.Power().profile(stack, a.tokens)
+    header = stamp(load=False)
+    profile = power.Power().profile(power_stack(a), a.tokens)
     for k, row in enumerate(rows):  # the last power is multiplied into the vector, not squared
         row["block_rows"] = min(heights[k], a.tokens) if k < len(heights) else None
     result = {
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": f"{os.cpu_count()} CPU cores",
+        **header,
         "layers": a.layers,
         "tokens": a.tokens,
         "heads": a.heads,

@@ -130,8 +130,7 @@ def log_entries(m: Scaled, *, causal: bool = False, pool: Executor | None = None
     def rows(a: int) -> None:  # rows a .. a + TASK_ROWS - 1, within one block
         blk = a // m.rows
         c = min(a + TASK_ROWS, (blk + 1) * m.rows, n)
-        lim = (blk + 1) * m.rows if causal else n  # the block's reach (its last row + 1 when causal)
-        lim = min(lim, n)
+        lim = min((blk + 1) * m.rows, n) if causal else n  # the block's reach (its last row + 1 when causal)
         with np.errstate(divide="ignore"):
             np.log(m.mant[a:c, :lim], out=out[a:c, :lim])
         out[a:c, :lim] += m.scale[blk, :lim]

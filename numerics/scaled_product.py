@@ -125,11 +125,13 @@ def multiply(
     out = Scaled(np.zeros((n, n)), np.full((nb, n), -np.inf), np.full((nb, n), -np.inf), rows)
     lost_x = np.full((nb, n), -np.inf)  # sum_l |dX_il| Y_lj
     buffers = threading.local()  # one W panel per thread, for this product
-    if pool is not None and nb > 1:  # the largest blocks (the last, under a causal mask) first, for balance
-        list(pool.map(lambda blk: _row_block(x, log_y, blk, causal, out, lost_x, buffers), range(nb)[::-1]))
-    else:
-        for blk in range(nb):
-            _row_block(x, log_y, blk, causal, out, lost_x, buffers, pool)
+    native = native_panels()  # the C panel kernel or NumPy, decided once per product
+    outer = pool if nb > 1 else None  # the pool takes the row blocks, or (one block) its W panels
+
+    def block(blk: int) -> None:
+        _row_block(x, log_y, blk, causal, out, lost_x, buffers, native, None if outer else pool)
+
+    each(outer, block, range(nb)[::-1])  # the largest blocks (the last, under a causal mask) first
     lost_y = _mass_times_err(np.logaddexp(x.scale, x.err), y.err, y.rows, causal)  # (X + |dX|) |dY|
     err = np.logaddexp(np.logaddexp(lost_x, lost_y), out.err)
     err[~support(n, rows, causal)] = -np.inf
@@ -152,11 +154,12 @@ def _row_block(
     out: Scaled,
     lost_x: np.ndarray,
     buffers: threading.local,
+    native: bool,
     pool: ThreadPoolExecutor | None = None,
 ) -> None:
     """Row block ``blk`` of x · y into ``out`` (mantissas, scales, and in ``out.err`` what the products
     dropped below 2^-1022) and sum_l |dX_il| Y_lj into ``lost_x``; its W panels on ``pool`` if given,
-    formed in this thread's ``buffers``."""
+    formed in this thread's ``buffers`` by the C kernel if ``native``, else by NumPy."""
     n, rows = log_y.shape[0], x.rows
     a = blk * rows
     c = min(a + rows, n)
@@ -172,7 +175,6 @@ def _row_block(
         keep_from = LOG_TINY - np.log(floor)
     prod = out.mant[a:c, :lim]  # the block's products, normalised in place below
     shift = np.full(lim, -np.inf)
-    native = native_panels()
 
     def panel(j0: int) -> None:
         j1 = min(j0 + PANEL, lim)

@@ -108,6 +108,8 @@ def prepare(out_dir: Path) -> list[Path]:
         except OSError as exc:
             raise _fail(out_dir, "cannot create the folder", exc) from None
         break
+    else:
+        raise _fail(out_dir, f"cannot create the folder (removed by another process {_RACE_RETRIES} times)")
     if not os.access(out_dir, os.W_OK | os.X_OK):
         remove_created(missing[::-1])
         raise _fail(out_dir, "the folder is not writable")

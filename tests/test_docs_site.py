@@ -69,7 +69,7 @@ def _public_modules() -> list[str]:
     for folder, prefix in [("numerics", "numerics"), ("theorem", "theorem"), ("posbias", "posbias")]:
         for path in sorted((REPO / folder).rglob("*.py")):
             parts = path.relative_to(REPO / folder).with_suffix("").parts
-            if any(part.startswith("_") for part in parts[:-1]) or "native" in parts[:-1]:
+            if any(part.startswith("_") for part in parts[:-1]):
                 continue
             if parts[-1] == "__init__":
                 parts = parts[:-1]
