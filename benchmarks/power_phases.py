@@ -5,7 +5,8 @@ its first depth), never as a test:
     .venv/bin/python benchmarks/power_phases.py [--layers 1000000] [--tokens 4096] [--heads 32] [--lam 0.5]
 
 Phases (wall seconds, summed over calls): ``block_product`` (B from the kernels), ``scaled`` (B's scaled
-form), ``log_entries``, ``block_rows``, ``reblock``, ``vector_times`` and ``multiply`` (the squarings);
+form), ``normalise_rows`` (every power's rows divided by their sums), ``log_entries``, ``block_rows``,
+``reblock``, ``vector_times`` and ``multiply`` (the squarings);
 inside ``multiply`` the W panels' formation (``form_w``, numerics/native_panel.py) and their products by
 BLAS (``panel_products``) are summed over the engine's threads, so they may add up to more than
 ``multiply`` itself. The timers wrap the modules' functions as the engine calls them.
@@ -44,7 +45,16 @@ def main(argv=None) -> int:
 
         return wrapper
 
-    for name in ("block_product", "scaled", "log_entries", "block_rows", "reblock", "vector_times", "multiply"):
+    for name in (
+        "block_product",
+        "scaled",
+        "normalise_rows",
+        "log_entries",
+        "block_rows",
+        "reblock",
+        "vector_times",
+        "multiply",
+    ):
         setattr(power, name, timed(name, getattr(power, name)))
     products.form_w = timed("form_w", products.form_w)
     products._panel_product = timed("panel_products", products._panel_product)

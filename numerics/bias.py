@@ -21,8 +21,8 @@ side                b(g)                                            spec (posbia
 ==================  ==============================================  =========================
 
 ``Bias.values(n)`` evaluates both sides at g = 0 .. n-1 in float64 (-inf only where a
-window table gives no weight) and refuses (``StackError``) a value that is NaN or +-inf
-where it must be finite: b(0) is always finite, so every row keeps its own position.
+window table gives no weight) and refuses (``StackError``) a value that is NaN, not real,
+or +-inf where it must be finite: b(0) is always finite, so every row keeps its own position.
 No SymPy here: expressions are parsed and lambdified in posbias/bias_spec.py and
 arrive as NumPy callables.
 
@@ -47,7 +47,8 @@ import numpy as np
 from posbias.numerics.stack import StackError
 
 
-def _number(name: str, value, *, minimum: float | None = None) -> float:
+def finite_number(name: str, value, *, minimum: float | None = None) -> float:
+    """``value`` as a float, refused (one line naming ``name``) unless finite and at least ``minimum``."""
     try:
         x = float(value)
     except (TypeError, ValueError):
@@ -66,7 +67,7 @@ class Alibi:
     slope: float
 
     def __post_init__(self):
-        object.__setattr__(self, "slope", _number("alibi slope", self.slope, minimum=0.0))
+        object.__setattr__(self, "slope", finite_number("alibi slope", self.slope, minimum=0.0))
 
     @property
     def spec(self) -> str:
@@ -84,8 +85,8 @@ class KerpleLog:
     r2: float
 
     def __post_init__(self):
-        object.__setattr__(self, "r1", _number("kerple-log r1", self.r1))
-        object.__setattr__(self, "r2", _number("kerple-log r2", self.r2, minimum=0.0))
+        object.__setattr__(self, "r1", finite_number("kerple-log r1", self.r1))
+        object.__setattr__(self, "r2", finite_number("kerple-log r2", self.r2, minimum=0.0))
 
     @property
     def spec(self) -> str:
@@ -103,8 +104,8 @@ class KerplePower:
     r2: float
 
     def __post_init__(self):
-        object.__setattr__(self, "r1", _number("kerple-power r1", self.r1))
-        object.__setattr__(self, "r2", _number("kerple-power r2", self.r2, minimum=0.0))
+        object.__setattr__(self, "r1", finite_number("kerple-power r1", self.r1))
+        object.__setattr__(self, "r2", finite_number("kerple-power r2", self.r2, minimum=0.0))
 
     @property
     def spec(self) -> str:
@@ -172,7 +173,7 @@ class T5Buckets:
             raise StackError(
                 f"t5 max_distance: expected an integer > {half} (the exact buckets), got {self.max_distance!r}"
             )
-        values = tuple(_number(f"t5 bucket {k} value", v) for k, v in enumerate(self.values))
+        values = tuple(finite_number(f"t5 bucket {k} value", v) for k, v in enumerate(self.values))
         if len(values) != nb:
             raise StackError(f"t5 values: expected {nb} bucket values (one per bucket), got {len(values)}")
         object.__setattr__(self, "num_buckets", nb)
@@ -204,7 +205,7 @@ class Table:
     window: bool = False
 
     def __post_init__(self):
-        values = tuple(_number(f"bias table entry {k}", v) for k, v in enumerate(self.values))
+        values = tuple(finite_number(f"bias table entry {k}", v) for k, v in enumerate(self.values))
         if not values:
             raise StackError("bias table: expected at least one value b(0), got none")
         object.__setattr__(self, "values", values)
@@ -223,13 +224,16 @@ class Table:
 @dataclass(frozen=True)
 class Function:
     """b(g) = function(g) for a vectorised callable of float64 distances (``spec`` names it; two
-    functions are the same bias when their specs are equal)."""
+    functions are the same bias when their specs are equal). A complex result is returned as it
+    is (never cast to real, which would drop its imaginary part): ``Bias.values`` refuses one
+    with a non-zero imaginary part at any distance it evaluates."""
 
     spec: str
     function: Callable[[np.ndarray], np.ndarray] = field(compare=False, repr=False)
 
     def __call__(self, g: np.ndarray) -> np.ndarray:
-        out = np.asarray(self.function(g.astype(np.float64)), dtype=np.float64)
+        out = np.asarray(self.function(g.astype(np.float64)))
+        out = out if np.iscomplexobj(out) else out.astype(np.float64)
         return np.broadcast_to(out, g.shape)  # a constant expression returns a scalar
 
 
@@ -269,12 +273,14 @@ class Bias:
         """m >= 0 when b(g) = b(0) - m g at every distance g < ``num_tokens`` on both sides, else None.
 
         ``Alibi`` sides give their slope exactly (``alibi_slope``). Any other side (Kerple-power
-        with r2 = 1, a constant, a linear table or expression) is evaluated at g = 0 .. n-1 and
-        accepted when it lies within 4 ulp of max |b| of the line through b(0) and b(n-1): the
-        ALiBi engines then compute with -m g instead of the given values, a logit difference of
-        at most 4 ulp of max |b| (a relative change of about that size in each weight). The
-        constant b(0) cancels in every row (C4(a)). A window table shorter than n, NaN or
-        infinite values, or a rising line are not ALiBi."""
+        with r2 = 1, a constant, a linear table or expression) is evaluated at g = 0 .. n-1; the
+        constant b(0) cancels in every row (C4(a)), so softmax sees only the differences
+        d(g) = b(g) - b(0), and the side is accepted when d lies within 4 ulp of max |d| of the
+        line -m g through d(0) = 0 and d(n-1) (the tolerance covers the rounding of forming d and
+        the line). The ALiBi engines then compute with -m g instead of the given values, a logit
+        difference of at most 4 ulp of max |d|, i.e. a relative change of at most about that size
+        in each weight, however large b(0) is. A window table shorter than n, NaN or infinite
+        values or differences, or a rising line are not ALiBi."""
         exact = self.alibi_slope
         if exact is not None:
             return exact
@@ -286,16 +292,21 @@ class Bias:
             return None
         if n == 1:
             return 0.0
-        m = float(past[0] - past[-1]) / (n - 1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            d = past - past[0]
+        if not np.all(np.isfinite(d)):
+            return None
+        m = -float(d[-1]) / (n - 1)
         if not (math.isfinite(m) and m >= 0.0):
             return None
-        line = past[0] - m * np.arange(n, dtype=np.float64)
-        tolerance = 4.0 * np.finfo(np.float64).eps * float(np.max(np.abs(past)))
-        return m if float(np.max(np.abs(past - line))) <= tolerance else None
+        line = -m * np.arange(n, dtype=np.float64)
+        tolerance = 4.0 * np.finfo(np.float64).eps * float(np.max(np.abs(d)))
+        return m if float(np.max(np.abs(d - line))) <= tolerance else None
 
     def values(self, num_tokens: int) -> tuple[np.ndarray, np.ndarray]:
         """(past b(g), future b(g)) at g = 0 .. n-1, float64; future[0] is not a future distance
-        (set equal to past[0]). Refuses values that are NaN, +inf, or -inf outside a window."""
+        (set equal to past[0]). Refuses values that are NaN, +inf, -inf outside a window, or not
+        real (a complex value with a non-zero imaginary part, e.g. expr:(-g)^(1/3) at g >= 1)."""
         g = np.arange(int(num_tokens), dtype=np.int64)
         past = self._side(self.past, g, "past")
         future = past if self.future is None else self._side(self.future, g, "future")
@@ -306,7 +317,19 @@ class Bias:
     def _side(self, side: Side, g: np.ndarray, name: str) -> np.ndarray:
         with np.errstate(all="ignore"):
             try:
-                values = np.asarray(side(g), dtype=np.float64)
+                values = np.asarray(side(g))
+                if np.iscomplexobj(values):
+                    unreal = np.imag(values) != 0  # NaN imaginary parts included
+                    if unreal.any():
+                        k = int(np.flatnonzero(unreal)[0])
+                        raise StackError(
+                            f"bias {side.spec!r}: {name} b({k}) = {complex(values[k])!r} is not real, "
+                            "expected a finite real expression"
+                        )
+                    values = np.real(values)
+                values = values.astype(np.float64)
+            except StackError:
+                raise
             except (ArithmeticError, ValueError, TypeError) as exc:
                 raise StackError(f"bias {side.spec!r}: {name} side cannot be evaluated ({exc})") from None
         windowed = isinstance(side, Table) and side.window

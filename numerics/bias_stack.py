@@ -99,8 +99,14 @@ class BiasStack:
         weights = AlibiStack.build(base.lambdas, np.zeros((t, h)), head_weights=head_weights).head_weights
         tau = base.temperature
         with np.errstate(over="ignore"):
-            if not (np.all(np.abs(diagonal / tau) <= LOGIT_LIMIT) and np.all(np.abs(sink / tau) <= LOGIT_LIMIT)):
-                raise StackError(f"temperature: {tau!r} is too small for the diagonal or sink (overflow)")
+            for name, values in (("diagonal", diagonal), ("sink", sink)):
+                bad = ~(np.abs(values / tau) <= LOGIT_LIMIT)
+                if bad.any():
+                    t0, h0 = (int(k) for k in np.argwhere(bad)[0])
+                    raise StackError(
+                        f"{name}: layer {t0} head {h0}: {float(values[t0, h0]):g} / temperature "
+                        f"{float(tau):g} overflows the logits (expected |{name} / temperature| <= {LOGIT_LIMIT:g})"
+                    )
         return BiasStack(base.lambdas, tuple(distinct), index, diagonal, sink, weights, tau, base.mask)
 
     def tables(self, num_tokens: int) -> tuple[np.ndarray, np.ndarray]:
@@ -121,7 +127,8 @@ class BiasStack:
                 u, g = (int(k) for k in np.argwhere(bad)[0])
                 raise StackError(
                     f"temperature: bias {self.biases[u].spec!r} {side} b({g}) / tau = "
-                    f"{table[u, g]!r} overflows (tau = {self.temperature!r})"
+                    f"{float(table[u, g]):g} overflows (tau = {float(self.temperature):g}; expected "
+                    f"|b / tau| <= {LOGIT_LIMIT:g})"
                 )
             out.append(table)
         return out[0], out[1]

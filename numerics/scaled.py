@@ -163,6 +163,51 @@ def block_rows(log_m: np.ndarray, pool: Executor | None = None) -> int:
     return rows
 
 
+def normalise_rows(m: Scaled, *, causal: bool, pool: Executor | None = None) -> Scaled:
+    """M with every row divided by its sum s_i = sum_j M~[i, j] e^{c[I, j]} (rows of zeros left as they
+    are), in place. The power engine's matrices are powers of a row-stochastic matrix, whose rows sum
+    to 1 exactly; a squaring's rounding moves a row's sum by a few ulps, and the next squaring doubles
+    that drift (B^(2^k) off by 2^k ulps: 1e-7 at 2^30 layers). Dividing it out after each squaring
+    leaves each power within its own rounding of a stochastic matrix. Each block takes one BLAS
+    product for its row sums (terms below 2^-1022 of the block's largest scale do not count: they are
+    below the sums' rounding), then its rows are scaled and its column maxima brought back to 1 (the
+    scale absorbs the change); mantissas pushed below 2^-1022 are flushed, charged to the block-column
+    as in ``reblock``, and the loss bound grows by the largest factor applied. With a ``pool``, its
+    threads take the blocks (the same values)."""
+    n = m.mant.shape[0]
+
+    def block(blk: int) -> None:
+        a = blk * m.rows
+        c = min(a + m.rows, n)
+        lim = c if causal else n
+        s = m.scale[blk, :lim]
+        live = np.isfinite(s)
+        if not live.any():
+            return
+        top = s[live].max()
+        sums = m.mant[a:c, :lim] @ np.where(live, np.exp(np.where(live, s, 0.0) - top), 0.0)  # e^{-top} s_i
+        factor = np.where(sums > 0, np.exp(-top) / np.where(sums > 0, sums, 1.0), 1.0)
+        mant = m.mant[a:c, :lim]
+        mant *= factor[:, None]
+        col_top = mant.max(axis=0)
+        ok = col_top > 0
+        mant /= np.where(ok, col_top, 1.0)
+        with np.errstate(divide="ignore"):
+            m.scale[blk, :lim] = np.where(ok, s + np.log(np.where(ok, col_top, 1.0)), -np.inf)
+        # a bound on |dM| scales with the entries: by the largest factor any row of the block took
+        m.err[blk, :lim] += np.log(factor.max())
+        flushed = (mant < TINY) & (mant > 0)
+        if flushed.any():
+            mant[flushed] = 0.0
+            hit = flushed.any(axis=0)
+            m.err[blk, :lim] = np.where(
+                hit, np.logaddexp(m.err[blk, :lim], LOG_TINY + m.scale[blk, :lim]), m.err[blk, :lim]
+            )
+
+    each(pool, block, range(len(starts(n, m.rows)))[::-1])
+    return m
+
+
 def reblock(m: Scaled, rows: int, *, causal: bool) -> Scaled:
     """The same matrix with blocks of ``rows`` (a power-of-two multiple or divisor of m.rows).
     Splitting is exact up to rounding (mantissas only grow); merging may flush mantissas below

@@ -61,7 +61,7 @@ XLA_SCANS = ("chunked", "blocked")  # formulations of the XLA path in linear ari
 SHARED_NORMALISER_MAX = 1 << 24  # elements (128 MiB in float64)
 BLOCKED_BUDGET = 1 << 22  # the blocked formulation holds ~10 (group, P) arrays: at most this many elements per group
 LINEAR_MAX_SLOPE = 700.0  # e^{-700} = 1e-304: steeper slopes underflow r in linear arithmetic
-NATIVE_CLIP_SAFE_SLOPE = 560.0  # the C kernel clips |d| to 600: exact while e^{m - 600} < 1e-17
+NATIVE_CLIP_SAFE_SLOPE = 560.0  # the C kernel clips d >= -600: c exact while e^{m - 600} < 1e-17 (``clip_inexact``)
 
 
 ACCELERATOR_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin", "jax_rocm7_plugin", "libtpu")
@@ -88,33 +88,50 @@ def cpu_backend() -> bool:
 
 
 def native_refuses(stack: AlibiStack) -> str | None:
-    """Why the C kernel would not be exact for this stack (None: it is). It clips the
-    content diagonal to |d/tau| <= 600, which changes nothing unless a head combines
-    d/tau < -600 with a slope m/tau >= 560 (the clipped self-weight would then compete
-    with neighbours of weight e^{-m}); it accepts slopes up to 700."""
+    """Why the C kernel would not be exact for this stack (None: it is): it accepts slopes m/tau up
+    to 700 and clips the content diagonal to |d/tau| <= 600, which is exact only where
+    ``clip_inexact`` says so."""
     slopes, diagonal = stack.scaled()
     if np.max(slopes, initial=0.0) > LINEAR_MAX_SLOPE:
         return f"the native kernel accepts slopes m/tau up to {LINEAR_MAX_SLOPE:g}"
-    bad = np.argwhere(clip_inexact(slopes, diagonal))
+    bad = np.argwhere(clip_inexact(slopes, diagonal, stack.lambdas[:, None]))
     if bad.size:
         t, h = (int(i) for i in bad[0])
         return (
-            f"layer {t} head {h}: content d/tau = {diagonal[t, h]:.4g} below -{native.D_CLIP:g} with slope "
-            f"m/tau = {slopes[t, h]:.4g}, where the native kernel's clip of d is not exact"
+            f"layer {t} head {h}: content d/tau = {diagonal[t, h]:.4g} (slope m/tau = {slopes[t, h]:.4g}, "
+            f"lambda = {stack.lambdas[t]:.4g}) beyond the native kernel's clip of |d/tau| to {native.D_CLIP:g}, "
+            "where the clip is not exact"
         )
     return None
 
 
-def clip_inexact(slopes: np.ndarray, diagonal: np.ndarray) -> np.ndarray:
-    """Where (elementwise, any shape) the C kernel's clip of d/tau to -600 changes a head: d/tau
-    below -600 together with a slope m/tau >= 560 (``native_refuses``)."""
-    return (diagonal < -native.D_CLIP) & (slopes >= NATIVE_CLIP_SAFE_SLOPE)
+def clip_inexact(slopes: np.ndarray, diagonal: np.ndarray, lambdas: np.ndarray) -> np.ndarray:
+    """Where (elementwise; ``lambdas`` broadcast against the (..., T, H) slopes and diagonals) the C
+    kernel's clip of d/tau to [-600, 600] changes a head by more than 1e-17 relatively. With q = e^{-d}
+    and S_i >= e^{-m} the head's row sum off the diagonal (i >= 1; row 0 reads only itself, exactly),
+    a row reads itself with alpha_i = 1 / (1 + q S_i) and a neighbour j with c_i e^{-m |i-j|},
+    c_i = q alpha_i:
+
+    * d > 600: c_i ~ e^{-d} is replaced by ~ e^{-600}, and every entry fed through the head's
+      neighbours changes (by e^{d - 600}): inexact for any lambda > 0;
+    * d < -600: c_i = 1 / (1/q + S_i) changes by at most e^{-600} / S_i <= e^{m - 600} relatively,
+      below 1e-17 while m < 560; alpha_i <= e^{m - 600} changes by as much absolutely, against a
+      self-weight of at least 1 - lambda: exact while lambda e^{m - 600} <= 1e-17 (1 - lambda), i.e.
+      m < 560 + log((1 - lambda) / lambda) (never at lambda = 1)."""
+    lam = np.broadcast_to(lambdas, diagonal.shape)
+    with np.errstate(divide="ignore"):
+        margin = np.log1p(-np.minimum(lam, 1.0)) - np.log(lam)  # log((1 - lambda) / lambda), +inf at 0
+    safe_slope = NATIVE_CLIP_SAFE_SLOPE + np.minimum(margin, 0.0)
+    above = (diagonal > native.D_CLIP) & (lam > 0)
+    below = (diagonal < -native.D_CLIP) & (slopes >= safe_slope)
+    return above | below
 
 
-def native_refuses_rows(slopes: np.ndarray, diagonal: np.ndarray) -> np.ndarray:
-    """(B,) bool: ``native_refuses(stack) is not None`` for (B, T, H) scaled slopes and diagonals."""
+def native_refuses_rows(slopes: np.ndarray, diagonal: np.ndarray, lambdas: np.ndarray) -> np.ndarray:
+    """(B,) bool: ``native_refuses(stack) is not None`` for (B, T, H) scaled slopes and diagonals and
+    (B, T) lambdas."""
     steep = slopes.max(axis=(1, 2), initial=0.0) > LINEAR_MAX_SLOPE
-    return steep | clip_inexact(slopes, diagonal).any(axis=(1, 2))
+    return steep | clip_inexact(slopes, diagonal, lambdas[:, :, None]).any(axis=(1, 2))
 
 
 @dataclass(frozen=True)
@@ -164,13 +181,18 @@ class Structured(Engine):
         batch = AlibiBatch.of(stacks)
         if batch is None:
             return super().supported(stacks, num_tokens)
-        return self._supported_scaled(batch.mask, *batch.scaled())
+        return self._supported_scaled(batch.mask, *batch.scaled(), batch.lambdas)
 
-    def _supported_scaled(self, mask: Mask, slopes: np.ndarray, diagonal: np.ndarray) -> np.ndarray:
-        """``supported`` from the batch's mask and its (B, T, H) scaled slopes and diagonals."""
+    def _supported_scaled(
+        self, mask: Mask, slopes: np.ndarray, diagonal: np.ndarray, lambdas: np.ndarray
+    ) -> np.ndarray:
+        """``supported`` from the batch's mask, its (B, T, H) scaled slopes and diagonals and (B, T)
+        lambdas."""
         if self.options_refuse(mask) is not None:
             return np.zeros(slopes.shape[0], dtype=bool)
-        refused = native_refuses_rows(slopes, diagonal) if self.extended else np.zeros(slopes.shape[0], dtype=bool)
+        refused = (
+            native_refuses_rows(slopes, diagonal, lambdas) if self.extended else np.zeros(slopes.shape[0], dtype=bool)
+        )
         if self.ring == "linear":
             refused |= slopes.max(axis=(1, 2), initial=0.0) > LINEAR_MAX_SLOPE
         return ~refused
@@ -338,9 +360,9 @@ class Structured(Engine):
             return out
         self.check(batch[0], num_tokens, count=len(batch), capability=False)
         slopes, diagonal = batch.scaled()
-        ok = self._supported_scaled(batch.mask, slopes, diagonal)
+        ok = self._supported_scaled(batch.mask, slopes, diagonal, batch.lambdas)
         if on_native and not self.extended:  # a stack native_refuses takes the XLA path in ``profile``
-            ok &= ~native_refuses_rows(slopes, diagonal)
+            ok &= ~native_refuses_rows(slopes, diagonal, batch.lambdas)
         rows = np.flatnonzero(ok)
         if rows.size == 0:
             return out

@@ -41,7 +41,7 @@ from __future__ import annotations
 import sympy as sp
 
 from posbias.errors import UserError
-from posbias.numerics.bias import Alibi, Bias, Function, KerpleLog, KerplePower, T5Buckets, Table
+from posbias.numerics.bias import Alibi, Bias, Function, KerpleLog, KerplePower, T5Buckets, Table, finite_number
 from posbias.numerics.stack import StackError
 
 G = sp.Symbol("g", integer=True, nonnegative=True)
@@ -137,25 +137,42 @@ def _side(spec: str, where: str, text: str):
 
 def symbolic(text: str, *, where: str = "--bias", values: dict[str, float] | None = None) -> tuple[sp.Expr, str]:
     """``EXPR[;NAME=VALUE,...]`` as a SymPy expression in ``G`` with every parameter substituted, and
-    its canonical spec text; a one-line ``UserError`` for anything the safe parser refuses."""
+    its canonical spec text; a one-line ``UserError`` for anything the safe parser refuses.
+
+    Every parameter is given once, with a finite value (NaN and +-inf are refused, as ``alibi:nan``
+    is), and the substituted expression must still be finite and real: no infinity, NaN or
+    non-real constant in it (``-g/a;a=0``, ``-g*log(a);a=-1`` and ``(-g)^(1/3)``, which SymPy
+    writes (-1)^(1/3) g^(1/3), are refused; ``Bias.values`` refuses a complex value at any
+    distance it evaluates)."""
     from posbias.theorem import expr_guard
     from posbias.theorem.errors import DeriveError
 
     body, _, assignments = str(text).partition(";")
     given = dict(values or {})
+    named = set()
     for item in filter(None, (a.strip() for a in assignments.split(","))):
         name, eq, value = item.partition("=")
+        name = name.strip()
         try:
-            given[name.strip()] = float(value)
+            number = float(value)
         except ValueError:
-            eq = ""
-        if not eq or not name.strip():
+            number = None
+        if number is None or not eq or not name:
             raise UserError(f"{where}: parameter {item!r} is not NAME=NUMBER")
+        if name in named:
+            raise UserError(f"{where}: parameter {name} given twice; expected each NAME=VALUE once")
+        named.add(name)
+        given[name] = number
+    for name, value in given.items():
+        try:
+            given[name] = finite_number(f"parameter {name}", value)
+        except StackError as exc:
+            raise UserError(f"{where}: {exc}") from None
     try:
         expr = expr_guard.parse(body, where, positive_names=False, variable=G, expected=EXPECTED_EXPR)
     except DeriveError as exc:
         raise UserError(str(exc)) from None
-    params = sorted((s for s in expr.free_symbols if s != G), key=lambda s: s.name)
+    params = sorted((s for s in expr.free_symbols if isinstance(s, sp.Symbol) and s != G), key=lambda s: s.name)
     missing = [p.name for p in params if p.name not in given]
     if missing:
         raise UserError(f"{where}: give values for {', '.join(missing)} (EXPR;NAME=VALUE,...)")
@@ -163,7 +180,14 @@ def symbolic(text: str, *, where: str = "--bias", values: dict[str, float] | Non
     if unknown:
         raise UserError(f"{where}: {', '.join(unknown)} does not appear in the expression")
     shown = body.strip() + (";" + ",".join(f"{k}={given[k]!r}" for k in sorted(given)) if given else "")
-    return expr.subs({p: sp.Float(given[p.name], 17) for p in params}), f"expr:{shown}"
+    try:
+        expr = expr.subs({p: sp.Float(given[p.name], 17) for p in params})
+    except (ArithmeticError, ValueError, TypeError):  # e.g. factorial(a) at a pole, a = -1
+        expr = sp.nan
+    constants = (a for a in sp.preorder_traversal(expr) if isinstance(a, sp.Expr) and not a.free_symbols)
+    if expr.has(sp.zoo, sp.nan, sp.I, sp.oo, -sp.oo) or any(a.is_extended_real is False for a in constants):
+        raise UserError(f"{where}: {shown!r} is not a finite real expression; {EXPECTED_EXPR}")
+    return expr, f"expr:{shown}"
 
 
 def expression(text: str, *, where: str = "--bias", values: dict[str, float] | None = None):
@@ -171,7 +195,11 @@ def expression(text: str, *, where: str = "--bias", values: dict[str, float] | N
     expr, spec = symbolic(text, where=where, values=values)
     poly = sp.Poly(expr, G) if expr.is_polynomial(G) else None
     if poly is not None and poly.degree() <= 1:
-        slope = float(poly.coeff_monomial(G))
+        try:
+            slope = float(poly.coeff_monomial(G))
+        except TypeError:  # a coefficient SymPy cannot show to be real
+            shown = spec.partition(":")[2]
+            raise UserError(f"{where}: {shown!r} is not a finite real expression; {EXPECTED_EXPR}") from None
         if slope <= 0:
             return Alibi(-slope)
     return Function(spec, sp.lambdify(G, expr, modules="numpy"))

@@ -285,6 +285,7 @@ def _model_from_args(args):
     missing = [f"--{k}" for k in ("layers", "heads", "tokens", "schedule") if flags[k] is None]
     if missing:
         raise UserError(f"missing CONFIG (a rollout YAML), --kernels FILE, or model flags {' '.join(missing)}")
+    _checked_sink(args.sink)
     return build_model(
         layers=args.layers,
         heads=args.heads,
@@ -297,6 +298,15 @@ def _model_from_args(args):
         bias=args.bias,
         sink=0.0 if args.sink is None else _per_layer_sink(args.sink, args.layers, args.heads, args.periodic),
     )
+
+
+def _checked_sink(sink):
+    """--sink from flags (temperature 1): finite and not overflowing, refused naming the flag and the value."""
+    from posbias.config import check_sink
+
+    if sink is not None:
+        check_sink("--sink", sink)
+    return sink
 
 
 def _per_layer_sink(sink, layers: int, heads: int, periodic: bool = False):
@@ -413,6 +423,18 @@ def _rollout(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``posbias`` command; Ctrl-C ends it with one line and exit code 130 (``posbias.interrupt``)."""
+    from posbias import interrupt
+
+    with interrupt.handling():
+        try:
+            return _main(argv)
+        except KeyboardInterrupt:
+            print("posbias: interrupted", file=sys.stderr)
+            return interrupt.EXIT_INTERRUPTED
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("derive", "proofs"):
         if argv[0] == "derive":

@@ -158,6 +158,27 @@ def slopes_or_bias(att: AttentionConfig) -> AttentionConfig:
     return att
 
 
+def check_sink(where: str, sink, temperature: float = 1.0) -> None:
+    """Refuse (UserError, one line naming ``where`` and the value) a first-token logit s that is not finite
+    or whose s / temperature overflows the logits (|s / tau| > ``LOGIT_LIMIT`` of numerics/bias_stack.py)."""
+    from posbias.numerics.bias_stack import LOGIT_LIMIT
+
+    values = np.asarray(sink, np.float64).ravel()
+    for value in values:
+        if not np.isfinite(value):
+            raise UserError(f"{where}: {float(value)} is not finite, expected a finite number")
+    tau = float(temperature)
+    if tau > 0 and np.isfinite(tau):
+        with np.errstate(over="ignore"):
+            scaled = np.abs(values / tau)
+        if np.any(scaled > LOGIT_LIMIT):
+            value = float(values[int(np.argmax(scaled))])
+            raise UserError(
+                f"{where}: {value:g} overflows the logits at temperature {tau:g} "
+                f"(expected |s| / temperature <= {LOGIT_LIMIT:g})"
+            )
+
+
 def bias_stack_from_config(
     path,
     att: AttentionConfig,
@@ -178,6 +199,8 @@ def bias_stack_from_config(
 
     if bias is None:
         bias = att.bias if isinstance(att.bias, str) else "/".join(att.bias)
+    if sink is not None:
+        check_sink("--sink", sink, att.softmax_temperature)
     if isinstance(sink, list):
         if len(sink) != num_layers:
             raise ConfigError(
@@ -185,6 +208,8 @@ def bias_stack_from_config(
             )
         sink = np.asarray(sink, np.float64)[:, None] * np.ones((1, h))
     elif sink is None:
+        if att.sink is not None:
+            check_sink(f"{path}: attention_config.sink", att.sink, att.softmax_temperature)
         sink = 0.0 if att.sink is None else _per_layer_head(path, "attention_config.sink", att.sink, num_layers, h)
     return bias_stack_of(bias, lambdas, h, diagonal, sink, weights, att.softmax_temperature, mask)
 

@@ -23,6 +23,7 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
+from posbias import interrupt
 from posbias.errors import UserError
 
 
@@ -100,13 +101,19 @@ def prepare(out_dir: Path) -> list[Path]:
                 if folder.parent == folder:
                     break
                 folder = folder.parent
-            out_dir.mkdir(parents=True, exist_ok=True)
+            _make_folders(out_dir, missing)
         except FileExistsError as exc:
             if os.path.lexists(out_dir):  # a dangling link, or a file made meanwhile: refused
                 raise _fail(out_dir, "cannot create the folder", exc) from None
             continue  # created and removed again by another process between the two calls
+        except FileNotFoundError as exc:
+            if not os.path.isdir(folder):  # the nearest existing parent is no folder (e.g. a dangling link)
+                raise _fail(out_dir, "cannot create the folder", exc) from None
+            continue  # a folder made here was removed by another process meanwhile: all again
         except OSError as exc:
             raise _fail(out_dir, "cannot create the folder", exc) from None
+        except RecursionError:  # not expected (no recursion above); one line, never a traceback
+            raise _fail(out_dir, f"cannot create the folder (nested {len(missing)} folders deep)") from None
         break
     else:
         raise _fail(out_dir, f"cannot create the folder (removed by another process {_RACE_RETRIES} times)")
@@ -114,6 +121,27 @@ def prepare(out_dir: Path) -> list[Path]:
         remove_created(missing[::-1])
         raise _fail(out_dir, "the folder is not writable")
     return missing[::-1]
+
+
+def _make_folders(out_dir: Path, missing: list[Path]) -> None:
+    """Create the missing parents (``missing`` lists ``out_dir`` and them, innermost first, as ``prepare``
+    finds them) outermost first, one ``os.mkdir`` each, then ``out_dir`` itself: ``Path.mkdir(parents=True)``
+    recurses once per missing parent, and a path a thousand folders deep (legal while it is shorter than
+    PATH_MAX) exceeded Python's recursion limit. A parent another process made meanwhile is accepted; a
+    file in its place raises FileExistsError. On an error the folders made here are removed again."""
+    made: list[Path] = []
+    try:
+        for folder in reversed(missing[1:]):
+            try:
+                os.mkdir(folder)
+                made.append(folder)
+            except FileExistsError:
+                if not os.path.isdir(folder):
+                    raise
+        out_dir.mkdir(exist_ok=True)
+    except OSError:
+        remove_created(made)
+        raise
 
 
 _RACE_RETRIES = 8
@@ -234,7 +262,8 @@ def write_run(
         for name in names:
             os.chmod(staging / name, mode)
         written = []
-        with locked(out_dir):
+        interrupt.check()  # Ctrl-C seen on the way (perhaps swallowed by a callback): no set is committed
+        with interrupt.deferred(), locked(out_dir):  # the set moves into place whole, Ctrl-C or not
             for name in names:
                 (out_dir / name).parent.mkdir(parents=True, exist_ok=True)
                 os.replace(staging / name, out_dir / name)
@@ -248,6 +277,12 @@ def write_run(
             staging = None
         remove_created(created)
         raise _fail(out_dir, "cannot write", exc) from None
+    except BaseException:  # an interrupt: nothing of this run stays (an earlier set is untouched)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+            staging = None
+        remove_created(created)
+        raise
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)

@@ -212,6 +212,7 @@ def fit(stack, measured: np.ndarray, spec: FitSpec = FitSpec(), *, progress=None
 
     from posbias.numerics import differentiable
 
+    require_alibi(stack, "stack")
     n = int(measured.shape[0])
     with jax.enable_x64(True):
         q = jnp.asarray(measured, jnp.float64)
@@ -315,6 +316,29 @@ def _figure(measured, result: FitResult, title: str):
 
 
 DEFAULT_TIME_BUDGET = 3600.0
+DEFAULT_STEPS = 500
+DEFAULT_LEARNING_RATE = 0.1
+
+PROFILE_FIT_FLAGS = (
+    ("diagonal", "--diagonal"),
+    ("temperature", "--no-temperature"),
+    ("content_scale", "--content-scale"),
+    ("lambda_scale", "--lambda-scale"),
+    ("steps", "--steps"),
+    ("learning_rate", "--learning-rate"),
+    ("time_budget", "--time-budget"),
+    ("heldout", "--heldout"),
+    ("content_broadcast", "--content-broadcast"),
+)
+"""(argparse dest, flag) of the flags of the profile fit (a measured CSV and CONFIG); None when not given."""
+
+MAX_SMOOTHNESS = 1e8
+"""The largest table smoothness alpha ``posbias fit MEASURE_DIR`` accepts. The penalty alpha D^T D is
+added to the logits' Gram matrix, whose entries count the (row, distance) entries, O(N); far beyond
+them the fitted table is already a straight line (1e6 and 1e10 agree to 1e-5 at N = 16), and from
+about 1e11 (N = 4 .. 256 measured) the penalised system's scaled eigenvalues fall below
+``posbias.bias_fit.RANK_TOLERANCE`` and the fit is refused as undetermined (at 1e308 the penalty
+overflows)."""
 
 EPILOG = """\
 examples:
@@ -362,36 +386,84 @@ def add_parser(subparsers) -> None:
         metavar="ALPHA",
         help=f"table: the second-difference penalty alpha >= 0 (default {DEFAULT_SMOOTHNESS:g})",
     )
+    # The profile-fit flags default to None (their defaults are set in run): a measure folder refuses them
+    # when given, instead of ignoring them.
     p.add_argument(
         "--diagonal",
         choices=DIAGONAL_MODES,
-        default="pooled",
         help="free content diagonal: one value (pooled, default), one per layer, or none",
     )
-    p.add_argument("--no-temperature", dest="temperature", action="store_false", help="keep the temperature fixed")
     p.add_argument(
-        "--content-scale", action="store_true", help="fit c in d = c * (the model's d); needs --diagonal none"
+        "--no-temperature",
+        dest="temperature",
+        action="store_const",
+        const=False,
+        help="keep the temperature fixed",
     )
-    p.add_argument("--lambda-scale", action="store_true", help="fit s in lambda_t' = min(1, s lambda_t)")
-    p.add_argument("--steps", type=argtypes.at_least(1), default=500, help="optimiser steps (default 500)")
+    p.add_argument(
+        "--content-scale",
+        action="store_const",
+        const=True,
+        help="fit c in d = c * (the model's d); needs --diagonal none",
+    )
+    p.add_argument("--lambda-scale", action="store_const", const=True, help="fit s in lambda_t' = min(1, s lambda_t)")
+    p.add_argument("--steps", type=argtypes.at_least(1), help=f"optimiser steps (default {DEFAULT_STEPS})")
     p.add_argument(
         "--learning-rate",
         type=argtypes.positive_float,
-        default=0.1,
-        help="Adam's initial rate (cosine decay; default 0.1)",
+        help=f"Adam's initial rate (cosine decay; default {DEFAULT_LEARNING_RATE:g})",
     )
     p.add_argument(
         "--time-budget",
         type=argtypes.positive_float,
-        default=DEFAULT_TIME_BUDGET,
         metavar="SECONDS",
         help=f"refuse a fit estimated to take longer (default {DEFAULT_TIME_BUDGET:.0f} s; the estimate is "
         "O(steps T H N^2), see posbias.fit.seconds_estimate)",
     )
     p.add_argument("--heldout", type=Path, help="a second measured profile (any N) to evaluate the fit on")
-    p.add_argument("--content-broadcast", choices=("all", "first-head"), default="all")
+    p.add_argument(
+        "--content-broadcast",
+        choices=("all", "first-head"),
+        help="a single content value in CONFIG goes to every head (all, default) or to head 0 only",
+    )
     p.add_argument("--out", type=argtypes.path, help="output folder (default: posbias-out)")
     p.add_argument("--json", action="store_true", help="print fit.json instead of the text report")
+
+
+def require_alibi(stack, where: str) -> None:
+    """Refuse (FitError, one line) a model that is not an ALiBi stack: the fit differentiates the profile
+    through the ALiBi slopes (numerics/differentiable.py); a relative-bias config has none."""
+    from posbias.numerics.stack import AlibiStack
+
+    if not isinstance(stack, AlibiStack):
+        what = "a relative-bias config" if type(stack).__name__ == "BiasStack" else f"a {type(stack).__name__}"
+        raise FitError(
+            f"{where}: fit: {what} is not supported (it has no ALiBi slopes to differentiate through); "
+            "expected an ALiBi config (attention_config.alibi_slopes)"
+        )
+
+
+def _refuse_profile_fit_flags(args) -> None:
+    """A measure folder takes --bias, --smoothness, --out and --json; refuse (FitError, one line) a flag
+    of the profile fit, which would be ignored."""
+    for dest, flag in PROFILE_FIT_FLAGS:
+        if getattr(args, dest) is not None:
+            raise FitError(
+                f"{flag}: applies to the profile fit (a measured CSV and CONFIG), not to the measure folder "
+                f"{args.measured} (its relative-bias fit takes --bias, --smoothness, --out, --json)"
+            )
+
+
+def _check_smoothness(family: str | None, smoothness: float | None) -> None:
+    """Refuse (FitError, one line) a table smoothness outside [0, MAX_SMOOTHNESS] (other families refuse
+    --smoothness itself, in posbias.bias_fit_run)."""
+    if smoothness is None or family not in (None, "table"):
+        return
+    if not (math.isfinite(smoothness) and 0 <= smoothness <= MAX_SMOOTHNESS):
+        raise FitError(
+            f"--smoothness: {smoothness!r}, expected a finite value >= 0 and <= {MAX_SMOOTHNESS:g} "
+            f"(beyond {MAX_SMOOTHNESS:g} the penalty leaves the table fit undetermined in float64)"
+        )
 
 
 def run(args) -> int:
@@ -404,6 +476,8 @@ def run(args) -> int:
     if is_measurement(args.measured):
         from posbias import bias_fit_run
 
+        _refuse_profile_fit_flags(args)
+        _check_smoothness(args.bias, args.smoothness)
         return bias_fit_run.run(args)
     if args.bias is not None or args.smoothness is not None:
         raise FitError(f"--bias, --smoothness: apply to a posbias measure folder, and {args.measured} is not a folder")
@@ -413,17 +487,23 @@ def run(args) -> int:
             "(posbias fit MEASURED.csv CONFIG)"
         )
     spec = FitSpec(
-        args.diagonal, args.temperature, args.content_scale, args.lambda_scale, args.steps, args.learning_rate
+        args.diagonal or "pooled",
+        args.temperature is None,
+        bool(args.content_scale),
+        bool(args.lambda_scale),
+        DEFAULT_STEPS if args.steps is None else args.steps,
+        DEFAULT_LEARNING_RATE if args.learning_rate is None else args.learning_rate,
     )
     measured = read_profile(args.measured)
     heldout = read_profile(args.heldout) if args.heldout is not None else None
-    model = cfg.load(args.config, tokens=measured.size, content_broadcast=args.content_broadcast)
+    model = cfg.load(args.config, tokens=measured.size, content_broadcast=args.content_broadcast or "all")
+    require_alibi(model.stack, str(args.config))
     check_budgets(
         model.stack,
         measured.size,
         None if heldout is None else heldout.size,
         spec.steps,
-        args.time_budget,
+        DEFAULT_TIME_BUDGET if args.time_budget is None else args.time_budget,
         where=str(args.measured),
     )
     with progress_bar(not args.json, "fit", "steps") as update:
@@ -474,7 +554,7 @@ def run(args) -> int:
     print(
         f"fit to {args.measured} (N = {measured.size}) of {args.config}: {result.steps_done} of {spec.steps} Adam steps"
     )
-    print(f"  W1/(N-1): {result.loss_before:.4g} before -> {result.loss_after:.3g} after")
+    print(f"  W1/(N-1): {result.loss_before:.4g} before -> {result.loss_after:.4g} after")
     print(f"  returned: {result.returned}")
     for name, value in result.values.items():
         shown = f"{value:.6g}" if isinstance(value, float) else "[" + ", ".join(f"{v:.4g}" for v in value) + "]"
@@ -483,7 +563,7 @@ def run(args) -> int:
         h = report["heldout"]
         print(
             f"  held out ({args.heldout}, N = {h['num_tokens']}): W1/(N-1) {h['w1_before']:.4g} unfitted -> "
-            f"{h['w1_after']:.3g} fitted"
+            f"{h['w1_after']:.4g} fitted"
         )
     print("  wrote " + ", ".join(str(p) for p in written))
     return 0

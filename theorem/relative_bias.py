@@ -329,6 +329,42 @@ def check_rows(later: Bias, earlier: Bias, points, up_to: int, diag: Fraction) -
     return {"points": len(points), "failure": failure, "unsure": unsure}
 
 
+def _positive(expr: sp.Expr, gens) -> bool:
+    """Whether ``expr`` > 0 for every non-negative value of ``gens``: by SymPy's assumptions, or a
+    polynomial whose coefficients are all positive with a non-zero constant term."""
+    expr = sp.simplify(expr)
+    if expr.is_positive:
+        return True
+    try:
+        poly = sp.Poly(expr, *gens) if gens else None
+    except sp.PolynomialError:
+        return False
+    if poly is None:
+        return False
+    coeffs = poly.coeffs()
+    return all(c.is_number and c > 0 for c in coeffs) and poly.eval(dict.fromkeys(gens, 0)) != 0
+
+
+def where_undefined(bias_like: Bias, exprs, ranges) -> str:
+    """ "" when every expression has a value for every g >= 0 and parameter in range, else the caveat a
+    verdict carries: a denominator or a logarithm's argument that holds a parameter and is not shown
+    positive on the range (``-g/a`` at a = 0) may leave b without a value, and a bias without a value is
+    no kernel, so the verdict is for the parameters where b is defined."""
+    params, parts = set(bias_like.params), []
+    for expr in exprs:
+        den = sp.fraction(sp.together(expr))[1]
+        for what, e in [(f"{den} = 0", den)] + [(f"{lg.args[0]} <= 0", lg.args[0]) for lg in expr.atoms(sp.log)]:
+            if not (e.free_symbols & params):
+                continue
+            sub, fresh = substitute_ranges(e.subs(G, Y), bias_like, ranges)
+            gens = tuple(x for x in (Y, *fresh) if x in sub.free_symbols)
+            if not (_positive(sub, gens) or _positive(-sub, gens) and what.endswith("= 0")):
+                parts.append(what)
+    if not parts:
+        return ""
+    return f"; b is undefined where {' or '.join(dict.fromkeys(parts))}: for the parameters where it is defined"
+
+
 # -------------------------------------------------------------------------------- queries
 def _points(bias: Bias, ranges, at: dict | None) -> list[dict]:
     return [at] if at is not None else grid_points(bias, ranges)
@@ -368,7 +404,8 @@ def monotone(bias: Bias, ranges, up_to: int = 32, at: dict | None = None, diag: 
         return Query(
             Answer.PROVED,
             "b is non-increasing on g >= 1 for every parameter in range "
-            f"({describe_ranges(ranges)}), sufficient for log-concave W with any d (C7(b))",
+            f"({describe_ranges(ranges)}), sufficient for log-concave W with any d (C7(b))"
+            + where_undefined(bias, [expr], ranges),
             proof=how,
             checked=checked,
         )
@@ -423,7 +460,8 @@ def order(
         return Query(
             Answer.PROVED,
             "w_bias/w_than is non-increasing in g >= 0 (likelihood-ratio order), so every "
-            "row under --bias sits later than under --than, every N (C7(c))",
+            "row under --bias sits later than under --than, every N (C7(c))"
+            + where_undefined(both, [b.expr for b in (bias, than) if b.expr is not None], ranges),
             proof=how,
             checked=checked,
         )

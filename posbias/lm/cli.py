@@ -223,6 +223,15 @@ def _measure(args) -> int:
         )
     if args.samples < 1:
         raise MeasureError(f"--samples: expected a positive integer (held-out sequences), got {args.samples}")
+    if args.memory is not None:
+        from posbias.lm.measure import bytes_per_sequence
+
+        one = bytes_per_sequence(loaded.model, n, 8 if args.precision == "float64" else 4)
+        if args.memory < one:
+            raise MeasureError(
+                f"--memory {args.memory} bytes: one sequence of N = {n} needs about {one} bytes "
+                f"({args.precision}); raise --memory or lower --tokens"
+            )
     corpus = load_corpus()
     available = corpus.validation.size - n + 1
     if args.samples > available:

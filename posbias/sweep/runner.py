@@ -437,6 +437,7 @@ def batch_profiles(grid, spec: Spec, batch, devices):
     the memory budget; not on JAX devices)."""
     from posbias.numerics.batch import profiles
     from posbias.numerics.engine import Unsupported
+    from posbias.numerics.stack import StackError
 
     n = batch.key[2]
     stacks = grid.stacks(batch.points, batch.key)
@@ -448,7 +449,7 @@ def batch_profiles(grid, spec: Spec, batch, devices):
     try:
         with scope:
             profs = profiles(stacks, n, engine=spec.engine, devices=devices if devices and len(devices) > 1 else None)
-    except Unsupported as exc:
+    except (Unsupported, StackError) as exc:  # StackError: a bias without a value at this N (b(710) = e^710)
         raise UserError(
             f"batch {batch.index} (points {int(batch.points[0])}..{int(batch.points[-1])}): {exc}"
         ) from None

@@ -47,9 +47,9 @@ def add_parser(subparsers):
     src = pv.add_mutually_exclusive_group()
     src.add_argument("--stack", type=Path, metavar="CONFIG", help="check the claims that apply to this rollout YAML")
     src.add_argument("--kernels", type=Path, metavar="FILE", help="... or to these kernels (.npy/.npz)")
-    pv.add_argument("--tokens", type=_nonneg_int, metavar="N", help="with --stack: override the sequence length")
-    pv.add_argument("--causal", action="store_true", help="with --kernels: declare them causal (checked)")
-    pv.add_argument("--schedule", metavar="SPEC", help="with --kernels: the lambda schedule")
+    pv.add_argument("--tokens", type=_nonneg_int, metavar="N", help="with --stack only: override the sequence length")
+    pv.add_argument("--causal", action="store_true", help="with --kernels only: declare them causal (checked)")
+    pv.add_argument("--schedule", metavar="SPEC", help="with --kernels only: the lambda schedule")
     pv.add_argument(
         "--examples",
         type=_nonneg_int,
@@ -81,6 +81,7 @@ def run(args) -> int:
                 raise UserError(
                     "CLAIM names select built-in properties; with --stack/--kernels every applicable claim is checked"
                 )
+            _refuse_flags_that_do_not_apply(args)
             stack, n = _load_model(args)
             report = verify_model(
                 stack,
@@ -92,8 +93,7 @@ def run(args) -> int:
                 progress=not args.json,
             )
         else:
-            if args.tokens is not None or args.causal or args.schedule is not None:
-                raise UserError("--tokens, --causal and --schedule apply to --stack / --kernels only")
+            _refuse_flags_that_do_not_apply(args)
             report = verify(
                 args.claims,
                 profile=args.profile,
@@ -115,18 +115,47 @@ def run(args) -> int:
     return report.exit_code
 
 
+APPLIES_TO = {
+    "tokens": ("stack", "(kernels fix N)"),
+    "causal": ("kernels", "(a CONFIG's mask says whether it is causal)"),
+    "schedule": ("kernels", "(a CONFIG has its own lambda schedule)"),
+}
+"""The model flags: the source each applies to (--stack or --kernels) and why not to the other."""
+
+
+def _refuse_flags_that_do_not_apply(args) -> None:
+    """Refuse (UserError, one line) a model flag given without the source it applies to: a flag that
+    would be ignored is refused, not dropped (the help says the same: "with --stack only", "with --kernels
+    only")."""
+    source = "stack" if args.stack is not None else "kernels" if args.kernels is not None else None
+    for name, (applies, why) in APPLIES_TO.items():
+        value = getattr(args, name)
+        if value is None or value is False or source == applies:
+            continue
+        if source is None:
+            raise UserError(
+                f"--{name}: the model flags apply to --stack / --kernels only "
+                "(--tokens with --stack; --causal and --schedule with --kernels)"
+            )
+        raise UserError(f"--{name} applies to --{applies} only {why}")
+
+
 def _load_model(args):
     if args.stack is not None:
         from posbias.config import load
+        from posbias.numerics.stack import AlibiStack
 
         if not args.stack.exists():
             raise UserError(f"{args.stack}: no such file")
         model = load(args.stack, tokens=args.tokens)
+        if not isinstance(model.stack, AlibiStack):
+            raise UserError(
+                f"{args.stack}: attention_config.bias: verify --stack checks ALiBi models only; "
+                "expected a config with alibi_slopes (a relative-bias model is not supported)"
+            )
         return model.stack, model.num_tokens
     from posbias.kernel_file import load_kernels
 
-    if args.tokens is not None:
-        raise UserError("--tokens applies to --stack only (kernels fix N)")
     stack, _ = load_kernels(args.kernels, args.schedule, args.causal)
     return stack, stack.num_tokens
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from posbias.errors import UserError
 from posbias.verify import cost
 from posbias.verify.claims import c1_check, hypotheses, predicate, steeper
 from posbias.verify.counterexample import model_counterexample_files
@@ -112,6 +113,18 @@ def plan_for(stack, n, *, profile: str, examples: int | None):
     )
 
 
+def _check_supported(stack) -> None:
+    """Refuse (UserError, one line) a stack verify_model cannot check: its claims are stated for ALiBi
+    stacks and measured kernels (a relative-bias ``BiasStack`` has neither slopes nor dense kernels)."""
+    from posbias.numerics.stack import AlibiStack, KernelStack
+
+    if not isinstance(stack, (AlibiStack, KernelStack)):
+        raise UserError(
+            f"verify_model: a {type(stack).__name__} is not supported; expected an AlibiStack (ALiBi slopes) "
+            "or a KernelStack (measured kernels)"
+        )
+
+
 def verify_model(  # noqa: C901 (one block per claim; split each into a function; issue 20 §4)
     stack,
     num_tokens: int | None = None,
@@ -131,6 +144,7 @@ def verify_model(  # noqa: C901 (one block per claim; split each into a function
     from posbias.numerics.stack import AlibiStack
     from posbias.verify.output import preflight, write_set
 
+    _check_supported(stack)
     seed = resolve_seed(profile, seed)
     n = num_tokens if num_tokens is not None else stack.num_tokens
     plan = plan_for(stack, n, profile=profile, examples=examples)

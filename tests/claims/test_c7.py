@@ -283,3 +283,24 @@ def test_c7_property_detects_a_wrong_kernel():
 
     uniform = np.tril(np.ones((4, 4))) / np.arange(1, 5)[:, None]
     assert not c7b(uniform, [1.0, 0.1, 0.1, 5.0])
+
+
+@pytest.mark.parametrize(
+    ("expr", "caveat"),
+    [
+        ("-g/a", "b is undefined where a = 0"),  # a >= 0 by default: -g/0 has no value
+        ("-m*g", None),
+        ("-a*log(1+b*g)", None),  # 1 + b g >= 1 on the range: always defined
+        ("-g/(1+a)", None),
+    ],
+)
+def test_a_proof_says_where_the_bias_has_no_value(expr, caveat):
+    """An audit found "proved ... for every parameter in range (a >= 0)" for b = -g/a, undefined at a = 0;
+    the verdict now carries where b is undefined, and only where that can happen on the range."""
+    b = parse_bias(expr, "t")
+    q = rb.monotone(b, parse_ranges(None, b.names, "t"), up_to=8)
+    assert q.verdict is rb.Answer.PROVED
+    if caveat is None:
+        assert "undefined" not in q.reason
+    else:
+        assert q.reason.endswith(f"; {caveat}: for the parameters where it is defined")

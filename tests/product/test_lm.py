@@ -293,6 +293,8 @@ def test_bad_measure_input_one_line_exit_2_nothing_written(ci_run, tmp_path, cap
         (["measure", str(tmp_path / "missing"), "--out", str(out)], "no such checkpoint"),
         (["measure", str(ci_run), "--tokens", "65", "--out", str(out)], "longer than the model's context length 64"),
         (["measure", str(ci_run), "--samples", "0", "--out", str(out)], "--samples"),
+        # a budget below one sequence is refused before anything is measured (the batch never goes below 1)
+        (["measure", str(ci_run), "--memory", "1", "--out", str(out)], "--memory 1 bytes: one sequence of N = 64"),
     ]
     garbage = tmp_path / "garbage"
     garbage.mkdir()
