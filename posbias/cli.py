@@ -414,7 +414,12 @@ def _rollout(args) -> int:
         ),
         log_values=result.log_profile is not None,
     )
-    written = write_run(out_dir, files, {"profile.png": figure})
+    try:
+        written = write_run(out_dir, files, {"profile.png": figure})
+    except UserError as exc:  # the folder came from the config's save_dir, not from --out: say so
+        if args.out is None and args.config is not None and str(exc).startswith(f"--out {out_dir}:"):
+            raise UserError(f"{args.config}: save_dir {str(exc).removeprefix('--out ')}") from None
+        raise
     if args.json:
         print(json.dumps(s, indent=2))
     else:

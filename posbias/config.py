@@ -46,6 +46,18 @@ Size = Annotated[int, NOT_BOOL, pydantic.Field(gt=0, le=MAX_SIZE)]
 Count = Annotated[int, NOT_BOOL, pydantic.Field(ge=0, le=MAX_SIZE)]
 
 
+def _folder_name(text: str) -> str:
+    """A save_dir as ``--out`` takes one (posbias.argtypes.path): not blank, no NUL byte."""
+    if not text.strip():
+        raise ValueError("expected a folder name, got a blank string")
+    if "\0" in text:
+        raise ValueError("expected a folder name without a NUL byte")
+    return text
+
+
+FolderName = Annotated[str, pydantic.AfterValidator(_folder_name)]
+
+
 class MaskConfig(pydantic.BaseModel):
     model_config = STRICT
     mask_type: Literal["causal", "full", "sliding_window", "prefix"] = "causal"
@@ -122,7 +134,7 @@ class RolloutConfig(pydantic.BaseModel):
         ConstantSchedule | PowerDecaySchedule | CustomSchedule,
         pydantic.Field(discriminator="schedule_type"),
     ]
-    save_dir: str | None = None
+    save_dir: FolderName | None = None
 
 
 SCHEDULE_TAGS = ("constant", "power_decay", "custom")

@@ -86,6 +86,7 @@ def prepare(out_dir: Path) -> list[Path]:
     undoing its probe), at the same moment: the type is read with one ``stat`` (never an exists/is-dir
     pair that a removal can fall between), and a folder that vanishes under the creation is created
     again, a few times, so only a path that really is something else is refused."""
+    vanished = None  # the folders missing when a creation last failed for want of its parent
     for _ in range(_RACE_RETRIES):
         try:
             try:
@@ -109,6 +110,9 @@ def prepare(out_dir: Path) -> list[Path]:
         except FileNotFoundError as exc:
             if not os.path.isdir(folder):  # the nearest existing parent is no folder (e.g. a dangling link)
                 raise _fail(out_dir, "cannot create the folder", exc) from None
+            if vanished == missing:  # the same again: the file system refuses (/proc/x), no race
+                raise _fail(out_dir, "cannot create the folder", exc) from None
+            vanished = missing
             continue  # a folder made here was removed by another process meanwhile: all again
         except OSError as exc:
             raise _fail(out_dir, "cannot create the folder", exc) from None

@@ -245,3 +245,31 @@ def test_fit_report_prints_w1_before_and_after_in_one_format(configs):
     record = json.loads((configs / "out" / "fit.json").read_text())
     expected = f"W1/(N-1): {record['w1_before']:.4g} before -> {record['w1_after']:.4g} after"
     assert expected in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize(("save_dir", "message"), [(" ", "got a blank string"), ("a\0b", "without a NUL byte")])
+def test_a_config_save_dir_is_checked_as_out_is(tmp_path, save_dir, message):
+    """--out ' ' is refused (posbias.argtypes.path); a config's save_dir, the default --out, was taken as
+    a folder named ' '."""
+    from posbias.config import ConfigError, load
+
+    text = (
+        (Path(__file__).resolve().parents[2] / "examples" / "small.yaml")
+        .read_text()
+        .replace("save_dir: ./posbias-out/small/", "save_dir: X")
+    )
+    path = tmp_path / "c.yaml"
+    path.write_text(text.replace("save_dir: X", "save_dir: " + json.dumps(save_dir)))
+    with pytest.raises(ConfigError, match=f"save_dir: expected a folder name.*{message.split()[-1]}"):
+        load(path)
+
+
+def test_a_folder_the_file_system_refuses_is_named_with_its_reason(tmp_path):
+    """/proc refuses new folders (ENOENT although /proc exists): it was reported as "removed by another
+    process 8 times" (prepare's retry for a vanishing parent); a save_dir is named as such, not as --out."""
+    flags = ("--layers", "2", "--heads", "2", "--tokens", "8", "--schedule", "constant:0.5")
+    r = posbias(tmp_path, "rollout", *flags, "--out", "/proc/posbias-x")
+    assert_refused(r, "--out /proc/posbias-x: cannot create the folder (No such file or directory)")
+    (tmp_path / "c.yaml").write_text(ALIBI + "save_dir: /proc/posbias-x\n")
+    r = posbias(tmp_path, "rollout", "c.yaml")
+    assert_refused(r, "c.yaml: save_dir /proc/posbias-x: cannot create the folder (No such file or directory)")
