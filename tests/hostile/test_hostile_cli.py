@@ -898,7 +898,7 @@ REFUSED = [
         "save_dir names a file",
         "output",
         lambda tmp: (tmp.joinpath("plain").write_text("x"), config(GOOD + "save_dir: plain\n")(tmp))[1],
-        "--out plain: exists and is not a folder",
+        "c.yaml: save_dir plain: exists and is not a folder",  # the config's save_dir, named as such
         check_existing=False,
         add_out=False,
     ),
