@@ -328,7 +328,7 @@ def _rollout(args) -> int:
         raise UserError("--out: expected a folder name, got an empty string")
 
     from posbias import output
-    from posbias.files import write_run
+    from posbias.files import OutFolderError, write_run
     from posbias.kernel_file import load_kernels
     from posbias.rollout import run_stack
 
@@ -416,9 +416,9 @@ def _rollout(args) -> int:
     )
     try:
         written = write_run(out_dir, files, {"profile.png": figure})
-    except UserError as exc:  # the folder came from the config's save_dir, not from --out: say so
-        if args.out is None and args.config is not None and str(exc).startswith(f"--out {out_dir}:"):
-            raise UserError(f"{args.config}: save_dir {str(exc).removeprefix('--out ')}") from None
+    except OutFolderError as exc:  # the folder came from the config's save_dir, not from --out: say so
+        if args.out is None and args.config is not None and model.save_dir:
+            raise exc.relabelled(f"{args.config}: save_dir") from None
         raise
     if args.json:
         print(json.dumps(s, indent=2))

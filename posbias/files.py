@@ -73,9 +73,22 @@ validate at other lengths), also of another command's set that shares the file (
 kernels.npz, report.json), so the folder always holds the files of one run only."""
 
 
-def _fail(out_dir: Path, what: str, exc: BaseException | None = None) -> UserError:
+class OutFolderError(UserError):
+    """The output folder cannot take the run: ``label`` (the flag or setting that named it) ``folder``:
+    ``detail``. A caller whose folder came from elsewhere (a config's save_dir) names that instead
+    (``relabelled``)."""
+
+    def __init__(self, folder: Path, detail: str, label: str = "--out"):
+        super().__init__(f"{label} {folder}: {detail}")
+        self.folder, self.detail = folder, detail
+
+    def relabelled(self, label: str) -> OutFolderError:
+        return OutFolderError(self.folder, self.detail, label)
+
+
+def _fail(out_dir: Path, what: str, exc: BaseException | None = None) -> OutFolderError:
     reason = "" if exc is None else f" ({getattr(exc, 'strerror', None) or exc})"
-    return UserError(f"--out {out_dir}: {what}{reason}")
+    return OutFolderError(out_dir, f"{what}{reason}")
 
 
 def prepare(out_dir: Path) -> list[Path]:

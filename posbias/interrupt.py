@@ -15,11 +15,13 @@ from collections.abc import Iterator
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's convention
 _seen = threading.Event()
+_holding = threading.Event()  # inside ``deferred``: record, do not raise
 
 
 def _on_interrupt(signum, frame) -> None:
     _seen.set()
-    raise KeyboardInterrupt
+    if not _holding.is_set():
+        raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
@@ -54,13 +56,15 @@ def check() -> None:
 
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
-    """Hold SIGINT back while the block runs (a run's files being moved into place: all or none), and
-    deliver it after."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    """Hold an interrupt back while the block runs (a run's files being moved into place: all or none)
+    and raise it after. The handler of ``handling`` only records it meanwhile: blocking SIGINT with
+    pthread_sigmask would not do, since the kernel hands a process's signal to any thread that does
+    not block it (JAX and the engines run threads) and Python then raises in the main thread anyway."""
+    before = _seen.is_set()
+    _holding.set()
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        _holding.clear()
+    if _seen.is_set() and not before:
+        raise KeyboardInterrupt

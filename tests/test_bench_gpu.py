@@ -2,25 +2,11 @@
 the CPU: every section runs and reports its rates, so the one prepared call on a lent device does not fail on
 something a CPU would have shown."""
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.benchmark_scripts import run_for_json
 
 
 def test_every_section_runs_and_reports_its_rates(tmp_path):
-    out = tmp_path / "bench_gpu.json"
-    done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "bench_gpu.py"), "--smoke", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    r = json.loads(out.read_text())
+    r = run_for_json("bench_gpu.py", "--smoke", cwd=tmp_path)
     assert r["smoke"] is True
     for name in ("stream", "gemm", "xla_batch", "sweep", "hf"):
         assert "error" not in r[name], (name, r[name])
@@ -32,4 +18,6 @@ def test_every_section_runs_and_reports_its_rates(tmp_path):
     # 4 layers x (24 H P + 40 P) bytes at H = 4, P = 32: bench_xla.py's chunked model
     assert r["sweep"]["model_bytes_per_s"] == r["sweep"]["points_per_s"] * 4 * (24 * 4 * 32 + 40 * 32)
     assert r["hf"]["parameters"] > 0 and r["hf"]["fraction_of_peak"] > 0
-    assert list(tmp_path.iterdir()) == [out]  # the sections' files stay in their temporary folder
+    assert list(tmp_path.iterdir()) == [
+        tmp_path / "bench_gpu.json"
+    ]  # the sections' files stay in their temporary folder

@@ -1,30 +1,12 @@
 """benchmarks/power_spans.py (issue 21, goal 2): its span measures on matrices whose spans are known by
 hand, and the script end to end on a small model."""
 
-import importlib.util
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.benchmark_scripts import load, run_for_json
 
-
-def _spans_module():
-    sys.path.insert(0, str(REPO / "benchmarks"))  # the script imports its neighbour common.py by name
-    try:
-        spec = importlib.util.spec_from_file_location("power_spans", REPO / "benchmarks" / "power_spans.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
-    return module
-
-
-SPANS = _spans_module()
+SPANS = load("power_spans.py")
 N = 16
 
 
@@ -82,17 +64,7 @@ def test_the_lower_bound_is_every_cross_and_lies_below_what_the_fit_achieves(see
 
 
 def test_the_script_end_to_end(tmp_path):
-    out = tmp_path / "spans.json"
-    done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "power_spans.py"), "--tokens", "128", "--layers", "4096"]
-        + ["--heads", "4", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    r = json.loads(out.read_text())
+    r = run_for_json("power_spans.py", "--tokens", "128", "--layers", "4096", "--heads", "4", cwd=tmp_path)
     assert r["unresolved"] == 0 and [p["power"] for p in r["powers"]] == [f"2^{k}" for k in range(13)]
     for p in r["powers"]:
         for fitted in ("residual_span", "tile_64", "tile_128", "block_64_row_scales"):

@@ -330,19 +330,14 @@ def check_rows(later: Bias, earlier: Bias, points, up_to: int, diag: Fraction) -
 
 
 def _positive(expr: sp.Expr, gens) -> bool:
-    """Whether ``expr`` > 0 for every non-negative value of ``gens``: by SymPy's assumptions, or a
-    polynomial whose coefficients are all positive with a non-zero constant term."""
+    """Whether ``expr`` > 0 for every non-negative value of ``gens``: by SymPy's assumptions, or by
+    ``_poly_sign`` (numerator and denominator of one sign each) with a finite non-zero value at 0 (their
+    constant terms non-zero, so neither vanishes)."""
     expr = sp.simplify(expr)
     if expr.is_positive:
         return True
-    try:
-        poly = sp.Poly(expr, *gens) if gens else None
-    except sp.PolynomialError:
-        return False
-    if poly is None:
-        return False
-    coeffs = poly.coeffs()
-    return all(c.is_number and c > 0 for c in coeffs) and poly.eval(dict.fromkeys(gens, 0)) != 0
+    at_zero = expr.subs(dict.fromkeys(gens, 0))
+    return _poly_sign(expr, gens) == 1 and bool(at_zero.is_finite) and at_zero != 0
 
 
 def where_undefined(bias_like: Bias, exprs, ranges) -> str:

@@ -17,19 +17,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.configs import SMALL_ALIBI
+
 CONSOLE = Path(sys.executable).with_name("posbias")
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 
 BASE = ["--layers", "3", "--heads", "2", "--tokens", "8", "--schedule", "constant:0.5"]
 
-ALIBI = """\
-sequence_length: 16
-num_layers: 3
-mask_config: {mask_type: causal, window_size: null}
-attention_config: {num_heads: 2, alibi_slopes: [[0.5, 0.125]], head_weights: null, softmax_temperature: 1.0}
-content_config: {diagonal_scores: [[1.0]], base_scores: [[0.0]]}
-lambda_schedule_config: {schedule_type: power_decay, lambda_0: 0.8, beta: 1.0}
-"""
+ALIBI = SMALL_ALIBI
 FULL = ALIBI.replace("mask_type: causal", "mask_type: full")
 BIAS = ALIBI.replace("alibi_slopes: [[0.5, 0.125]]", 'bias: "kerple-log:1,0.5", sink: [[1.0]]')
 UNIFORM_16 = "token_position,probability\n" + "".join(f"{i},{1 / 16!r}\n" for i in range(16))
