@@ -165,6 +165,18 @@ def _activation(u, kind: str):
     return jax.nn.gelu(u, approximate=(kind == "gelu-tanh"))
 
 
+def bfloat16_alibi_row(spec: Spec, num_tokens: int) -> np.ndarray:
+    """(H, N) float64: Falcon's ALiBi term alibi_scale bf16(bf16(m_h) bf16(j)) for keys j < N, the
+    same for every query row (``position_term`` broadcasts it). Formed in NumPy with ml_dtypes, each
+    product rounded to bfloat16 (8 significant bits: j itself rounds above 256); under jit XLA may
+    keep a bfloat16 product in float32 when it is cast up at once."""
+    import ml_dtypes
+
+    m = _base_slopes(spec).astype(ml_dtypes.bfloat16)
+    term = (m[:, None] * np.arange(num_tokens).astype(ml_dtypes.bfloat16)[None, :]).astype(np.float64)
+    return term * spec.alibi_scale
+
+
 def position_term(spec: Spec, num_tokens: int, dtype):
     """(H, N, N): -m_h (i - j) on j <= i (0 for learned positions), -inf above the diagonal under a
     causal mask. Falcon: alibi_scale bf16(bf16(m_h) bf16(j)) (its bfloat16 term, which differs from
@@ -174,14 +186,8 @@ def position_term(spec: Spec, num_tokens: int, dtype):
     idx = jnp.arange(num_tokens)
     distance = (idx[:, None] - idx[None, :]).astype(dtype)
     if spec.positions == "alibi" and spec.alibi_rounding == "bfloat16":
-        # formed in NumPy with ml_dtypes (each product rounded to bfloat16); under jit XLA may keep
-        # a bfloat16 product in float32 when it is cast up at once
-        import ml_dtypes
-
-        m = _base_slopes(spec).astype(ml_dtypes.bfloat16)
-        term = (m[:, None] * np.arange(num_tokens).astype(ml_dtypes.bfloat16)[None, :]).astype(np.float64)
         bias = jnp.broadcast_to(
-            jnp.asarray(term * spec.alibi_scale, dtype)[:, None, :], (spec.heads, num_tokens, num_tokens)
+            jnp.asarray(bfloat16_alibi_row(spec, num_tokens), dtype)[:, None, :], (spec.heads, num_tokens, num_tokens)
         )
     else:
         bias = -jnp.asarray(slopes(spec), dtype)[:, None, None] * distance[None]
