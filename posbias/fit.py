@@ -20,9 +20,9 @@ better than the unfitted model's.
 The fit returns its best iterate, not its last: the loss of every iterate theta_0 (the
 start) .. theta_K is known, and the one with the smallest W1 is returned (``returned_step``;
 equal losses keep the later one). A non-finite loss or parameter (a learning rate so large
-that tau = e^theta overflows) stops the optimisation at once (``stopped``) and the best
-finite iterate before it is returned; when even the start has no finite loss the fit is
-refused. So no NaN reaches fit.json, which is written as strict JSON.
+that tau = e^theta or s = e^theta overflows, even where theta and the loss stay finite) stops
+the optimisation at once (``stopped``) and the best finite iterate before it is returned; when
+even the start has no finite loss the fit is refused. So no NaN reaches fit.json, which is written as strict JSON.
 
 Budgets, checked before anything is allocated: memory ``memory_bytes`` (the gradient
 recomputes one layer at a time, so it holds one layer's H (N, N) head kernels, not T of
@@ -177,7 +177,8 @@ def _readable(theta: dict) -> dict:
     for name, value in theta.items():
         value = np.asarray(value, np.float64)
         if name.startswith("log_"):
-            name, value = name[4:], np.exp(value)
+            with np.errstate(over="ignore"):  # an overflow is inf, which fit() stops at
+                name, value = name[4:], np.exp(value)
         out[name] = value.tolist()
     return out
 
@@ -232,8 +233,12 @@ def fit(stack, measured: np.ndarray, spec: FitSpec = FitSpec(), *, progress=None
                 updates, state = optimiser.update(grads, state, theta)
             return optax.apply_updates(theta, updates), state, value
 
-        def finite(tree) -> bool:
-            return all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree_util.tree_leaves(tree))
+        def finite(theta) -> bool:
+            """theta and the values it stands for (tau = e^theta, s = e^theta: finite theta above 709.78
+            overflows, and s = inf still gives a finite loss through min(1, s lambda)) all finite."""
+            leaves = jax.tree_util.tree_leaves(theta)
+            readable = _readable(theta).values()
+            return all(bool(jnp.all(jnp.isfinite(x))) for x in leaves) and all(np.all(np.isfinite(v)) for v in readable)
 
         start = theta
         history, stopped = [], None

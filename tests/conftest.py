@@ -20,6 +20,11 @@ import jax
 import pytest
 from hypothesis import HealthCheck, configuration, settings
 
+# The memory guard (issue 34): ends the run in one line when a test takes the pytest process past
+# POSBIAS_TEST_MAX_GB (default 6) or a process it starts past POSBIAS_TEST_SUBPROCESS_MAX_GB (default 4);
+# POSBIAS_TEST_MAX_GB=off switches it off.
+pytest_plugins = ["tests.memory_guard"]
+
 jax.config.update("jax_enable_x64", True)
 # Strict promotion (issue 20): an operation mixing dtypes (float64 by int64, a weak Python scalar aside)
 # raises instead of promoting silently, so the library's casts are explicit. Tests only, never the library.

@@ -53,7 +53,10 @@ def _lines() -> list[str]:
     lines = []
     for title, rises in (("peak resident memory", _peak_rises), ("resident memory held after the test", _held_rises)):
         lines.append(f"--- {title}: rises over 256 MiB ---")
-        lines += [f"+{rise / 2**30:6.2f} GiB -> {to / 2**30:6.2f} GiB  {nodeid}" for rise, to, nodeid in sorted(rises, reverse=True)]
+        lines += [
+            f"+{rise / 2**30:6.2f} GiB -> {to / 2**30:6.2f} GiB  {nodeid}"
+            for rise, to, nodeid in sorted(rises, reverse=True)
+        ]
         if not rises:
             lines.append("none")
     return lines

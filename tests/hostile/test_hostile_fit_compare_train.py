@@ -409,6 +409,28 @@ def test_fit_learning_rate_100_returns_its_best_finite_iterate(in_tmp, capsys):
     assert report["w1_after"] <= report["w1_before"]
 
 
+def test_fit_whose_lambda_scale_overflows_writes_finite_json(in_tmp, capsys):
+    """Issue 29 item 1: a profile with most mass on token 0 drives s = e^theta up; at rate 200 theta
+    passed 709.78 while theta and the loss stayed finite (lambda' = min(1, s lambda)), and the report
+    raised 'Out of range float values are not JSON compliant: inf' (a traceback, exit 1, no files).
+    Now the iterate whose values overflow stops the fit like a non-finite one; every value written is
+    finite, and the written W1 is scipy's for the written profile."""
+    first = np.full(16, 0.01)
+    first[0] = 0.85
+    (in_tmp / "first.csv").write_text(csv_text(first))
+    argv = ["fit", "first.csv", str(SMALL), "--lambda-scale", "--steps", "20", "--learning-rate", "200"]
+    code, out, err = run_cli([*argv, "--out", "out"], capsys)
+    assert code == 0, err
+    assert "Traceback" not in err and "non-finite parameters" in err
+    report = strict_json(in_tmp / "out" / "fit.json")
+    assert all(math.isfinite(v) for v in report["values"].values()), report["values"]
+    assert math.isfinite(report["w1_before"]) and math.isfinite(report["w1_after"])
+    fitted = read_column(in_tmp / "out" / "fitted_profile.csv")
+    assert abs(fitted.sum() - 1) < 1e-12
+    assert report["w1_after"] == pytest.approx(w1_scipy(fitted, first), abs=1e-12)
+    assert report["w1_after"] <= report["w1_before"]
+
+
 def test_fit_returns_the_best_iterate_not_the_last():
     """fit() on its own: a rate of 100 makes the later iterates worse than the start; the result
     is the iterate of smallest loss in its own history, and its W1 is recomputed here."""
