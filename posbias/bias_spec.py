@@ -11,9 +11,13 @@ One head's bias b(g) on distances g >= 0:
   table:V0,...,V(L-1)           b(g) = V_g, constant V(L-1) beyond L
   window-table:V0,...,V(L-1)    b(g) = V_g, no weight beyond L (a window of L tokens)
   expr:EXPR[;NAME=VALUE,...]    an expression in g with parameters, e.g. expr:-r1*log(1+r2*g);r1=1,r2=0.5
+  EXPR[;NAME=VALUE,...]         the same without the prefix (a bare formula, as ``posbias derive --bias``
+                                takes it): any spec that does not start with a family name and a colon
 
 ``PAST|FUTURE`` (two specs) gives a two-sided bias for masks that read later tokens (full, prefix);
-a single spec is the symmetric b(|i - j|). Several heads: specs separated by ``/`` (one per head).
+a single spec is the symmetric b(|i - j|). Several heads: specs separated by ``/`` (one per head); a
+``/`` starts a new head only before a family name and a colon (``expr:1/(1+g)/alibi:0.5`` is two heads,
+the bare ``-g/2`` one).
 
 Expressions go through the project's safe parser (posbias.theorem.expr_guard, with g as the
 variable): numbers, g, parameter names, + - * / ** ^ and the functions it allows; every
@@ -30,6 +34,8 @@ Bias(past=KerpleLog(r1=1.0, r2=0.5), future=None)
 Bias(past=Alibi(slope=0.25), future=None)
 >>> parse_bias("expr:-log(1+g)^2").values(3)[0].round(4).tolist()
 [-0.0, -0.4805, -1.2069]
+>>> parse_bias("-m*g;m=0.25")
+Bias(past=Alibi(slope=0.25), future=None)
 >>> parse_bias("alibi:-1")
 Traceback (most recent call last):
 ...
@@ -37,6 +43,8 @@ posbias.errors.UserError: --bias 'alibi:-1': alibi slope: -1 is below 0, expecte
 """
 
 from __future__ import annotations
+
+import re
 
 import sympy as sp
 
@@ -48,24 +56,27 @@ G = sp.Symbol("g", integer=True, nonnegative=True)
 KINDS = ("alibi", "kerple-log", "kerple-power", "t5", "t5-bidirectional", "table", "window-table", "expr")
 SPECS = (
     "alibi:M | kerple-log:R1,R2 | kerple-power:R1,R2 | t5:NB,MD:V0,... | t5-bidirectional:NB,MD:V0,... | "
-    "table:V0,... | window-table:V0,... | expr:EXPR[;NAME=VALUE,...]; PAST|FUTURE for two sides"
+    "table:V0,... | window-table:V0,... | expr:EXPR[;NAME=VALUE,...] | a formula in g such as -0.5*log(1+g); "
+    "PAST|FUTURE for two sides"
 )
+_FAMILY_PREFIX = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_-]*)\s*:")  # "alibi:", "wave:"; a formula has no "name:"
 EXPECTED_EXPR = "expected an expression in g such as -0.5*log(1+g)"
 
 
 def parse_biases(text: str, where: str = "--bias") -> list[Bias]:
     """One ``Bias`` per head from specs separated by ``/``."""
-    parts = [p.strip() for p in str(text).split("/")] if "expr:" not in str(text) else _split_heads(str(text))
+    parts = _split_heads(str(text))
     if not parts or any(not p for p in parts):
         raise UserError(f"{where} {text!r}: an empty head spec; expected {SPECS}, one per head separated by /")
     return [parse_bias(p, where) for p in parts]
 
 
 def _split_heads(text: str) -> list[str]:
-    """Split at ``/`` that start a new head spec (an expression may divide: expr:1/(1+g))."""
+    """Split at ``/`` that start a new head spec: before a family name and a colon (an expression may
+    divide: expr:1/(1+g), -g/2)."""
     heads, current = [], ""
     for piece in text.split("/"):
-        if current and piece.strip().split(":", 1)[0] in KINDS and ":" in piece:
+        if current and _family(piece) in KINDS:
             heads.append(current)
             current = piece
         else:
@@ -104,11 +115,21 @@ def _numbers(args: str, where: str, text: str, count: int | None = None) -> list
     return values
 
 
+def _family(spec: str) -> str | None:
+    """The family name a spec starts with ("alibi" in "alibi:0.5"); None for a bare formula."""
+    match = _FAMILY_PREFIX.match(spec)
+    return match.group(1) if match else None
+
+
 def _side(spec: str, where: str, text: str):
-    kind, sep, args = spec.partition(":")
-    kind = kind.strip()
-    if not sep or kind not in KINDS:
+    kind = _family(spec)
+    if kind is None:  # a bare formula in g: the same as expr:
+        if not spec.strip():
+            raise UserError(f"{where} {text!r}: an empty bias; expected {SPECS}")
+        return expression(spec, where=f"{where} {text!r}")
+    if kind not in KINDS:
         raise UserError(f"{where} {text!r}: unknown bias {spec!r}; expected {SPECS}")
+    args = spec.partition(":")[2]
     if kind == "expr":
         return expression(args, where=f"{where} {text!r}")
     if kind in ("t5", "t5-bidirectional"):

@@ -6,8 +6,12 @@ carries e^d) and cumulative weights W(n) = sum_{g=0}^{n} w(g). This module is th
 
 * ``parse_bias(text, where)``: either an expression in ``g`` with parameters (through the project's safe
   parser ``theorem.expr_guard.parse``; the parser's variable ``t`` is refused, ``g`` becomes the integer
-  distance) or ``weights:W0,W1,...`` -- a table of exact non-negative rational weights w(0..L-1), zero
-  beyond L (a window of length L);
+  distance), or ``weights:W0,W1,...`` -- a table of exact non-negative rational weights w(0..L-1), zero
+  beyond L (a window of length L). The spellings of ``posbias rollout --bias`` are read too, so one
+  formula works in every command: ``expr:EXPR[;NAME=VALUE,...]`` (the values substituted exactly) and
+  the closed families ``alibi:M`` (-M g), ``kerple-log:R1,R2`` (-R1 log(1 + R2 g)) and
+  ``kerple-power:R1,R2`` (-R1 g^R2) with exact rational numbers; the table families (``table``,
+  ``window-table``, ``t5``) are refused with what to write instead;
 * ``parse_ranges(text, names, where)``: "m>=0, 0<=a<=2, c<=1"; a parameter not named is assumed >= 0;
 * ``parse_point(text, bias, where)``: "m=1/2, a=3": exact rational parameter values, inside the ranges;
 * ``substitute_ranges``: the parameters rewritten over non-negative symbols (m >= lo: m = lo + u;
@@ -25,6 +29,10 @@ Examples
 (-g*m, ['m'])
 >>> parse_ranges("0<=m<=2", ("m",), "demo")
 {'m': (Fraction(0, 1), Fraction(2, 1))}
+>>> parse_bias("kerple-log:1,0.5", "demo").expr
+-log(g/2 + 1)
+>>> parse_bias("expr:-m*g;m=1/4", "demo").expr
+-g/4
 >>> t = parse_bias("weights:1,0.1,0.1,5", "demo")
 >>> [str(x) for x in t.table]
 ['1', '1/10', '1/10', '5']
@@ -51,7 +59,18 @@ G = sp.Symbol("g", integer=True, nonnegative=True)  # the distance i - j
 IV_DPS = 50  # digits of the interval evaluation
 MAX_TABLE = 256  # entries of a weights table
 MAX_PARAMS = 4
-EXPECTED = "expected an expression in g such as -m*g or -r1*log(1 + r2*g), or weights:1,0.1,0.1,5"
+EXPECTED = (
+    "expected an expression in g such as -m*g or -r1*log(1 + r2*g), expr:EXPR[;NAME=VALUE,...], "
+    "alibi:M, kerple-log:R1,R2, kerple-power:R1,R2, or weights:1,0.1,0.1,5"
+)
+# posbias rollout's closed families as formulas in g ({0}, {1}: the spec's numbers)
+FAMILIES = {
+    "alibi": ("-({0})*g", 1),
+    "kerple-log": ("-({0})*log(1 + ({1})*g)", 2),
+    "kerple-power": ("-({0})*g**({1})", 2),
+}
+TABLE_FAMILIES = ("table", "window-table", "t5", "t5-bidirectional")
+_FAMILY_PREFIX = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_-]*)\s*:")
 
 
 @dataclass(frozen=True)
@@ -87,6 +106,14 @@ def parse_bias(text: str, where: str) -> Bias:
     src = text.strip()
     if src.startswith("weights:"):
         return Bias(src, None, (), _table(src[len("weights:") :], where))
+    family = _FAMILY_PREFIX.match(src)
+    if family is not None:
+        return _family_bias(src, family.group(1), src[family.end() :], where)
+    return _formula(src, src, where)
+
+
+def _formula(src: str, text: str, where: str, values: dict[str, Fraction] | None = None) -> Bias:
+    """A formula in g (``src``), its named parameters replaced by exact ``values``."""
     if re.search(r"(?<![A-Za-z0-9_])t(?![A-Za-z0-9_])", src):
         raise DeriveError(f"{where}: {text!r} uses t; a bias is a function of the distance g; {EXPECTED}")
     expr = parse(src, where, positive_names=False)
@@ -94,10 +121,46 @@ def parse_bias(text: str, where: str) -> Bias:
     expr = expr.subs(ghost, G)
     if expr.has(T):
         raise DeriveError(f"{where}: {text!r} uses t; {EXPECTED}")
+    if values:
+        named = {s.name: s for s in expr.free_symbols if s != G}
+        unknown = sorted(set(values) - set(named))
+        if unknown:
+            raise DeriveError(f"{where}: {text!r}: {', '.join(unknown)} does not appear in the expression")
+        expr = expr.subs({named[k]: sp.Rational(v.numerator, v.denominator) for k, v in values.items()})
+        if expr.has(sp.zoo, sp.nan, sp.oo, -sp.oo, sp.I):
+            raise DeriveError(f"{where}: {text!r} is not a finite real expression at the values given; {EXPECTED}")
     params = tuple(sorted((as_symbol(s) for s in expr.free_symbols if s != G), key=lambda s: s.name))
     if len(params) > MAX_PARAMS:
         raise DeriveError(f"{where}: {text!r} has {len(params)} parameters; at most {MAX_PARAMS} are supported")
-    return Bias(src, expr, params)
+    return Bias(text, expr, params)
+
+
+def _family_bias(src: str, kind: str, args: str, where: str) -> Bias:
+    """``expr:...`` and the closed families of posbias rollout's --bias (module docstring)."""
+    if kind == "expr":
+        body, _, assignments = args.partition(";")
+        values: dict[str, Fraction] = {}
+        for item in filter(None, (a.strip() for a in assignments.split(","))):
+            name, eq, value = item.partition("=")
+            if not eq or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name.strip()):
+                raise DeriveError(f"{where}: parameter {item!r} is not NAME=NUMBER; {EXPECTED}")
+            if name.strip() in values:
+                raise DeriveError(f"{where}: parameter {name.strip()} given twice; expected each NAME=VALUE once")
+            values[name.strip()] = exact_number(value, f"{where}: parameter {name.strip()}")
+        return _formula(body.strip(), src, where, values)
+    if kind in TABLE_FAMILIES:
+        raise DeriveError(
+            f"{where}: {src!r}: a {kind} bias has no formula for derive; give its weights w(g) = e^b(g) as "
+            "exact numbers (weights:W0,W1,...) or a formula in g"
+        )
+    if kind not in FAMILIES:
+        raise DeriveError(f"{where}: {src!r}: unknown bias {kind!r}; {EXPECTED}")
+    form, count = FAMILIES[kind]
+    numbers = [exact_number(a, f"{where}: {kind} number {k + 1}") for k, a in enumerate(args.split(","))]
+    if len(numbers) != count:
+        raise DeriveError(f"{where}: {src!r}: {kind} takes {count} number(s), got {len(numbers)}; {EXPECTED}")
+    formula = form.format(*(f"{x.numerator}/{x.denominator}" for x in numbers))
+    return _formula(formula, src, where)
 
 
 def _table(body: str, where: str) -> tuple[Fraction, ...]:

@@ -27,7 +27,8 @@ from posbias.theorem.params import Params, param, parse_params
 
 BIAS_MEANING = (
     "the bias b(g) on distances g >= 0: an expression in g with parameters (e.g. -m*g, "
-    "-r1*log(1+r2*g), -r1*g^r2, -m*g+a*cos(g)) or weights:W0,W1,... (exact weights, zero beyond)"
+    "-r1*log(1+r2*g), -r1*g^r2, -m*g+a*cos(g)), weights:W0,W1,... (exact weights, zero beyond), or as "
+    "posbias rollout --bias writes it: expr:EXPR;NAME=VALUE, alibi:M, kerple-log:R1,R2, kerple-power:R1,R2"
 )
 RANGES_MEANING = "parameter ranges, e.g. 'm>=0, 0<=a<=2' (a parameter not named is taken >= 0)"
 AT_MEANING = "check only this rational parameter point, e.g. 'm=1/2, a=3' (default: a grid inside the ranges)"
