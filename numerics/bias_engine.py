@@ -53,6 +53,7 @@ import numpy as np
 
 from posbias.numerics.bias_stack import BiasStack
 from posbias.numerics.engine import Engine, Profile, Unsupported, linear_profile, log_profile
+from posbias.numerics.masks import structured_refuses
 
 if TYPE_CHECKING:
     from posbias.numerics.boundary import Stack
@@ -76,8 +77,9 @@ class BiasEngine(Engine):
     def supports(self, stack: Stack, num_tokens: int) -> str | None:
         if not isinstance(stack, BiasStack):
             return f"expected a relative-bias stack (BiasStack), got {type(stack).__name__}"
-        if stack.mask.past_window is not None and stack.mask.bidirectional_length(num_tokens) > 1:
-            return "a sliding window cannot be combined with a bidirectional prefix"
+        reason = structured_refuses(stack.mask)
+        if reason is not None:
+            return reason
         if self.chunk is not None and not (isinstance(self.chunk, int) and self.chunk >= 1):
             return f"chunk must be a positive integer, got {self.chunk!r}"
         return None

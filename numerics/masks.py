@@ -146,3 +146,12 @@ def is_lower_triangular(mask: Mask, num_tokens: int) -> bool:
     Unlike ``mask.reads_future`` this depends on N: ``Full()`` at N = 1 is lower triangular.
     """
     return mask.bidirectional_length(num_tokens) <= 1
+
+
+def structured_refuses(mask) -> str | None:
+    """Why the structured routes (O(T H N) scans, native kernels) cannot take ``mask``, or None: a past
+    window together with reading later tokens (``Prefix(k, past_window=w)``, k > 1), which only the
+    dense engines compute."""
+    if mask.past_window is not None and mask.reads_future:
+        return "a sliding window cannot be combined with a bidirectional prefix (the dense engine computes it)"
+    return None

@@ -48,7 +48,7 @@ import numpy as np
 
 from posbias.numerics import native
 from posbias.numerics.engine import Engine, Profile, Unsupported, linear_profile, log_profile
-from posbias.numerics.masks import Mask
+from posbias.numerics.masks import Mask, structured_refuses
 from posbias.numerics.stack import AlibiStack
 
 if TYPE_CHECKING:
@@ -212,7 +212,7 @@ class Structured(Engine):
             )
         if self.extended and not (self.native and native.available()):
             return "extended range needs the native CPU kernel, which is not available here"
-        return None
+        return structured_refuses(mask)
 
     def memory_bytes(self, num_layers: int, num_heads: int, num_tokens: int) -> int:
         params = 8 * 8 * num_layers * num_heads
