@@ -22,12 +22,33 @@ PosixPath('runs/a')
 Traceback (most recent call last):
 ...
 argparse.ArgumentTypeError: expected a file or folder name, got an empty string
+>>> join_negative_values(["--content-diagonal", "-1,2,3", "--tokens", "8", "--sink", "-1e-3"])
+['--content-diagonal=-1,2,3', '--tokens', '8', '--sink=-1e-3']
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
+
+# a value that begins with a minus sign and a digit: argparse takes "-1,2,3" and "-1e-3" for options
+# (its own test for a negative number accepts only "-1" and "-.5"); no posbias option looks like this
+_NEGATIVE_VALUE = re.compile(r"^-\.?[0-9]")
+
+
+def join_negative_values(argv: list[str]) -> list[str]:
+    """``--option -1,2,3`` as ``--option=-1,2,3``: a long option followed by a value that starts with a
+    minus sign and a digit, so that argparse reads the value (it would take it for an unknown option
+    and say "expected one argument"); every other argument is left as it is."""
+    out: list[str] = []
+    for arg in argv:
+        previous = out[-1] if out else ""
+        if _NEGATIVE_VALUE.match(arg) and previous.startswith("--") and "=" not in previous and previous != "--":
+            out[-1] = f"{previous}={arg}"
+        else:
+            out.append(arg)
+    return out
 
 
 def at_least(minimum: int):

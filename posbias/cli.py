@@ -437,6 +437,11 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("posbias: interrupted", file=sys.stderr)
             return interrupt.EXIT_INTERRUPTED
+        except Exception:
+            if not interrupt.seen():
+                raise
+            print("posbias: interrupted", file=sys.stderr)  # the interrupt, turned into another error
+            return interrupt.EXIT_INTERRUPTED
 
 
 def _main(argv: list[str] | None) -> int:
@@ -450,7 +455,7 @@ def _main(argv: list[str] | None) -> int:
 
         return proofs_command(argv[1:])
     try:
-        args = _parser().parse_args(argv)
+        args = _parser().parse_args(argtypes.join_negative_values(argv))
         from posbias.jax_cache import enable_compilation_cache
 
         enable_compilation_cache()

@@ -29,7 +29,7 @@ from posbias.errors import UserError
 from posbias.model import Model, ModelError, check_size, content_of, lambdas_of, parse_mask, parse_schedule, slopes_of
 from posbias.numerics import masks, schedules
 from posbias.numerics.stack import AlibiStack, StackError
-from posbias.schema import NOT_BOOL, STRICT, first_error, shown
+from posbias.schema import NOT_BOOL, STRICT, first_error, refusal, shown
 from posbias.yaml_io import read_yaml
 
 
@@ -84,13 +84,28 @@ class MaskConfig(pydantic.BaseModel):
                 return masks.Prefix(self.prefix_length)
 
 
+def _bias_text(value):
+    """A bias is a spec or a list of specs, one per head (posbias.bias_spec): anything else is refused
+    in these words, not in pydantic's union wording ("bias.str: input should be a valid string")."""
+    if value is None or isinstance(value, str):
+        return value
+    expected = "expected a bias spec such as kerple-log:1,0.5 or -0.5*log(1+g), or a list of them, one per head"
+    if not isinstance(value, list):
+        raise refusal(f"{expected}; got {shown(value)}")
+    for k, item in enumerate(value):
+        if not isinstance(item, str):
+            raise refusal(f"{expected}; got {shown(item)}", at=f"[{k}]")
+    return value
+
+
 class AttentionConfig(pydantic.BaseModel):
     model_config = STRICT
     num_heads: Size
     alibi_slopes: list[list[NonNegativeFloat]] | None = None
     head_weights: list[list[NonNegativeFloat]] | None = None
     softmax_temperature: Annotated[float, NOT_BOOL, pydantic.Field(gt=0.0, allow_inf_nan=False)] = 1.0
-    bias: str | list[str] | None = None  # posbias: a relative bias per head instead of slopes (bias_spec)
+    # posbias: a relative bias per head instead of slopes (bias_spec)
+    bias: Annotated[str | list[str] | None, pydantic.BeforeValidator(_bias_text)] = None
     sink: list[list[FiniteFloat]] | None = None  # posbias: first-token logit s per layer and head
 
     @pydantic.model_validator(mode="after")

@@ -48,6 +48,13 @@ def handling() -> Iterator[None]:
         _seen.clear()
 
 
+def seen() -> bool:
+    """Whether an interrupt arrived inside ``handling``: an exception raised after one may be the
+    interrupt in another form (a C extension's import turns it into "ImportError: initialization
+    failed", ``__set_name__`` into a RuntimeError)."""
+    return _seen.is_set()
+
+
 def check() -> None:
     """Raise KeyboardInterrupt if an interrupt arrived inside ``handling`` (even one swallowed on the way)."""
     if _seen.is_set():

@@ -122,7 +122,7 @@ def _formula(src: str, text: str, where: str, values: dict[str, Fraction] | None
     if expr.has(T):
         raise DeriveError(f"{where}: {text!r} uses t; {EXPECTED}")
     if values:
-        named = {s.name: s for s in expr.free_symbols if s != G}
+        named = {as_symbol(s).name: s for s in expr.free_symbols if s != G}
         unknown = sorted(set(values) - set(named))
         if unknown:
             raise DeriveError(f"{where}: {text!r}: {', '.join(unknown)} does not appear in the expression")

@@ -89,3 +89,46 @@ def test_an_interrupt_a_callback_swallowed_is_not_printed(monkeypatch):
         sys.unraisablehook(Unraisable(KeyboardInterrupt()))
         sys.unraisablehook(Unraisable(ValueError("shown")))
     assert seen == [ValueError]
+
+
+def _interrupt_when_loaded(argv: list[str], cwd, library: str) -> tuple[int, str]:
+    """Start ``argv``, wait until the process has mapped a shared library whose path contains
+    ``library`` (so it is importing that package now), send SIGINT, and return (exit code, stderr)."""
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60  # a hang detector, not a timing assertion
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                maps = open(f"/proc/{proc.pid}/maps").read()
+            except OSError:
+                maps = ""
+            if library in maps:
+                proc.send_signal(signal.SIGINT)
+                break
+            time.sleep(0.002)
+        else:
+            pytest.fail(f"{argv[0]} never loaded {library} (exit {proc.poll()})")
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    return proc.returncode, err
+
+
+@pytest.mark.parametrize("library", ["numpy", "ft2font"])
+def test_an_interrupt_while_the_command_starts_is_one_line_and_exit_130(tmp_path, library):
+    """Issue 29 item 3: Ctrl-C while ``posbias`` imports its modules (before ``main`` runs: NumPy)
+    printed a KeyboardInterrupt traceback; the console script (posbias/entry.py) now ends it with the
+    command's one line, as the command's own handling does later (matplotlib's ft2font loads while
+    the run draws its figure). The signal is sent once the process has mapped the library, so it
+    lands inside that import, deterministically, whatever the machine's load."""
+    import sys
+    from pathlib import Path
+
+    console = Path(sys.executable).with_name("posbias")
+    code, err = _interrupt_when_loaded([str(console), *ROLLOUT, "--out", "out"], tmp_path, library)
+    assert code == 130, err
+    assert err.splitlines() == ["posbias: interrupted"], err
+    assert not (tmp_path / "out").exists()

@@ -132,6 +132,11 @@ def test_config_bias_key(tmp_path):
     [
         ('"wave:1"', "unknown bias"),
         ('["alibi:1", "alibi:2", "alibi:3"]', "3 head biases given"),
+        # issue 29 item 3: pydantic's union wording was "attention_config.bias.str: input should be a valid string"
+        ("[[1, 2], alibi:1]", "attention_config.bias[0]: expected a bias spec such as kerple-log:1,0.5"),
+        ("3", "attention_config.bias: expected a bias spec such as kerple-log:1,0.5 or -0.5*log(1+g), or a list"),
+        ("[alibi:1, 2]", "attention_config.bias[1]: expected a bias spec"),
+        ("true", "one per head; got True"),
     ],
 )
 def test_config_bias_refusals(tmp_path, capsys, bias, fragment):

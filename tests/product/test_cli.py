@@ -315,3 +315,17 @@ def test_demo(tmp_path, capsys):
     assert b["u_shape"] and c["u_shape"]  # residuals give a U (C6)
     assert c["p_last"] > b["p_last"]  # a positive content diagonal adds recency (C4)
     assert str(out / "profiles.png") in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value", ["-1,2,3", "-1e-3", "-.5,0,1"])
+def test_a_negative_value_may_follow_its_option_as_a_separate_argument(tmp_path, capsys, value):
+    """Issue 29 item 3: argparse took "--content-diagonal -1,2,3" for an unknown option ("expected one
+    argument"); the separate spelling now gives the same files as --content-diagonal=-1,2,3."""
+    flags = ["rollout", "--layers", "3", "--heads", "3", "--tokens", "16", "--schedule", "constant:0.5"]
+    assert main([*flags, "--content-diagonal", value, "--out", str(tmp_path / "separate")]) == 0
+    assert main([*flags, f"--content-diagonal={value}", "--out", str(tmp_path / "joined")]) == 0
+    capsys.readouterr()
+    separate, joined = (tmp_path / "separate" / "profile.csv"), (tmp_path / "joined" / "profile.csv")
+    assert separate.read_text() == joined.read_text()
+    assert main([*flags, "--content-diagonal", "-x", "--out", str(tmp_path / "bad")]) == 2
+    assert "expected one argument" in capsys.readouterr().err and not (tmp_path / "bad").exists()

@@ -1,0 +1,33 @@
+"""The ``posbias`` console script: Ctrl-C gives one line and exit code 130 from the first instant.
+
+The command's own handling (``posbias.interrupt``, inside ``posbias.cli.main``) starts only once the
+command's modules are imported, which takes a second or more (NumPy, JAX); an interrupt before then
+printed a KeyboardInterrupt traceback. This module imports nothing heavy: it installs a handler that
+ends the process at once (nothing has been written yet), imports the command, and hands over.
+Only Python's own start-up, before this module runs, is left uncovered.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+EXIT_INTERRUPTED = 130  # as posbias.interrupt.EXIT_INTERRUPTED (not imported: that is the point)
+
+
+def _interrupted_while_starting(signum, frame) -> None:
+    os.write(2, b"posbias: interrupted\n")
+    os._exit(EXIT_INTERRUPTED)
+
+
+def main() -> int:
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+    from posbias.cli import main as command
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return command()
+    except KeyboardInterrupt:  # between the hand-over and the command's own handling
+        print("posbias: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
