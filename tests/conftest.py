@@ -11,6 +11,8 @@ examples where a test does not set its own count (``scripts/test --fast``, the
 edit-test loop; CI runs ``ci``); ``deep`` runs many more examples for verification runs.
 """
 
+import ctypes
+import ctypes.util
 import os
 import shutil
 import tempfile
@@ -54,6 +56,21 @@ configuration.set_hypothesis_home_dir(HYPOTHESIS_HOME)
 
 def pytest_unconfigure(config):
     shutil.rmtree(HYPOTHESIS_HOME, ignore_errors=True)
+
+
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_compiled_functions():
+    """After each test file: drop JAX's compiled functions and tracing caches (every shape a file's
+    tests compiled, kept for the rest of the process; issue 34) and collect what they held."""
+    yield
+    import gc
+
+    jax.clear_caches()
+    gc.collect()
+    _LIBC.malloc_trim(0)  # hand the freed heap back to the system (glibc keeps it otherwise)
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -160,8 +177,18 @@ def _relative_id(item) -> tuple[str, str]:
     return path, f"{path}::{item.nodeid.split('::', 1)[1]}"
 
 
+# Files whose tests need the whole machine (issue 34): ``scripts/test`` runs every other test on
+# pytest-xdist workers first, then these in one process, with nothing beside them. Each is slow too.
+ALONE_FILES = {
+    "product/test_sweep_distributed.py": "two jax.distributed processes on local ports, four fake devices each",
+    "product/test_smollm2.py": "the real 135M model in process, in JAX and in torch: 2 to 3 GB",
+}
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         path, node = _relative_id(item)
         if path in SLOW_FILES or node in SLOW_TESTS or node.split("[", 1)[0] in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+        if path in ALONE_FILES:
+            item.add_marker(pytest.mark.alone)

@@ -6,7 +6,8 @@
   by more than 256 MiB: what the test allocated at once;
 * every test after which the resident memory the process still holds (``/proc/self/statm``) rose by
   more than 256 MiB: what the test left behind (caches, module-level arrays, wide fixtures), which
-  every later test and every subprocess forked from pytest then carries (see tests/peak.py).
+  every later test and every subprocess forked from pytest then carries (see tests/peak.py);
+* the ten test files whose tests together left the most behind (many small rises add up too).
 
 Under pytest-xdist each worker keeps its own lists and prints them to its stderr at the end. It
 asserts nothing; the guard that does is tests/memory_guard.py.
@@ -23,6 +24,7 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 _peak_rises: list[tuple[int, int, str]] = []
 _held_rises: list[tuple[int, int, str]] = []
 _last = [0, 0]
+_held_by_file: dict[str, int] = {}
 
 
 def _peak() -> int:
@@ -46,6 +48,8 @@ def pytest_runtest_logreport(report):
         _peak_rises.append((peak - _last[0], peak, report.nodeid))
     if held - _last[1] > THRESHOLD:
         _held_rises.append((held - _last[1], held, report.nodeid))
+    path = report.nodeid.split("::", 1)[0]
+    _held_by_file[path] = _held_by_file.get(path, 0) + held - _last[1]
     _last[:] = [peak, held]
 
 
@@ -59,6 +63,9 @@ def _lines() -> list[str]:
         ]
         if not rises:
             lines.append("none")
+    lines.append("--- resident memory held after the test, added up per file: the ten largest ---")
+    top = sorted(((rise, path) for path, rise in _held_by_file.items()), reverse=True)[:10]
+    lines += [f"{rise / 2**30:+7.2f} GiB  {path}" for rise, path in top]
     return lines
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SLOW_FILES, SLOW_TESTS
+from tests.conftest import ALONE_FILES, SLOW_FILES, SLOW_TESTS
 
 TESTS = Path(__file__).resolve().parent
 
@@ -42,3 +42,10 @@ def test_every_slow_test_exists_outside_the_slow_files(node):
 def test_the_check_sees_a_misspelt_entry():
     assert "test_engines_agree_with_dense_on_generated_stacks" in _test_names(TESTS / "numerics" / "test_bias.py")
     assert "test_no_such_test" not in _test_names(TESTS / "numerics" / "test_bias.py")
+
+
+@pytest.mark.parametrize("name", sorted(ALONE_FILES))
+def test_every_alone_file_exists_and_is_slow(name):
+    """scripts/test runs these after the others, in one process; the fast tier leaves them out."""
+    assert (TESTS / name).is_file(), name
+    assert name in SLOW_FILES, f"{name} needs the whole machine: it belongs to the slow tier too"
