@@ -27,7 +27,15 @@ def main() -> int:
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        return command()
+        code = command()
     except KeyboardInterrupt:  # between the hand-over and the command's own handling
         print("posbias: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        code = EXIT_INTERRUPTED
+    if code == EXIT_INTERRUPTED:
+        # An interrupt can leave a half-initialised extension module behind (one stopped inside
+        # matplotlib's ft2font import aborted at interpreter shutdown: "PyThreadState_Get ... GIL is
+        # released", exit -6): the run wrote nothing, so leave without the interpreter's finalisation.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
