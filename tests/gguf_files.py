@@ -77,10 +77,16 @@ def write(
     extra: dict | None = None,
     tokenizer_model: str = "gpt2",
     skip=(),
+    omit=(),
+    metadata: dict | None = None,
+    replace: dict | None = None,
 ) -> Path:
     """Convert the Hugging Face folder ``folder`` to the GGUF file ``path``: 2-D weights in ``qtype``
     (a ``gguf.GGMLQuantizationType``; None: F32) where their rows split into whole blocks, F32 otherwise;
-    ``extra``: GGUF name -> array added as is; ``skip``: Hugging Face names left out."""
+    ``extra``: GGUF name -> array added as is; ``skip``: Hugging Face names left out. For hostile files:
+    ``omit``, names of ``GGUFWriter.add_*`` metadata calls left out (``"head_count_kv"``);
+    ``metadata``, such a name -> the value written instead (``{"head_count_kv": 3}``); ``replace``,
+    Hugging Face name -> the array written instead of its value (wrong shapes, NaN weights)."""
     import gguf
     from safetensors.numpy import load_file
 
@@ -90,30 +96,36 @@ def write(
     heads, kv = config["num_attention_heads"], config.get("num_key_value_heads", config["num_attention_heads"])
     head_dim = config.get("head_dim") or config["hidden_size"] // heads
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_name("tiny " + arch)
-    w.add_block_count(config["num_hidden_layers"])
-    w.add_context_length(config["max_position_embeddings"])
-    w.add_embedding_length(config["hidden_size"])
-    w.add_feed_forward_length(config["intermediate_size"])
-    w.add_head_count(heads)
-    w.add_head_count_kv(kv)
-    w.add_layer_norm_rms_eps(config["rms_norm_eps"])
-    w.add_rope_freq_base(config["rope_parameters"]["rope_theta"])
-    w.add_rope_dimension_count(head_dim)
-    w.add_vocab_size(config["vocab_size"])
     tokens, merges, types = tokenizer_fields(folder)
-    w.add_tokenizer_model(tokenizer_model)
-    w.add_tokenizer_pre(pre)
-    w.add_token_list(tokens)
-    w.add_token_merges(merges)
-    w.add_token_types(types)
-    w.add_bos_token_id(config["bos_token_id"])
-    w.add_eos_token_id(config["eos_token_id"])
-    w.add_add_bos_token(add_bos)
+    fields = {
+        "name": "tiny " + arch,
+        "block_count": config["num_hidden_layers"],
+        "context_length": config["max_position_embeddings"],
+        "embedding_length": config["hidden_size"],
+        "feed_forward_length": config["intermediate_size"],
+        "head_count": heads,
+        "head_count_kv": kv,
+        "layer_norm_rms_eps": config["rms_norm_eps"],
+        "rope_freq_base": config["rope_parameters"]["rope_theta"],
+        "rope_dimension_count": head_dim,
+        "vocab_size": config["vocab_size"],
+        "tokenizer_model": tokenizer_model,
+        "tokenizer_pre": pre,
+        "token_list": tokens,
+        "token_merges": merges,
+        "token_types": types,
+        "bos_token_id": config["bos_token_id"],
+        "eos_token_id": config["eos_token_id"],
+        "add_bos_token": add_bos,
+    }
+    fields.update(metadata or {})
+    for key, value in fields.items():
+        if key not in omit:
+            getattr(w, f"add_{key}")(value)
     for name, value in tensors.items():
         if name in skip or (name == "lm_head.weight" and config.get("tie_word_embeddings")):
             continue
-        value = np.ascontiguousarray(value, np.float32)
+        value = np.ascontiguousarray((replace or {}).get(name, value), np.float32)
         if arch == "llama" and (".q_proj." in name or ".k_proj." in name):
             value = rope_permute(value, heads if ".q_proj." in name else kv)
         if qtype is not None and value.ndim == 2 and value.shape[1] % gguf.GGML_QUANT_SIZES[qtype][0] == 0:
