@@ -129,7 +129,7 @@ class Guard:
     def end_run(self, line: str) -> None:
         """Kill what the tests started, leave the line where it is read, exit (once, from any thread)."""
         if not self.ended.acquire(blocking=False):
-            return
+            threading.Event().wait()  # the other thread is ending the process: no further test may start
         for child in children():
             for pid in descendants(child):
                 try:

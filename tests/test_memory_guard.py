@@ -24,6 +24,7 @@ import os, subprocess, sys, time
 from pathlib import Path
 
 MARK = Path(os.environ["PLANT_MARK"])
+SECONDS = float(os.environ["PLANT_SECONDS"])  # how long the planted allocation is held
 SIZE = 400 * 2**20
 HELD = []
 
@@ -44,11 +45,11 @@ def test_planted():
         HELD.append(touched(SIZE))
     elif plant == "during":
         b = touched(SIZE)
-        time.sleep(60)
+        time.sleep(SECONDS)
         MARK.write_text("the planted test finished")
     elif plant == "subprocess":
-        code = "import time; b = bytearray(%d); b[::4096] = b'x' * len(range(0, %d, 4096)); time.sleep(60)"
-        subprocess.run([sys.executable, "-c", code % (SIZE, SIZE)])
+        code = "import time; b = bytearray(%d); b[::4096] = b'x' * len(range(0, %d, 4096)); time.sleep(%r)"
+        subprocess.run([sys.executable, "-c", code % (SIZE, SIZE, SECONDS)])
         MARK.write_text("the planted test finished")
 
 
@@ -64,6 +65,7 @@ def run_planted(tmp_path: Path, plant: str, *args: str, **limits: str) -> tuple[
         **os.environ,
         "PLANT": plant,
         "PLANT_MARK": str(mark),
+        "PLANT_SECONDS": "60",  # ended long before, by the guard
         "POSBIAS_TEST_MAX_GB": "0.25",
         "POSBIAS_TEST_SUBPROCESS_MAX_GB": "0.25",
         "PYTHONPATH": str(REPO),
@@ -116,7 +118,8 @@ def test_switched_off_the_planted_run_passes(tmp_path):
 
 
 def test_below_the_limits_nothing_is_ended(tmp_path):
-    done, mark = run_planted(tmp_path, "subprocess", POSBIAS_TEST_MAX_GB="2", POSBIAS_TEST_SUBPROCESS_MAX_GB="2")
+    limits = {"POSBIAS_TEST_MAX_GB": "2", "POSBIAS_TEST_SUBPROCESS_MAX_GB": "2", "PLANT_SECONDS": "1"}
+    done, mark = run_planted(tmp_path, "subprocess", **limits)
     assert done.returncode == 0, done.stdout + done.stderr
     assert not guard_lines(done.stdout + done.stderr)
 
