@@ -52,6 +52,15 @@ from posbias.hf.checkpoint import Checkpoint, CheckpointError
 from posbias.hf.families import UnsupportedModel, family_of, spec_of
 
 ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2"}  # general.architecture -> model_type
+# metadata keys (under the architecture's prefix) that llama.cpp requires of these architectures
+REQUIRED = (
+    "block_count",
+    "context_length",
+    "embedding_length",
+    "feed_forward_length",
+    "attention.head_count",
+    "attention.layer_norm_rms_epsilon",
+)
 PERMUTED = ("llama",)  # architectures whose q/k rows llama.cpp interleaved
 
 TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
@@ -122,6 +131,9 @@ def config_of(meta: dict, tensor_names, where: str) -> dict:
     def get(key, default=None):
         return meta.get(f"{arch}.{key}", default)
 
+    for key in REQUIRED:  # llama.cpp refuses a file without them; a default would change the numbers
+        if get(key) is None:
+            raise CheckpointError(f"{where}: metadata key {arch}.{key} is missing (llama.cpp requires it)")
     heads = get("attention.head_count")
     hidden = get("embedding_length")
     config = {

@@ -31,6 +31,7 @@ kernel rows sum to 1 only within ~1e-7 here (the JAX route: ~1e-15).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -166,12 +167,23 @@ def load(path, precision: str = "float64") -> Loaded:
     _register()
     dtype = torch.float64 if precision == "float64" else torch.float32
     implementation = "eager" if layout.qkv == "bloom" else IMPLEMENTATION
-    try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            folder, dtype=dtype, attn_implementation=implementation, local_files_only=True, **kwargs
-        )
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: transformers cannot load it ({str(exc).splitlines()[0]})") from None
+    _check_weight_memory(config, 8 if precision == "float64" else 4, path)
+    with _held_messages(transformers) as messages:
+        try:
+            model = transformers.AutoModelForCausalLM.from_pretrained(
+                folder, dtype=dtype, attn_implementation=implementation, local_files_only=True, **kwargs
+            )
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{path}: transformers cannot load it ({str(exc).splitlines()[0]})") from None
+        except RuntimeError as exc:  # a tensor whose shape the configuration contradicts (its load report)
+            rows = [" ".join(r.split()) for m in messages for r in m.splitlines() if "MISMATCH |" in r]
+            detail = rows[0] if rows else str(exc).splitlines()[0]
+            raise UserError(f"{path}: transformers cannot load it ({detail[:300]})") from None
+        bad = next((name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())), None)
+        if bad is not None:
+            raise UserError(f"{path}: tensor {bad} has non-finite values (NaN or infinity): nothing to measure")
+    for message in messages:  # a model that loads: transformers' own warnings, as it would print them
+        print(f"[transformers] {message}", file=sys.stderr)
     model.eval()
     blocks = model.get_submodule(layout.blocks)
     attn = blocks[0].get_submodule(layout.attention)
@@ -179,6 +191,54 @@ def load(path, precision: str = "float64") -> Loaded:
     return Loaded(
         model, layout, config.model_type, len(blocks), heads, int(config.hidden_size), int(config.vocab_size), str(path)
     )
+
+
+@contextlib.contextmanager
+def _held_messages(transformers):
+    """transformers' log messages held back (and its loading progress bars, its GGUF reader's own tqdm bar
+    among them, written to a discarded stderr) while a model loads, so that a refusal is one line; the
+    caller prints the messages when the model loads."""
+    import io
+    import logging
+
+    messages: list[str] = []
+
+    class Hold(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    logger = logging.getLogger("transformers")
+    handlers, propagate = logger.handlers[:], logger.propagate
+    bars = transformers.utils.logging.is_progress_bar_enabled()
+    logger.handlers, logger.propagate = [Hold()], False
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield messages
+    finally:
+        logger.handlers, logger.propagate = handlers, propagate
+        if bars:
+            transformers.utils.logging.enable_progress_bar()
+
+
+def weight_bytes(config, itemsize: int) -> int:
+    """An estimate of the model's weights from its configuration, before anything is read: per layer the
+    attention's four D x D projections and the MLP's three D x F (gated; two without a gate count
+    less), and the embedding and output D x V, at ``itemsize`` bytes. For refusing a model that cannot
+    fit (a file declaring 10^9 layers), not for batching."""
+    layers = int(getattr(config, "num_hidden_layers", 0) or getattr(config, "n_layer", 0) or 0)
+    width = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0) or 0)
+    mlp = int(getattr(config, "intermediate_size", 0) or getattr(config, "n_inner", 0) or 4 * width)
+    vocab = int(getattr(config, "vocab_size", 0) or 0)
+    return itemsize * (layers * (4 * width * width + 3 * width * mlp) + 2 * vocab * width)
+
+
+def _check_weight_memory(config, itemsize: int, path: Path) -> None:
+    from posbias.numerics import budget
+
+    reason = budget.check(f"the weights of {path.name} (transformers backend)", weight_bytes(config, itemsize))
+    if reason is not None:
+        raise UserError(f"{path}: {reason}")
 
 
 def _head_out_proj(layer, layout: Layout, heads: int):
@@ -424,20 +484,19 @@ def run_measure(args) -> int:
     if args.samples < 1:
         raise MeasureError(f"--samples: expected a positive integer, got {args.samples}")
     tokenizer = tokenizer_of(path)
-    loaded = load(path, args.precision)
-    context = getattr(loaded.model.config, "max_position_embeddings", None) or getattr(
-        loaded.model.config, "n_positions", None
-    )
+    config, _, _ = read_config(path)  # the input is checked in full before any weight is read
+    context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     n = args.tokens if args.tokens is not None else min(DEFAULT_TOKENS, context or DEFAULT_TOKENS)
     if n < 1:
         raise MeasureError(f"--tokens: expected a positive integer, got {n}")
-    if context is not None and loaded.model_type in ("gpt2", "opt") and n > context:
+    if context is not None and config.model_type in ("gpt2", "opt") and n > context:
         raise MeasureError(f"--tokens {n}: longer than the model's {context} learned positions ({path})")
     folder = path if path.is_dir() else path.parent
     out = args.out if args.out is not None else folder / f"measure-N{n}-S{args.samples}-transformers"
     check_out(out, outputs.FILES)
     text, label = data.read_text(getattr(args, "data", None))
     seqs = data.sequences(tokenizer, text, n, args.samples, label)
+    loaded = load(path, args.precision)
     with progress_bar(not args.quiet, "measure (transformers)", "sequences") as update:
         m = measure(loaded, seqs, precision=args.precision, memory=args.memory or 2**30, progress=update)
     meta = {

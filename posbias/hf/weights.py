@@ -31,6 +31,16 @@ def _cast(value: np.ndarray, dtype) -> np.ndarray:
     return value if dtype is None else value.astype(dtype, copy=False)
 
 
+def _finite(value: np.ndarray, ckpt: Checkpoint, name: str) -> np.ndarray:
+    """``value`` if every entry is finite; a NaN or infinite weight is refused in one line (the forward
+    would carry it into every measured number)."""
+    if not np.all(np.isfinite(value)):
+        raise CheckpointError(
+            f"{ckpt.folder}: tensor {ckpt.prefix + name} has non-finite values (NaN or infinity): nothing to measure"
+        )
+    return value
+
+
 def _linear(w: np.ndarray, layout: str) -> np.ndarray:
     """(in, out) of a stored linear weight."""
     return w.T if layout == "out-in" else w
@@ -57,7 +67,7 @@ def _getter(ckpt: Checkpoint, prefix: str, dtype, zeros_dtype):
                 f"{ckpt.folder}: tensor {ckpt.prefix + prefix + name} has shape {value.shape}, "
                 f"expected {int(np.prod(shape))} entries for shape {shape}"
             )
-        return value
+        return _finite(value, ckpt, prefix + name)
 
     return get
 
@@ -112,6 +122,7 @@ def params(ckpt: Checkpoint, dtype=np.float32) -> dict:
             f"{ckpt.folder}: {fam.embed} has shape {embed.shape}, expected "
             f"({spec.vocab}, {spec.width}) from config.json"
         )
+    _finite(embed, ckpt, fam.embed)
     blocks = {}
     for t in range(spec.layers):
         for name, value in _layer(ckpt, t, dtype, embed.dtype):
@@ -133,7 +144,7 @@ def params(ckpt: Checkpoint, dtype=np.float32) -> dict:
             positions = positions.astype(wide) + np.asarray(ckpt.tensor(fam.token_type_embed))[0].astype(wide)
         out["positions"] = positions
     if fam.lm_head is not None and not fam.tied(ckpt.config):
-        out["unembed"] = _cast(np.asarray(_top_level(ckpt, fam.lm_head)), dtype).T
+        out["unembed"] = _finite(_cast(np.asarray(_top_level(ckpt, fam.lm_head)), dtype), ckpt, fam.lm_head).T
     return out
 
 
