@@ -24,6 +24,8 @@ Traceback (most recent call last):
 argparse.ArgumentTypeError: expected a file or folder name, got an empty string
 >>> join_negative_values(["--content-diagonal", "-1,2,3", "--tokens", "8", "--sink", "-1e-3"])
 ['--content-diagonal=-1,2,3', '--tokens', '8', '--sink=-1e-3']
+>>> join_negative_values(["--bias", "-m*g;m=0.5", "--json", "--out", "run"])
+['--bias=-m*g;m=0.5', '--json', '--out', 'run']
 """
 
 from __future__ import annotations
@@ -32,19 +34,23 @@ import argparse
 import re
 from pathlib import Path
 
-# a value that begins with a minus sign and a digit: argparse takes "-1,2,3" and "-1e-3" for options
-# (its own test for a negative number accepts only "-1" and "-.5"); no posbias option looks like this
-_NEGATIVE_VALUE = re.compile(r"^-\.?[0-9]")
+# what an option looks like (-h, --tokens, --bias=...); any other argument that starts with a minus sign is
+# a value: "-1,2,3", "-1e-3", "-m*g", "-log(1+g)" (argparse takes them for options, and accepts as
+# negative numbers only "-1" and "-.5")
+_OPTION = re.compile(r"^--?[A-Za-z][A-Za-z0-9_-]*(=.*)?$")
 
 
 def join_negative_values(argv: list[str]) -> list[str]:
     """``--option -1,2,3`` as ``--option=-1,2,3``: a long option followed by a value that starts with a
-    minus sign and a digit, so that argparse reads the value (it would take it for an unknown option
-    and say "expected one argument"); every other argument is left as it is."""
+    minus sign and does not look like an option (a negative number or list, a formula such as ``-m*g``),
+    so that argparse reads the value (it would take it for an unknown option and say "expected one
+    argument"); every other argument is left as it is. A bare ``-g`` looks like an option: write
+    ``--bias=-g``."""
     out: list[str] = []
     for arg in argv:
         previous = out[-1] if out else ""
-        if _NEGATIVE_VALUE.match(arg) and previous.startswith("--") and "=" not in previous and previous != "--":
+        is_value = arg.startswith("-") and arg != "-" and not _OPTION.match(arg) and arg != "--"
+        if is_value and previous.startswith("--") and "=" not in previous and previous != "--":
             out[-1] = f"{previous}={arg}"
         else:
             out.append(arg)
