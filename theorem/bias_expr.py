@@ -116,7 +116,7 @@ def _formula(src: str, text: str, where: str, values: dict[str, Fraction] | None
     """A formula in g (``src``), its named parameters replaced by exact ``values``."""
     if re.search(r"(?<![A-Za-z0-9_])t(?![A-Za-z0-9_])", src):
         raise DeriveError(f"{where}: {text!r} uses t; a bias is a function of the distance g; {EXPECTED}")
-    expr = parse(src, where, positive_names=False)
+    expr = parse(src, where, positive_names=False, expected=EXPECTED)
     ghost = sp.Symbol("g", real=True)
     expr = expr.subs(ghost, G)
     if expr.has(T):

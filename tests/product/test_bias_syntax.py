@@ -134,6 +134,13 @@ def test_derive_takes_the_rollout_spellings_as_their_formulas(spelling, formula,
         ("expr:-g/a;a=0", "not a finite real expression at the values given"),
         ("expr:-m*g;m=1,m=2", "given twice"),
         ("alibi:x", "is not a number"),
+        # the parser's refusals said "expected an expression in t such as 0.5/(t+1)**1.5" for a bias
+        ("", "'' is empty; expected an expression in g such as -m*g"),
+        (
+            "-g·2",
+            "contains characters other than letters, digits, + - * / ^ ( ) . and spaces; expected an expression in g",
+        ),
+        ("Piecewise((-g, g < 3), (-2*g, True))", "expected an expression in g"),
     ],
 )
 def test_derive_refuses_other_spellings_in_one_line(spelling, fragment, capsys):
