@@ -49,8 +49,8 @@ def join_negative_values(argv: list[str]) -> list[str]:
     out: list[str] = []
     for arg in argv:
         previous = out[-1] if out else ""
-        is_value = arg.startswith("-") and arg != "-" and not _OPTION.match(arg) and arg != "--"
-        if is_value and previous.startswith("--") and "=" not in previous and previous != "--":
+        is_value = arg.startswith("-") and arg not in ("-", "--") and not _OPTION.match(arg)
+        if is_value and _OPTION.match(previous) and previous.startswith("--") and "=" not in previous:
             out[-1] = f"{previous}={arg}"
         else:
             out.append(arg)

@@ -44,13 +44,12 @@ posbias.errors.UserError: --bias 'alibi:-1': alibi slope: -1 is below 0, expecte
 
 from __future__ import annotations
 
-import re
-
 import sympy as sp
 
 from posbias.errors import UserError
 from posbias.numerics.bias import Alibi, Bias, Function, KerpleLog, KerplePower, T5Buckets, Table, finite_number
 from posbias.numerics.stack import StackError
+from posbias.theorem.bias_expr import family_name, named_values
 
 G = sp.Symbol("g", integer=True, nonnegative=True)
 KINDS = ("alibi", "kerple-log", "kerple-power", "t5", "t5-bidirectional", "table", "window-table", "expr")
@@ -59,7 +58,6 @@ SPECS = (
     "table:V0,... | window-table:V0,... | expr:EXPR[;NAME=VALUE,...] | a formula in g such as -0.5*log(1+g); "
     "PAST|FUTURE for two sides"
 )
-_FAMILY_PREFIX = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_-]*)\s*:")  # "alibi:", "wave:"; a formula has no "name:"
 EXPECTED_EXPR = "expected an expression in g such as -0.5*log(1+g)"
 
 
@@ -76,7 +74,7 @@ def _split_heads(text: str) -> list[str]:
     divide: expr:1/(1+g), -g/2)."""
     heads, current = [], ""
     for piece in text.split("/"):
-        if current and _family(piece) in KINDS:
+        if current and family_name(piece) in KINDS:
             heads.append(current)
             current = piece
         else:
@@ -115,14 +113,8 @@ def _numbers(args: str, where: str, text: str, count: int | None = None) -> list
     return values
 
 
-def _family(spec: str) -> str | None:
-    """The family name a spec starts with ("alibi" in "alibi:0.5"); None for a bare formula."""
-    match = _FAMILY_PREFIX.match(spec)
-    return match.group(1) if match else None
-
-
 def _side(spec: str, where: str, text: str):
-    kind = _family(spec)
+    kind = family_name(spec)
     if kind is None:  # a bare formula in g: the same as expr:
         if not spec.strip():
             raise UserError(f"{where} {text!r}: an empty bias; expected {SPECS}")
@@ -169,21 +161,10 @@ def symbolic(text: str, *, where: str = "--bias", values: dict[str, float] | Non
     from posbias.theorem.errors import DeriveError
 
     body, _, assignments = str(text).partition(";")
-    given = dict(values or {})
-    named = set()
-    for item in filter(None, (a.strip() for a in assignments.split(","))):
-        name, eq, value = item.partition("=")
-        name = name.strip()
-        try:
-            number = float(value)
-        except ValueError:
-            number = None
-        if number is None or not eq or not name:
-            raise UserError(f"{where}: parameter {item!r} is not NAME=NUMBER")
-        if name in named:
-            raise UserError(f"{where}: parameter {name} given twice; expected each NAME=VALUE once")
-        named.add(name)
-        given[name] = number
+    try:
+        given = {**(values or {}), **named_values(assignments, where, lambda _, v: float(v))}
+    except DeriveError as exc:
+        raise UserError(str(exc)) from None
     for name, value in given.items():
         try:
             given[name] = finite_number(f"parameter {name}", value)

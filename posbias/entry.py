@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-EXIT_INTERRUPTED = 130  # as posbias.interrupt.EXIT_INTERRUPTED (not imported: that is the point)
+from posbias.interrupt import EXIT_INTERRUPTED  # standard library only, as this module
 
 
 def _interrupted_while_starting(signum, frame) -> None:

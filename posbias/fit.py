@@ -22,7 +22,8 @@ start) .. theta_K is known, and the one with the smallest W1 is returned (``retu
 equal losses keep the later one). A non-finite loss or parameter (a learning rate so large
 that tau = e^theta or s = e^theta overflows, even where theta and the loss stay finite) stops
 the optimisation at once (``stopped``) and the best finite iterate before it is returned; when
-even the start has no finite loss the fit is refused. So no NaN reaches fit.json, which is written as strict JSON.
+even the start has no finite loss the fit is refused. So no NaN reaches fit.json, which is
+written as strict JSON.
 
 Budgets, checked before anything is allocated: memory ``memory_bytes`` (the gradient
 recomputes one layer at a time, so it holds one layer's H (N, N) head kernels, not T of

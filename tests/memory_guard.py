@@ -25,9 +25,12 @@ import os
 import signal
 import tempfile
 import threading
+from argparse import ArgumentTypeError
 from pathlib import Path
 
 import pytest
+
+from posbias.argtypes import positive_float  # standard library only
 
 GB = 1024**3
 PERIOD_S = 0.25
@@ -48,12 +51,9 @@ def _limit(name: str, default: float) -> float | None:
     if text.lower() == "off":
         return None
     try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise SettingError(f"{name}={text!r}: expected a number of GB above 0, or 'off'")
-    return value
+        return positive_float(text)
+    except ArgumentTypeError:
+        raise SettingError(f"{name}={text!r}: expected a number of GB above 0, or 'off'") from None
 
 
 def resident_bytes(pid: int | str = "self") -> int:

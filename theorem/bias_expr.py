@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -70,7 +71,34 @@ FAMILIES = {
     "kerple-power": ("-({0})*g**({1})", 2),
 }
 TABLE_FAMILIES = ("table", "window-table", "t5", "t5-bidirectional")
-_FAMILY_PREFIX = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_-]*)\s*:")
+_FAMILY_PREFIX = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_-]*)\s*:")  # "alibi:", "wave:"; a formula has no "name:"
+
+
+def family_name(spec: str) -> str | None:
+    """The family name a bias spec starts with ("alibi" in "alibi:0.5"); None for a bare formula.
+    The one reading of the prefix for ``derive --bias`` and ``posbias.bias_spec`` (rollout's --bias)."""
+    match = _FAMILY_PREFIX.match(spec)
+    return match.group(1) if match else None
+
+
+def named_values(assignments: str, where: str, number: Callable[[str, str], Any]) -> dict[str, Any]:
+    """``NAME=VALUE,...`` (the part after ``;`` in ``EXPR;NAME=VALUE,...``) as a dict, each value read by
+    ``number(name, text)``; a ValueError from it, an item without ``=`` or a name, or a name given twice is refused
+    in one line (DeriveError). Shared with ``posbias.bias_spec``, which reads the values as floats."""
+    out: dict[str, Any] = {}
+    for item in filter(None, (a.strip() for a in assignments.split(","))):
+        name, eq, value = item.partition("=")
+        name = name.strip()
+        try:
+            parsed = number(name, value) if eq and name else None
+        except ValueError:
+            parsed = None
+        if parsed is None:
+            raise DeriveError(f"{where}: parameter {item!r} is not NAME=NUMBER")
+        if name in out:
+            raise DeriveError(f"{where}: parameter {name} given twice; expected each NAME=VALUE once")
+        out[name] = parsed
+    return out
 
 
 @dataclass(frozen=True)
@@ -106,9 +134,9 @@ def parse_bias(text: str, where: str) -> Bias:
     src = text.strip()
     if src.startswith("weights:"):
         return Bias(src, None, (), _table(src[len("weights:") :], where))
-    family = _FAMILY_PREFIX.match(src)
+    family = family_name(src)
     if family is not None:
-        return _family_bias(src, family.group(1), src[family.end() :], where)
+        return _family_bias(src, family, src.partition(":")[2], where)
     return _formula(src, src, where)
 
 
@@ -139,14 +167,7 @@ def _family_bias(src: str, kind: str, args: str, where: str) -> Bias:
     """``expr:...`` and the closed families of posbias rollout's --bias (module docstring)."""
     if kind == "expr":
         body, _, assignments = args.partition(";")
-        values: dict[str, Fraction] = {}
-        for item in filter(None, (a.strip() for a in assignments.split(","))):
-            name, eq, value = item.partition("=")
-            if not eq or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name.strip()):
-                raise DeriveError(f"{where}: parameter {item!r} is not NAME=NUMBER; {EXPECTED}")
-            if name.strip() in values:
-                raise DeriveError(f"{where}: parameter {name.strip()} given twice; expected each NAME=VALUE once")
-            values[name.strip()] = exact_number(value, f"{where}: parameter {name.strip()}")
+        values = named_values(assignments, where, lambda name, v: exact_number(v, f"{where}: parameter {name}"))
         return _formula(body.strip(), src, where, values)
     if kind in TABLE_FAMILIES:
         raise DeriveError(

@@ -157,12 +157,13 @@ def read_config(path: Path):
     return config, folder, kwargs
 
 
-def load(path, precision: str = "float64") -> Loaded:
+def load(path, precision: str = "float64", *, read=None) -> Loaded:
     """A local checkpoint folder (config.json, safetensors) or a .gguf file, through transformers, in
-    eval mode, in the compute dtype, under ``posbias_eager`` (eager for BLOOM)."""
+    eval mode, in the compute dtype, under ``posbias_eager`` (eager for BLOOM); ``read``: what
+    ``read_config(path)`` returned, where the caller has it already."""
     torch, transformers = require_torch()
     path = Path(path)
-    config, folder, kwargs = read_config(path)
+    config, folder, kwargs = read if read is not None else read_config(path)
     layout = layout_of(config.model_type, str(path))
     _register()
     dtype = torch.float64 if precision == "float64" else torch.float32
@@ -484,7 +485,8 @@ def run_measure(args) -> int:
     if args.samples < 1:
         raise MeasureError(f"--samples: expected a positive integer, got {args.samples}")
     tokenizer = tokenizer_of(path)
-    config, _, _ = read_config(path)  # the input is checked in full before any weight is read
+    read = read_config(path)  # the input is checked in full before any weight is read
+    config = read[0]
     context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     n = args.tokens if args.tokens is not None else min(DEFAULT_TOKENS, context or DEFAULT_TOKENS)
     if n < 1:
@@ -496,7 +498,7 @@ def run_measure(args) -> int:
     check_out(out, outputs.FILES)
     text, label = data.read_text(getattr(args, "data", None))
     seqs = data.sequences(tokenizer, text, n, args.samples, label)
-    loaded = load(path, args.precision)
+    loaded = load(path, args.precision, read=read)
     with progress_bar(not args.quiet, "measure (transformers)", "sequences") as update:
         m = measure(loaded, seqs, precision=args.precision, memory=args.memory or 2**30, progress=update)
     meta = {

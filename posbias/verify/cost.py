@@ -24,8 +24,10 @@ costs one engine profile (T H N) or, for measured kernels, two last rows (2 T N^
 from __future__ import annotations
 
 import os
+from argparse import ArgumentTypeError
 from dataclasses import dataclass
 
+from posbias.argtypes import positive_float
 from posbias.errors import UserError
 from posbias.numerics import budget
 
@@ -71,12 +73,9 @@ def time_limit() -> float:
     if not text:
         return TIME_LIMIT
     try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise UserError(f"POSBIAS_TIME_LIMIT: expected a positive number of seconds, got {text!r}")
-    return value
+        return positive_float(text)
+    except ArgumentTypeError:
+        raise UserError(f"POSBIAS_TIME_LIMIT: expected a positive number of seconds, got {text!r}") from None
 
 
 def describe_seconds(seconds: float) -> str:
