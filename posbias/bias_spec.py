@@ -44,6 +44,9 @@ posbias.errors.UserError: --bias 'alibi:-1': alibi slope: -1 is below 0, expecte
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import sympy as sp
 
 from posbias.errors import UserError
@@ -204,4 +207,27 @@ def expression(text: str, *, where: str = "--bias", values: dict[str, float] | N
             raise UserError(f"{where}: {shown!r} is not a finite real expression; {EXPECTED_EXPR}") from None
         if slope <= 0:
             return Alibi(-slope)
-    return Function(spec, sp.lambdify(G, expr, modules="numpy"))
+    return Function(spec, sp.lambdify(G, expr, modules=[{"gamma": _gamma, "factorial": _factorial}, "numpy"]))
+
+
+def _gamma_scalar(x: float) -> float:
+    try:
+        return math.gamma(x)
+    except OverflowError:  # beyond float64 (x > 171.6): inf, which the stack reports as b(g) = inf
+        return math.inf
+    except ValueError:  # a pole (0, -1, -2, ...)
+        return math.nan
+
+
+_gamma_ufunc = np.frompyfunc(_gamma_scalar, 1, 1)
+
+
+def _gamma(x) -> np.ndarray:
+    """Gamma(x) elementwise in float64 (``math.gamma``, about 1e-15 relative): inf past float64's
+    range, NaN at the poles; NumPy has no gamma function, and ``lambdify`` would call SymPy's."""
+    return np.asarray(_gamma_ufunc(np.asarray(x, np.float64)), np.float64)
+
+
+def _factorial(x) -> np.ndarray:
+    """x! = Gamma(x + 1), elementwise, as ``_gamma``."""
+    return _gamma(np.asarray(x, np.float64) + 1.0)

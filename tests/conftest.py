@@ -115,6 +115,7 @@ SLOW_FILES = {
     "hostile/test_hostile_gguf.py": "measure processes on hostile GGUF files and texts, both backends",
     "hostile/test_hostile_bias.py": "rollouts of hostile and generated bias formulas on four engines",
     "hostile/test_derive_hostile.py": "every derive query in its own interpreter, up to its time budget",
+    "hostile/test_hostile_derive_bias.py": "derive monotone --bias processes on hostile formulas, two at budget",
     "product/test_cli_defaults.py": "every default as a user types it, each command its own process",
     "claims/test_verify.py": "whole verification runs",
     "numerics/test_power_range.py": "deep power-engine runs",

@@ -21,6 +21,7 @@ from fractions import Fraction
 import sympy as sp
 
 from posbias.theorem import relative_bias as rb
+from posbias.theorem.bias_domain import require_values
 from posbias.theorem.bias_expr import Bias, describe_ranges, parse_bias, parse_point, parse_ranges, show
 from posbias.theorem.derivation import Derivation, DeriveError, Result
 from posbias.theorem.params import Params, param, parse_params
@@ -54,6 +55,7 @@ ORDER_EXAMPLES = """examples (C7(c)):
   posbias derive order --bias "-r1*log(1+g)" --than "0"  Kerple-log against uniform: proved"""
 
 
+ROW_DOMAIN_CHECK = 32  # derive row has no --up-to: its formula is checked for a value at g = 0 .. 32
 EXPRESSION_FLAGS = ("--bias", "--than", "--ranges", "--at")
 
 
@@ -103,8 +105,10 @@ class OrderParams(Params):
     diag: Fraction = param(Fraction(0), meaning=DIAG_MEANING, example="1/2")
 
 
-def _setup(text: str, ranges_text, at_text, where: str, also: Bias | None = None):
+def _setup(text: str, ranges_text, at_text, where: str, up_to: int, also: Bias | None = None):
+    """The bias (with a value at every distance: ``bias_domain``), the ranges and the --at point."""
     bias = parse_bias(text, f"{where}: --bias")
+    require_values(bias, f"{where}: --bias", up_to)
     names = tuple(sorted(set(bias.names) | set(also.names if also else ())))
     ranges = parse_ranges(ranges_text, names, f"{where}: --ranges")
     joint = rb.joint(bias, also) if also is not None else bias
@@ -177,7 +181,7 @@ class MonotoneBias:
 
 def monotone_result(p: MonotoneBias) -> Result:
     """C7(b) on the bias: proved / refuted / undecided, and the exact check of every N <= up_to."""
-    bias, ranges, at = _setup(p.bias, p.ranges, p.at, "monotone")
+    bias, ranges, at = _setup(p.bias, p.ranges, p.at, "monotone", p.up_to)
     if bias.table is not None and p.diag != 0:
         raise DeriveError("monotone: --diag: a weights table already carries w(0); put e^d into the first weight")
     q = rb.monotone(bias, ranges, p.up_to, at, p.diag)
@@ -195,6 +199,7 @@ def monotone_result(p: MonotoneBias) -> Result:
 def row_compute(p: RowParams) -> Result:
     """C7(a): W(n) and F_i(k) = 1 - W(i-k-1)/W(i) (k < i), closed where SymPy sums them."""
     bias = parse_bias(p.bias, "row: --bias")
+    require_values(bias, "row: --bias", ROW_DOMAIN_CHECK)
     forms = rb.row_forms(bias)
     lines = [
         f"bias b(g) = {bias.expr if bias.expr is not None else bias.text}",
@@ -218,7 +223,8 @@ def row_compute(p: RowParams) -> Result:
 def order_compute(p: OrderParams) -> Result:
     """C7(c): rows under --bias later than under --than, proved / refuted / undecided."""
     than = parse_bias(p.than, "order: --than")
-    bias, ranges, at = _setup(p.bias, p.ranges, p.at, "order", also=than)
+    require_values(than, "order: --than", p.up_to)
+    bias, ranges, at = _setup(p.bias, p.ranges, p.at, "order", p.up_to, also=than)
     if (bias.table is not None or than.table is not None) and p.diag != 0:
         raise DeriveError("order: --diag: a weights table already carries w(0); give --diag 0")
     q = rb.order(bias, than, ranges, p.up_to, at, p.diag)

@@ -217,7 +217,7 @@ def test_c7_certificates_hold():
             assert run_certificate(name).holds, name
 
 
-def test_proofs_check_covers_c7(capsys):
+def test_proofs_check_covers_c7(capsys, memoised_certificates):
     code = proofs_command(["--check"])
     out = capsys.readouterr().out
     assert code == 0, out

@@ -116,7 +116,7 @@ def _wrong_dichotomy(pmat, kernels, lambdas, tol=1e-10):
         {"predicate": lambda pmat, kernels, lambdas, tol=1e-10: not CLAIMS["C5(c)"].predicate(pmat, kernels, lambdas)},
     ],
 )
-def test_sabotaged_c5c_fails_the_statement_check_and_proofs_check(change, monkeypatch, capsys):
+def test_sabotaged_c5c_fails_the_statement_check_and_proofs_check(change, monkeypatch, capsys, memoised_certificates):
     original = CLAIMS["C5(c)"]
     assert statement_check("C5(c)").holds
     monkeypatch.setitem(CLAIMS, "C5(c)", dataclasses.replace(original, **change))
@@ -134,7 +134,7 @@ def test_sabotaged_theory_text_is_detected(theory):
     assert statement_check("C5(c)", theory=bad).holds is False
 
 
-def test_proofs_check_prints_every_statement(capsys):
+def test_proofs_check_prints_every_statement(capsys, memoised_certificates):
     assert proofs_command(["--check"]) == 0
     out = capsys.readouterr().out
     for label in CLAIMS:

@@ -50,7 +50,7 @@ def proofs_copy(tmp_path):
     return dest
 
 
-def test_nonexistent_certificate_fails(proofs_copy, capsys):
+def test_nonexistent_certificate_fails(proofs_copy, capsys, memoised_certificates):
     with open(proofs_copy / "C1.md", "a", encoding="utf-8") as f:
         f.write("\nCertificate: `drift:no-such-certificate`\n")
     assert proofs_command(["--check", "--dir", str(proofs_copy)]) == 1
@@ -59,7 +59,7 @@ def test_nonexistent_certificate_fails(proofs_copy, capsys):
     assert err.startswith("posbias proofs: error:") and "does not exist" in err
 
 
-def test_failing_certificate_fails(proofs_copy, capsys):
+def test_failing_certificate_fails(proofs_copy, capsys, memoised_certificates):
     reg = certificate_registry()
     fake = dict(reg.certificates)
     fake["drift:causal-cdf-identity"] = lambda: Check("drift:causal-cdf-identity", False, "forced failure")
@@ -69,7 +69,7 @@ def test_failing_certificate_fails(proofs_copy, capsys):
     assert "does not hold" in err
 
 
-def test_uncited_claim_certificate_fails(proofs_copy, capsys):
+def test_uncited_claim_certificate_fails(proofs_copy, capsys, memoised_certificates):
     c1 = proofs_copy / "C1.md"
     c1.write_text(
         c1.read_text(encoding="utf-8").replace(
@@ -80,7 +80,7 @@ def test_uncited_claim_certificate_fails(proofs_copy, capsys):
     assert "UNCITED  drift:causal-cdf-identity  (claim C1, C1.md)" in capsys.readouterr().out
 
 
-def test_missing_proof_file_and_citation_free_proof_fail(proofs_copy, capsys):
+def test_missing_proof_file_and_citation_free_proof_fail(proofs_copy, capsys, memoised_certificates):
     (proofs_copy / "C6.md").unlink()
     (proofs_copy / "extra.md").write_text("# A proof that cites nothing\n")
     assert proofs_command(["--check", "--dir", str(proofs_copy)]) == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import mpmath
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -64,7 +65,8 @@ REFUSED = [
     ("-g*a;a=inf", "parameter a: inf is not finite"),
     ("-g*a;a=1,a=2", "given twice"),
     ("-g*a", "give values for a"),
-    ("factorial(g)", "cannot be evaluated"),
+    ("factorial(g+150)", "b(21) = inf"),  # (171)! is beyond float64
+    ("gamma(-g)", "b(0) = nan"),  # Gamma's pole at 0
     ("table:1,nan", "bias table entry 1: nan is not finite"),
     ("table:", "is not a comma-separated list of numbers"),
     ("table:1,inf", "not finite"),
@@ -95,6 +97,9 @@ ANSWERED = [
     ("-log(1+g)^2", lambda g: -(np.log1p(g) ** 2)),
     ("table:1", lambda g: np.ones_like(g)),
     ("Abs(g-5)*(-0.3)", lambda g: -0.3 * np.abs(g - 5)),
+    # factorial and gamma (NumPy has neither: math.gamma elementwise); reference values by mpmath
+    ("-factorial(g)/1e30", lambda g: -np.array([float(mpmath.factorial(int(k))) for k in g]) / 1e30),
+    ("-log(gamma(g+0.5))/10", lambda g: -np.array([float(mpmath.loggamma(k + 0.5)) for k in g]) / 10),
 ]
 
 
