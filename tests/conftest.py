@@ -113,6 +113,7 @@ SLOW_FILES = {
     "hostile/test_hostile_verify.py": "refused command processes and memory limits",
     "hostile/test_fuzz_inputs.py": "command processes on fuzzed inputs",
     "hostile/test_hostile_gguf.py": "measure processes on hostile GGUF files and texts, both backends",
+    "hostile/test_hostile_checkpoint.py": "measure processes on hostile checkpoint folders, both backends",
     "hostile/test_hostile_bias.py": "rollouts of hostile and generated bias formulas on four engines",
     "hostile/test_derive_hostile.py": "every derive query in its own interpreter, up to its time budget",
     "hostile/test_hostile_derive_bias.py": "derive monotone --bias processes on hostile formulas, two at budget",

@@ -28,7 +28,7 @@ class CheckpointError(UserError):
     """An unreadable or incomplete checkpoint folder: one line."""
 
 
-def _read_json(path: Path) -> dict:
+def read_json(path: Path) -> dict:
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
@@ -111,35 +111,64 @@ def refuse_other(path, flag: str) -> None:
     raise CheckpointError(f"{flag} {path}: {kind}; expected {ACCEPTS}")
 
 
-def _weight_map(folder: Path) -> dict:
-    """tensor name -> safetensors file (via the index, or by listing every file's keys)."""
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")  # safetensors' names of the dtypes a weight may have
+
+
+def safetensors_dtypes(path: Path) -> dict[str, str]:
+    """tensor name -> stored dtype ("F32", "I32", ...) from a safetensors file's header (no tensor is read);
+    a file safetensors cannot open (cut short, a corrupt header, offsets beyond its end) is refused."""
     from safetensors import safe_open
 
+    if not path.is_file():
+        raise CheckpointError(f"{path}: not a regular file (expected a safetensors file of weights)")
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            return {name: f.get_slice(name).get_dtype() for name in f.keys()}
+    except Exception as exc:  # safetensors raises its own error types for corrupt headers
+        raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
+
+
+def weight_dtypes(folder: Path) -> dict[str, tuple[Path, str]]:
+    """tensor name -> (safetensors file, stored dtype): through ``model.safetensors.index.json`` when the
+    folder has one (every shard it names must exist and hold the tensors the index puts there), else
+    every ``*.safetensors`` file of the folder. Every file's header is read, none of its tensors."""
     index = folder / INDEX
     if index.is_file():
-        mapping = _read_json(index).get("weight_map")
+        mapping = read_json(index).get("weight_map")
         if not isinstance(mapping, dict) or not mapping:
             raise CheckpointError(f"{index}: expected a non-empty weight_map object")
+        headers: dict[Path, dict[str, str]] = {}
         out = {}
         for name, file in mapping.items():
             path = folder / str(file)
             if not path.is_file():
                 raise CheckpointError(f"{index}: shard {file} of tensor {name} is missing from {folder}")
-            out[name] = path
+            if path not in headers:
+                headers[path] = safetensors_dtypes(path)
+            if name not in headers[path]:
+                raise CheckpointError(f"{index}: tensor {name} is not in its shard {file}")
+            out[name] = (path, headers[path][name])
         return out
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise CheckpointError(
             f"{folder}: no *.safetensors file (pytorch_model.bin is not read: convert it to safetensors)"
         )
-    out = {}
-    for path in files:
-        try:
-            with safe_open(str(path), framework="numpy") as f:
-                out.update({name: path for name in f.keys()})
-        except Exception as exc:  # safetensors raises its own error types for corrupt headers
-            raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
-    return out
+    return {name: (path, dtype) for path in files for name, dtype in safetensors_dtypes(path).items()}
+
+
+def _weight_map(folder: Path) -> dict:
+    """tensor name -> safetensors file (``weight_dtypes`` without the dtypes)."""
+    return {name: path for name, (path, _) in weight_dtypes(folder).items()}
+
+
+def require_float(name: str, dtype: str, where) -> None:
+    """A weight stored as integers (a quantised checkpoint's packed values) would be read as numbers."""
+    if dtype not in FLOAT_DTYPES:
+        raise CheckpointError(
+            f"{where}: tensor {name} is stored as {dtype}; expected floating-point weights "
+            f"({', '.join(FLOAT_DTYPES)}): quantised checkpoints are not read"
+        )
 
 
 @dataclass(frozen=True)
@@ -167,6 +196,7 @@ class Checkpoint:
                 f"{self.folder}: tensor {full} is missing (a {self.spec.model_type} checkpoint should have it)"
             )
         with safe_open(str(self.files[full]), framework="numpy") as f:
+            require_float(full, f.get_slice(full).get_dtype(), self.folder)
             value = f.get_tensor(full)
         self.read.add(full)
         return value
@@ -196,7 +226,7 @@ def load(folder) -> Checkpoint:
         raise CheckpointError(f"{config_path}: not a regular file (expected the checkpoint's JSON config)")
     if not config_path.is_file():
         raise CheckpointError(f"{folder}: config.json is missing (expected a Hugging Face checkpoint folder)")
-    config = _read_json(config_path)
+    config = read_json(config_path)
     if "model_type" not in config:
         from posbias.hf.families import supported_line
 

@@ -10,7 +10,8 @@
   softmax's per-layer factors ``scales`` (T,), the mask ``causal`` and ``logits_note`` (why the bias fit is
   refused, "" when it is not: ``Measurement.logits_note``);
 * ``bias_fit.json``: the relative-bias fit of the mean pre-softmax logits (``posbias.lm.outputs.bias_fit_json``);
-* ``influence.csv``: ``token_position,influence,grad_norm_mean,grad_norm_sem``;
+* ``influence.csv``: ``token_position,influence,grad_norm_mean,grad_norm_sem`` (a standard error is
+  ``nan`` when S = 1: it needs two sequences);
 * ``lambdas.csv``: ``layer,mean,std`` (std over sequences of per-sequence means);
 * ``report.json``: checkpoint, family, shapes, data, N, S, precision, lambdas, content fit,
   influence summary, memory estimate, notes, sink diagnostics per layer

@@ -32,6 +32,7 @@ kernel rows sum to 1 only within ~1e-7 here (the JAX route: ~1e-15).
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -141,20 +142,54 @@ class Loaded:
     source: str
 
 
+# config.json keys that, where present, must be positive integers or positive numbers (what any family's
+# forward divides by or counts with), checked before transformers reads the file
+CONFIG_COUNTS = (
+    "num_hidden_layers", "n_layer", "hidden_size", "n_embd", "num_attention_heads", "n_head",
+    "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size",
+)  # fmt: skip
+CONFIG_EPSILONS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")
+
+
+def _check_config(config: dict, where: Path) -> None:
+    """The family-independent part of posbias's config checks (the JAX route checks each family in full)."""
+    for key in CONFIG_COUNTS:
+        value = config.get(key)
+        if key in config and value is not None and (type(value) is not int or value < 1):
+            raise UserError(f"{where}: {key} must be a positive integer, got {value!r}")
+    for key in CONFIG_EPSILONS:
+        value = config.get(key)
+        if key in config and not (type(value) in (int, float) and math.isfinite(value) and value > 0):
+            raise UserError(f"{where}: {key} must be a positive number, got {value!r}")
+
+
 def read_config(path: Path):
-    """(transformers config, folder, from_pretrained keywords) of a checkpoint folder or a .gguf file."""
-    _, transformers = require_torch()
+    """(transformers config, folder, from_pretrained keywords, stored dtypes) of a checkpoint folder or a
+    .gguf file. A folder is checked by posbias first (config.json an object with sound counts, every
+    safetensors header readable and consistent with the index: ``checkpoint.weight_dtypes``), so that
+    transformers never meets a file it would crash on; the dtypes are None for a .gguf file."""
+    from posbias.hf import checkpoint
+
+    dtypes = None
     if path.is_file() and path.suffix.lower() == ".gguf":
         folder, kwargs = path.parent, {"gguf_file": path.name}
     elif path.is_dir() and (path / "config.json").is_file():
         folder, kwargs = path, {}
+        _check_config(checkpoint.read_json(path / "config.json"), path / "config.json")
+        dtypes = checkpoint.weight_dtypes(path)
     else:
         raise UserError(f"{path}: expected a checkpoint folder with config.json or a .gguf file")
+    _, transformers = require_torch()  # after posbias's own checks: a bad folder is refused at once
     try:
         config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True, **kwargs)
-    except (OSError, ValueError, KeyError) as exc:
-        raise UserError(f"{path}: transformers cannot read its configuration ({str(exc).splitlines()[0]})") from None
-    return config, folder, kwargs
+    except Exception as exc:  # transformers' own checks raise many types (TypeError for a mistyped field)
+        raise UserError(f"{path}: transformers cannot read its configuration ({_first_line(exc)})") from None
+    return config, folder, kwargs, dtypes
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:300]
 
 
 def load(path, precision: str = "float64", *, read=None) -> Loaded:
@@ -162,8 +197,10 @@ def load(path, precision: str = "float64", *, read=None) -> Loaded:
     eval mode, in the compute dtype, under ``posbias_eager`` (eager for BLOOM); ``read``: what
     ``read_config(path)`` returned, where the caller has it already."""
     torch, transformers = require_torch()
+    from posbias.hf import checkpoint
+
     path = Path(path)
-    config, folder, kwargs = read if read is not None else read_config(path)
+    config, folder, kwargs, dtypes = read if read is not None else read_config(path)
     layout = layout_of(config.model_type, str(path))
     _register()
     dtype = torch.float64 if precision == "float64" else torch.float32
@@ -171,15 +208,30 @@ def load(path, precision: str = "float64", *, read=None) -> Loaded:
     _check_weight_memory(config, 8 if precision == "float64" else 4, path)
     with _held_messages(transformers) as messages:
         try:
-            model = transformers.AutoModelForCausalLM.from_pretrained(
-                folder, dtype=dtype, attn_implementation=implementation, local_files_only=True, **kwargs
+            model, info = transformers.AutoModelForCausalLM.from_pretrained(
+                folder,
+                dtype=dtype,
+                attn_implementation=implementation,
+                local_files_only=True,
+                output_loading_info=True,
+                **kwargs,
             )
-        except (OSError, ValueError) as exc:
-            raise UserError(f"{path}: transformers cannot load it ({str(exc).splitlines()[0]})") from None
         except RuntimeError as exc:  # a tensor whose shape the configuration contradicts (its load report)
             rows = [" ".join(r.split()) for m in messages for r in m.splitlines() if "MISMATCH |" in r]
-            detail = rows[0] if rows else str(exc).splitlines()[0]
+            detail = rows[0] if rows else _first_line(exc)
             raise UserError(f"{path}: transformers cannot load it ({detail[:300]})") from None
+        except Exception as exc:  # its readers raise many types on a file they cannot use
+            raise UserError(f"{path}: transformers cannot load it ({_first_line(exc)})") from None
+        missing = sorted(info.get("missing_keys") or ())
+        if missing:  # transformers initialises them at random: a measurement of no trained model
+            more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+            raise UserError(
+                f"{path}: tensor {missing[0]}{more} missing from the checkpoint (transformers would "
+                "initialise it at random): not a complete model for this config.json"
+            )
+        for name, _ in model.named_parameters():
+            if dtypes is not None and name in dtypes:
+                checkpoint.require_float(name, dtypes[name][1], path)
         bad = next((name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())), None)
         if bad is not None:
             raise UserError(f"{path}: tensor {bad} has non-finite values (NaN or infinity): nothing to measure")
@@ -533,7 +585,7 @@ def validate_subject(args, subject_type):
     from posbias.validate import default_lengths
 
     path = Path(args.checkpoint)
-    config, _, _ = read_config(path)
+    config, _, _, _ = read_config(path)
     layout_of(config.model_type, str(path))
     tokenizer = tokenizer_of(path)
     try:

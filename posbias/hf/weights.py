@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from posbias.hf.checkpoint import Checkpoint, CheckpointError
+from posbias.hf.checkpoint import Checkpoint, CheckpointError, require_float
 from posbias.hf.families import layer_norm_names, split_qkv
 
 
@@ -160,4 +160,5 @@ def _top_level(ckpt: Checkpoint, name: str) -> np.ndarray:
             f"{ckpt.folder}: tensor {name} is missing and config.json says tie_word_embeddings is false"
         )
     with safe_open(str(ckpt.files[name]), framework="numpy") as f:
+        require_float(name, f.get_slice(name).get_dtype(), ckpt.folder)
         return f.get_tensor(name)

@@ -11,7 +11,8 @@
   q.k, ``slopes`` (H,), ``grad_norms`` (S, N), ``lambda_per_sequence`` (S, T), ``scales`` (T,) the softmax's
   per-layer factor s_t, ``causal`` (the mask) and ``logits_note`` ("" or why the bias fit is refused): what
   ``posbias fit MEASUREMENT_DIR`` reads;
-* ``influence.csv``: ``token_position,influence,grad_norm_mean,grad_norm_sem``;
+* ``influence.csv``: ``token_position,influence,grad_norm_mean,grad_norm_sem`` (a standard error is
+  ``nan`` when S = 1: it needs two sequences);
 * ``lambda.csv``: ``layer,lambda,std,std_positions,sem``;
 * ``content.csv``: ``layer,head,slope,background_raw,diagonal_raw,background_scaled,diagonal_scaled,r2``;
 * ``bias_fit.json``: the relative-bias fit of the mean pre-softmax logits (``posbias.bias_fit``: the
