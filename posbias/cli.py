@@ -391,14 +391,17 @@ def _rollout(args) -> int:
             file=sys.stderr,
         )
 
-    files = {"profile.csv": output.position_csv(probability=result.profile), "summary.json": summary.to_json() + "\n"}
+    files: dict[str, str | output.PositionTable] = {
+        "profile.csv": output.position_table(probability=result.profile),
+        "summary.json": summary.to_json() + "\n",
+    }
     if result.diagonal is not None:
-        files["diagonal.csv"] = output.position_csv(P_diagonal=result.diagonal)
+        files["diagonal.csv"] = output.position_table(P_diagonal=result.diagonal)
     if result.log_profile is not None:
-        files["log_profile.csv"] = output.position_csv(log_probability=result.log_profile)
+        files["log_profile.csv"] = output.position_table(log_probability=result.log_profile)
     if result.matrix_rows is not None:
         rows = result.matrix_rows
-        files["matrix.csv"] = output.position_csv(
+        files["matrix.csv"] = output.position_table(
             P_diagonal=rows[:, 0], P_first_column=rows[:, 1], row_entropy=rows[:, 2]
         )
     heads = "" if s.get("num_heads") is None else f", H={s['num_heads']}"

@@ -20,8 +20,10 @@ import shutil
 import stat
 import tempfile
 import warnings
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Protocol
 
 from posbias import interrupt
 from posbias.errors import UserError
@@ -218,6 +220,38 @@ def set_stamp(texts: dict[str, str | bytes]) -> str:
     return digest.hexdigest()
 
 
+def _files_stamp(folder: Path, names: list[str]) -> str:
+    """``set_stamp`` of the files ``names`` as written in ``folder``, read back in blocks (a text written
+    chunk by chunk is never held whole): the same digest as ``set_stamp`` of their contents."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in sorted(names):
+        encoded = name.encode("utf-8")
+        digest.update(len(encoded).to_bytes(8, "little") + encoded)
+        path = folder / name
+        digest.update(path.stat().st_size.to_bytes(8, "little"))
+        with open(path, "rb") as f:
+            while block := f.read(1 << 24):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+class Chunked(Protocol):
+    """A text produced in pieces (``posbias.output.PositionTable``): written without being held whole."""
+
+    def chunks(self) -> Iterator[str]: ...
+
+
+def _write_text(path: Path, text: str | Chunked) -> None:
+    if isinstance(text, str):
+        path.write_text(text, encoding="utf-8")
+        return
+    with open(path, "w", encoding="utf-8") as f:
+        for chunk in text.chunks():
+            f.write(chunk)
+
+
 def check_out(out_dir: Path, names=()) -> None:
     """Refuse, before any work, an ``out_dir`` that ``write_run`` would refuse after it: a path that is
     not a folder, or one of ``names`` there that is not a regular file (UserError, one line)."""
@@ -235,13 +269,14 @@ def check_out(out_dir: Path, names=()) -> None:
 
 def write_run(
     out_dir: Path,
-    texts: dict[str, str],
+    texts: Mapping[str, str | Chunked],
     figures: dict | None = None,
     binaries: dict[str, bytes] | None = None,
     retire=None,
 ) -> list[Path]:
-    """Write ``texts`` (name -> text), ``binaries`` (name -> bytes, e.g. .npz) and ``figures``
-    (name -> matplotlib Figure, PNG) into ``out_dir`` as one set; returns the written paths
+    """Write ``texts`` (name -> text, or a ``Chunked`` text written piece by piece), ``binaries`` (name ->
+    bytes, e.g. .npz) and ``figures`` (name -> matplotlib Figure, PNG) into ``out_dir`` as one set; returns
+    the written paths
     in order. On any failure raise UserError (one line) and leave ``out_dir`` as it was
     (absent if it was absent). ``retire``: ``out_dir -> names`` of an earlier set (e.g. read
     from its manifest), called under the folder lock; those not written now are removed."""
@@ -268,10 +303,10 @@ def write_run(
         for name in names:  # names may hold sub-folders (profiles/128/a.csv)
             (staging / name).parent.mkdir(parents=True, exist_ok=True)
         for name, text in texts.items():
-            (staging / name).write_text(text, encoding="utf-8")
+            _write_text(staging / name, text)
         for name, data in binaries.items():
             (staging / name).write_bytes(data)
-        stamp = set_stamp({**texts, **binaries})
+        stamp = _files_stamp(staging, [*texts, *binaries])
         for name, fig in figures.items():
             with warnings.catch_warnings():  # layout notes (e.g. "constrained_layout not applied") are
                 warnings.simplefilter("ignore")  # not the user's business: stderr stays one line or empty

@@ -3,20 +3,49 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+ROWS_PER_CHUNK = 1 << 16  # rows formatted at a time: a table of any N holds O(chunk) Python objects
+
+
+@dataclass(frozen=True)
+class PositionTable:
+    """``token_position,<name>,...``: one row per token, floats at full repr precision (they read back
+    bit for bit), produced ``ROWS_PER_CHUNK`` rows at a time by ``chunks()``, so that writing a profile of
+    N = 10^8 tokens holds a few megabytes of text at once rather than gigabytes (posbias/files.py writes
+    a table chunk by chunk). ``str(table)`` is the whole text."""
+
+    columns: dict[str, np.ndarray]
+
+    def chunks(self) -> Iterator[str]:
+        yield ",".join(["token_position", *self.columns]) + "\n"
+        row = ("{}," + ",".join(["{!r}"] * len(self.columns)) + "\n").format
+        values = [np.asarray(c, dtype=np.float64) for c in self.columns.values()]
+        size = len(values[0]) if values else 0
+        for start in range(0, size, ROWS_PER_CHUNK):
+            stop = min(size, start + ROWS_PER_CHUNK)
+            yield "".join(map(row, range(start, stop), *(v[start:stop].tolist() for v in values)))
+
+    def __str__(self) -> str:
+        return "".join(self.chunks())
+
+
+def position_table(**columns: np.ndarray) -> PositionTable:
+    """The per-position CSV of ``columns`` (name -> values), to be written chunk by chunk."""
+    return PositionTable(dict(columns))
+
 
 def position_csv(**columns: np.ndarray) -> str:
-    """``token_position,<name>,...``: one row per token, floats at full repr precision.
+    """``token_position,<name>,...`` as one string (``PositionTable``; for tables of any size pass
+    ``position_table(...)`` to ``files.write_run`` instead).
 
     ``position_csv(probability=p)`` is the reference tool's profile format.
     """
-    header = ",".join(["token_position", *columns]) + "\n"
-    row = ("{}," + ",".join(["{!r}"] * len(columns)) + "\n").format
-    values = [np.asarray(c, dtype=np.float64).tolist() for c in columns.values()]
-    return header + "".join(map(row, range(len(values[0]) if values else 0), *values))
+    return str(position_table(**columns))
 
 
 def config_label(path: str | os.PathLike) -> str:
