@@ -8,6 +8,7 @@ small grammar and requires the same of each.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import mpmath
 import numpy as np
@@ -164,3 +165,34 @@ def test_generated_formulas_are_refused_or_equal_to_dense(tmp_path_factory, caps
     if not np.all(np.isfinite(values)) or np.ptp(values) > 700:
         return  # the engines' own range rules decide these; the refusal or the sum above is the check
     np.testing.assert_allclose(p, _dense_reference(values), rtol=0, atol=1e-12)
+
+
+LARGE_FLAGS = ["rollout", "--layers", "2", "--heads", "1", "--schedule", "constant:0.5", "--bias", "-log(1+g)"]
+
+
+def test_very_large_n_on_the_fft_route_stays_within_its_estimate(tmp_path):
+    """N = 2^21 + 1 through the CLI as a user runs it: auto takes the bias-FFT route, the profile sums to 1,
+    and the whole process peaks within the engine's stated estimate plus the interpreter's own 700 MB
+    (the CSV is written chunk by chunk: it once held ~170 bytes per token beside the engine)."""
+    import sys
+
+    from posbias.numerics.bias_fft import BiasFFT
+    from tests.peak import peak_rss
+
+    n = (1 << 21) + 1
+    console = str(Path(sys.executable).with_name("posbias"))
+    code, err, peak = peak_rss([console, *LARGE_FLAGS, "--tokens", str(n), "--out", "out"], cwd=tmp_path)
+    assert code == 0, err
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["engine"] == "bias-fft" and summary["num_tokens"] == n
+    p = _profile(tmp_path / "out")
+    assert p.size == n and abs(p.sum() - 1) < 1e-12 and np.all(p >= 0)
+    assert peak < BiasFFT().memory_bytes(2, 1, n) + 700 * 2**20, peak / 2**20
+
+
+def test_very_large_n_beyond_the_memory_limit_is_refused_before_allocating(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("POSBIAS_MEMORY_LIMIT", "200M")
+    out = tmp_path / "out"
+    code = main([*LARGE_FLAGS, "--tokens", str(10**8), "--out", str(out)])
+    err = capsys.readouterr().err
+    _refused(code, err, out, "more than the limit of 200.0 MiB")
