@@ -7,8 +7,8 @@ and averages heads with their weights, exactly as THEORY.md defines A^(t);
     (b(i - j) + d [i = j] + s [j = 0]) / tau.
 ``layer_kernels`` is the one kernel-forming function per stack type that the
 dense-matrix engines (numerics/power.py) call. These share no closed form with the
-structured and bias engines, so they check each other. ``validate_kernels`` checks
-user-supplied (measured) kernels.
+structured and bias engines, so they check each other. User-supplied (measured) kernels
+are checked by ``numerics.kernel_checks``.
 
 Floating point: each row is soft-maxed after subtracting its largest logit, so every
 entry is exact to float64 rounding except those below 2^-1022 of the row's largest
@@ -85,37 +85,6 @@ def layer_kernels(stack: AlibiStack | BiasStack, num_tokens: int) -> JaxKernels:
     if isinstance(stack, AlibiStack):
         return alibi_kernels(stack, num_tokens)
     raise TypeError(f"layer_kernels: expected an AlibiStack or a BiasStack, got {type(stack).__name__}")
-
-
-class KernelError(ValueError):
-    """A supplied kernel is not what the rollout needs; the message names layer and row."""
-
-
-def validate_kernels(kernels: np.ndarray, *, causal: bool, tol: float = 1e-9) -> None:
-    """Check (T, N, N) kernels: finite, non-negative, rows summing to 1, causal if declared."""
-    if kernels.ndim != 3 or kernels.shape[1] != kernels.shape[2]:
-        raise KernelError(f"kernels must have shape (T, N, N), got {kernels.shape}")
-    if kernels.shape[0] < 1 or kernels.shape[1] < 1:
-        raise KernelError(f"kernels must have T >= 1 and N >= 1, got shape {kernels.shape}")
-    bad = ~np.isfinite(kernels)
-    if bad.any():
-        t, i, j = np.argwhere(bad)[0]
-        raise KernelError(f"layer {t} row {i}: entry {j} is not finite")
-    neg = kernels < -tol
-    if neg.any():
-        t, i, j = np.argwhere(neg)[0]
-        raise KernelError(f"layer {t} row {i}: entry {j} = {kernels[t, i, j]:.3g} is negative")
-    err = np.abs(kernels.sum(axis=2) - 1.0)
-    if (err > tol).any():
-        t, i = np.argwhere(err > tol)[0]
-        raise KernelError(f"layer {t} row {i}: sums to {kernels[t, i].sum():.12g}, expected 1 within {tol:g}")
-    if causal:
-        upper = np.abs(np.triu(kernels, k=1)) > tol
-        if upper.any():
-            t, i, j = np.argwhere(upper)[0]
-            raise KernelError(
-                f"layer {t} row {i}: reads later token {j} ({kernels[t, i, j]:.3g}) but kernels were declared causal"
-            )
 
 
 def bias_layer_kernel(past_t, future_t, diagonal_t, sink_t, weights_t, num_tokens: int, mask) -> jax.Array:

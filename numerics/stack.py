@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from posbias.numerics.arrays import Kernels, PerHead, PerLayer
+from posbias.numerics.kernel_checks import KernelError, validate_kernels
 from posbias.numerics.masks import Causal, Full, Mask, is_lower_triangular
 
 
@@ -188,8 +189,6 @@ class KernelStack:
         """Validate: shape (T, N, N), finite, non-negative, rows summing to 1 within ``tol``
         (default: 1e-9 for float64 input, 1e-5 for float32), causal if declared; lambdas (T,) in [0, 1].
         Raises ``KernelError`` naming the layer and row."""
-        from posbias.numerics.kernels import KernelError, validate_kernels
-
         kernels = np.asarray(kernels)
         if not np.issubdtype(kernels.dtype, np.floating):
             raise KernelError(f"kernels: expected floating-point values, got dtype {kernels.dtype}")

@@ -45,6 +45,7 @@ posbias.errors.UserError: --bias 'alibi:-1': alibi slope: -1 is below 0, expecte
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import sympy as sp
@@ -208,6 +209,14 @@ def expression(text: str, *, where: str = "--bias", values: dict[str, float] | N
         if slope <= 0:
             return Alibi(-slope)
     return Function(spec, sp.lambdify(G, expr, modules=[{"gamma": _gamma, "factorial": _factorial}, "numpy"]))
+
+
+def jax_function(text: str, **values) -> Callable:
+    """A bias expression in g (``EXPR[;NAME=VALUE,...]``; ``values`` give parameters too) as a JAX function
+    of an array of distances (``sympy.lambdify(..., modules="jax")``): the same expression that ``expr:``
+    hands to the engines as a NumPy callable. JAX is imported when the function runs."""
+    expr, _ = symbolic(text, where="jax_function", values=values)
+    return sp.lambdify(G, expr, modules="jax")
 
 
 def _gamma_scalar(x: float) -> float:

@@ -39,17 +39,12 @@ import numpy as np
 from posbias import argtypes
 from posbias.argtypes import size
 from posbias.errors import UserError
+from posbias.measure.defaults import default_lengths
 from posbias.validate_panels import PANELS as VARIANT_PANELS
+from posbias.validate_panels import PAPER_PANELS
 from posbias.validate_panels import PREDICTIONS as VARIANT_PREDICTIONS
 
-PANELS = {
-    "a": "attention-only (lambda = 1)",
-    "b": "residual-aware (measured lambda)",
-    "c": "residual + measured content",
-    "d": "measured influence",
-    "e": "rollout of measured kernels",
-    **VARIANT_PANELS,
-}
+PANELS = {**PAPER_PANELS, **VARIANT_PANELS}
 PREDICTIONS = ("a", "b", "c", "e")
 ALIBI_DEFAULT_LENGTHS = (128, 256)
 
@@ -139,10 +134,6 @@ def report_markdown(
     return "\n".join(lines) + "\n"
 
 
-def default_lengths(context: int) -> tuple[int, ...]:
-    return (context // 2, context) if context >= 4 else (context,)
-
-
 @dataclass(frozen=True)
 class Subject:
     """A model to validate, read but not yet measured.
@@ -201,7 +192,7 @@ def _trained_subject(args) -> Subject:
         return {n: heldout_sequences(validation, n, samples) for n in lengths}
 
     def measurer():
-        from posbias.lm.cli import TRAINED_BATCH_MEMORY
+        from posbias.measure.defaults import TRAINED_BATCH_MEMORY
 
         return lambda seqs, batch, progress: measure(
             loaded.params,
@@ -251,8 +242,9 @@ def _hf_subject(args) -> Subject:
     from posbias.hf.measure import measure
     from posbias.hf.memory import plan as memory_plan
     from posbias.hf.memory import run_budget
+    from posbias.hf.source import open_checkpoint
 
-    ck = checkpoint.load(args.checkpoint)
+    ck = open_checkpoint(args.checkpoint)
     spec = ck.spec
     text, label = data.read_text(args.data)
     alibi, rotary = spec.positions == "alibi", spec.positions == "rotary"
@@ -463,9 +455,10 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from posbias.bias_fit import BiasFitError
     from posbias.files import check_out, write_run
+    from posbias.measure.sinks import sink_diagnostics
     from posbias.output import position_csv
     from posbias.progress import progress_bar
-    from posbias.validate_panels import bias_prediction, extra_predictions, kernels_npz, mark_flat, sink_diagnostics
+    from posbias.validate_panels import bias_prediction, extra_predictions, kernels_npz, mark_flat
     from posbias.validate_panels import figure as variants_figure
 
     if args.samples < 1:

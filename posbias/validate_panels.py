@@ -24,14 +24,8 @@ baselines, scored like the predictions so that every table says what "better tha
 Each prediction's row says whether it ``beats_flat``: its W1 / (N - 1) to the measured influence (d)
 is below the flat profile's.
 
-Sink diagnostics per layer t (attention sinks: heads parking their weight on the first token):
-
-* ``key0_mass``: the mean over query rows of A^(t)_{i0}, the head-mean kernel's mass on key 0 (a
-  causal model's rows i >= 1: row 0 can only read key 0; an encoder's every row);
-* ``key0_mass_value_weighted``: the same for the value-norm-weighted kernels;
-* ``value_norm_ratio``: mean_h n_h0 / mean_h mean_{j>=1} n_hj, n_hj = ||W_O^h v_hj|| averaged over
-  sequences: how large token 0's values are against the rest's (a sink whose values are small
-  moves little, so (g) discounts it).
+The sink diagnostics per layer (``posbias.measure.sinks``: mass on key 0, value-weighted, value-norm
+ratio) are tabled (``sinks_markdown``) and drawn (``figure``) here.
 
 Rollouts run in float64 through ``posbias.numerics.KernelStack`` (kernel rows renormalised first: a
 float32 measurement sums to 1 only within ~1e-6); a profile not determined in float64 is refused.
@@ -41,6 +35,14 @@ from __future__ import annotations
 
 import numpy as np
 
+PAPER_PANELS = {
+    "a": "attention-only (lambda = 1)",
+    "b": "residual-aware (measured lambda)",
+    "c": "residual + measured content",
+    "d": "measured influence",
+    "e": "rollout of measured kernels",
+}
+"""The paper's panels (a)-(e) (``posbias.validate.PANELS`` adds the ones below)."""
 PANELS = {
     "f": "measured kernels, attention-only (lambda = 1)",
     "g": "value-norm-weighted kernels, measured lambda",
@@ -111,28 +113,6 @@ def extra_predictions(m, *, causal: bool = True) -> dict[str, np.ndarray]:
     return out
 
 
-def key0_mass(kernels, *, causal: bool = True) -> np.ndarray:
-    """(T,) mean over query rows of K^(t)_{i0} (causal: rows 1..N-1; a one-token window: row 0)."""
-    kernels = np.asarray(kernels, np.float64)
-    rows = kernels[:, 1:, 0] if causal and kernels.shape[-1] > 1 else kernels[:, :, 0]
-    return rows.mean(axis=-1)
-
-
-def sink_diagnostics(m, *, causal: bool = True) -> dict[str, list]:
-    """Per layer: ``key0_mass``, and where measured ``key0_mass_value_weighted`` and ``value_norm_ratio``
-    (module docstring); lists of T floats."""
-    out = {"key0_mass": key0_mass(m.kernels, causal=causal).tolist()}
-    if m.kernels_value is not None:
-        out["key0_mass_value_weighted"] = key0_mass(m.kernels_value, causal=causal).tolist()
-    if m.value_norms is not None and m.num_tokens > 1:
-        norms = np.asarray(m.value_norms, np.float64)  # (T, H, N)
-        rest = norms[:, :, 1:].mean(axis=-1).mean(axis=-1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = norms[:, :, 0].mean(axis=-1) / rest
-        out["value_norm_ratio"] = [float(r) if np.isfinite(r) else None for r in ratio]
-    return out
-
-
 def mark_flat(rows: dict[str, dict]) -> dict[str, dict]:
     """Each row but the flat baseline's with ``beats_flat``: its W1 below the flat profile's."""
     flat = rows["flat"]["w1"]
@@ -164,8 +144,6 @@ def figure(panels_by_n: dict[int, dict[str, np.ndarray]], sinks_by_n: dict[int, 
     baselines over (d); then the sink diagnostics per layer."""
     from matplotlib.figure import Figure
 
-    from posbias.validate import PANELS as PAPER
-
     rows = len(panels_by_n)
     fig = Figure(figsize=(21, 3.3 * rows + 0.5), layout="constrained")
     axes = fig.subplots(rows, 6, squeeze=False)
@@ -178,7 +156,7 @@ def figure(panels_by_n: dict[int, dict[str, np.ndarray]], sinks_by_n: dict[int, 
                 ax.plot(x, panels["e"], color="C2", lw=1.0, ls="--", label="(e) measured kernels")
                 ax.legend(fontsize=7, loc="upper center")
             ax.set_yscale("log")
-            ax.set_title(f"({key}) {PAPER[key]}, N = {n}", fontsize=9)
+            ax.set_title(f"({key}) {PAPER_PANELS[key]}, N = {n}", fontsize=9)
             ax.set_xlabel("token position j")
             if c == 0:
                 ax.set_ylabel("p(j)")

@@ -47,6 +47,7 @@ def test_no_relative_import(sources):
         ("posbias.files", "from posbias import model\n", "file writing is the lowest layer"),
         ("posbias.model", "import posbias.cli\n", "only the entry point imports the command module"),
     ],
+    ids=["numerics-cli", "backend-validate", "backend-command", "files-model", "model-cli"],
 )
 def test_a_planted_forbidden_import_is_found(sources, module, planted, expected):
     copy = {**sources, module: sources[module] + "\n" + planted}

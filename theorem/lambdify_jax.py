@@ -48,13 +48,3 @@ def jax_partial_atom(schedule: Schedule, delta, **values) -> Callable:
         return jnp.prod(1.0 - lam(t) * float(delta))
 
     return atom
-
-
-def jax_bias(text: str, **values) -> Callable:
-    """A bias expression in g (``posbias.bias_spec`` syntax, ``EXPR[;NAME=VALUE,...]``; ``values`` give
-    parameters too) as a JAX function of an array of distances (``sympy.lambdify(..., modules="jax")``),
-    the same expression that ``expr:`` hands to the engines as a NumPy callable."""
-    from posbias.bias_spec import G, symbolic
-
-    expr, _ = symbolic(text, where="jax_bias", values=values)
-    return sp.lambdify(G, expr, modules="jax")

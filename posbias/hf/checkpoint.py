@@ -217,8 +217,6 @@ class Checkpoint:
 def load(folder) -> Checkpoint:
     """Read a checkpoint folder's config and safetensors index (no tensor is read yet)."""
     folder = Path(folder)
-    if folder.suffix.lower() == ".gguf" and folder.is_file():
-        return _load_gguf(folder)
     if not folder.is_dir():
         raise CheckpointError(f"{folder}: not a folder (expected a Hugging Face checkpoint folder)")
     config_path = folder / "config.json"
@@ -300,16 +298,3 @@ def unused_note(ckpt: Checkpoint) -> str | None:
         f"{len(names)} tensor{'s' * (len(names) != 1)} in {ckpt.folder} not used by config.json's model "
         f"(e.g. {names[0]}): not measured"
     )
-
-
-def _load_gguf(path: Path):
-    """A *.gguf file, read by ``posbias.hf.gguf`` where this posbias has it."""
-    import importlib
-    import importlib.util
-
-    if importlib.util.find_spec("posbias.hf.gguf") is None:
-        raise CheckpointError(
-            f"{path}: GGUF support not available in this posbias (expected a Hugging Face "
-            f"checkpoint folder: config.json, *.safetensors, tokenizer.json)"
-        )
-    return importlib.import_module("posbias.hf.gguf").load(path)

@@ -16,8 +16,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from posbias.measure.defaults import DEFAULT_TOKENS
+
 EXIT_USAGE = 2
-DEFAULT_TOKENS = 256
 
 
 def family_notes(spec) -> list[str]:
@@ -60,10 +61,11 @@ def run_measure(args) -> int:
     from posbias.hf import checkpoint, data, outputs, weights
     from posbias.hf.measure import measure
     from posbias.hf.memory import params_bytes, plan, run_budget
+    from posbias.hf.source import open_checkpoint
     from posbias.lm.measure import MeasureError
     from posbias.progress import progress_bar
 
-    ck = checkpoint.load(args.checkpoint)
+    ck = open_checkpoint(args.checkpoint)
     spec = ck.spec
     n = args.tokens if args.tokens is not None else min(DEFAULT_TOKENS, spec.context or DEFAULT_TOKENS)
     if n < 1:
@@ -112,25 +114,13 @@ def run_measure(args) -> int:
     }
     files = outputs.render(m, source=str(ck.folder), content_scale=args.content_scale, meta=meta, causal=spec.causal)
     written = write_run(Path(out), {}, binaries=files)
-    print_summary(
+    outputs.print_summary(
         f"{ck.folder} ({spec.model_type}, T={spec.layers}, H={spec.heads}, D={spec.width}), "
         f"N = {n}, S = {args.samples}, {args.precision}",
         m,
         written,
     )
     return 0
-
-
-def print_summary(title: str, m, written) -> None:
-    """The lines ``posbias measure`` prints for a measurement ``m`` (both backends)."""
-    lam = "  ".join(f"{v:.3f}±{s:.3f}" for v, s in zip(m.lambdas, m.lambda_std))
-    print(f"posbias measure: {title}")
-    print(f"  lambda_t (± std over sequences): {lam}   sum = {m.lambdas.sum():.3f}")
-    print(
-        f"  influence: p(0) = {m.influence[0]:.4g}   p(N-1) = {m.influence[-1]:.4g}   "
-        f"argmin = {int(m.influence.argmin())}"
-    )
-    print("  wrote " + ", ".join(str(p) for p in written))
 
 
 def main(argv=None) -> int:

@@ -26,8 +26,8 @@ import json
 import numpy as np
 
 from posbias.lm.outputs import bias_fit_json, rollout_yaml
+from posbias.measure.sinks import sink_diagnostics
 from posbias.output import position_csv
-from posbias.validate_panels import sink_diagnostics
 
 FILES = ("config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json", "bias_fit.json")
 
@@ -92,3 +92,15 @@ def render(m, *, source: str, content_scale: str, meta: dict, causal: bool = Tru
         "report.json": (json.dumps(report, indent=1) + "\n").encode(),
         "bias_fit.json": bias_fit_json(m),
     }
+
+
+def print_summary(title: str, m, written) -> None:
+    """The lines ``posbias measure`` prints for a measurement ``m`` (both backends)."""
+    lam = "  ".join(f"{v:.3f}±{s:.3f}" for v, s in zip(m.lambdas, m.lambda_std))
+    print(f"posbias measure: {title}")
+    print(f"  lambda_t (± std over sequences): {lam}   sum = {m.lambdas.sum():.3f}")
+    print(
+        f"  influence: p(0) = {m.influence[0]:.4g}   p(N-1) = {m.influence[-1]:.4g}   "
+        f"argmin = {int(m.influence.argmin())}"
+    )
+    print("  wrote " + ", ".join(str(p) for p in written))

@@ -497,9 +497,9 @@ def tokenizer_of(path):
 
     path = Path(path)
     if path.suffix.lower() == ".gguf":
-        from posbias.hf import checkpoint
+        from posbias.hf.source import open_checkpoint
 
-        return checkpoint.load(path).tokenizer()
+        return open_checkpoint(path).tokenizer()
     from tokenizers import Tokenizer
 
     file = path / "tokenizer.json"
@@ -530,7 +530,7 @@ def run_measure(args) -> int:
     route's set), measured through transformers; returns 0 (bad input raises ``UserError``)."""
     from posbias.files import check_out, write_run
     from posbias.hf import data, outputs
-    from posbias.hf.cli import DEFAULT_TOKENS
+    from posbias.measure.defaults import DEFAULT_TOKENS
     from posbias.progress import progress_bar
 
     path = Path(args.checkpoint)
@@ -565,7 +565,7 @@ def run_measure(args) -> int:
     }
     files = outputs.render(m, source=str(path), content_scale=args.content_scale, meta=meta, causal=True)
     written = write_run(Path(out), {}, binaries=files)
-    from posbias.hf.cli import print_summary
+    from posbias.hf.outputs import print_summary
 
     print_summary(
         f"{path} ({loaded.model_type} through transformers, T={loaded.layers}, H={loaded.heads}, "
@@ -581,8 +581,8 @@ def validate_subject(args, subject_type):
     (``subject_type``) whose measurer is this module's ``measure``. The slopes of (a)-(c) are those of
     posbias's JAX family where it has one (BLOOM's ALiBi), else 0 (learned or rotary positions)."""
     from posbias.errors import UserError
-    from posbias.hf import bos, checkpoint, data
-    from posbias.validate import default_lengths
+    from posbias.hf import bos, data
+    from posbias.measure.defaults import default_lengths
 
     path = Path(args.checkpoint)
     config, _, _, _ = read_config(path)
@@ -590,8 +590,9 @@ def validate_subject(args, subject_type):
     tokenizer = tokenizer_of(path)
     try:
         from posbias.hf.forward import slopes as jax_slopes
+        from posbias.hf.source import open_checkpoint
 
-        spec = checkpoint.load(path).spec
+        spec = open_checkpoint(path).spec
         slopes, alibi = jax_slopes(spec), spec.positions == "alibi"
     except UserError:
         slopes, alibi = np.zeros(int(config.num_attention_heads)), False

@@ -16,10 +16,10 @@ from posbias import argtypes
 from posbias.argtypes import at_least, size
 from posbias.errors import UserError
 from posbias.lm.limits import PRESET_NAMES, SEED_MAX, SLOPE_CONVENTIONS
+from posbias.measure.defaults import TRAINED_BATCH_MEMORY
 
 EXIT_USAGE = 2
-TRAINED_BATCH_MEMORY = 2**30
-"""measure/validate --memory of a posbias train model when not given: the budget of one batch."""
+
 _positive = at_least(1)
 _nonneg = at_least(0)
 

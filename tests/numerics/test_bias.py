@@ -383,7 +383,7 @@ def test_native_threads_and_progress_do_not_change_the_profile():
 def test_expression_lambdified_to_jax_matches_numpy():
     import jax
 
-    from posbias.theorem.lambdify_jax import jax_bias
+    from posbias.bias_spec import jax_function as jax_bias
 
     with jax.enable_x64(True):
         jax_side = np.asarray(jax_bias("-r1*log(1+r2*g) + sin(g)/4;r1=0.7", r2=1.5)(np.arange(64.0)))

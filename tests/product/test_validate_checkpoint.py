@@ -21,7 +21,7 @@ from scipy.stats import spearmanr, wasserstein_distance
 from posbias.cli import main
 from posbias.hf import checkpoint, data
 from posbias.hf.forward import slopes as hf_slopes
-from posbias.numerics.kernels import KernelError
+from posbias.numerics.kernel_checks import KernelError
 from posbias.validate import predictions
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
