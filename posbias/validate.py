@@ -39,6 +39,7 @@ import numpy as np
 from posbias import argtypes
 from posbias.argtypes import size
 from posbias.errors import UserError
+from posbias.io.reports import validate_report
 from posbias.measure.defaults import default_lengths
 from posbias.validate_panels import PANELS as VARIANT_PANELS
 from posbias.validate_panels import PAPER_PANELS
@@ -508,7 +509,7 @@ def run(args) -> int:
             if key in panels:
                 texts[f"profiles/{n}/{key}.csv"] = position_csv(probability=panels[key])
         del m  # one measurement held at a time (posbias.hf.memory.plan counts one)
-    text = json.dumps({**report, "sinks": sinks}, indent=2) + "\n"
+    text = json.dumps(validate_report(report, sinks), indent=2) + "\n"
     texts["report.json"] = text
     texts["report.md"] = report_markdown(
         report, source=subject.source, model_line=subject.model_line, notes=notes, lambdas=lambdas, sinks=sinks

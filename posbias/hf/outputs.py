@@ -13,9 +13,9 @@
 * ``influence.csv``: ``token_position,influence,grad_norm_mean,grad_norm_sem`` (a standard error is
   ``nan`` when S = 1: it needs two sequences);
 * ``lambdas.csv``: ``layer,mean,std`` (std over sequences of per-sequence means);
-* ``report.json``: checkpoint, family, shapes, data, N, S, precision, lambdas, content fit,
-  influence summary, memory estimate, notes, sink diagnostics per layer
-  (``posbias.validate_panels.sink_diagnostics``).
+* ``report.json`` (``posbias.io.reports``, schema version 2): checkpoint, family, shapes, data, N, S,
+  precision, lambdas, content fit, influence summary, memory estimate, notes, and under ``diagnostics``
+  the sink diagnostics per layer (``posbias.measure.sinks``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import json
 
 import numpy as np
 
+from posbias.io.reports import measure_report
 from posbias.lm.outputs import bias_fit_json, rollout_yaml
 from posbias.measure.sinks import sink_diagnostics
 from posbias.output import position_csv
@@ -78,8 +79,8 @@ def render(m, *, source: str, content_scale: str, meta: dict, causal: bool = Tru
             "argmin": int(np.argmin(m.influence)),
         },
         "max_row_sum_error": float(np.abs(m.kernels.astype(np.float64).sum(axis=-1) - 1).max()),
-        "sinks": sink_diagnostics(m, causal=causal),
     }
+    report = measure_report(report, sink_diagnostics(m, causal=causal))
     return {
         "config.yaml": rollout_yaml(
             m, content_scale=content_scale, source=source, mask="causal" if causal else "full"

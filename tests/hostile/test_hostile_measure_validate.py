@@ -37,6 +37,7 @@ from hypothesis import strategies as st
 
 from posbias.cli import main
 from posbias.files import STAMP_KEY, set_stamp
+from posbias.io.reports import read_report
 from tests.peak import peak_rss
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
@@ -793,8 +794,8 @@ def assert_validate_set(out: Path, lengths: tuple[int, ...], layers: int = 2) ->
 
     assert {p.name for p in (out / "profiles").iterdir()} == {str(n) for n in lengths}
     assert sorted(os.listdir(out / "kernels")) == sorted(f"{n}.npz" for n in lengths)
-    report = json.loads((out / "report.json").read_text())
-    assert sorted(k for k in report if k.isdigit()) == sorted(str(n) for n in lengths)
+    report = read_report(out / "report.json", note=pytest.fail)["lengths"]
+    assert sorted(report) == sorted(str(n) for n in lengths)
     files = {"report.json": (out / "report.json").read_text(), "report.md": (out / "report.md").read_text()}
     for n in lengths:
         names = sorted(os.listdir(out / "profiles" / str(n)))
@@ -948,8 +949,9 @@ def test_concurrent_writers_leave_one_complete_set(tmp_path, command):
     if command == "measure":
         assert assert_measure_set(out) in (10, 12)
     elif command == "validate":
-        report = assert_validate_set(out, (12, 16) if "12" in json.loads((out / "report.json").read_text()) else (16,))
-        assert sorted(k for k in report if k.isdigit()) in (["12", "16"], ["16"])
+        lengths = read_report(out / "report.json", note=pytest.fail)["lengths"]
+        report = assert_validate_set(out, (12, 16) if "12" in lengths else (16,))
+        assert sorted(report) in (["12", "16"], ["16"])
     else:
         assert_demo_set(out)
     assert sorted(os.listdir(tmp_path)) == ["out"]

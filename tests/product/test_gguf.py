@@ -22,6 +22,7 @@ import gguf as gguf_package  # noqa: E402
 
 from posbias.hf import checkpoint, forward, gguf, weights  # noqa: E402
 from posbias.hf.families import UnsupportedModel  # noqa: E402
+from posbias.io.reports import read_report
 from tests import gguf_files  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
@@ -244,7 +245,7 @@ def test_measure_and_validate_a_gguf_end_to_end(files, tmp_path, capsys):
         )
         == 0
     )
-    report = json.loads((out / "report.json").read_text())
+    report = read_report(out / "report.json", note=pytest.fail)
     assert report["model_type"] == "llama" and report["num_tokens"] == 12
     with np.load(out / "kernels.npz") as k:
         assert k["kernels"].shape == (2, 12, 12) and np.abs(k["kernels"].sum(axis=-1) - 1).max() < 1e-12

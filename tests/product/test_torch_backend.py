@@ -21,6 +21,7 @@ pytest.importorskip("transformers")
 from posbias.cli import main  # noqa: E402
 from posbias.hf import checkpoint, data, torch_backend, weights  # noqa: E402
 from posbias.hf.measure import measure as jax_measure  # noqa: E402
+from posbias.io.reports import read_report
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 TOL = 1e-5
@@ -196,9 +197,10 @@ def test_measure_command_writes_the_jax_set(tmp_path, capsys):
     assert sorted(a.files) == sorted(b.files)
     for key in ("kernels", "lambdas", "kernels_value", "value_norms", "per_head"):
         np.testing.assert_allclose(b[key], a[key], rtol=0, atol=TOL)
-    ra, rb = (json.loads((tmp_path / f / "report.json").read_text()) for f in ("jax", "pt"))
+    ra, rb = (read_report(tmp_path / f / "report.json", note=pytest.fail) for f in ("jax", "pt"))
     assert rb["backend"] == "transformers" and "transformers" in rb["notes"][0]
-    np.testing.assert_allclose(rb["sinks"]["key0_mass"], ra["sinks"]["key0_mass"], atol=TOL)
+    sa, sb = ra["diagnostics"]["sinks"], rb["diagnostics"]["sinks"]
+    np.testing.assert_allclose(sb["key0_mass"], sa["key0_mass"], atol=TOL)
 
 
 def test_refusals_are_one_line(tmp_path, capsys):
@@ -223,10 +225,11 @@ def test_validate_backends_agree_on_the_llama_fixture(tmp_path, capsys):
     assert main([*args, "--out", str(tmp_path / "jax")]) == 0
     assert main([*args, "--backend", "transformers", "--out", str(tmp_path / "pt")]) == 0
     capsys.readouterr()
-    a, b = (json.loads((tmp_path / k / "report.json").read_text()) for k in ("jax", "pt"))
-    assert sorted(a["12"]) == sorted(b["12"])
-    for key, row in a["12"].items():
-        assert abs(row["w1"] - b["12"][key]["w1"]) < TOL and abs(row["tv"] - b["12"][key]["tv"]) < TOL, key
-    for name, values in a["sinks"]["12"].items():
-        np.testing.assert_allclose(b["sinks"]["12"][name], values, rtol=TOL, atol=TOL)
+    a, b = (read_report(tmp_path / k / "report.json", note=pytest.fail) for k in ("jax", "pt"))
+    la, lb = a["lengths"], b["lengths"]
+    assert sorted(la["12"]) == sorted(lb["12"])
+    for key, row in la["12"].items():
+        assert abs(row["w1"] - lb["12"][key]["w1"]) < TOL and abs(row["tv"] - lb["12"][key]["tv"]) < TOL, key
+    for name, values in a["diagnostics"]["sinks"]["12"].items():
+        np.testing.assert_allclose(b["diagnostics"]["sinks"]["12"][name], values, rtol=TOL, atol=TOL)
     assert "Measured through transformers" in (tmp_path / "pt" / "report.md").read_text()

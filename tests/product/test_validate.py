@@ -7,6 +7,7 @@ import pytest
 
 import posbias.numerics as nx
 from posbias.cli import main
+from posbias.io.reports import read_report
 from posbias.lm.config import ModelConfig, TrainConfig
 from posbias.lm.data import heldout_sequences, load_corpus
 from posbias.lm.measure import measure
@@ -59,8 +60,10 @@ def test_command_writes_the_report_and_profiles(run, tmp_path, capsys):
         main(["validate", "--checkpoint", str(run), "--lengths", "8,16", "--samples", "3", "--out", str(out), "--json"])
         == 0
     )
-    report = json.loads(capsys.readouterr().out)
-    assert sorted(report) == ["16", "8", "sinks"] and sorted(report["sinks"]) == ["16", "8"]
+    whole = read_report(json.loads(capsys.readouterr().out), note=pytest.fail)  # schema 2: no note
+    assert sorted(whole) == ["diagnostics", "kind", "lengths", "schema_version"] and whole["kind"] == "posbias validate"
+    report = whole["lengths"]
+    assert sorted(report) == ["16", "8"] and sorted(whole["diagnostics"]["sinks"]) == ["16", "8"]
     assert sorted(report["16"]) == ["a", "b", "c", "e", "f", "flat", "g", "h", "i", "uniform"]
     for n in (8, 16):
         files = {k: np.loadtxt(out / "profiles" / str(n) / f"{k}.csv", delimiter=",", skiprows=1) for k in "abcde"}

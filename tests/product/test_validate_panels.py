@@ -9,7 +9,6 @@ the written arrays.
 
 from __future__ import annotations
 
-import json
 from fractions import Fraction
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from scipy.stats import wasserstein_distance
 
 from posbias.cli import main
 from posbias.hf import bos, checkpoint, data
+from posbias.io.reports import read_report
 from posbias.lm.measure import MeasureError
 from posbias.validate_panels import kernel_profile, uniform_kernels
 
@@ -83,8 +83,9 @@ def run(request, tmp_path_factory):
 def test_written_panels_recomputed_from_the_written_kernels(run, capsys):
     code, out = run
     assert code == 0
-    report = json.loads((out / "report.json").read_text())
-    assert sorted(report) == sorted([*map(str, LENGTHS), "sinks"])
+    whole = read_report(out / "report.json", note=pytest.fail)
+    report = whole["lengths"]
+    assert sorted(report) == sorted(map(str, LENGTHS))
     for n in LENGTHS:
         arrays = np.load(out / "kernels" / f"{n}.npz")
         kernels, kv, lambdas = arrays["kernels"], arrays["kernels_value"], arrays["lambdas"]
@@ -112,7 +113,7 @@ def test_written_panels_recomputed_from_the_written_kernels(run, capsys):
             assert row["w1"] == pytest.approx(w1, abs=1e-12)
             if key != "flat":
                 assert row["beats_flat"] == (row["w1"] < rows["flat"]["w1"])
-        sinks = report["sinks"][str(n)]
+        sinks = whole["diagnostics"]["sinks"][str(n)]
         np.testing.assert_allclose(sinks["key0_mass"], kernels[:, 1:, 0].mean(axis=1), rtol=0, atol=1e-15)
         np.testing.assert_allclose(sinks["key0_mass_value_weighted"], kv[:, 1:, 0].mean(axis=1), rtol=0, atol=1e-15)
         norms = arrays["value_norms"]
