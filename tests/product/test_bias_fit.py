@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from posbias.bias_fit import BiasFitError, fit_bias, fit_measurement, pre_softmax_logits
+from posbias.io.reports import read_report
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 RNG = np.random.default_rng(19)
@@ -464,7 +465,7 @@ def test_validate_command_shows_panel_i_on_a_hf_fixture(tmp_path, capsys):
         )
         == 0
     )
-    report = json.loads(capsys.readouterr().out)
+    report = read_report(json.loads(capsys.readouterr().out), note=pytest.fail)["lengths"]
     assert "i" in report["12"]
     p = np.loadtxt(out / "profiles" / "12" / "i.csv", delimiter=",", skiprows=1)[:, 1]
     d = np.loadtxt(out / "profiles" / "12" / "d.csv", delimiter=",", skiprows=1)[:, 1]
