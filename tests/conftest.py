@@ -61,7 +61,7 @@ def pytest_unconfigure(config):
 _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
 
 
-RELEASE_FROM_BYTES = int(1.5 * 2**30)  # a test process's resident size from which compiled functions go
+RELEASE_FROM_BYTES = 2**30  # a test process's resident size from which compiled functions go
 
 
 def _resident_bytes() -> int:
@@ -71,7 +71,7 @@ def _resident_bytes() -> int:
 
 @pytest.fixture(scope="module", autouse=True)
 def _release_compiled_functions():
-    """After a test file, once the process holds more than ``RELEASE_FROM_BYTES``: drop JAX's compiled
+    """After a test file, once the process holds more than ``RELEASE_FROM_BYTES`` (1 GiB): drop JAX's compiled
     functions and tracing caches (every shape the files' tests compiled, kept for the rest of the process;
     issue 34) and collect what they held. Below it they stay, for the next files that compile the same
     shapes: clearing after every file cost about 8% of the fast tier's time in recompilations."""
