@@ -140,8 +140,8 @@ _PROOFS_RUN = "a whole proofs --check (claims/test_proofs.py keeps the repositor
 # Kept unformatted: one entry a line pair, the node id and then why.
 # fmt: off
 SLOW_TESTS = {
-    "test_lint.py::test_pyright_numerics": "pyright over the whole folder (pre-commit runs it on the files changed)",
-    "test_lint.py::test_pyright_theorem": "pyright over the whole folder (pre-commit runs it on the files changed)",
+    "test_lint.py::test_pyright_finds_nothing_in_numerics_and_theorem":
+        "pyright over both folders (pre-commit runs it on the files changed)",
     "claims/test_claims_statements.py::test_sabotaged_c5c_fails_the_statement_check_and_proofs_check":
         "a whole proofs --check on each of six sabotaged copies",
     "claims/test_claims_statements.py::test_proofs_check_prints_every_statement": _PROOFS_RUN,

@@ -184,3 +184,13 @@ def test_the_command_line_rule_sees_the_imports_it_forbids(tmp_path):
     allowed = tmp_path / "params.py"
     allowed.write_text("import argparse\n", encoding="utf-8")
     assert _product_only_uses(allowed) == []
+
+
+def test_every_package_ships_in_the_wheel():
+    """pyproject.toml lists its packages by hand: a new sub-package missing there installs without its
+    modules (caught once only by the wheel test, minutes later). Every package found is listed."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = set(PACKAGES) | {"posbias.numerics.native", "posbias.proofs"}
+    assert found - listed == set(), "missing from [tool.setuptools] packages"
