@@ -193,12 +193,8 @@ def _relative_id(item) -> tuple[str, str]:
     return path, f"{path}::{item.nodeid.split('::', 1)[1]}"
 
 
-# Files whose tests need the whole machine (issue 34): ``scripts/test`` runs every other test on
-# pytest-xdist workers first, then these in one process, with nothing beside them. Each is slow too.
-ALONE_FILES = {
-    "product/test_sweep_distributed.py": "two jax.distributed processes on local ports, four fake devices each",
-    "product/test_smollm2.py": "the real 135M model in process, in JAX and in torch: 2 to 3 GB",
-}
+# Files whose tests need the whole machine: tests/alone_files.py (read by scripts/test too).
+from tests.alone_files import ALONE_FILES  # noqa: E402 - beside the hook that marks them
 
 
 def pytest_collection_modifyitems(config, items):
