@@ -20,7 +20,7 @@ import shutil
 import stat
 import tempfile
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
@@ -208,33 +208,37 @@ STAMP_KEY = "posbias-set"
 figure belongs to can be checked from the files alone (tests/hostile/test_hostile_cli.py does)."""
 
 
-def set_stamp(texts: dict[str, str | bytes]) -> str:
-    """SHA-256 over the names and contents of a run's text (and binary) files."""
+def _stamp(files: dict[str, tuple[int, Iterable[bytes]]]) -> str:
+    """SHA-256 over each name, sorted, and its content (name -> (size in bytes, the content's blocks)), each
+    preceded by its length."""
     import hashlib
 
     digest = hashlib.sha256()
-    for name in sorted(texts):
-        for part in (name, texts[name]):
-            data = part.encode("utf-8") if isinstance(part, str) else part
-            digest.update(len(data).to_bytes(8, "little") + data)
+    for name in sorted(files):
+        encoded = name.encode("utf-8")
+        size, blocks = files[name]
+        digest.update(len(encoded).to_bytes(8, "little") + encoded + size.to_bytes(8, "little"))
+        for block in blocks:
+            digest.update(block)
     return digest.hexdigest()
+
+
+def set_stamp(texts: dict[str, str | bytes]) -> str:
+    """SHA-256 over the names and contents of a run's text (and binary) files."""
+    encoded = {name: part.encode("utf-8") if isinstance(part, str) else part for name, part in texts.items()}
+    return _stamp({name: (len(data), [data]) for name, data in encoded.items()})
+
+
+def _blocks(path: Path) -> Iterator[bytes]:
+    with open(path, "rb") as f:
+        while block := f.read(1 << 24):
+            yield block
 
 
 def _files_stamp(folder: Path, names: list[str]) -> str:
     """``set_stamp`` of the files ``names`` as written in ``folder``, read back in blocks (a text written
-    chunk by chunk is never held whole): the same digest as ``set_stamp`` of their contents."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for name in sorted(names):
-        encoded = name.encode("utf-8")
-        digest.update(len(encoded).to_bytes(8, "little") + encoded)
-        path = folder / name
-        digest.update(path.stat().st_size.to_bytes(8, "little"))
-        with open(path, "rb") as f:
-            while block := f.read(1 << 24):
-                digest.update(block)
-    return digest.hexdigest()
+    chunk by chunk is never held whole)."""
+    return _stamp({name: ((folder / name).stat().st_size, _blocks(folder / name)) for name in names})
 
 
 class Chunked(Protocol):
@@ -276,8 +280,7 @@ def write_run(
 ) -> list[Path]:
     """Write ``texts`` (name -> text, or a ``Chunked`` text written piece by piece), ``binaries`` (name ->
     bytes, e.g. .npz) and ``figures`` (name -> matplotlib Figure, PNG) into ``out_dir`` as one set; returns
-    the written paths
-    in order. On any failure raise UserError (one line) and leave ``out_dir`` as it was
+    the written paths in order. On any failure raise UserError (one line) and leave ``out_dir`` as it was
     (absent if it was absent). ``retire``: ``out_dir -> names`` of an earlier set (e.g. read
     from its manifest), called under the folder lock; those not written now are removed."""
     out_dir = Path(out_dir)

@@ -22,6 +22,8 @@ import jax
 import pytest
 from hypothesis import HealthCheck, configuration, settings
 
+from tests.alone_files import ALONE_FILES  # files whose tests need the whole machine (scripts/test reads it too)
+
 # The memory guard (issue 34): ends the run in one line when a test takes the pytest process past
 # POSBIAS_TEST_MAX_GB (default 6) or a process it starts past POSBIAS_TEST_SUBPROCESS_MAX_GB (default 4);
 # POSBIAS_TEST_MAX_GB=off switches it off.
@@ -191,10 +193,6 @@ def _relative_id(item) -> tuple[str, str]:
     """("dir/test_file.py", "dir/test_file.py::name[params]") relative to tests/."""
     path = item.path.relative_to(Path(__file__).parent).as_posix()
     return path, f"{path}::{item.nodeid.split('::', 1)[1]}"
-
-
-# Files whose tests need the whole machine: tests/alone_files.py (read by scripts/test too).
-from tests.alone_files import ALONE_FILES  # noqa: E402 - beside the hook that marks them
 
 
 def pytest_collection_modifyitems(config, items):

@@ -162,6 +162,16 @@ def _weight_map(folder: Path) -> dict:
     return {name: path for name, (path, _) in weight_dtypes(folder).items()}
 
 
+def read_tensor(path: Path, name: str, where) -> np.ndarray:
+    """The tensor ``name`` of the safetensors file ``path`` as stored, refused unless stored as floating point
+    (``require_float``)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="numpy") as f:
+        require_float(name, f.get_slice(name).get_dtype(), where)
+        return f.get_tensor(name)
+
+
 def require_float(name: str, dtype: str, where) -> None:
     """A weight stored as integers (a quantised checkpoint's packed values) would be read as numbers."""
     if dtype not in FLOAT_DTYPES:
@@ -188,16 +198,12 @@ class Checkpoint:
 
     def tensor(self, name: str) -> np.ndarray:
         """The tensor ``name`` (relative to the base prefix) as stored (float32, float16 or bfloat16)."""
-        from safetensors import safe_open
-
         full = self.prefix + name
         if full not in self.files:
             raise CheckpointError(
                 f"{self.folder}: tensor {full} is missing (a {self.spec.model_type} checkpoint should have it)"
             )
-        with safe_open(str(self.files[full]), framework="numpy") as f:
-            require_float(full, f.get_slice(full).get_dtype(), self.folder)
-            value = f.get_tensor(full)
+        value = read_tensor(self.files[full], full, self.folder)
         self.read.add(full)
         return value
 

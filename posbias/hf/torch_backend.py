@@ -229,12 +229,11 @@ def load(path, precision: str = "float64", *, read=None) -> Loaded:
                 f"{path}: tensor {missing[0]}{more} missing from the checkpoint (transformers would "
                 "initialise it at random): not a complete model for this config.json"
             )
-        for name, _ in model.named_parameters():
+        for name, p in model.named_parameters():
             if dtypes is not None and name in dtypes:
                 checkpoint.require_float(name, dtypes[name][1], path)
-        bad = next((name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())), None)
-        if bad is not None:
-            raise UserError(f"{path}: tensor {bad} has non-finite values (NaN or infinity): nothing to measure")
+            if not bool(torch.isfinite(p).all()):
+                raise UserError(f"{path}: tensor {name} has non-finite values (NaN or infinity): nothing to measure")
     for message in messages:  # a model that loads: transformers' own warnings, as it would print them
         print(f"[transformers] {message}", file=sys.stderr)
     model.eval()

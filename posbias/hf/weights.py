@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from posbias.hf.checkpoint import Checkpoint, CheckpointError, require_float
+from posbias.hf.checkpoint import Checkpoint, CheckpointError, read_tensor
 from posbias.hf.families import layer_norm_names, split_qkv
 
 
@@ -150,8 +150,6 @@ def params(ckpt: Checkpoint, dtype=np.float32) -> dict:
 
 def _top_level(ckpt: Checkpoint, name: str) -> np.ndarray:
     """A tensor outside the base prefix (the untied lm_head of a *ForCausalLM save)."""
-    from safetensors import safe_open
-
     if hasattr(ckpt, "top_level"):  # a GGUF file (posbias.hf.gguf.GGUFCheckpoint) dequantizes its own
         return ckpt.top_level(name)
 
@@ -159,6 +157,4 @@ def _top_level(ckpt: Checkpoint, name: str) -> np.ndarray:
         raise CheckpointError(
             f"{ckpt.folder}: tensor {name} is missing and config.json says tie_word_embeddings is false"
         )
-    with safe_open(str(ckpt.files[name]), framework="numpy") as f:
-        require_float(name, f.get_slice(name).get_dtype(), ckpt.folder)
-        return f.get_tensor(name)
+    return read_tensor(ckpt.files[name], name, ckpt.folder)

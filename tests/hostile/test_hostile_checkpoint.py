@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import struct
 import sys
 from collections.abc import Callable
@@ -28,10 +27,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.hf_folders import hf_copy
 from tests.peak import peak_rss
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
-LLAMA = FIXTURES / "llama"
 CONSOLE = str(Path(sys.executable).with_name("posbias"))
 PEAK_LIMIT = 2.5 * 2**30  # every refusal and the small model's measurement stay far below it
 WEIGHTS = "model.safetensors"
@@ -39,25 +37,12 @@ Q = "model.layers.0.self_attn.q_proj.weight"
 
 
 def _copy(path: Path) -> Path:
-    shutil.copytree(LLAMA, path)
-    return path
+    return hf_copy(path.parent, "llama", path.name)
 
 
 def _config(**changes) -> Callable[[Path], Path]:
     """config.json with keys changed (None: removed)."""
-
-    def make(path: Path) -> Path:
-        folder = _copy(path)
-        config = json.loads((folder / "config.json").read_text())
-        for key, value in changes.items():
-            if value is None:
-                config.pop(key, None)
-            else:
-                config[key] = value
-        (folder / "config.json").write_text(json.dumps(config))
-        return folder
-
-    return make
+    return lambda path: hf_copy(path.parent, "llama", path.name, edit=changes)
 
 
 def _file(name: str, transform: Callable[[bytes], bytes]) -> Callable[[Path], Path]:
@@ -120,12 +105,7 @@ def _extra_file(name: str, text: str) -> Callable[[Path], Path]:
 
 
 def _without(name: str) -> Callable[[Path], Path]:
-    def make(path: Path) -> Path:
-        folder = _copy(path)
-        (folder / name).unlink()
-        return folder
-
-    return make
+    return lambda path: hf_copy(path.parent, "llama", path.name, drop=(name,))
 
 
 def _a_file(path: Path) -> Path:

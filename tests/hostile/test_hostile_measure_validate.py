@@ -38,9 +38,9 @@ from hypothesis import strategies as st
 from posbias.cli import main
 from posbias.files import STAMP_KEY, set_stamp
 from posbias.io.reports import read_report
+from tests.hf_folders import FIXTURES, hf_copy
 from tests.peak import peak_rss
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 CONSOLE = Path(sys.executable).with_name("posbias")
 HF_SET = {"config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json", "bias_fit.json"}
 VALIDATE_TOP = {"report.json", "report.md", "validate.png", "profiles", "kernels"}
@@ -91,28 +91,6 @@ def assert_refused(code: int, err: str, message: str) -> None:
     assert err.count("\n") == 1 and err.endswith("\n"), f"expected one stderr line, got {err!r}"
     assert err.startswith("posbias"), err
     assert message in err, f"{message!r} not in {err!r}"
-
-
-def hf_copy(
-    tmp: Path, family: str = "bloom", name: str = "ck", *, config=None, edit: dict | None = None, drop: tuple = ()
-) -> Path:
-    """A copy of a fixture folder: ``config`` replaces config.json's text (or JSON value), ``edit``
-    updates its keys (None deletes one), ``drop`` removes files."""
-    folder = tmp / name
-    shutil.copytree(FIXTURES / family, folder)
-    if edit is not None:
-        cfg = json.loads((folder / "config.json").read_text())
-        for key, value in edit.items():
-            if value is None:
-                cfg.pop(key, None)
-            else:
-                cfg[key] = value
-        (folder / "config.json").write_text(json.dumps(cfg))
-    if config is not None:
-        (folder / "config.json").write_text(config if isinstance(config, str) else json.dumps(config))
-    for file in drop:
-        (folder / file).unlink()
-    return folder
 
 
 def fixture_text(family: str = "bloom") -> str:
