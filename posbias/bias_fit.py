@@ -528,7 +528,7 @@ def pre_softmax_logits(content_mean: np.ndarray, scales, slopes, layer: int) -> 
 
 
 def fit_measurement(m, *, family: str = "table", smoothness: float = DEFAULT_SMOOTHNESS) -> BiasFit:
-    """``fit_bias`` of a ``posbias.lm.measure.Measurement``'s mean pre-softmax logits (its content,
+    """``fit_bias`` of a ``posbias.measure.quantities.Measurement``'s mean pre-softmax logits (its content,
     per-layer softmax scales, slopes and mask)."""
     if m.scales is None:
         raise BiasFitError("measurement: no per-layer softmax scales recorded (measured by an older posbias)")

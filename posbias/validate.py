@@ -30,8 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -40,14 +38,12 @@ from posbias import argtypes
 from posbias.argtypes import size
 from posbias.errors import UserError
 from posbias.io.reports import validate_report
-from posbias.measure.defaults import default_lengths
 from posbias.validate_panels import PANELS as VARIANT_PANELS
 from posbias.validate_panels import PAPER_PANELS
 from posbias.validate_panels import PREDICTIONS as VARIANT_PREDICTIONS
 
 PANELS = {**PAPER_PANELS, **VARIANT_PANELS}
 PREDICTIONS = ("a", "b", "c", "e")
-ALIBI_DEFAULT_LENGTHS = (128, 256)
 
 
 def predictions(measurement, slopes: np.ndarray, *, causal: bool = True) -> dict[str, np.ndarray]:
@@ -135,234 +131,42 @@ def report_markdown(
     return "\n".join(lines) + "\n"
 
 
-@dataclass(frozen=True)
-class Subject:
-    """A model to validate, read but not yet measured.
-
-    ``limit``: the longest N with ``limit_phrase`` naming it (None: no limit, ALiBi);
-    ``training_length``: the length an ALiBi checkpoint was trained at, where known (longer N extrapolate);
-    ``sequences(lengths, samples)``: N -> (S, N) held-out token ids for every length (refusing
-    text too short before anything is measured); ``plan(lengths, samples)``: N -> sequences per
-    batch, refusing a length whose memory exceeds ``--memory`` before anything is read;
-    ``measurer()``: loads the weights and returns (sequences, batch, progress) ->
-    ``posbias.lm.measure.Measurement``; ``unused()``: a note on tensors the measured model did not
-    use, or None (after ``measurer``)."""
-
-    source: str
-    model_line: str
-    notes: tuple[str, ...]
-    limit: int | None
-    limit_phrase: str
-    training_length: int | None
-    default_lengths: tuple[int, ...]
-    slopes: np.ndarray
-    causal: bool
-    sequences: Callable[[tuple[int, ...], int], dict]
-    plan: Callable[[tuple[int, ...], int], dict]
-    measurer: Callable[[], Callable]
-    unused: Callable[[], str | None] = lambda: None
-
-
-def _trained_subject(args) -> Subject:
-    """The model trained here: the given run folder / checkpoint.npz, or runs/lm-<preset> (trained first if needed)."""
-    from posbias.lm import checkpoint as ckpt
-    from posbias.lm.config import PRESETS
-    from posbias.lm.data import heldout_sequences, load_corpus
-    from posbias.lm.measure import measure
-    from posbias.lm.model import slopes_of
-    from posbias.lm.train import train
-
-    if args.data is not None:
-        raise UserError(
-            "--data applies to Hugging Face checkpoints; a posbias train model is validated on its held-out topics"
-        )
-    if args.checkpoint is not None:
-        loaded, source = ckpt.load(args.checkpoint), str(args.checkpoint)
-    else:
-        run_dir = Path("runs") / f"lm-{args.preset}"
-        preset = PRESETS[args.preset]
-        done = (run_dir / ckpt.CHECKPOINT).exists() and ckpt.load(run_dir / ckpt.CHECKPOINT).complete
-        if not done:
-            print(f"posbias validate: training the {args.preset} model into {run_dir} first", file=sys.stderr)
-            train(preset.model, preset.train, run_dir, progress=not args.json, log=lambda line: None)
-        loaded, source = ckpt.load(run_dir / ckpt.CHECKPOINT), str(run_dir)
-    model = loaded.model
-
-    def sequences(lengths, samples):
-        validation = load_corpus().validation
-        return {n: heldout_sequences(validation, n, samples) for n in lengths}
-
-    def measurer():
-        from posbias.measure.defaults import TRAINED_BATCH_MEMORY
-
-        return lambda seqs, batch, progress: measure(
-            loaded.params,
-            model,
-            seqs,
-            precision=args.precision,
-            memory=args.memory or TRAINED_BATCH_MEMORY,
-            progress=progress,
-        )
-
-    line = (
-        f"Model T = {model.layers}, H = {model.heads}, width {model.width}, context {model.context}; "
-        f"S = {args.samples} held-out sequences per length; {args.precision} measurement."
-    )
-    return Subject(
-        source,
-        line,
-        (),
-        model.context,
-        f"context {model.context}",
-        None,
-        default_lengths(model.context),
-        slopes_of(model),
-        True,
-        sequences,
-        lambda lengths, samples: {n: None for n in lengths},
-        measurer,
-    )
-
-
-def _training_length(config: dict) -> int | None:
-    """The sequence length an ALiBi checkpoint was trained at, where its config.json says (MPT, BLOOM)."""
-    value = config.get("max_seq_len", config.get("seq_length"))
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def _rotary_length(config: dict) -> int | None:
-    """A rotary checkpoint's max_position_embeddings (its trained context; longer N extrapolate)."""
-    value = config.get("max_position_embeddings")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def _hf_subject(args) -> Subject:
-    """A Hugging Face checkpoint folder (posbias.hf), measured on ``--data`` or the pydoc validation text."""
-    from posbias.hf import checkpoint, data, weights
-    from posbias.hf.forward import slopes
-    from posbias.hf.measure import measure
-    from posbias.hf.memory import plan as memory_plan
-    from posbias.hf.memory import run_budget
-    from posbias.hf.source import open_checkpoint
-
-    ck = open_checkpoint(args.checkpoint)
-    spec = ck.spec
-    text, label = data.read_text(args.data)
-    alibi, rotary = spec.positions == "alibi", spec.positions == "rotary"
-    context = (
-        "ALiBi, no limit"
-        if alibi
-        else f"rotary, trained at {_rotary_length(ck.config)}"
-        if rotary
-        else f"{spec.context} learned positions"
-    )
-    kind = "causal decoder" if spec.causal else "encoder, full mask"
-    line = (
-        f"Hugging Face checkpoint: model_type {spec.model_type}, T = {spec.layers}, H = {spec.heads}, "
-        f"width {spec.width}, vocab {spec.vocab}, context {context} ({kind}); data: {label}; "
-        f"S = {args.samples} sequences per length; {args.precision} measurement."
-    )
-    mask = "causal mask" if spec.causal else "full mask"
+def prediction_notes(backend) -> tuple[str, ...]:
+    """What a reader of report.md must know about how (a)-(c) and (e) relate to this model's positions and
+    mask (``posbias.measure.backend.Backend``'s ``positions``, ``windows_note`` and ``causal``)."""
+    mask = "causal mask" if backend.causal else "full mask"
     notes = ()
-    if rotary:
+    if backend.positions == "rotary":
         notes += (
             f"Rotary positions (RoPE): the positional term is not a separable slope, so the ALiBi "
             f"prediction does not apply: (a) and (b) are pure {mask} rollouts (slopes 0, as for learned "
             f"positions); the rotation lives in the content logits (the full pre-softmax q.k), so it reaches "
             f"(c) only through the measured content diagonal and (e) through the measured kernels.",
         )
-        if spec.windows is not None:
+        if backend.windows_note:
             notes += (
-                f"Sliding windows {sorted({w for w in spec.windows if w is not None})}: (a)-(c) use the full "
-                f"{mask}; (e) uses the measured (windowed) kernels.",
+                f"{backend.windows_note}: (a)-(c) use the full {mask}; (e) uses the measured (windowed) kernels.",
             )
-    elif not alibi:
+    elif backend.positions in ("learned", "unknown"):
+        kind = "Learned absolute positions" if backend.positions == "learned" else "Rotary or learned positions"
         notes += (
-            f"Learned absolute positions: no ALiBi term (slopes 0), so (a) and (b) are pure {mask} "
-            f"rollouts; the learned position signal lives in the content logits, so it reaches (c) only "
-            f"through the measured content diagonal and (e) through the measured kernels.",
+            f"{kind}: no ALiBi term (slopes 0), so (a) and (b) are pure {mask} rollouts; the position "
+            f"signal lives in the content logits, so it reaches (c) only through the measured content "
+            f"diagonal and (e) through the measured kernels.",
         )
-    if not spec.causal:
+    if not backend.causal:
         notes += (
             "Encoder: every token reads every token; (a)-(c) and (e) use the full mask and the profile is "
-            "the last position's row" + (" (ALiBi in (a)-(c): the symmetric -m |i - j|)." if alibi else "."),
+            "the last position's row"
+            + (" (ALiBi in (a)-(c): the symmetric -m |i - j|)." if backend.positions == "alibi" else "."),
         )
-    tokenizer = ck.tokenizer()
-
-    def sequences(lengths, samples):
-        from posbias.hf import bos
-
-        first = bos.bos_id(tokenizer, ck.config, getattr(args, "bos", "auto"), str(ck.folder))
-        return bos.windows(tokenizer, text, lengths, samples, label, first)
-
-    def plan(lengths, samples):
-        budget, stored = run_budget(args.memory), checkpoint.stored_bytes(ck)
-        itemsize = 8 if args.precision == "float64" else 4
-        tied = ck.family.tied(ck.config)
-        return {
-            n: memory_plan(
-                spec,
-                n,
-                samples,
-                itemsize,
-                stored + validate_bytes(spec, n),
-                budget,
-                tied=tied,
-                what=f"posbias validate of {ck.folder}",
-            ).batch
-            for n in lengths
-        }
-
-    def measurer():
-        params = weights.params(ck, None)
-        return lambda seqs, batch, progress: measure(
-            params, spec, seqs, precision=args.precision, batch=batch, progress=progress
-        )
-
-    unlimited = alibi or rotary
-    lengths = ALIBI_DEFAULT_LENGTHS if unlimited else default_lengths(min(spec.context, ALIBI_DEFAULT_LENGTHS[-1]))
-    trained = _training_length(ck.config) if alibi else _rotary_length(ck.config) if rotary else None
-    return Subject(
-        str(ck.folder),
-        line,
-        notes,
-        spec.context,
-        context,
-        trained,
-        lengths,
-        slopes(spec),
-        spec.causal,
-        sequences,
-        plan,
-        measurer,
-        lambda: checkpoint.unused_note(ck),
-    )
+    return notes
 
 
-def validate_bytes(spec, n: int) -> int:
+def validate_bytes(layers: int, n: int) -> int:
     """What validate holds beyond a measurement at N (``posbias.hf.memory.host_bytes``): the float64
     kernels, their renormalised copy and the (e) rollout's stack, 3 x 8 T N^2."""
-    return 3 * 8 * spec.layers * n * n
-
-
-def _subject(args) -> Subject:
-    """A Hugging Face checkpoint folder (the dispatch of ``posbias measure``) or the model trained here."""
-    from posbias.hf.checkpoint import refuse_other, route
-
-    kind = "trained" if args.checkpoint is None else route(args.checkpoint)
-    if kind == "other":
-        refuse_other(args.checkpoint, "--checkpoint")
-    backend = getattr(args, "backend", "jax")
-    if kind in ("hf", "gguf") and backend == "transformers":
-        from posbias.hf.torch_backend import validate_subject
-
-        return validate_subject(args, Subject)
-    if kind not in ("hf", "gguf") and (backend != "jax" or getattr(args, "bos", "auto") != "auto"):
-        raise UserError(
-            "--backend and --bos apply to Hugging Face checkpoints and .gguf files, not to a "
-            "posbias train model (bytes, no BOS token)"
-        )
-    return _hf_subject(args) if kind in ("hf", "gguf") else _trained_subject(args)
+    return 3 * 8 * layers * n * n
 
 
 EPILOG = """\
@@ -456,9 +260,10 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from posbias.bias_fit import BiasFitError
     from posbias.files import check_out, write_run
+    from posbias.measure.backend import Options
+    from posbias.measure.pipeline import load, measure_lengths, open_backend, prepare
     from posbias.measure.sinks import sink_diagnostics
     from posbias.output import position_csv
-    from posbias.progress import progress_bar
     from posbias.validate_panels import bias_prediction, extra_predictions, kernels_npz, mark_flat
     from posbias.validate_panels import figure as variants_figure
 
@@ -466,33 +271,30 @@ def run(args) -> int:
         raise UserError(f"--samples: expected a positive integer, got {args.samples}")
     if args.checkpoint is not None and not args.checkpoint.exists():
         raise UserError(f"--checkpoint {args.checkpoint}: no such file or folder")
-    subject = _subject(args)
-    lengths = args.lengths or subject.default_lengths
-    too_long = [n for n in lengths if subject.limit is not None and n > subject.limit]
-    if too_long:
-        raise UserError(f"--lengths: N = {too_long[0]} is longer than the model's {subject.limit_phrase}")
+    options = Options(args.precision, args.memory, args.data, args.bos, verb="validated")
+    backend = open_backend(
+        args.checkpoint, options, args.backend, flag="--checkpoint", preset=args.preset, progress=not args.json
+    )
+    lengths = tuple(args.lengths or backend.default_lengths)
     out = args.out or Path("posbias-out")
+    too_long = [n for n in lengths if backend.limit is not None and n > backend.limit]
+    if too_long:
+        raise UserError(f"--lengths: N = {too_long[0]} is longer than the model's {backend.limit_phrase}")
     check_out(out, ("report.json", "report.md", "validate.png"))
-    batches = subject.plan(lengths, args.samples)
-    sequences = subject.sequences(lengths, args.samples)
-    notes = subject.notes
-    beyond = [str(n) for n in lengths if subject.training_length is not None and n > subject.training_length]
+    plans, sequences = prepare(backend, lengths, args.samples, "--lengths", lambda n: validate_bytes(backend.layers, n))
+    notes = prediction_notes(backend)
+    beyond = [str(n) for n in lengths if backend.training_length is not None and n > backend.training_length]
     if beyond:
         notes += (
-            f"N = {', '.join(beyond)}: longer than the training length {subject.training_length} in "
-            f"config.json (ALiBi extrapolates).",
+            f"N = {', '.join(beyond)}: longer than the training length {backend.training_length} in "
+            f"config.json ({'ALiBi extrapolates' if backend.positions == 'alibi' else 'the model extrapolates'}).",
         )
-    measure = subject.measurer()
-    unused = subject.unused()
-    if unused:
-        print(f"posbias validate: warning: {unused}", file=sys.stderr)
-        notes += (unused,)
+    measurer, measured_notes = load(backend, "validate")
+    notes += tuple(measured_notes)
     report, panels_by_n, texts, lambdas, sinks, sinks_by_n, binaries = {}, {}, {}, {}, {}, {}, {}
-    for n in lengths:
-        with progress_bar(not args.json, f"measure N = {n}", "sequences") as update:
-            m = measure(sequences[n], batches[n], update)
-        panels = predictions(m, subject.slopes, causal=subject.causal)
-        panels.update(extra_predictions(m, causal=subject.causal))
+    for n, m in measure_lengths(measurer, plans, sequences, show=not args.json):
+        panels = predictions(m, backend.slopes, causal=backend.causal)
+        panels.update(extra_predictions(m, causal=backend.causal))
         try:
             panels["i"] = bias_prediction(m)
         except BiasFitError as exc:
@@ -500,7 +302,7 @@ def run(args) -> int:
         panels["d"] = m.influence
         keys = [k for k in PREDICTIONS + VARIANT_PREDICTIONS if k in panels]
         report[str(n)] = mark_flat(score(m.influence, {k: panels[k] for k in keys}))
-        sinks[str(n)] = sink_diagnostics(m, causal=subject.causal)
+        sinks[str(n)] = sink_diagnostics(m, causal=backend.causal)
         sinks_by_n[n] = sinks[str(n)]
         binaries[f"kernels/{n}.npz"] = kernels_npz(m)
         panels_by_n[n] = panels
@@ -512,12 +314,17 @@ def run(args) -> int:
     text = json.dumps(validate_report(report, sinks), indent=2) + "\n"
     texts["report.json"] = text
     texts["report.md"] = report_markdown(
-        report, source=subject.source, model_line=subject.model_line, notes=notes, lambdas=lambdas, sinks=sinks
+        report,
+        source=backend.source,
+        model_line=backend.model_line(args.samples),
+        notes=notes,
+        lambdas=lambdas,
+        sinks=sinks,
     )
     written = write_run(
         out,
         texts,
-        {"validate.png": variants_figure(panels_by_n, sinks_by_n, f"posbias validate: {subject.source}")},
+        {"validate.png": variants_figure(panels_by_n, sinks_by_n, f"posbias validate: {backend.source}")},
         binaries,
     )
     if args.json:

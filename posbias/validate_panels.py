@@ -1,13 +1,13 @@
 """What ``posbias validate`` compares beyond the paper's panels (a)-(e): kernel variants, baselines, sinks.
 
-For one measurement (``posbias.lm.measure.Measurement``) at N tokens, each profile the last row
+For one measurement (``posbias.measure.quantities.Measurement``) at N tokens, each profile the last row
 of a rollout, p = e_{N-1}^T R^(T-1) ... R^(0), R^(t) = (1 - lambda_t) I + lambda_t K^(t)
 (THEORY.md Notation):
 
 (f) the measured head-mean kernels K = A^(t), attention-only (lambda_t = 1): (e) without the residual;
 (g) the value-norm-weighted kernels (Kobayashi et al. 2020, "Attention is not only a weight"): per
     sequence and head A_hij ||W_O^h v_hj||, rows renormalised, the head mean, the data-set mean
-    (``posbias.lm.measure.value_weighted``), with the measured lambda_t;
+    (``posbias.measure.quantities.value_weighted``), with the measured lambda_t;
 (h) (g) attention-only (lambda_t = 1);
 (i) the fitted relative bias (``posbias.bias_fit``, THEORY.md C7): every head's mean pre-softmax logits
     (scaled content plus the ALiBi term) fitted as c_i + b_h(g) + d_h [i = j] + s_h [j = 0] with the

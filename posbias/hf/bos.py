@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from posbias.lm.measure import MeasureError
+from posbias.measure.quantities import MeasureError
 
 MODES = ("auto", "yes", "no")
 
@@ -55,19 +55,21 @@ def bos_id(tokenizer, config: dict, mode: str, where: str) -> int | None:
     return value
 
 
-def windows(tokenizer, text: str, lengths, samples: int, label: str, bos: int | None) -> dict[int, np.ndarray]:
+def windows(
+    tokenizer, text: str, lengths, samples: int, label: str, bos: int | None, flag: str = "--lengths"
+) -> dict[int, np.ndarray]:
     """N -> (S, N) int32 windows of the text for every N of ``lengths``: N text tokens, or ``bos`` and
-    N - 1 text tokens (module docstring); too little text is refused naming ``--lengths``."""
+    N - 1 text tokens (module docstring); too little text is refused naming ``flag`` (the option that set N)."""
     from posbias.hf import data
 
     ids = np.asarray(tokenizer.encode(text, add_special_tokens=False).ids, np.int64)
     out = {}
     for n in sorted(lengths, reverse=True):
         if bos is None:
-            out[n] = data.windows(ids, n, samples, label, "--lengths N =")
+            out[n] = data.windows(ids, n, samples, label, f"{flag} N =")
         else:
             if n < 2:
-                raise MeasureError(f"--lengths N = {n}: a window with a BOS token needs N >= 2")
-            text_part = data.windows(ids, n - 1, samples, label, "--lengths N - 1 (after the BOS token) =")
+                raise MeasureError(f"{flag} N = {n}: a window with a BOS token needs N >= 2")
+            text_part = data.windows(ids, n - 1, samples, label, f"{flag} N - 1 (after the BOS token) =")
             out[n] = np.concatenate([np.full((len(text_part), 1), bos, np.int32), text_part], axis=1)
     return out

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from posbias.lm.measure import MeasureError
+from posbias.measure.quantities import MeasureError
 
 
 def read_text(path: Path | None) -> tuple[str, str]:
@@ -49,11 +49,6 @@ def read_text(path: Path | None) -> tuple[str, str]:
     return "\n\n".join(docs), str(path)
 
 
-def token_ids(tokenizer, text: str) -> np.ndarray:
-    """The text's token ids (int64), tokenized once for every length measured on it."""
-    return np.asarray(tokenizer.encode(text).ids, np.int64)
-
-
 def windows(ids: np.ndarray, num_tokens: int, samples: int, label: str, length_flag: str = "--tokens") -> np.ndarray:
     """(S, N) int32 windows of ``ids`` at evenly spaced offsets; too few tokens or windows get one line
     naming ``length_flag`` (the option that set N)."""
@@ -67,8 +62,3 @@ def windows(ids: np.ndarray, num_tokens: int, samples: int, label: str, length_f
             f"--samples {samples}: {label} has {ids.size} tokens, only {available} windows of N = {num_tokens}"
         )
     return heldout_sequences(ids, num_tokens, samples)
-
-
-def sequences(tokenizer, text: str, num_tokens: int, samples: int, label: str) -> np.ndarray:
-    """(S, N) int32 windows of the tokenized text at evenly spaced offsets."""
-    return windows(token_ids(tokenizer, text), num_tokens, samples, label)

@@ -1,6 +1,6 @@
-"""Measuring a Hugging Face checkpoint: ``posbias.lm.measure``'s definitions on ``posbias.hf.forward``.
+"""Measuring a Hugging Face checkpoint: ``posbias.measure.quantities``' definitions on ``posbias.hf.forward``.
 
-The quantities are those of ``posbias.lm.measure`` (its docstring has the math; THEORY.md
+The quantities are those of ``posbias.measure.quantities`` (its docstring has the math; THEORY.md
 Notation and "Comparing with measured influence"), computed on S sequences of N token ids:
 
 * lambda_t = mean over positions and sequences of ||a_t,i|| / (||x_t,i|| + ||a_t,i||)
@@ -9,15 +9,15 @@ Notation and "Comparing with measured influence"), computed on S sequences of N 
 * kernels: the data-set mean of every head's attention probabilities and their head mean;
 * value norms ||W_O^h v_hj|| (no bias) and the value-norm-weighted kernels (Kobayashi et al. 2020:
   per sequence and head A_hij ||W_O^h v_hj|| with rows renormalised, then the head mean; the
-  data-set mean of that), ``posbias.lm.measure.value_weighted``;
-* content: the mean raw logits q.k fitted as b + d [i = j] (``posbias.lm.measure.content_fit``
+  data-set mean of that), ``posbias.measure.quantities.value_weighted``;
+* content: the mean raw logits q.k fitted as b + d [i = j] (``posbias.measure.quantities.content_fit``
   with the family's per-layer softmax scale s_t and its mask: a decoder's causal entries, an
   encoder's every entry);
 * influence: ||d p_top1 / d e_j||_2 at the last position, e_j the token embedding,
   averaged over sequences and normalised to sum 1 (an encoder without a language-model
   head: ||d y / d e_j||_F, y the final hidden state at the last position).
 
-The result is a ``posbias.lm.measure.Measurement`` (the same record and the same
+The result is a ``posbias.measure.quantities.Measurement`` (the same record and the same
 ``content_fit``), with the family's slopes (zeros for learned absolute positions).
 
 Scale: the gradient runs the forward with rematerialisation (``jax.checkpoint`` on each
@@ -41,11 +41,18 @@ import numpy as np
 
 from posbias.hf.families import Spec
 from posbias.hf.memory import batch_size, estimate
-from posbias.lm.measure import MeasureError, Measurement, accumulate, batch_capture, lambda_ratios, value_weighted
+from posbias.measure.quantities import (
+    MeasureError,
+    Measurement,
+    accumulate,
+    batch_capture,
+    lambda_ratios,
+    value_weighted,
+)
 
 
 def capture_fn(spec: Spec, dtype=np.float32):
-    """``posbias.lm.measure.batch_capture`` of the checkpoint's forward, in the compute ``dtype``."""
+    """``posbias.measure.quantities.batch_capture`` of the checkpoint's forward, in the compute ``dtype``."""
     from posbias.hf.forward import forward
 
     def one(params, ids):

@@ -1,6 +1,6 @@
 """``posbias measure --backend transformers``: the measurement of ``posbias.hf.measure`` through transformers.
 
-The same definitions (``posbias.lm.measure``'s docstring; THEORY.md Notation and "Comparing
+The same definitions (``posbias.measure.quantities``'s docstring; THEORY.md Notation and "Comparing
 with measured influence"), read from transformers' own eager forward by PyTorch hooks, for
 architectures the JAX families do not cover (and side by side with them where they do):
 
@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from posbias.errors import UserError
-from posbias.lm.measure import DENOMINATOR_FLOOR, MeasureError, Measurement, accumulate
+from posbias.measure.quantities import DENOMINATOR_FLOOR, MeasureError, Measurement, accumulate
 
 IMPLEMENTATION = "posbias_eager"
 
@@ -358,7 +358,7 @@ class _Recorder:
 
 
 def capture_fn(loaded: Loaded):
-    """(params, (B, N) ids) -> the ``posbias.lm.measure.accumulate`` capture tuple: lambda means and sums
+    """(params, (B, N) ids) -> the ``posbias.measure.quantities.accumulate`` capture tuple: lambda means and sums
     of squares (B, T); the batch's sums of probabilities and raw content logits (T, H, N, N), of the
     value-norm-weighted head-mean kernels (T, N, N) and of the value norms (T, H, N); NumPy float64."""
     torch, _ = require_torch()
@@ -522,140 +522,3 @@ def notes(loaded: Loaded) -> list[str]:
         else "BLOOM's ALiBi slopes are not read by this backend: the slopes in config.yaml are 0 (the JAX route "
         "records them)",
     ]
-
-
-def run_measure(args) -> int:
-    """``posbias measure --backend transformers CHECKPOINT``: the files of ``posbias.hf.outputs`` (the JAX
-    route's set), measured through transformers; returns 0 (bad input raises ``UserError``)."""
-    from posbias.files import check_out, write_run
-    from posbias.hf import data, outputs
-    from posbias.measure.defaults import DEFAULT_TOKENS
-    from posbias.progress import progress_bar
-
-    path = Path(args.checkpoint)
-    if args.samples < 1:
-        raise MeasureError(f"--samples: expected a positive integer, got {args.samples}")
-    tokenizer = tokenizer_of(path)
-    read = read_config(path)  # the input is checked in full before any weight is read
-    config = read[0]
-    context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    n = args.tokens if args.tokens is not None else min(DEFAULT_TOKENS, context or DEFAULT_TOKENS)
-    if n < 1:
-        raise MeasureError(f"--tokens: expected a positive integer, got {n}")
-    if context is not None and config.model_type in ("gpt2", "opt") and n > context:
-        raise MeasureError(f"--tokens {n}: longer than the model's {context} learned positions ({path})")
-    folder = path if path.is_dir() else path.parent
-    out = args.out if args.out is not None else folder / f"measure-N{n}-S{args.samples}-transformers"
-    check_out(out, outputs.FILES)
-    text, label = data.read_text(getattr(args, "data", None))
-    seqs = data.sequences(tokenizer, text, n, args.samples, label)
-    loaded = load(path, args.precision, read=read)
-    with progress_bar(not args.quiet, "measure (transformers)", "sequences") as update:
-        m = measure(loaded, seqs, precision=args.precision, memory=args.memory or 2**30, progress=update)
-    meta = {
-        "model_type": loaded.model_type,
-        "layers": loaded.layers,
-        "heads": loaded.heads,
-        "width": loaded.width,
-        "vocab": loaded.vocab,
-        "data": label,
-        "backend": "transformers",
-        "notes": notes(loaded),
-    }
-    files = outputs.render(m, source=str(path), content_scale=args.content_scale, meta=meta, causal=True)
-    written = write_run(Path(out), {}, binaries=files)
-    from posbias.hf.outputs import print_summary
-
-    print_summary(
-        f"{path} ({loaded.model_type} through transformers, T={loaded.layers}, H={loaded.heads}, "
-        f"D={loaded.width}), N = {n}, S = {args.samples}, {args.precision}",
-        m,
-        written,
-    )
-    return 0
-
-
-def validate_subject(args, subject_type):
-    """``posbias validate --checkpoint PATH --backend transformers``: a ``posbias.validate.Subject``
-    (``subject_type``) whose measurer is this module's ``measure``. The slopes of (a)-(c) are those of
-    posbias's JAX family where it has one (BLOOM's ALiBi), else 0 (learned or rotary positions)."""
-    from posbias.errors import UserError
-    from posbias.hf import bos, data
-    from posbias.measure.defaults import default_lengths
-
-    path = Path(args.checkpoint)
-    config, _, _, _ = read_config(path)
-    layout_of(config.model_type, str(path))
-    tokenizer = tokenizer_of(path)
-    try:
-        from posbias.hf.forward import slopes as jax_slopes
-        from posbias.hf.source import open_checkpoint
-
-        spec = open_checkpoint(path).spec
-        slopes, alibi = jax_slopes(spec), spec.positions == "alibi"
-    except UserError:
-        slopes, alibi = np.zeros(int(config.num_attention_heads)), False
-    context = (
-        None if alibi else (getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None))
-    )
-    text, label = data.read_text(args.data)
-    layers, heads = int(config.num_hidden_layers), int(config.num_attention_heads)
-    line = (
-        f"Checkpoint through transformers: model_type {config.model_type}, T = {layers}, H = {heads}, "
-        f"width {config.hidden_size}, vocab {config.vocab_size}, "
-        f"context {'ALiBi, no limit' if context is None else f'{context} positions'} (causal decoder); "
-        f"data: {label}; S = {args.samples} sequences per length; {args.precision} measurement."
-    )
-    notes = (
-        (
-            "Rotary or learned positions: no ALiBi term (slopes 0), so (a) and (b) are pure causal-mask "
-            "rollouts; the position signal reaches (e)-(h) through the measured kernels.",
-        )
-        if not alibi
-        else ()
-    )
-    notes += (
-        f"Measured through transformers (eager attention, hooks on each block's input and on "
-        f"{LAYOUTS[config.model_type].addend}); its eager softmax runs in float32 whatever the dtype.",
-    )
-    state = {}
-
-    def sequences(lengths, samples):
-        first = bos.bos_id(tokenizer, config.to_dict(), getattr(args, "bos", "auto"), str(path))
-        return bos.windows(tokenizer, text, lengths, samples, label, first)
-
-    def plan(lengths, samples):
-        budget = args.memory or 2**30
-        itemsize = 8 if args.precision == "float64" else 4
-        shape = Loaded(
-            None,
-            LAYOUTS[config.model_type],
-            config.model_type,
-            layers,
-            heads,
-            int(config.hidden_size),
-            int(config.vocab_size),
-            str(path),
-        )
-        out = {}
-        for n in lengths:
-            per = bytes_per_sequence(shape, n, itemsize)
-            if per > budget:
-                raise MeasureError(
-                    f"--memory {budget}: one sequence of N = {n} needs about {per} bytes (transformers backend)"
-                )
-            out[n] = int(max(1, min(samples, budget // per)))
-        return out
-
-    def measurer():
-        state["loaded"] = load(path, args.precision)
-
-        def run(seqs, batch, progress):
-            return measure(state["loaded"], seqs, precision=args.precision, batch=batch, progress=progress)
-
-        return run
-
-    lengths = default_lengths(min(context, 256)) if context is not None else (128, 256)
-    return subject_type(
-        str(path), line, notes, context, f"{context} positions", None, lengths, slopes, True, sequences, plan, measurer
-    )

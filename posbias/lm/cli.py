@@ -16,7 +16,6 @@ from posbias import argtypes
 from posbias.argtypes import at_least, size
 from posbias.errors import UserError
 from posbias.lm.limits import PRESET_NAMES, SEED_MAX, SLOPE_CONVENTIONS
-from posbias.measure.defaults import TRAINED_BATCH_MEMORY
 
 EXIT_USAGE = 2
 
@@ -135,6 +134,13 @@ def add_parser(subparsers) -> tuple:
         "transformers (its eager forward with PyTorch hooks, for architectures posbias's JAX "
         "families do not cover: needs pip install 'posbias[hf]')",
     )
+    me.add_argument(
+        "--bos",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="Hugging Face checkpoints and .gguf files: start every window with the model's BOS token (yes), "
+        "never (no), or as its tokenizer does for one input (auto, default); see posbias.hf.bos",
+    )
     me.add_argument("--quiet", action="store_true", help="no progress bar")
     return tr, me
 
@@ -186,112 +192,19 @@ def _train(args) -> int:
 
 
 def _measure(args) -> int:
-    from posbias.hf.checkpoint import refuse_other, route
-    from posbias.lm import checkpoint as ckpt
-    from posbias.lm import outputs
-    from posbias.lm.data import heldout_sequences, load_corpus
-    from posbias.lm.measure import MeasureError, measure
-    from posbias.progress import progress_bar
+    from posbias.measure.backend import Options
+    from posbias.measure.pipeline import measure_to_folder, open_backend
 
-    kind = route(args.checkpoint)
-    if kind == "other":
-        refuse_other(args.checkpoint, "RUN")
-    if kind in ("hf", "gguf") and getattr(args, "backend", "jax") == "transformers":
-        from posbias.hf.torch_backend import run_measure as run_transformers
-
-        return run_transformers(args)
-    if kind in ("hf", "gguf"):
-        from posbias.hf.cli import run_measure
-
-        return run_measure(args)
-    if getattr(args, "backend", "jax") == "transformers":
-        raise MeasureError(
-            "--backend transformers applies to Hugging Face checkpoints and .gguf files, not to a posbias train model"
-        )
-    if args.data is not None:
-        raise MeasureError(
-            "--data applies to Hugging Face checkpoints; a posbias train model is measured on its held-out topics"
-        )
-    loaded = ckpt.load(args.checkpoint)
-    context = loaded.model.context
-    n = context if args.tokens is None else args.tokens
-    if n < 1:
-        raise MeasureError(f"--tokens: expected a positive integer, got {n}")
-    if n > context:
-        raise MeasureError(
-            f"--tokens {n}: longer than the model's context length {context} ({ckpt.resolve(args.checkpoint)})"
-        )
-    if args.samples < 1:
-        raise MeasureError(f"--samples: expected a positive integer (held-out sequences), got {args.samples}")
-    if args.memory is not None:
-        from posbias.lm.measure import bytes_per_sequence
-
-        one = bytes_per_sequence(loaded.model, n, 8 if args.precision == "float64" else 4)
-        if args.memory < one:
-            raise MeasureError(
-                f"--memory {args.memory} bytes: one sequence of N = {n} needs about {one} bytes "
-                f"({args.precision}); raise --memory or lower --tokens"
-            )
-    corpus = load_corpus()
-    available = corpus.validation.size - n + 1
-    if args.samples > available:
-        raise MeasureError(
-            f"--samples {args.samples}: the validation text ({corpus.validation.size} bytes) has "
-            f"only {available} windows of {n} bytes"
-        )
-    run_dir = args.checkpoint if args.checkpoint.is_dir() else args.checkpoint.parent
-    out = args.out if args.out is not None else run_dir / f"measure-N{n}-S{args.samples}"
-    outputs.check_out(out)
-    notes = []
-    if not loaded.complete:
-        notes.append(f"checkpoint at step {loaded.step} of {loaded.train.steps}: training is not complete")
-    if loaded.meta.get("corpus") != corpus.fingerprint:
-        notes.append(
-            "the corpus differs from the one the model was trained on (another Python version); "
-            "the validation topics are still held out"
-        )
-    for note in notes:
-        print(f"posbias measure: warning: {note}", file=sys.stderr)
-    sequences = heldout_sequences(corpus.validation, n, args.samples)
-    with progress_bar(not args.quiet, "measure", "sequences") as update:
-        m = measure(
-            loaded.params,
-            loaded.model,
-            sequences,
-            precision=args.precision,
-            memory=args.memory or TRAINED_BATCH_MEMORY,
-            progress=update,
-        )
-    source = str(ckpt.resolve(args.checkpoint))
-    files = outputs.render(
-        m,
-        source=source,
+    options = Options(precision=args.precision, memory=args.memory, data=args.data, bos=args.bos)
+    backend = open_backend(args.checkpoint, options, args.backend, flag="RUN")
+    return measure_to_folder(
+        backend,
+        tokens=args.tokens,
+        samples=args.samples,
+        out=args.out,
         content_scale=args.content_scale,
-        meta={
-            "model": loaded.model.to_dict(),
-            "step": loaded.step,
-            "notes": notes,
-            "validation_topics": list(corpus.validation_topics),
-        },
+        show=not args.quiet,
     )
-    written = outputs.write_set(out, files)
-    lam = "  ".join(f"{v:.3f}±{s:.3f}" for v, s in zip(m.lambdas, m.lambda_std))
-    print(
-        f"posbias measure: {source} (T={loaded.model.layers}, H={loaded.model.heads}), N = {n}, "
-        f"S = {args.samples}, {args.precision}"
-    )
-    print(f"  lambda_t (± std over sequences): {lam}   sum = {m.lambdas.sum():.3f}")
-    print(
-        "  content d (scaled) per layer, head-mean: "
-        + "  ".join(f"{v:+.3f}" for v in m.content.diagonal_scaled.mean(axis=1))
-        + f"   R^2 mean {m.content.r2.mean():.3f}"
-    )
-    print(
-        f"  influence: p(0) = {m.influence[0]:.4g}   p(N-1) = {m.influence[-1]:.4g}   "
-        f"argmin = {int(m.influence.argmin())}"
-    )
-    print("  wrote " + ", ".join(str(p) for p in written))
-    return 0
 
 
 def main(argv=None) -> int:

@@ -1,86 +1,25 @@
-"""Measuring a trained model on held-out text: lambda_t, attention kernels, content, influence.
+"""The trained model's forward, captured: ``posbias.measure.quantities`` on ``posbias.lm.model``.
 
-For S held-out sequences of N bytes (``posbias.lm.data.heldout_sequences`` on the
-validation split), in float64 by default (``jax.enable_x64`` scoped to the call):
-
-* lambda_t (THEORY.md Notation; the paper's definition): per position i of a sequence
-  r_i = ||a_t,i|| / (||x_t,i|| + ||a_t,i||), a_t the attention sub-layer's output after W_O
-  and x_t the block input (the denominator clamped at 1e-10, as the paper's code does);
-  lambda_t = the mean of r over positions and sequences. ``lambda_std`` is the paper's
-  spread: the (population) standard deviation over sequences of each sequence's mean over
-  positions; ``lambda_std_positions`` the standard deviation over all (sequence, position).
-* kernels: the data-set mean of every head's attention weights, (T, H, N, N), and their
-  head average A^(t) (uniform head weights, as the model averages heads), (T, N, N).
-* content: the data-set mean of the raw content logits q_i . k_j (ALiBi not included),
-  per layer and head, fitted by least squares with THEORY.md's content model b + d [i = j]
-  on the entries the softmax reads (a decoder's causal entries j <= i, an encoder's every
-  entry): b = mean of the off-diagonal entries read, d = mean of the diagonal - b, and
-  R^2 = 1 - SS_res / SS_tot over the entries read. Reported raw and times the softmax's
-  scale s_t of layer t (the scale the softmax sees: 1/sqrt(d_head) for the model trained
-  here; R^2 is the same for both).
-* influence (THEORY.md "Comparing with measured influence"): ||d p_top1 / d e_j||_2, the
-  gradient of the model's top-1 next-byte probability at the last position (the top byte
-  held fixed) with respect to the input embedding e_j of position j; by ``jax.grad``
-  vmapped over sequences, in batches sized to a memory budget; averaged over sequences
-  and normalised to sum 1.
-
-The probabilities and content logits are summed over each batch on the device
-(``batch_capture``): the host receives one (T, H, N, N) sum per batch, never B copies, and
-adds it to float64 accumulators.
+The quantities and their floating-point limits are ``posbias.measure.quantities``'s (THEORY.md Notation
+and "Comparing with measured influence"); here the byte-level ALiBi model of ``posbias train`` provides
+the capture (probabilities, raw content logits q_i . k_j without the ALiBi term, value norms, block
+inputs and attention outputs) and the influence gradient ||d p_top1 / d e_j||_2 (``jax.grad`` vmapped
+over sequences), in batches sized to a memory budget (``bytes_per_sequence``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from posbias.errors import UserError
 from posbias.lm.config import ModelConfig
-
-DENOMINATOR_FLOOR = 1e-10
-
-
-class MeasureError(UserError):
-    """Bad measurement input: one line."""
-
-
-@dataclass(frozen=True)
-class ContentFit:
-    """Per layer and head (T, H): background b, diagonal excess d (raw q.k and times the softmax's scale s_t), R^2."""
-
-    background_raw: np.ndarray
-    diagonal_raw: np.ndarray
-    background_scaled: np.ndarray
-    diagonal_scaled: np.ndarray
-    r2: np.ndarray
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """What ``measure`` returns; every array float64 (or the float32 of a float32 measurement)."""
-
-    num_tokens: int
-    samples: int
-    precision: str
-    slopes: np.ndarray  # (H,)
-    lambdas: np.ndarray  # (T,)
-    lambda_std: np.ndarray  # (T,) over sequences of per-sequence means (the paper's)
-    lambda_std_positions: np.ndarray  # (T,) over all (sequence, position)
-    lambda_per_sequence: np.ndarray  # (S, T)
-    kernels_per_head: np.ndarray  # (T, H, N, N)
-    kernels: np.ndarray  # (T, N, N)
-    content_mean: np.ndarray  # (T, H, N, N) raw q.k, mean over sequences
-    content: ContentFit
-    grad_norms: np.ndarray | None  # (S, N) ||d p_top1 / d e_j|| (None when not asked)
-    influence: np.ndarray | None  # (N,) mean over sequences, normalised to sum 1
-    batch: int
-    kernels_value: np.ndarray | None = None  # (T, N, N) value-norm-weighted head-mean kernels (``value_weighted``)
-    value_norms: np.ndarray | None = None  # (T, H, N) ||W_O^h v_hj||, mean over sequences
-    scales: np.ndarray | None = None  # (T,) the softmax's factor s_t on the raw q.k of layer t
-    causal: bool = True  # the softmax's mask: causal (j <= i) or full
-    logits_note: str = ""  # why scales * content - slopes (i - j) on that mask is not what the
-    # softmax sees ("" when it is; posbias.bias_fit then refuses)
+from posbias.measure.quantities import (
+    MeasureError,
+    Measurement,
+    accumulate,
+    batch_capture,
+    lambda_ratios,
+    value_weighted,
+)
 
 
 def bytes_per_sequence(config: ModelConfig, num_tokens: int, itemsize: int = 8) -> int:
@@ -95,74 +34,11 @@ def batch_size(config: ModelConfig, num_tokens: int, samples: int, memory: int, 
     return int(max(1, min(samples, memory // bytes_per_sequence(config, num_tokens, itemsize))))
 
 
-def content_fit(mean_logits: np.ndarray, scales, *, causal: bool = True) -> ContentFit:
-    """Fit b + d [i = j] to (T, H, N, N) mean logits by least squares on the entries the softmax
-    reads (``causal``: j <= i; else all), one layer at a time (module docstring); ``scales`` (T,)
-    the softmax's factor s_t per layer. With N = 1 there is no off-diagonal entry: b = 0 and d
-    is the diagonal."""
-    t, h, n, _ = mean_logits.shape
-    scales = np.asarray(scales, np.float64)
-    if scales.shape != (t,):
-        raise MeasureError(f"content_fit: expected {t} per-layer softmax scales, got shape {scales.shape}")
-    diag = np.eye(n, dtype=bool)
-    read = np.tril(np.ones((n, n), bool)) if causal else np.ones((n, n), bool)
-    off = read & ~diag
-    b, d, r2 = np.zeros((t, h)), np.zeros((t, h)), np.ones((t, h))
-    for layer in range(t):  # (H, N, N) temporaries, whatever T is
-        logits = mean_logits[layer]
-        if n > 1:
-            b[layer] = logits[:, off].mean(axis=-1)
-        d[layer] = logits[:, diag].mean(axis=-1) - b[layer]
-        values = logits[:, read]
-        fitted = (b[layer][:, None, None] + d[layer][:, None, None] * diag)[:, read]
-        resid = ((values - fitted) ** 2).sum(axis=-1)
-        total = ((values - values.mean(axis=-1, keepdims=True)) ** 2).sum(axis=-1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r2[layer] = np.where(total > 0, 1.0 - resid / np.where(total > 0, total, 1.0), 1.0)
-    return ContentFit(b, d, b * scales[:, None], d * scales[:, None], r2)
-
-
 def _cast(params, dtype):
     import jax
     import jax.numpy as jnp
 
     return jax.tree_util.tree_map(lambda v: jnp.asarray(v, dtype), params)
-
-
-def lambda_ratios(cap: dict):
-    """Per-sequence lambda statistics of one forward's captured block inputs x (T, N, D) and
-    attention outputs a (T, N, D): the mean over positions of r = ||a|| / (||x|| + ||a||) and
-    the sum over positions of r^2, both (T,) (module docstring)."""
-    import jax.numpy as jnp
-
-    an = jnp.linalg.norm(cap["a"], axis=-1)
-    xn = jnp.linalg.norm(cap["x"], axis=-1)
-    r = an / jnp.maximum(xn + an, DENOMINATOR_FLOOR)  # (T, N)
-    return r.mean(axis=-1), (r**2).sum(axis=-1)
-
-
-def batch_capture(one):
-    """jit: (params, (B, N) ids) -> lambda means (B, T), lambda sums of squares (B, T), and the
-    batch's sums of the probabilities and of the raw content logits (T, H, N, N) (and of any further
-    per-sequence arrays ``one`` returns), reduced on the device; ``one(params, ids)`` returns one
-    sequence's (T,), (T,), (T, H, N, N), (T, H, N, N), ...."""
-    import jax
-
-    def run(params, ids):
-        lam, lam_sq, *per_sequence = jax.vmap(one, in_axes=(None, 0))(params, ids)
-        return (lam, lam_sq, *(z.sum(axis=0) for z in per_sequence))
-
-    return jax.jit(run)
-
-
-def value_weighted(probs, value_norms):
-    """The value-norm-weighted head-mean kernel of one sequence (Kobayashi et al. 2020, "Attention is not
-    only a weight"): per head K_hij = A_hij n_hj / sum_j' A_hij' n_hj', n_hj = ||W_O^h v_hj|| (no bias),
-    then the mean over heads; (T, H, N, N) probabilities and (T, H, N) norms -> (T, N, N). A row whose
-    weights are all zero (every value read has norm 0) would divide by zero: it is 0/0 = NaN, which the
-    measurement refuses rather than hides."""
-    w = probs * value_norms[..., None, :]
-    return (w / w.sum(axis=-1, keepdims=True)).mean(axis=-3)
 
 
 def capture_fn(config: ModelConfig):
@@ -198,13 +74,6 @@ def influence_fn(config: ModelConfig):
         return jnp.linalg.norm(grads, axis=-1)
 
     return jax.jit(jax.vmap(one, in_axes=(None, 0)))
-
-
-def batches(sequences: np.ndarray, batch: int):
-    """Consecutive chunks of ``batch`` sequences (the last may be shorter: it compiles once more,
-    and no padding row enters the device-side sums)."""
-    for i in range(0, len(sequences), batch):
-        yield sequences[i : i + batch]
 
 
 def measure(
@@ -247,90 +116,3 @@ def measure(
             scales=np.full(config.layers, 1.0 / np.sqrt(config.head_dim)),
             progress=progress,
         )
-
-
-def accumulate(
-    capture,
-    grad_fn,
-    params,
-    sequences: np.ndarray,
-    *,
-    batch: int,
-    precision: str,
-    slopes: np.ndarray,
-    scales,
-    causal: bool = True,
-    progress=None,
-) -> Measurement:
-    """The model-independent part of a measurement: run ``capture`` (and ``grad_fn`` when not None)
-    over (S, N) sequences in batches of ``batch`` and reduce to a ``Measurement`` (module docstring).
-    ``capture(params, (B, N))`` is a ``batch_capture``: per-sequence lambda means and sums of squares
-    (B, T), the batch's sums of probabilities and raw content logits (T, H, N, N);
-    ``grad_fn(params, (B, N))`` the (B, N) gradient norms. A capture may return two more sums: the
-    value-norm-weighted head-mean kernels (T, N, N) and the value norms (T, H, N) (``value_weighted``);
-    their means become ``kernels_value`` and ``value_norms``. ``scales`` (T,) and ``causal`` are the
-    softmax's per-layer scale and mask, for ``content_fit``. The host holds two (T, H, N, N) float64
-    sums and one batch's sum while adding it. Call it under the precision's ``jax.enable_x64``."""
-    import jax.numpy as jnp
-
-    s, n = sequences.shape
-    lam_seq = lam_sq = probs_sum = content_sum = None
-    extra_sums = []
-    norms = np.zeros((s, n))
-    done = 0
-    for chunk in batches(sequences, batch):
-        k = len(chunk)
-        ids = jnp.asarray(chunk)
-        lm, lsq, pr, co, *extra = capture(params, ids)
-        if lam_seq is None:
-            lam_seq, lam_sq = np.zeros((s, lm.shape[1])), np.zeros(lm.shape[1])
-            probs_sum, content_sum = np.zeros(pr.shape), np.zeros(co.shape)
-            extra_sums = [np.zeros(e.shape) for e in extra]
-        for total, e in zip(extra_sums, extra):
-            total += np.asarray(e)
-        lam_seq[done : done + k] = np.asarray(lm, np.float64)
-        lam_sq += np.asarray(lsq, np.float64).sum(axis=0)
-        probs_sum += np.asarray(pr)  # in place: float64 += the compute dtype, no float64 copy
-        del pr
-        content_sum += np.asarray(co)
-        del co
-        if grad_fn is not None:
-            norms[done : done + k] = np.asarray(grad_fn(params, ids), np.float64)
-        done += k
-        if progress is not None:
-            progress(done, s)
-    x64 = precision == "float64"
-    out_dtype = np.float64 if x64 else np.float32
-    lambdas = lam_seq.mean(axis=0)
-    probs_sum /= s
-    per_head = probs_sum.astype(out_dtype, copy=False)
-    content_sum /= s
-    mean_norms = norms.mean(axis=0)
-    influence = grad_fn is not None
-    for total in extra_sums:
-        total /= s
-    if extra_sums and not np.all(np.isfinite(extra_sums[0])):
-        raise MeasureError("value-weighted kernels: a row's values all have norm 0 (0/0) on these sequences")
-    if influence and not (np.all(np.isfinite(mean_norms)) and mean_norms.sum() > 0):
-        raise MeasureError("influence: the gradients of p_top1 are zero or not finite on these sequences")
-    return Measurement(
-        num_tokens=n,
-        samples=s,
-        precision=precision,
-        slopes=np.asarray(slopes, np.float64),
-        lambdas=lambdas,
-        lambda_std=lam_seq.std(axis=0),
-        lambda_std_positions=np.sqrt(np.maximum(lam_sq / (s * n) - lambdas**2, 0.0)),
-        lambda_per_sequence=lam_seq,
-        kernels_per_head=per_head,
-        kernels=per_head.mean(axis=1, dtype=np.float64).astype(out_dtype),
-        content_mean=content_sum,
-        content=content_fit(content_sum, scales, causal=causal),
-        grad_norms=norms if influence else None,
-        influence=mean_norms / mean_norms.sum() if influence else None,
-        batch=batch,
-        kernels_value=extra_sums[0].astype(out_dtype) if extra_sums else None,
-        value_norms=extra_sums[1] if extra_sums else None,
-        scales=np.asarray(scales, np.float64),
-        causal=bool(causal),
-    )

@@ -25,7 +25,7 @@ from posbias.hf import checkpoint, weights
 from posbias.hf.forward import forward, softmax_scales
 from posbias.hf.measure import capture_fn, device_params, influence_fn, measure
 from posbias.hf.memory import estimate, params_bytes
-from posbias.lm.measure import content_fit
+from posbias.measure.quantities import content_fit
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 FAMILIES = ("bloom", "gpt2", "mpt")

@@ -23,8 +23,9 @@ import pytest
 
 from posbias.lm import cli as lm_cli
 from posbias.lm.config import PRESETS, ModelConfig
-from posbias.lm.measure import content_fit, measure
+from posbias.lm.measure import measure
 from posbias.lm.model import flatten, init_params, slopes_of
+from posbias.measure.quantities import content_fit
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -2,7 +2,7 @@
 
 The JAX route (posbias.hf.measure: posbias's own forward, no torch) and the transformers route
 (transformers' eager forward read by PyTorch hooks and autograd) share no code but the
-reduction ``posbias.lm.measure.accumulate``: their agreement on the same fixtures and token ids
+reduction ``posbias.measure.quantities.accumulate``: their agreement on the same fixtures and token ids
 (lambda_t, kernels, value-norm-weighted kernels, value norms, content, influence within 1e-5)
 checks each against the other. Skipped only when torch or transformers is absent.
 """
@@ -19,7 +19,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from posbias.cli import main  # noqa: E402
-from posbias.hf import checkpoint, data, torch_backend, weights  # noqa: E402
+from posbias.hf import bos, checkpoint, data, torch_backend, weights  # noqa: E402
 from posbias.hf.measure import measure as jax_measure  # noqa: E402
 from posbias.io.reports import read_report
 
@@ -30,7 +30,7 @@ FAMILIES = [f for f in ("gpt2", "bloom", "llama", "mistral", "qwen2") if (FIXTUR
 
 def _sequences(folder, n=12, s=3):
     text, label = data.read_text(None)
-    return data.sequences(checkpoint.load(folder).tokenizer(), text, n, s, label)
+    return bos.windows(checkpoint.load(folder).tokenizer(), text, (n,), s, label, None)[n]
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -232,4 +232,4 @@ def test_validate_backends_agree_on_the_llama_fixture(tmp_path, capsys):
         assert abs(row["w1"] - lb["12"][key]["w1"]) < TOL and abs(row["tv"] - lb["12"][key]["tv"]) < TOL, key
     for name, values in a["diagnostics"]["sinks"]["12"].items():
         np.testing.assert_allclose(b["diagnostics"]["sinks"]["12"][name], values, rtol=TOL, atol=TOL)
-    assert "Measured through transformers" in (tmp_path / "pt" / "report.md").read_text()
+    assert "measured through transformers" in (tmp_path / "pt" / "report.md").read_text()

@@ -19,7 +19,7 @@ import pytest
 from scipy.stats import spearmanr, wasserstein_distance
 
 from posbias.cli import main
-from posbias.hf import checkpoint, data
+from posbias.hf import bos, checkpoint, data
 from posbias.hf.forward import slopes as hf_slopes
 from posbias.io.reports import read_report
 from posbias.numerics.kernel_checks import KernelError
@@ -136,7 +136,7 @@ def test_bloom_panels_match_a_separate_measurement(runs):
     ck = checkpoint.load(FIXTURES / "bloom")
     text, label = data.read_text(None)
     n = LENGTHS[0]
-    m = measure(weights.params(ck, np.float64), ck.spec, data.sequences(ck.tokenizer(), text, n, 2, label))
+    m = measure(weights.params(ck, np.float64), ck.spec, bos.windows(ck.tokenizer(), text, (n,), 2, label, None)[n])
     panels = {k: _profile(out / "profiles" / str(n) / f"{k}.csv") for k in "bcde"}
     slopes = hf_slopes(ck.spec)
     zero = np.zeros((ck.spec.layers, ck.spec.heads))

@@ -19,7 +19,7 @@ from scipy.stats import wasserstein_distance
 from posbias.cli import main
 from posbias.hf import bos, checkpoint, data
 from posbias.io.reports import read_report
-from posbias.lm.measure import MeasureError
+from posbias.measure.quantities import MeasureError
 from posbias.validate_panels import kernel_profile, uniform_kernels
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"

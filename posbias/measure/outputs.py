@@ -1,5 +1,8 @@
 """The files of ``posbias measure``, rendered in memory and written as one set (all or none).
 
+Two sets, by the backend's ``files`` (``posbias.measure.backend``). A model of ``posbias train``
+(``FILES["trained"]``, its run folder's layout):
+
 * ``rollout.yaml``: the measured model in the reference schema (../shared/data/README.md)
   that ``posbias rollout`` reads unmodified: the model's slopes, uniform head weights,
   temperature 1, content b and d per layer and head (times the softmax's per-layer scale s_t,
@@ -20,8 +23,29 @@
   reason it was not determined (N too short). The config schema gives one bias per head for all
   layers, so no rollout YAML of these per-layer biases is written; ``posbias fit MEASUREMENT_DIR
   --bias FAMILY`` refits with another family;
-* ``measure.json``: the summary (source checkpoint, N, S, precision, lambdas, content, notes);
+* ``measure.json`` (``posbias.io.reports``, schema version 2): the summary (source checkpoint, N, S,
+  precision, lambdas, content, notes), and under ``diagnostics`` the sink diagnostics per layer
+  (``posbias.measure.sinks``);
 * ``lambda.png``: lambda_t per layer with +-2 std error bars.
+
+A Hugging Face folder or a GGUF file (``FILES["checkpoint"]``, either backend):
+
+* ``config.yaml``: the measured model in the reference schema, read by ``posbias rollout``
+  unmodified (``posbias.lm.outputs.rollout_yaml``: slopes, uniform head weights, content
+  b and d per layer and head, lambda_t as a custom schedule);
+* ``kernels.npz``: ``kernels`` (T, N, N) head-averaged measured A^(t) and ``lambdas`` (T,)
+  (the ``posbias rollout --kernels`` format), plus ``per_head`` (T, H, N, N),
+  ``content_logits`` (T, H, N, N), ``slopes`` (H,) and the value-norm-weighted head-mean kernels
+  ``kernels_value`` (T, N, N) with the value norms ``value_norms`` (T, H, N) (``posbias.lm.measure``), the
+  softmax's per-layer factors ``scales`` (T,), the mask ``causal`` and ``logits_note`` (why the bias fit is
+  refused, "" when it is not: ``Measurement.logits_note``);
+* ``bias_fit.json``: the relative-bias fit of the mean pre-softmax logits (``posbias.lm.outputs.bias_fit_json``);
+* ``influence.csv``: ``token_position,influence,grad_norm_mean,grad_norm_sem`` (a standard error is
+  ``nan`` when S = 1: it needs two sequences);
+* ``lambdas.csv``: ``layer,mean,std`` (std over sequences of per-sequence means);
+* ``report.json`` (``posbias.io.reports``, schema version 2): checkpoint, family, shapes, data, N, S,
+  precision, lambdas, content fit, influence summary, memory estimate, notes, and under ``diagnostics``
+  the sink diagnostics per layer (``posbias.measure.sinks``).
 
 Files are rendered first, then written into a fresh staging folder inside the output
 folder and moved in by atomic renames, so a failure leaves the folder as it was.
@@ -31,14 +55,15 @@ from __future__ import annotations
 
 import io
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 
-from posbias.errors import UserError
-from posbias.files import MEASURE_FILES
+from posbias.files import HF_MEASURE_FILES, MEASURE_FILES
+from posbias.io.reports import measure_report
+from posbias.measure.sinks import sink_diagnostics
 from posbias.output import position_csv
+
+FILES = {"trained": MEASURE_FILES, "checkpoint": HF_MEASURE_FILES}
 
 
 def _rows(a) -> str:
@@ -106,8 +131,8 @@ def lambda_figure(m, title: str):
     return fig
 
 
-def render(m, *, source: str, content_scale: str, meta: dict) -> dict[str, bytes]:
-    """name -> file contents of a measurement's set."""
+def render_trained(m, *, source: str, content_scale: str, meta: dict) -> dict[str, bytes]:
+    """name -> file contents of the set of a posbias train model (module docstring)."""
     s, t, h = m.samples, len(m.lambdas), len(m.slopes)
     sem = m.grad_norms.std(axis=0, ddof=1) / np.sqrt(s) if s > 1 else np.full(m.num_tokens, np.nan)
     lam_sem = m.lambda_per_sequence.std(axis=0, ddof=1) / np.sqrt(s) if s > 1 else np.full(t, np.nan)
@@ -186,28 +211,86 @@ def render(m, *, source: str, content_scale: str, meta: dict) -> dict[str, bytes
         ).encode(),
         "lambda.csv": ("\n".join(lam_lines) + "\n").encode(),
         "content.csv": ("\n".join(lines) + "\n").encode(),
-        "measure.json": (json.dumps(summary, indent=1) + "\n").encode(),
+        "measure.json": (json.dumps(measure_report(summary, sink_diagnostics(m)), indent=1) + "\n").encode(),
         "bias_fit.json": bias_fit_json(m),
         "lambda.png": png.getvalue(),
     }
 
 
-def check_out(out_dir: Path) -> None:
-    """Refuse an unusable --out before any work (one line)."""
-    out_dir = Path(out_dir)
-    if str(out_dir).strip() == "":
-        raise UserError("--out: expected a folder name, got an empty string")
-    if os.path.lexists(out_dir) and not out_dir.is_dir():
-        raise UserError(f"--out {out_dir}: exists and is not a folder")
-    for name in MEASURE_FILES:
-        target = out_dir / name
-        if os.path.lexists(target) and not target.is_file():
-            raise UserError(f"--out {out_dir}: {name} exists and is not a regular file")
+def render_checkpoint(m, *, source: str, content_scale: str, meta: dict, causal: bool = True) -> dict[str, bytes]:
+    """name -> contents of the set of a Hugging Face folder or GGUF file (module docstring; ``causal`` false:
+    an encoder, whose config.yaml says mask_type full)."""
+    s, t = m.samples, len(m.lambdas)
+    sem = m.grad_norms.std(axis=0, ddof=1) / np.sqrt(s) if s > 1 else np.full(m.num_tokens, np.nan)
+    buf = io.BytesIO()
+    variants = {} if m.kernels_value is None else {"kernels_value": m.kernels_value, "value_norms": m.value_norms}
+    np.savez(
+        buf,
+        kernels=m.kernels,
+        lambdas=m.lambdas,
+        per_head=m.kernels_per_head,
+        content_logits=m.content_mean,
+        slopes=m.slopes,
+        scales=m.scales,
+        causal=np.asarray(m.causal),
+        logits_note=np.asarray(m.logits_note),
+        **variants,
+    )
+    lam = ["layer,mean,std"] + [f"{i},{float(m.lambdas[i])!r},{float(m.lambda_std[i])!r}" for i in range(t)]
+    fit = m.content
+    report = {
+        **meta,
+        "source": source,
+        "num_tokens": m.num_tokens,
+        "samples": m.samples,
+        "precision": m.precision,
+        "batch": m.batch,
+        "content_scale_in_yaml": content_scale,
+        "slopes": m.slopes.tolist(),
+        "lambdas": m.lambdas.tolist(),
+        "lambda_std": m.lambda_std.tolist(),
+        "lambda_std_positions": m.lambda_std_positions.tolist(),
+        "sum_lambda": float(m.lambdas.sum()),
+        "content": {
+            "background_scaled": fit.background_scaled.tolist(),
+            "diagonal_scaled": fit.diagonal_scaled.tolist(),
+            "r2": fit.r2.tolist(),
+            "mean_r2": float(fit.r2.mean()),
+        },
+        "influence": {
+            "first": float(m.influence[0]),
+            "last": float(m.influence[-1]),
+            "argmin": int(np.argmin(m.influence)),
+        },
+        "max_row_sum_error": float(np.abs(m.kernels.astype(np.float64).sum(axis=-1) - 1).max()),
+    }
+    report = measure_report(report, sink_diagnostics(m, causal=causal))
+    return {
+        "config.yaml": rollout_yaml(
+            m, content_scale=content_scale, source=source, mask="causal" if causal else "full"
+        ).encode(),
+        "kernels.npz": buf.getvalue(),
+        "influence.csv": position_csv(
+            influence=m.influence, grad_norm_mean=m.grad_norms.mean(axis=0), grad_norm_sem=sem
+        ).encode(),
+        "lambdas.csv": ("\n".join(lam) + "\n").encode(),
+        "report.json": (json.dumps(report, indent=1) + "\n").encode(),
+        "bias_fit.json": bias_fit_json(m),
+    }
 
 
-def write_set(out_dir: Path, files: dict[str, bytes]) -> list[Path]:
-    """Write ``files`` into ``out_dir`` all or none (posbias.files.write_run: staging folder,
-    atomic renames under a folder lock, stale staging folders of killed runs removed)."""
-    from posbias.files import write_run
-
-    return write_run(Path(out_dir), {}, binaries=files)
+def print_summary(title: str, m, written) -> None:
+    """The lines ``posbias measure`` prints for a measurement ``m`` (every backend)."""
+    lam = "  ".join(f"{v:.3f}±{s:.3f}" for v, s in zip(m.lambdas, m.lambda_std))
+    print(f"posbias measure: {title}")
+    print(f"  lambda_t (± std over sequences): {lam}   sum = {m.lambdas.sum():.3f}")
+    print(
+        "  content d (scaled) per layer, head-mean: "
+        + "  ".join(f"{v:+.3f}" for v in m.content.diagonal_scaled.mean(axis=1))
+        + f"   R^2 mean {m.content.r2.mean():.3f}"
+    )
+    print(
+        f"  influence: p(0) = {m.influence[0]:.4g}   p(N-1) = {m.influence[-1]:.4g}   "
+        f"argmin = {int(m.influence.argmin())}"
+    )
+    print("  wrote " + ", ".join(str(p) for p in written))
