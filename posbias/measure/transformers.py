@@ -103,6 +103,7 @@ class TransformersBackend:
 
     def plan(self, lengths, samples, extra):
         from posbias.hf.torch_backend import LAYOUTS, Loaded, bytes_per_sequence
+        from posbias.numerics.budget import describe
 
         budget = self.options.memory or DEFAULT_MEMORY
         shape = Loaded(
@@ -120,7 +121,8 @@ class TransformersBackend:
             per = bytes_per_sequence(shape, n, self.options.itemsize)
             if per > budget:
                 raise MeasureError(
-                    f"--memory {budget}: one sequence of N = {n} needs about {per} bytes (transformers backend)"
+                    f"--memory {describe(budget)}: one sequence of N = {n} needs about {describe(per)} "
+                    "(transformers backend): lower the length or raise --memory"
                 )
             out[n] = Plan(int(max(1, min(samples, budget // per))))
         return out

@@ -153,10 +153,10 @@ def test_refused(good, tmp_path, case, backend):
 
 
 TEXTS = [
-    ("empty.txt", b"", "0 tokens, fewer than --tokens 8"),
+    ("empty.txt", b"", "0 tokens, fewer than --tokens N = 8"),
     ("binary.txt", bytes(range(256)) * 8, "not UTF-8 text (byte 128)"),
     ("invalid.txt", b"some words \xff\xfe more words", "not UTF-8 text (byte 11)"),
-    ("short.txt", b"tiny", "fewer than --tokens 8"),
+    ("short.txt", b"tiny", "fewer than --tokens N = 8"),
     ("missing.jsonl", b'{"title": "no text"}\n', 'line 1: expected an object with a string "text"'),
     ("number.jsonl", b'{"text": 5}\n', 'line 1: expected an object with a string "text"'),
     ("broken.jsonl", b"not json\n", "line 1 is not JSON"),

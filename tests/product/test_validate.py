@@ -82,7 +82,7 @@ def test_command_writes_the_report_and_profiles(run, tmp_path, capsys):
     "argv,message",
     [
         (["--checkpoint", "missing-run"], "no such file or folder"),
-        (["--lengths", "8,32"], "longer than the model's context 16"),
+        (["--lengths", "8,32"], "longer than the model's context length 16"),
         (["--samples", "0"], "positive integer"),
     ],
 )

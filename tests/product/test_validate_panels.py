@@ -163,5 +163,5 @@ def test_bos_option_end_to_end_and_refused_for_the_trained_model(tmp_path, capsy
     assert not np.allclose(yes, no)  # the first key is token 0 in every window, not text
     assert main(["validate", "--bos", "yes", "--out", str(tmp_path / "trained")]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "--bos apply to Hugging Face checkpoints" in err
+    assert len(err.splitlines()) == 1 and "--bos applies to Hugging Face checkpoints" in err
     assert not (tmp_path / "trained").exists()
