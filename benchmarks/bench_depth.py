@@ -153,7 +153,7 @@ def main(argv=None) -> int:
     )
     a = ap.parse_args(argv)
     model = ["--heads", str(a.heads), "--tokens", str(a.tokens), "--schedule", a.schedule]
-    from posbias.files import atomic_write
+    from posbias.io.files import atomic_write
     from posbias.numerics.blas_threads import blas_threads
 
     rows = []

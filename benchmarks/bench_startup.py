@@ -10,17 +10,17 @@ the dense NumPy baseline (issue 7, item 6). Run on demand, never as a test:
    command gets OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = MKL_NUM_THREADS = --threads
    (default: all cores) and the same environment otherwise. The warm-cache variant sets JAX's
    own variables (JAX_COMPILATION_CACHE_DIR, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0), so
-   it measures the cache whether or not posbias calls posbias.jax_cache itself; "cache off"
+   it measures the cache whether or not posbias calls posbias.runtime.jax_cache itself; "cache off"
    sets POSBIAS_JAX_CACHE=0. While posbias.config still parses with ruamel, two more variants
-   (posbias and the baseline) preview the switch to posbias.yaml_io by patching
+   (posbias and the baseline) preview the switch to posbias.io.yaml_io by patching
    posbias.config.read_yaml in the process.
 2. Breakdown: the CLI's phases in process (timers wrapped around config.load, read_yaml, Model.run,
    output.profile_figure, files.write_run, after timing the heavy imports); imports (fresh process per module, and
    ``-X importtime`` cumulative times, also aggregated per top-level package for the real CLI run); YAML parse of
-   CONFIG (ruamel pure Python, stock PyYAML CSafeLoader, posbias.yaml_io); config load (parse + validation); per
+   CONFIG (ruamel pure Python, stock PyYAML CSafeLoader, posbias.io.yaml_io); config load (parse + validation); per
    engine (--engine, default auto and log), the first call (tracing + XLA compile) and steady-state call in a fresh
-   process, without cache, with a warm cache under JAX's default settings and with the settings posbias.jax_cache
-   uses; a cProfile of the whole CLI run (top functions by cumulative time).
+   process, without cache, with a warm cache under JAX's default settings and with the settings
+   posbias.runtime.jax_cache uses; a cProfile of the whole CLI run (top functions by cumulative time).
 
 Timings are of this machine and of whatever else runs on it: read medians, rerun.
 """
@@ -87,7 +87,8 @@ def wrap(module, attr, label):
     setattr(owner, name, timed)
 
 for module in ("numpy", "jax", "jax.numpy", "pydantic", "matplotlib.figure", "matplotlib.backends.backend_agg",
-               "posbias.cli", "posbias.config", "posbias.model", "posbias.rollout", "posbias.output", "posbias.files"):
+               "posbias.cli", "posbias.config", "posbias.model", "posbias.rollout", "posbias.io.output",
+               "posbias.io.files"):
     try:
         importlib.import_module(module)
     except ImportError:
@@ -96,8 +97,8 @@ phases["imports (numpy, jax, pydantic, matplotlib, posbias)"] = time.perf_counte
 wrap("posbias.config", "read_yaml", "  of which YAML parse (config.read_yaml)")
 wrap("posbias.config", "load", "config load: parse + validate + build stack")
 wrap("posbias.model", "Model.run", "engine run (Model.run)")
-wrap("posbias.output", "profile_figure", "figure (output.profile_figure)")
-wrap("posbias.files", "write_run", "write files + PNG (files.write_run)")
+wrap("posbias.io.output", "profile_figure", "figure (output.profile_figure)")
+wrap("posbias.io.files", "write_run", "write files + PNG (files.write_run)")
 from posbias.cli import main
 t_main = time.perf_counter()
 try:
@@ -176,8 +177,8 @@ def whole_process(config: Path, repeats: int, threads: int, tmp: Path) -> dict:
         ),
         "dense NumPy baseline": ([PY, "benchmarks/dense_baseline.py", str(config)], env_with(threads)),
     }
-    if not _config_uses_yaml_io():  # preview of switching posbias.config to posbias.yaml_io, for both sides
-        patch = "import sys, runpy, posbias.config as c, posbias.yaml_io as y; c.read_yaml = y.read_yaml; "
+    if not _config_uses_yaml_io():  # preview of switching posbias.config to posbias.io.yaml_io, for both sides
+        patch = "import sys, runpy, posbias.config as c, posbias.io.yaml_io as y; c.read_yaml = y.read_yaml; "
         variants["posbias rollout (cache off), config.read_yaml -> yaml_io"] = (
             [
                 PY,
@@ -215,7 +216,7 @@ def whole_process(config: Path, repeats: int, threads: int, tmp: Path) -> dict:
 
 
 def _config_uses_yaml_io() -> bool:
-    code = "import posbias.config as c, posbias.yaml_io as y; print(c.read_yaml is y.read_yaml)"
+    code = "import posbias.config as c, posbias.io.yaml_io as y; print(c.read_yaml is y.read_yaml)"
     proc = subprocess.run([PY, "-c", code], cwd=REPO, capture_output=True, text=True)
     return proc.stdout.strip() == "True"
 
@@ -234,7 +235,7 @@ def import_costs(repeats: int, threads: int) -> dict:
         "pydantic",
         "jax",
         "matplotlib.figure",
-        "posbias.yaml_io",
+        "posbias.io.yaml_io",
         "posbias.config",
         "posbias.cli",
     ):
@@ -306,7 +307,7 @@ def yaml_parse(config: Path, repeats: int) -> dict:
     from ruamel.yaml import YAML
 
     sys.path.insert(0, str(REPO))
-    from posbias import yaml_io
+    from posbias.io import yaml_io
 
     text = config.read_text(encoding="utf-8")
     rows = {}
@@ -332,8 +333,8 @@ def yaml_parse(config: Path, repeats: int) -> dict:
             )
     except ImportError:
         pass
-    rows["posbias.yaml_io.loads (libyaml + checks)"] = timed(lambda: yaml_io.loads(text, str(config)))
-    rows["posbias.yaml_io.read_yaml (file)"] = timed(lambda: yaml_io.read_yaml(config))
+    rows["posbias.io.yaml_io.loads (libyaml + checks)"] = timed(lambda: yaml_io.loads(text, str(config)))
+    rows["posbias.io.yaml_io.read_yaml (file)"] = timed(lambda: yaml_io.read_yaml(config))
     try:
         from posbias.config import load
 
@@ -348,7 +349,7 @@ def engine_calls(config: Path, engine: str, threads: int, tmp: Path, repeats: in
     cases = {
         "no cache": {"POSBIAS_JAX_CACHE": "0"},
         "cache warm, JAX defaults (min compile time 1 s)": {"JAX_COMPILATION_CACHE_DIR": str(tmp / "jc-default")},
-        "cache warm, min compile time 0 (posbias.jax_cache)": {
+        "cache warm, min compile time 0 (posbias.runtime.jax_cache)": {
             "JAX_COMPILATION_CACHE_DIR": str(tmp / "jc-zero"),
             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
         },

@@ -106,7 +106,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results-power-spans.json")
     a = ap.parse_args(argv)
     import posbias.numerics.power as power
-    from posbias.files import atomic_write
+    from posbias.io.files import atomic_write
 
     rows, heights = [], []
     log_entries, block_rows = power.log_entries, power.block_rows

@@ -155,3 +155,9 @@ def parse(spec: str) -> Schedule:
     if kind == "custom" and numbers:
         return Custom(tuple(numbers))
     raise ValueError(f"schedule {spec!r}: expected {SPECS}")
+
+
+def clip_warning(clipped: list[int]) -> str:
+    """The warning naming the layers whose lambda a schedule put outside [0, 1] (the first ten)."""
+    shown = ", ".join(map(str, clipped[:10])) + (" ..." if len(clipped) > 10 else "")
+    return f"lambda clipped to [0, 1] in layer(s) {shown}"

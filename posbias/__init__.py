@@ -34,6 +34,10 @@ from __future__ import annotations
 
 import importlib
 
+from posbias import _moved
+
+_moved.install()  # the old names of moved modules, with a DeprecationWarning (posbias._moved)
+
 _EXPORTS = {
     "build_model": "posbias.model",
     "Model": "posbias.model",

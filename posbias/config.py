@@ -6,7 +6,7 @@ The schema is the one the authors' loader reads (../shared/data/README.md):
 mask type ``prefix`` with key ``prefix_length``. Unknown keys, NaN/inf, wrong
 list lengths, non-positive sizes, sizes above 2^53 and booleans where a number is
 expected (YAML ``true`` is not 1) are errors. The file is read by
-posbias/yaml_io.py: libyaml (C) with a YAML 1.2 resolver that gives ruamel.yaml's
+posbias/io/yaml_io.py: libyaml (C) with a YAML 1.2 resolver that gives ruamel.yaml's
 results, ruamel.yaml where the two could differ; sizes, nesting depth and alias
 expansion are limited before anything is built.
 
@@ -26,11 +26,11 @@ import numpy as np
 import pydantic
 
 from posbias.errors import UserError
+from posbias.io.schema import NOT_BOOL, STRICT, first_error, refusal, shown
+from posbias.io.yaml_io import read_yaml
 from posbias.model import Model, ModelError, check_size, content_of, lambdas_of, parse_mask, parse_schedule, slopes_of
 from posbias.numerics import masks, schedules
 from posbias.numerics.stack import AlibiStack, StackError
-from posbias.schema import NOT_BOOL, STRICT, first_error, refusal, shown
-from posbias.yaml_io import read_yaml
 
 
 class ConfigError(UserError):
@@ -47,7 +47,7 @@ Count = Annotated[int, NOT_BOOL, pydantic.Field(ge=0, le=MAX_SIZE)]
 
 
 def _folder_name(text: str) -> str:
-    """A save_dir as ``--out`` takes one (posbias.argtypes.path): not blank, no NUL byte."""
+    """A save_dir as ``--out`` takes one (posbias.cli.argtypes.path): not blank, no NUL byte."""
     if not text.strip():
         raise ValueError("expected a folder name, got a blank string")
     if "\0" in text:

@@ -41,10 +41,10 @@ COLUMNS = (
 
 
 def run_demo(out: Path) -> int:
-    """Compute the three variants and write their set into ``out`` (posbias.files.write_run: all files
+    """Compute the three variants and write their set into ``out`` (posbias.io.files.write_run: all files
     or none, one complete set when runs race); an unusable ``out`` is refused before any work."""
-    from posbias import output
-    from posbias.files import DEMO_FILES, check_out, write_run
+    from posbias.io import output
+    from posbias.io.files import DEMO_FILES, check_out, write_run
 
     check_out(out, DEMO_FILES)
     results = [(title, model.run()) for title, model in variants()]

@@ -1,6 +1,6 @@
 """The ``posbias`` console script: Ctrl-C gives one line and exit code 130 from the first instant.
 
-The command's own handling (``posbias.interrupt``, inside ``posbias.cli.main``) starts only once the
+The command's own handling (``posbias.runtime.interrupt``, inside ``posbias.cli.main``) starts only once the
 command's modules are imported, which takes a second or more (NumPy, JAX); an interrupt before then
 printed a KeyboardInterrupt traceback. This module imports nothing heavy: it installs a handler that
 ends the process at once (nothing has been written yet), imports the command, and hands over.
@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-from posbias.interrupt import EXIT_INTERRUPTED  # standard library only, as this module
+from posbias.runtime.interrupt import EXIT_INTERRUPTED  # standard library only, as this module
 
 
 def _interrupted_while_starting(signum, frame) -> None:

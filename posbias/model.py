@@ -178,15 +178,10 @@ def check_size(num_layers: int, num_heads: int) -> None:
         raise ModelError(reason)
 
 
-def clip_warning(clipped: list[int]) -> str:
-    """The warning naming the layers whose lambda a schedule put outside [0, 1] (the first ten)."""
-    shown = ", ".join(map(str, clipped[:10])) + (" ..." if len(clipped) > 10 else "")
-    return f"lambda clipped to [0, 1] in layer(s) {shown}"
-
-
 def lambdas_of(schedule, num_layers: int) -> tuple[np.ndarray, tuple[str, ...]]:
     """Evaluate a schedule over T layers, clipped to [0, 1], with a warning naming clipped layers."""
     from posbias.numerics import schedules
+    from posbias.numerics.schedules import clip_warning
 
     try:
         lambdas, clipped = schedules.evaluate(schedule, num_layers)

@@ -105,7 +105,7 @@ def run_stack(
     from posbias import numerics as nx
     from posbias.diagonal import log_diagonal
     from posbias.numerics.summary import DiagonalSummary, MatrixSummary
-    from posbias.progress import progress_bar
+    from posbias.runtime.progress import progress_bar
 
     if precision not in PRECISIONS:
         raise UserError(f"precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}")

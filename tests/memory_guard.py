@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from posbias.argtypes import positive_float  # standard library only
+from posbias.cli.argtypes import positive_float  # standard library only
 
 GB = 1024**3
 PERIOD_S = 0.25

@@ -141,8 +141,8 @@ def test_source_folders_cannot_load_as_top_level_modules(folder):
 
 
 # The command line (argument parsing for a process, exit codes, stderr) and the wall-clock guard
-# (signal timers) belong to the product layer (posbias/derive_cli.py, posbias/proofs_cli.py,
-# posbias/time_limit.py); theorem/ holds the mathematics. theorem/params.py still builds each
+# (signal timers) belong to the product layer (posbias/cli/derive.py, posbias/cli/proofs.py,
+# posbias/runtime/time_limit.py); theorem/ holds the mathematics. theorem/params.py still builds each
 # derivation's parameter parser on argparse (``Derivation.parse``): the one allowed use.
 PRODUCT_ONLY_MODULES = {"argparse", "signal", "threading", "sys"}
 ARGPARSE_ALLOWED = {"params.py"}
@@ -172,7 +172,7 @@ def test_theorem_holds_no_command_line_and_no_wall_clock_guard():
     files = sorted(theorem.glob("*.py"))
     assert files and not (theorem / "cli.py").exists() and not (theorem / "time_limit.py").exists()
     assert [hit for path in files for hit in _product_only_uses(path)] == []
-    for name in ("posbias.derive_cli", "posbias.proofs_cli", "posbias.time_limit"):
+    for name in ("posbias.cli.derive", "posbias.cli.proofs", "posbias.runtime.time_limit"):
         assert importlib.util.find_spec(name) is not None, name
 
 

@@ -42,9 +42,9 @@ def test_no_relative_import(sources):
     "module, planted, expected",
     [
         ("posbias.numerics.engine", "def _f():\n    from posbias.cli import main\n", "numerics is the engine layer"),
-        ("posbias.hf.weights", "import posbias.validate\n", "a measurement backend does not know"),
+        ("posbias.hf.weights", "import posbias.cli.validate\n", "a measurement backend does not know"),
         ("posbias.lm.measure", "from posbias.sweep import cli\n", "a backend is called by commands"),
-        ("posbias.files", "from posbias import model\n", "file writing is the lowest layer"),
+        ("posbias.io.files", "from posbias import model\n", "file writing is the lowest layer"),
         ("posbias.model", "import posbias.cli\n", "only the entry point imports the command module"),
     ],
     ids=["numerics-cli", "backend-validate", "backend-command", "files-model", "model-cli"],
@@ -58,10 +58,10 @@ def test_a_planted_forbidden_import_is_found(sources, module, planted, expected)
 def test_a_planted_circle_is_found(sources):
     """posbias.errors imports nothing; planting a function-level import of a module that imports it
     closes a circle."""
-    planted = "def _later():\n    import importlib\n    importlib.import_module('posbias.files')\n"
+    planted = "def _later():\n    import importlib\n    importlib.import_module('posbias.io.files')\n"
     copy = {**sources, "posbias.errors": sources["posbias.errors"] + "\n" + planted}
     circles = import_graph.cycles(import_graph.graph(copy))
-    assert ["posbias.errors", "posbias.files"] in circles, circles
+    assert ["posbias.errors", "posbias.io.files"] in circles, circles
 
 
 def test_imports_for_annotations_only_are_no_edges():

@@ -18,8 +18,8 @@ closed form ``hausdorff``, ``cesaro_schedule``, ``cesaro_exact``, ``cesaro_certi
 ``cesaro``, for the dichotomy ``schedule_expr`` (parsing), ``dichotomy_analysis``,
 ``dichotomy_certificates``, ``dichotomy_format``, ``lambdify_jax``; ``sympy_types`` types
 SymPy's loosely annotated results. The command line (``posbias derive``, ``posbias proofs``)
-and its wall-clock guard are product code: posbias/derive_cli.py, posbias/proofs_cli.py,
-posbias/time_limit.py.
+and its wall-clock guard are product code: posbias/cli/derive.py, posbias/cli/proofs.py,
+posbias/runtime/time_limit.py.
 """
 
 if __name__ != "posbias.theorem":  # the source folder imported from the checkout as a top-level module

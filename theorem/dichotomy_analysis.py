@@ -32,7 +32,7 @@ at ``SAMPLE_POINTS`` (t < 200 and t = 2^k, 10^k up to 10^18) by a magnitude-capp
 and the output says plainly that only a finite check was possible. The numerical atom is the
 product of the first ``NUMERIC_TERMS`` factors in mpmath times the tail, bracketed by the two
 product bounds. The command line adds a last-resort wall-clock guard that can only refuse
-(posbias.derive_cli, ``--time-budget``).
+(posbias.cli.derive, ``--time-budget``).
 
 Examples
 --------

@@ -350,7 +350,7 @@ def usage(params_type: type[Params]) -> str:
     return " ".join(["posbias derive", params_type.name, *parts])
 
 
-DEFAULT_TIME_BUDGET_TEXT = "20"  # posbias.derive_cli.DEFAULT_TIME_BUDGET, as --help shows it
+DEFAULT_TIME_BUDGET_TEXT = "20"  # posbias.cli.derive.DEFAULT_TIME_BUDGET, as --help shows it
 
 
 def help_text(params_type: type[Params], summary: str, claims: Sequence[str], limits: str = "") -> str:

@@ -476,7 +476,7 @@ def measure(
 PLAIN_LOGITS = ("llama", "qwen3", "gemma", "phi3", "phi", "gpt_neox", "opt", "gpt2")
 """Model types whose eager softmax reads s_t q.k on the causal mask and nothing else. The others may add what
 the hooks do not record: BLOOM's ALiBi term, Gemma-2's soft-capping, sliding windows (Mistral, Qwen2,
-Starcoder2, Gemma-2), so their ``Measurement.logits_note`` refuses the bias fit (``posbias.bias_fit``)."""
+Starcoder2, Gemma-2), so their ``Measurement.logits_note`` refuses the bias fit (``posbias.fit.bias``)."""
 
 
 def logits_note(loaded: Loaded) -> str:

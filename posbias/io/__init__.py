@@ -1,2 +1,3 @@
-"""posbias's file formats read and written in one place (begun with the versioned reports, ``reports``;
-the older formats, posbias/yaml_io.py, profile_file.py, kernel_file.py and files.py, move here next)."""
+"""posbias's file formats, read and written in one place: reference YAML (``yaml_io``, ``schema``), profiles
+(``profile_file``), kernels (``kernel_file``, ``array_headers``), CSV text and figures (``output``), atomic
+output folders (``files``) and the versioned reports (``reports``). Imports neither commands nor backends."""

@@ -21,8 +21,8 @@ import numpy as np
 import pydantic
 
 from posbias.errors import UserError
+from posbias.io.schema import first_error
 from posbias.lm.config import ModelConfig, TrainConfig
-from posbias.schema import first_error
 
 FORMAT = "posbias-lm-checkpoint/1"
 CHECKPOINT = "checkpoint.npz"
@@ -51,7 +51,7 @@ class Checkpoint:
 
 def atomic_write_bytes(path: Path, write) -> None:
     """Call ``write(file)`` on a temporary file beside ``path``, fsync it, rename it over ``path``."""
-    from posbias.files import atomic_write
+    from posbias.io.files import atomic_write
 
     atomic_write(path, write)
 

@@ -1,5 +1,5 @@
 """What a language-model run is: the model's shape and the training recipe, as frozen pydantic
-models in the one validation style of posbias's user files (``posbias.schema``).
+models in the one validation style of posbias's user files (``posbias.io.schema``).
 
 ``ModelConfig`` fixes the decoder (byte vocabulary 256, T pre-LayerNorm blocks, H ALiBi
 heads with the ``paper`` or ``hf`` slopes of ``posbias.numerics.slopes``, width D, GELU
@@ -31,8 +31,8 @@ from typing import Annotated
 import pydantic
 
 from posbias.errors import UserError
+from posbias.io.schema import STRICT, first_error
 from posbias.lm.limits import SEED_MAX, SLOPE_CONVENTIONS
-from posbias.schema import STRICT, first_error
 
 
 def _positive_int(value):

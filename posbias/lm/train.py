@@ -124,8 +124,8 @@ def memory_bytes(model: ModelConfig, cfg: TrainConfig) -> int:
     logits, softmax and their cotangents; measured peak resident 1.13 GiB against 1.26 GiB
     estimated for T = 2, H = 4, D = 128, N = 256, B = 32), the logits with their softmax and cotangent (3 B N 256); one
     evaluation batch (EVAL_BATCH sequences, one block live at a time); plus XLA's own
-    ``posbias.fit.XLA_OVERHEAD``."""
-    from posbias.fit import XLA_OVERHEAD
+    ``posbias.fit.profile.XLA_OVERHEAD``."""
+    from posbias.fit.profile import XLA_OVERHEAD
 
     t, h, d, n, b = model.layers, model.heads, model.width, model.context, cfg.batch
     f = model.mlp_ratio * d
@@ -149,13 +149,13 @@ def train(
     A folder holding a checkpoint of the same model, recipe and corpus resumes from it; one
     of another run is refused (UserError) before anything is written. The memory estimate
     (``memory_bytes``) is checked first; the folder is created only then, and held under an
-    exclusive lock (posbias.files) for the whole run: a second ``posbias train`` into it is
+    exclusive lock (posbias.io.files) for the whole run: a second ``posbias train`` into it is
     refused. A non-finite loss or parameter stops training (UserError) without writing a
     checkpoint of it; a run started by this call that fails so is removed again (folder
     included, when this call created it), a resumed one keeps its last finite checkpoint."""
     import json
 
-    from posbias import files
+    from posbias.io import files
     from posbias.numerics import budget
 
     every = checkpoint_every or cfg.eval_every

@@ -18,7 +18,7 @@ Two sets, by the backend's ``files`` (``posbias.measure.backend``). A model of `
   ``nan`` when S = 1: it needs two sequences);
 * ``lambda.csv``: ``layer,lambda,std,std_positions,sem``;
 * ``content.csv``: ``layer,head,slope,background_raw,diagonal_raw,background_scaled,diagonal_scaled,r2``;
-* ``bias_fit.json``: the relative-bias fit of the mean pre-softmax logits (``posbias.bias_fit``: the
+* ``bias_fit.json``: the relative-bias fit of the mean pre-softmax logits (``posbias.fit.bias``: the
   table family with the default smoothness; per layer and head b(g), d, s and R^2), or the one-line
   reason it was not determined (N too short). The config schema gives one bias per head for all
   layers, so no rollout YAML of these per-layer biases is written; ``posbias fit MEASUREMENT_DIR
@@ -31,7 +31,7 @@ Two sets, by the backend's ``files`` (``posbias.measure.backend``). A model of `
 A Hugging Face folder or a GGUF file (``FILES["checkpoint"]``, either backend):
 
 * ``config.yaml``: the measured model in the reference schema, read by ``posbias rollout``
-  unmodified (``posbias.lm.outputs.rollout_yaml``: slopes, uniform head weights, content
+  unmodified (``posbias.measure.outputs.rollout_yaml``: slopes, uniform head weights, content
   b and d per layer and head, lambda_t as a custom schedule);
 * ``kernels.npz``: ``kernels`` (T, N, N) head-averaged measured A^(t) and ``lambdas`` (T,)
   (the ``posbias rollout --kernels`` format), plus ``per_head`` (T, H, N, N),
@@ -39,7 +39,7 @@ A Hugging Face folder or a GGUF file (``FILES["checkpoint"]``, either backend):
   ``kernels_value`` (T, N, N) with the value norms ``value_norms`` (T, H, N) (``posbias.lm.measure``), the
   softmax's per-layer factors ``scales`` (T,), the mask ``causal`` and ``logits_note`` (why the bias fit is
   refused, "" when it is not: ``Measurement.logits_note``);
-* ``bias_fit.json``: the relative-bias fit of the mean pre-softmax logits (``posbias.lm.outputs.bias_fit_json``);
+* ``bias_fit.json``: the relative-bias fit of the mean pre-softmax logits (``posbias.measure.outputs.bias_fit_json``);
 * ``influence.csv``: ``token_position,influence,grad_norm_mean,grad_norm_sem`` (a standard error is
   ``nan`` when S = 1: it needs two sequences);
 * ``lambdas.csv``: ``layer,mean,std`` (std over sequences of per-sequence means);
@@ -58,10 +58,10 @@ import json
 
 import numpy as np
 
-from posbias.files import HF_MEASURE_FILES, MEASURE_FILES
+from posbias.io.files import HF_MEASURE_FILES, MEASURE_FILES
+from posbias.io.output import position_csv
 from posbias.io.reports import measure_report
 from posbias.measure.sinks import sink_diagnostics
-from posbias.output import position_csv
 
 FILES = {"trained": MEASURE_FILES, "checkpoint": HF_MEASURE_FILES}
 
@@ -95,9 +95,9 @@ def rollout_yaml(m, *, content_scale: str = "scaled", source: str = "", mask: st
 
 
 def bias_fit_json(m) -> bytes:
-    """bias_fit.json of a measurement (module docstring): ``posbias.bias_fit.fit_measurement``'s summary,
+    """bias_fit.json of a measurement (module docstring): ``posbias.fit.bias.fit_measurement``'s summary,
     or {"refused": reason} when the logits do not determine the fit."""
-    from posbias.bias_fit import BiasFitError, fit_measurement
+    from posbias.fit.bias import BiasFitError, fit_measurement
 
     try:
         record = fit_measurement(m).summary()

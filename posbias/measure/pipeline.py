@@ -12,7 +12,7 @@ with ``backend="transformers"``). Then, for ``posbias measure`` (``measure_to_fo
 3. each length measured in batches with a progress bar (sequences done, rate, ETA), one measurement held
    at a time; the quantities are ``posbias.measure.quantities``';
 4. measure: the files rendered in memory (``posbias.measure.outputs``) and written all or none
-   (``posbias.files.write_run``), and a summary printed; validate scores each measurement as it comes.
+   (``posbias.io.files.write_run``), and a summary printed; validate scores each measurement as it comes.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def measure_lengths(
     measurer: Callable, plans: dict[int, Plan], windows: dict, *, show: bool = True, label: str = "measure"
 ) -> Iterator[tuple[int, Measurement]]:
     """Step 3: (N, its measurement) for every planned length, one at a time, with a progress bar."""
-    from posbias.progress import progress_bar
+    from posbias.runtime.progress import progress_bar
 
     for n, plan in plans.items():
         with progress_bar(show, f"{label} N = {n}" if len(plans) > 1 else label, "sequences") as update:
@@ -122,7 +122,7 @@ def measure_to_folder(
 ) -> int:
     """``posbias measure``: one length (``tokens``, default the backend's) measured into ``out`` (default
     ``Backend.default_out``); returns 0, bad input raises ``UserError`` before anything is written."""
-    from posbias.files import check_out, write_run
+    from posbias.io.files import check_out, write_run
     from posbias.measure import outputs
 
     n = backend.default_tokens if tokens is None else tokens

@@ -80,7 +80,7 @@ class Measurement:
     scales: np.ndarray | None = None  # (T,) the softmax's factor s_t on the raw q.k of layer t
     causal: bool = True  # the softmax's mask: causal (j <= i) or full
     logits_note: str = ""  # why scales * content - slopes (i - j) on that mask is not what the
-    # softmax sees ("" when it is; posbias.bias_fit then refuses)
+    # softmax sees ("" when it is; posbias.fit.bias then refuses)
 
 
 def content_fit(mean_logits: np.ndarray, scales, *, causal: bool = True) -> ContentFit:

@@ -11,8 +11,8 @@ import math
 import sys
 from pathlib import Path
 
-from posbias import argtypes
-from posbias.argtypes import at_least, size
+from posbias.cli import argtypes
+from posbias.cli.argtypes import at_least, size
 from posbias.errors import UserError
 
 EXIT_USAGE = 2

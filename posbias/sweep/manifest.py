@@ -3,7 +3,7 @@ who computed what (per-process parts), written atomically.
 
 ``DIR/manifest.json`` is claimed once before any work by process 0: the check that the folder
 holds no other sweep and the write happen under one exclusive lock on the folder
-(``posbias.files.locked``, the lock of every posbias output set), so of two sweeps started
+(``posbias.io.files.locked``, the lock of every posbias output set), so of two sweeps started
 into one folder at once exactly one claims it and the other is refused. It is completed at
 the end (merged with every ``DIR/manifest-process-I.json``, under the same lock); each
 process keeps its own part up to date after every batch, so a killed and resumed sweep
@@ -42,7 +42,7 @@ def versions() -> dict:
 
 def write_json(path: Path, data: dict) -> None:
     """Write JSON atomically: a temporary file in the same folder, then a rename."""
-    from posbias.files import atomic_write
+    from posbias.io.files import atomic_write
 
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda handle: handle.write(json.dumps(data, indent=1, default=str) + "\n"), binary=False)

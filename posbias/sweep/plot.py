@@ -13,7 +13,7 @@
 
 The default is curves when the sweep has exactly two grid dimensions, one of them
 ``layers``; otherwise a heat map of the first two axes. PNGs are written atomically
-(posbias/files.py), by default into DIR.
+(posbias/io/files.py), by default into DIR.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from posbias import argtypes
+from posbias.cli import argtypes
 from posbias.errors import UserError
 
 EXIT_USAGE = 2
@@ -379,7 +379,7 @@ def make_figure(folder: Path, kind: str = "auto", x=None, y=None, series=None, m
 
 def run(args) -> int:
     """Execute ``posbias plot`` from parsed arguments; returns the exit code."""
-    from posbias.files import write_run
+    from posbias.io.files import write_run
 
     try:
         if not args.dir.is_dir():

@@ -5,7 +5,7 @@ Order of work (nothing is computed before 1-4 have passed):
 1. read and validate the spec (``spec.load``); refuse a grid above ``MAX_POINTS`` unless forced;
 2. build each shape's base model and check what a point could trip over (``grid.validate``);
 3. plan batches under the memory budget (refusing a point that cannot fit, with its estimate);
-4. claim the output folder (``posbias.files.prepare``, then under ``posbias.files.locked``: a
+4. claim the output folder (``posbias.io.files.prepare``, then under ``posbias.io.files.locked``: a
    fresh sweep needs a folder without a manifest and without part files of another sweep,
    ``--resume`` needs the same spec digest and reuses the recorded batch sizes; the manifest
    is written under the same lock, so of two sweeps started at once one wins, one is refused);
@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from posbias.errors import UserError
-from posbias.files import locked, prepare, remove_created
+from posbias.io.files import locked, prepare, remove_created
 from posbias.sweep import grid as grid_mod
 from posbias.sweep import manifest as mf
 from posbias.sweep import table as tb
@@ -372,7 +372,7 @@ def _compute(
         written.append(part_path)
     computed = []
     t_compute = time.perf_counter()
-    from posbias.progress import progress_bar
+    from posbias.runtime.progress import progress_bar
 
     total_points = sum(len(b.points) for b in mine)
     done_points = total_points - sum(len(b.points) for b in pending)

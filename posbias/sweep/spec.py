@@ -50,7 +50,7 @@ axes of one ``zip`` group take their k-th values together and stand at the place
 the group's first axis.
 
 The fixed keys are pydantic models in posbias's one validation style (``SpecFile`` and
-``BaseFlags``; posbias/schema.py formats their refusals): unknown keys are refused first, with
+``BaseFlags``; posbias/io/schema.py formats their refusals): unknown keys are refused first, with
 the keys expected there. The axes are named by the user, so their values are checked axis by
 axis after that (``_parse_axes``), then the zip groups and the rules that tie keys together.
 """
@@ -71,8 +71,8 @@ import numpy as np
 import pydantic
 
 from posbias.errors import UserError
+from posbias.io.schema import STRICT, first_error, refusal
 from posbias.numerics.engines import CHOOSABLE as ENGINES  # the one engine table
-from posbias.schema import STRICT, first_error, refusal
 
 
 class SpecError(UserError):
@@ -556,7 +556,7 @@ def _check_schedule(where: str, base: dict, names: set[str]) -> None:
     if bool(names & {"lambda0", "beta"}) and not {"lambda0", "beta"} <= names:
         spec = base.get("schedule")
         if spec is None and "config" in base:
-            from posbias.yaml_io import read_yaml
+            from posbias.io.yaml_io import read_yaml
 
             cfg = read_yaml(base["config"]).get("lambda_schedule_config") or {}
             spec = cfg.get("schedule_type") if isinstance(cfg, dict) else None
@@ -692,8 +692,8 @@ def parse(raw, path: str = "<spec>", spec_dir: Path | None = None) -> Spec:
 
 
 def load(path: str | Path) -> Spec:
-    """Read and validate a spec file (YAML, read by posbias/yaml_io.py's limited loader)."""
-    from posbias.yaml_io import read_yaml
+    """Read and validate a spec file (YAML, read by posbias/io/yaml_io.py's limited loader)."""
+    from posbias.io.yaml_io import read_yaml
 
     path = Path(path)
     raw = read_yaml(path)

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from posbias.errors import UserError
-from posbias.files import alive
+from posbias.io.files import alive
 
 TABLE_DIR = "table"
 META_KEY = b"posbias.sweep"

@@ -59,13 +59,12 @@ The package, one concept a module:
 ``runner``             run_property, select, verify
 ``model``              verify_model: the claims that apply to one model
 ``report``             print_report
-``cli``                the ``posbias verify`` subcommand
+``cli``                the ``posbias verify`` subcommand (and ``python -m posbias.verify``)
 =====================  ===================================================================
 """
 
 from __future__ import annotations
 
-from posbias.verify.cli import VERIFY_EPILOG, add_parser, main, run
 from posbias.verify.codec import config_yaml, decode, encode
 from posbias.verify.counterexample import Counterexample, load_counterexample, slug, write_counterexample
 from posbias.verify.display import show, show_example

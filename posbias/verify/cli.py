@@ -8,8 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-from posbias import argtypes
-from posbias.argtypes import at_least
+from posbias.cli import argtypes
+from posbias.cli.argtypes import at_least
 from posbias.errors import UserError
 from posbias.verify.model import verify_model
 from posbias.verify.report import print_report
@@ -154,7 +154,7 @@ def _load_model(args):
                 "expected a config with alibi_slopes (a relative-bias model is not supported)"
             )
         return model.stack, model.num_tokens
-    from posbias.kernel_file import load_kernels
+    from posbias.io.kernel_file import load_kernels
 
     stack, _ = load_kernels(args.kernels, args.schedule, args.causal)
     return stack, stack.num_tokens

@@ -23,11 +23,10 @@ costs one engine profile (T H N) or, for measured kernels, two last rows (2 T N^
 
 from __future__ import annotations
 
+import math
 import os
-from argparse import ArgumentTypeError
 from dataclasses import dataclass
 
-from posbias.argtypes import positive_float
 from posbias.errors import UserError
 from posbias.numerics import budget
 
@@ -73,9 +72,12 @@ def time_limit() -> float:
     if not text:
         return TIME_LIMIT
     try:
-        return positive_float(text)
-    except ArgumentTypeError:
-        raise UserError(f"POSBIAS_TIME_LIMIT: expected a positive number of seconds, got {text!r}") from None
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):  # inf and nan parse as floats: refused too
+        raise UserError(f"POSBIAS_TIME_LIMIT: expected a positive number of seconds, got {text!r}")
+    return value
 
 
 def describe_seconds(seconds: float) -> str:

@@ -1,11 +1,11 @@
 """A verification run's files as one output set: ``preflight`` checks the folder can be
 written before any search runs; ``write_set`` writes every counterexample file of the run
-with ``posbias.files.write_run``: all or none, under the folder's lock, and the files of an
+with ``posbias.io.files.write_run``: all or none, under the folder's lock, and the files of an
 earlier verify set that this one does not rewrite are removed under the same lock, so the
 folder holds one run's set, never a mix.
 
 The set describes itself: every counterexample JSON carries ``set`` (a SHA-256 over the
-whole set's contents, ``posbias.files.set_stamp``) and ``digests`` (the SHA-256 of each
+whole set's contents, ``posbias.io.files.set_stamp``) and ``digests`` (the SHA-256 of each
 model file it names). An earlier set is recognised by content (JSON files of format
 ``posbias-counterexample/1`` and the files they name), never by a name pattern, so the
 user's own files in the folder are left alone. ``check_member`` is the reader's side.
@@ -22,7 +22,7 @@ import json
 import re
 from pathlib import Path
 
-from posbias import files as pf
+from posbias.io import files as pf
 from posbias.verify.types import FORMAT
 
 _MEMBER = re.compile(r"[a-z0-9][a-z0-9-]*\.(json|yaml|npz)")  # slug(name) + suffix: no folders, no dot files

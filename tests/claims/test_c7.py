@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from posbias.derive_cli import derive_command
-from posbias.proofs_cli import proofs_command
+from posbias.cli.derive import derive_command
+from posbias.cli.proofs import proofs_command
 from posbias.theorem import relative_bias as rb
 from posbias.theorem.bias_expr import G, parse_bias, parse_ranges
 from posbias.theorem.queries import derivations

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from posbias.proofs_cli import proofs_command
+from posbias.cli.proofs import proofs_command
 from posbias.theorem import statement_instances as si
 from posbias.theorem.claims import CLAIMS
 from posbias.theorem.statements import (

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from posbias.proofs_cli import PROOFS_DIR, cited_certificates, proofs_command
+from posbias.cli.proofs import PROOFS_DIR, cited_certificates, proofs_command
 from posbias.theorem.certificate import Check
 from posbias.theorem.claims import CLAIMS, Registry, certificate_registry
 
@@ -102,7 +102,7 @@ def test_importing_theorem_does_not_import_jax():
     """theorem may import the pure-NumPy numerics modules (schedules, shape), never JAX."""
     code = (
         "import sys, posbias.theorem, posbias.theorem.claims, posbias.theorem.queries\n"
-        "import posbias.derive_cli, posbias.proofs_cli\n"
+        "import posbias.cli.derive, posbias.cli.proofs\n"
         "from posbias.theorem.queries import derivations\n"
         "from posbias.theorem.claims import certificate_registry\n"
         "derivations(); certificate_registry()\n"

@@ -127,7 +127,7 @@ def test_counterexample_models_are_files_posbias_rollout_reads(full_run):
     ce = pv.load_counterexample(out / "c6-old-steep-monotone.json")
     assert isinstance(ce.example["r"], Fraction) and ce.stacks()["stack"][0] == "alibi"
     # the kernel counterexample is a pair of .npz files (posbias rollout --kernels FILE --causal)
-    from posbias.kernel_file import load_kernels
+    from posbias.io.kernel_file import load_kernels
 
     before, _ = load_kernels(out / "c2-b-w-o-monotonicity-before.npz", None, True)
     after, _ = load_kernels(out / "c2-b-w-o-monotonicity-after.npz", None, True)

@@ -1,7 +1,7 @@
 """Hostile input to ``posbias derive`` (issue 8, symbolic half; issue 9 §4): every query answers or
 refuses with ONE line on stderr and exit status 2, never a traceback, never a hang.
 
-Each case runs ``posbias.derive_cli.derive_command(argv)`` in one child interpreter that takes the
+Each case runs ``posbias.cli.derive.derive_command(argv)`` in one child interpreter that takes the
 cases in turn, each with a stdout and stderr of its own (an interpreter per case cost 25 s more of
 start-ups). The child's timeout is only a hang detector: the limits that make these cases answer or refuse
 are deterministic work limits (literal sizes, exponent towers, cost estimates from the
@@ -27,7 +27,7 @@ HANG_DETECTOR_S = 600  # every case together
 # and the query's own wall-clock guard (--time-budget) armed as a user's would be.
 RUNNER = """
 import contextlib, io, json, sys, traceback
-from posbias.derive_cli import derive_command
+from posbias.cli.derive import derive_command
 results = []
 for argv in json.load(sys.stdin):
     out, err = io.StringIO(), io.StringIO()
@@ -164,7 +164,7 @@ def test_the_table_covers_every_class_of_the_audit():
 
 
 def test_each_derivation_documents_its_limits_and_the_time_budget(capsys):
-    from posbias.derive_cli import DEFAULT_TIME_BUDGET, derive_command
+    from posbias.cli.derive import DEFAULT_TIME_BUDGET, derive_command
     from posbias.theorem.params import DEFAULT_TIME_BUDGET_TEXT
     from posbias.theorem.queries import derivations
 
@@ -181,7 +181,7 @@ def test_each_derivation_documents_its_limits_and_the_time_budget(capsys):
 
 def test_the_budget_guard_refuses_and_never_answers_in_process(capsys):
     """In-process: a budget under 0.05 s refuses before any work (deterministic), one line, status 2."""
-    from posbias.derive_cli import derive_command
+    from posbias.cli.derive import derive_command
 
     assert derive_command(["dichotomy", "constant:0.3", "--time-budget", "0.04"]) == 2
     captured = capsys.readouterr()

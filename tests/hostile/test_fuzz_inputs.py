@@ -304,7 +304,7 @@ def test_generated_kernel_files(c):
         return
     assert err_sum <= tol and not negative, f"rows off by {err_sum:.3g} (tolerance {tol:.3g}) accepted"
     kernels = k.astype(np.float64)
-    if k.dtype != np.float64:  # stored below float64: renormalised rows (posbias/kernel_file.py)
+    if k.dtype != np.float64:  # stored below float64: renormalised rows (posbias/io/kernel_file.py)
         kernels = np.clip(kernels, 0.0, None)
         kernels = kernels / kernels.sum(axis=2, keepdims=True)
     if c["schedule"] is None:

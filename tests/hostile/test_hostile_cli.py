@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 
 from posbias.cli import main
-from posbias.files import STAMP_KEY, set_stamp
+from posbias.io.files import STAMP_KEY, set_stamp
 from tests.product.test_cli import GOOD  # the same small valid config as the CLI tests
 
 CONSOLE = Path(sys.executable).with_name("posbias")

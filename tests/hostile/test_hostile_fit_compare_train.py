@@ -32,7 +32,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from posbias.files import set_stamp
+from posbias.io.files import set_stamp
 from tests.hostile.test_hostile_cli import alibi_kernel, assert_refused, listing, numpy_rollout, png_stamp, run_cli
 from tests.peak import peak_rss
 
@@ -435,7 +435,7 @@ def test_fit_returns_the_best_iterate_not_the_last():
     """fit() on its own: a rate of 100 makes the later iterates worse than the start; the result
     is the iterate of smallest loss in its own history, and its W1 is recomputed here."""
     import posbias.numerics as nx
-    from posbias.fit import FitSpec, fit
+    from posbias.fit.profile import FitSpec, fit
 
     stack = nx.AlibiStack.build([0.8 / (t + 1) ** 0.5 for t in range(4)], [0.25, 0.0625, 0.015625, 0.00390625], 1.0)
     measured = small_profile(16, 2.5)
@@ -473,7 +473,7 @@ def test_fit_bloom_memory_is_refused_before_allocating(in_tmp):
 def test_fit_bloom_layers_and_heads_run_within_the_stated_budget(in_tmp):
     """BLOOM's 70 layers x 112 heads at N = 128, one step, under a 1 GiB limit the estimate
     accepts: the whole process (interpreter included) stays within the limit."""
-    from posbias.fit import memory_bytes
+    from posbias.fit.profile import memory_bytes
 
     limit = 2**30
     assert memory_bytes(70, 112, 128) <= limit
@@ -581,7 +581,7 @@ def test_train_diverging_lr_leaves_nothing(in_tmp, capsys):
 
 
 def test_train_second_writer_is_refused(in_tmp, capsys):
-    """A folder another process holds (the folder lock of posbias.files) is refused, not mixed."""
+    """A folder another process holds (the folder lock of posbias.io.files) is refused, not mixed."""
     (in_tmp / "run").mkdir()
     (in_tmp / "run" / "mine.txt").write_text("keep\n")
     before = listing(in_tmp)

@@ -244,7 +244,7 @@ def test_fit_report_prints_w1_before_and_after_in_one_format(configs):
 
 @pytest.mark.parametrize(("save_dir", "message"), [(" ", "got a blank string"), ("a\0b", "without a NUL byte")])
 def test_a_config_save_dir_is_checked_as_out_is(tmp_path, save_dir, message):
-    """--out ' ' is refused (posbias.argtypes.path); a config's save_dir, the default --out, was taken as
+    """--out ' ' is refused (posbias.cli.argtypes.path); a config's save_dir, the default --out, was taken as
     a folder named ' '."""
     from posbias.config import ConfigError, load
 

@@ -36,7 +36,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from posbias.cli import main
-from posbias.files import STAMP_KEY, set_stamp
+from posbias.io.files import STAMP_KEY, set_stamp
 from posbias.io.reports import read_report
 from tests.hf_folders import FIXTURES, hf_copy
 from tests.peak import peak_rss
@@ -426,7 +426,9 @@ MEASURE_REFUSED = [
     Refused("--samples 0", "arguments", M, fixture("bloom", "--samples", "0"), "--samples: expected a positive"),
     Refused("gpt2 --tokens 33", "arguments", M, fixture("gpt2", "--tokens", "33"), "32 learned positions"),
     Refused("--data absent", "arguments", M, fixture("gpt2", "--data", "absent.txt"), "absent.txt: cannot read"),
-    Refused("--data too short", "arguments", M, data_file("a few words", "--tokens", "16"), "fewer than --tokens N = 16"),
+    Refused(
+        "--data too short", "arguments", M, data_file("a few words", "--tokens", "16"), "fewer than --tokens N = 16"
+    ),
     Refused("--data not UTF-8", "arguments", M, lambda tmp: _latin1(tmp), "not UTF-8 text"),
     Refused(
         "--data jsonl without text",

@@ -1,4 +1,4 @@
-"""Ctrl-C on the command line (posbias/interrupt.py): one line, exit code 130, no traceback, and no file
+"""Ctrl-C on the command line (posbias/runtime/interrupt.py): one line, exit code 130, no traceback, and no file
 of the run, even when the KeyboardInterrupt is swallowed on the way (a garbage-collector callback
 prints it as "ignored": found by an audit, the run then wrote its files and exited 0)."""
 
@@ -7,8 +7,8 @@ import signal
 
 import pytest
 
-from posbias import interrupt
 from posbias.cli import main
+from posbias.runtime import interrupt
 
 ROLLOUT = ["rollout", "--layers", "3", "--heads", "2", "--tokens", "8", "--schedule", "constant:0.5"]
 

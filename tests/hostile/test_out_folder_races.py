@@ -1,5 +1,5 @@
 """Two processes on one ``--out`` folder: one may create it, or remove the folder it created
-(``check_writable`` undoing its probe), while the other prepares it (posbias/files.py).
+(``check_writable`` undoing its probe), while the other prepares it (posbias/io/files.py).
 
 CI once saw ``posbias verify C1 --out o`` refused with "exists and is not a folder" while
 ``posbias verify "C2(b)" --out o`` ran beside it: the folder was removed between an exists()
@@ -14,8 +14,8 @@ import threading
 
 import pytest
 
-from posbias import files as pf
 from posbias.errors import UserError
+from posbias.io import files as pf
 
 
 def test_a_folder_removed_between_the_type_check_and_the_creation_is_created_again(tmp_path, monkeypatch):

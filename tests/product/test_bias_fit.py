@@ -1,4 +1,4 @@
-"""The relative-bias fit (posbias.bias_fit, THEORY.md C7), its validate panel (i) and ``posbias fit MEASUREMENT_DIR``.
+"""The relative-bias fit (posbias.fit.bias, THEORY.md C7), its validate panel (i) and ``posbias fit MEASUREMENT_DIR``.
 
 Independent routes: logits planted in the test from b, d, s and random row offsets c_i (the fit must
 return the planted values); a dense NumPy least squares with one dummy column per row offset (no
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posbias.bias_fit import BiasFitError, fit_bias, fit_measurement, pre_softmax_logits
+from posbias.fit.bias import BiasFitError, fit_bias, fit_measurement, pre_softmax_logits
 from posbias.io.reports import read_report
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
@@ -314,7 +314,7 @@ def _dense_fitted_rollout(fit, lambdas):
 
 @pytest.mark.parametrize("family", ["bloom", "bert"])
 def test_validate_panel_i_on_hf_fixtures_equals_dense_rollout(family):
-    from posbias.validate_panels import bias_prediction
+    from posbias.validate.panels import bias_prediction
 
     _, m = _measure_fixture(family)
     p = bias_prediction(m)
@@ -328,7 +328,7 @@ def test_validate_panel_i_on_the_trained_model_route(tmp_path):
     from posbias.lm.data import heldout_sequences, load_corpus
     from posbias.lm.measure import measure
     from posbias.lm.train import train
-    from posbias.validate_panels import bias_prediction
+    from posbias.validate.panels import bias_prediction
 
     model = ModelConfig(layers=2, heads=2, width=8, context=16, mlp_ratio=2)
     train(
@@ -403,7 +403,7 @@ def test_fit_command_on_a_measurement_folder(measured_folder, tmp_path, capsys):
             assert record["r2"][layer][head] == pytest.approx(1 - resid / (centre(logits) ** 2).sum(), abs=1e-12)
     prof = np.loadtxt(out / "fitted_bias_profile.csv", delimiter=",", skiprows=1)[:, 1]
     assert abs(prof.sum() - 1) < 1e-12
-    from posbias.bias_fit_run import fit_folder, read_measurement
+    from posbias.fit.bias_run import fit_folder, read_measurement
 
     fit = fit_folder(read_measurement(measured_folder), "table", 0.5)
     np.testing.assert_allclose(prof, _dense_fitted_rollout(fit, lambdas), rtol=0, atol=1e-12)
@@ -480,7 +480,7 @@ def test_sliding_window_measurement_is_refused_where_the_window_binds():
     the softmax sees, so the fit (and panel (i)) refuses; at N = 5 the window does not bind and the fit runs."""
     from posbias.hf import checkpoint, weights
     from posbias.hf.measure import measure
-    from posbias.validate_panels import bias_prediction
+    from posbias.validate.panels import bias_prediction
 
     ck = checkpoint.load(FIXTURES / "mistral")
     ids = np.load(FIXTURES / "mistral" / "expected.npz")["input_ids"].astype(np.int32)

@@ -17,7 +17,7 @@ import pytest
 from posbias.bias_spec import parse_bias as rollout_bias
 from posbias.bias_spec import parse_biases
 from posbias.cli import main
-from posbias.derive_cli import derive_command
+from posbias.cli.derive import derive_command
 from posbias.errors import UserError
 from posbias.numerics.bias import Alibi, Bias, KerpleLog
 from posbias.numerics.bias_stack import BiasStack

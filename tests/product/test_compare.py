@@ -10,8 +10,8 @@ from scipy import stats
 
 from posbias import distances as pc
 from posbias.cli import main
-from posbias.output import position_csv
-from posbias.profile_file import read_profile
+from posbias.io.output import position_csv
+from posbias.io.profile_file import read_profile
 
 
 def _profile(draw_list):

@@ -10,9 +10,9 @@ import pytest
 
 import posbias.numerics as nx
 from posbias.cli import main
-from posbias.fit import FitError, FitSpec, fit, model_profile
+from posbias.fit.profile import FitError, FitSpec, fit, model_profile
+from posbias.io.output import position_csv
 from posbias.numerics import differentiable
-from posbias.output import position_csv
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

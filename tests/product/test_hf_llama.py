@@ -350,7 +350,7 @@ def test_measure_matches_transformers_tensors_and_a_numpy_rollout():
     """S = 2 copies of the llama fixture's ids: lambda_t and the kernels from transformers' own tensors;
     the (e) rollout and the attention-only (a) panel (slopes 0: the uniform causal kernel) by NumPy."""
     from posbias.hf.measure import measure
-    from posbias.validate import predictions
+    from posbias.validate.predict import predictions
 
     ck = checkpoint.load(FIXTURES / "llama")
     expected = np.load(FIXTURES / "llama" / "expected.npz")

@@ -212,7 +212,7 @@ def test_ci_training_beats_the_unigram_baseline(ci_run, capsys):
 def test_measure_writes_files_rollout_reads(ci_run, tmp_path, capsys):
     from posbias.cli import main as posbias_main
     from posbias.config import load as load_config
-    from posbias.kernel_file import load_kernels
+    from posbias.io.kernel_file import load_kernels
 
     out = tmp_path / "m"
     assert lm_cli.main(["measure", str(ci_run), "--tokens", "48", "--samples", "6", "--out", str(out), "--quiet"]) == 0
@@ -248,7 +248,7 @@ def test_resume_after_sigkill_equals_uninterrupted(ci_run, tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "posbias.lm.cli",
+        "posbias.cli.train",
         "train",
         "--preset",
         "ci",
@@ -330,7 +330,7 @@ def test_bad_train_input_one_line_exit_2(ci_run, tmp_path, capsys):
 
 
 def test_posbias_command_has_measure(ci_run, tmp_path, capsys):
-    """Through the posbias command itself (needs posbias/cli.py to wire posbias.lm.cli)."""
+    """Through the posbias command itself (needs posbias/cli.py to wire posbias.cli.train)."""
     from posbias.cli import main as posbias_main
 
     _one_error_line(

@@ -1,4 +1,4 @@
-"""Per-position CSV tables written chunk by chunk (posbias.output.PositionTable, posbias.files.write_run):
+"""Per-position CSV tables written chunk by chunk (posbias.io.output.PositionTable, posbias.io.files.write_run):
 the same bytes as the text made whole, floats that read back bit for bit, the figure's set stamp equal to
 ``set_stamp`` of the files' contents, and memory that does not grow with N."""
 
@@ -8,8 +8,8 @@ import tracemalloc
 
 import numpy as np
 
-from posbias import output
-from posbias.files import STAMP_KEY, set_stamp, write_run
+from posbias.io import output
+from posbias.io.files import STAMP_KEY, set_stamp, write_run
 
 
 def _expected(columns: dict[str, np.ndarray]) -> str:

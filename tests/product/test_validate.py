@@ -13,7 +13,7 @@ from posbias.lm.data import heldout_sequences, load_corpus
 from posbias.lm.measure import measure
 from posbias.lm.model import slopes_of
 from posbias.lm.train import train
-from posbias.validate import predictions
+from posbias.validate.predict import predictions
 
 MODEL = ModelConfig(layers=2, heads=2, width=8, context=16, mlp_ratio=2)
 

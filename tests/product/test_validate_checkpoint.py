@@ -23,7 +23,7 @@ from posbias.hf import bos, checkpoint, data
 from posbias.hf.forward import slopes as hf_slopes
 from posbias.io.reports import read_report
 from posbias.numerics.kernel_checks import KernelError
-from posbias.validate import predictions
+from posbias.validate.predict import predictions
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 LENGTHS = (16, 32)

@@ -1,4 +1,4 @@
-"""posbias validate's kernel variants, baselines, sink diagnostics and --bos (posbias.validate_panels, posbias.hf.bos).
+"""posbias validate's kernel variants, baselines, sink diagnostics and --bos (posbias.validate.panels, posbias.hf.bos).
 
 Independent routes: the uniform baseline against THEORY.md's exact closed form (Hausdorff moments,
 exact rationals: posbias.theorem.cesaro_exact.exact_profile) and, for the full mask, against the closed form
@@ -20,7 +20,7 @@ from posbias.cli import main
 from posbias.hf import bos, checkpoint, data
 from posbias.io.reports import read_report
 from posbias.measure.quantities import MeasureError
-from posbias.validate_panels import kernel_profile, uniform_kernels
+from posbias.validate.panels import kernel_profile, uniform_kernels
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 LENGTHS = (12, 16)

@@ -1,4 +1,4 @@
-"""posbias.yaml_io: the libyaml fast path reads what ruamel.yaml reads, and the limits hold.
+"""posbias.io.yaml_io: the libyaml fast path reads what ruamel.yaml reads, and the limits hold.
 
 "Identical" here is strict: same keys in the same order, same types (1, 1.0 and
 True differ), floats equal bit for bit (repr), NaN equal to NaN.
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from posbias import yaml_io
 from posbias.errors import UserError
-from posbias.yaml_io import YamlError, loads, read_yaml
+from posbias.io import yaml_io
+from posbias.io.yaml_io import YamlError, loads, read_yaml
 
 yaml = pytest.importorskip("yaml")
 
@@ -497,11 +497,11 @@ def test_official_content_file_takes_the_libyaml_path(shared_data, monkeypatch):
     assert loads(text, loader="auto") == expected
 
 
-# ------------------------------------------- posbias.jax_cache (startup, same issue)
+# ------------------------------------------- posbias.runtime.jax_cache (startup, same issue)
 
 JAX_CACHE_CHILD = """
 import json, os, sys
-from posbias.jax_cache import enable_compilation_cache
+from posbias.runtime.jax_cache import enable_compilation_cache
 path = enable_compilation_cache()
 import jax, jax.numpy as jnp
 jax.jit(lambda x: jnp.sin(x) * 2.0 + 1.0)(jnp.arange(7.0)).block_until_ready()

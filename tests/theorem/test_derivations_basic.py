@@ -9,7 +9,7 @@ import pytest
 import sympy as sp
 
 import posbias.numerics as nx
-from posbias.derive_cli import derive_command
+from posbias.cli.derive import derive_command
 from posbias.theorem import alibi_row, diagonal_product, drift, monotone, softmax_shift
 from posbias.theorem.queries import derivations
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from posbias.derive_cli import derive_command
+from posbias.cli.derive import derive_command
+from posbias.cli.proofs import proofs_command
 from posbias.numerics import schedules
-from posbias.proofs_cli import proofs_command
 from posbias.theorem.alibi_row import AlibiRowParams
 from posbias.theorem.certificate import Check, certificate, check, registered
 from posbias.theorem.claims import CLAIMS, Registry, certificate_registry, run_certificate

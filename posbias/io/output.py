@@ -1,4 +1,4 @@
-"""What posbias shows: per-position CSV text and profile figures (posbias/files.py writes them)."""
+"""What posbias shows: per-position CSV text and profile figures (posbias/io/files.py writes them)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ ROWS_PER_CHUNK = 1 << 16  # rows formatted at a time: a table of any N holds O(c
 class PositionTable:
     """``token_position,<name>,...``: one row per token, floats at full repr precision (they read back
     bit for bit), produced ``ROWS_PER_CHUNK`` rows at a time by ``chunks()``, so that writing a profile of
-    N = 10^8 tokens holds a few megabytes of text at once rather than gigabytes (posbias/files.py writes
+    N = 10^8 tokens holds a few megabytes of text at once rather than gigabytes (posbias/io/files.py writes
     a table chunk by chunk). ``str(table)`` is the whole text."""
 
     columns: dict[str, np.ndarray]

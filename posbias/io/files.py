@@ -25,8 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
-from posbias import interrupt
 from posbias.errors import UserError
+from posbias.runtime import interrupt
 
 
 def file_mode() -> int:
@@ -242,7 +242,7 @@ def _files_stamp(folder: Path, names: list[str]) -> str:
 
 
 class Chunked(Protocol):
-    """A text produced in pieces (``posbias.output.PositionTable``): written without being held whole."""
+    """A text produced in pieces (``posbias.io.output.PositionTable``): written without being held whole."""
 
     def chunks(self) -> Iterator[str]: ...
 

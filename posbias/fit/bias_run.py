@@ -1,4 +1,4 @@
-"""``posbias fit MEASUREMENT_DIR --bias FAMILY``: the relative-bias fit (``posbias.bias_fit``) of a folder
+"""``posbias fit MEASUREMENT_DIR --bias FAMILY``: the relative-bias fit (``posbias.fit.bias``) of a folder
 written by ``posbias measure``, and the files it writes.
 
 The folder gives the mean raw content logits (T, H, N, N), the per-layer softmax scales s_t, the ALiBi
@@ -6,7 +6,7 @@ slopes, the mask, the measured lambda_t and ``logits_note`` (a measurement whose
 softmax sees is refused with that reason, e.g. BLOOM through the transformers backend): ``attention.npz``
 and ``kernels.npz`` of a ``posbias train`` model's measurement, or ``kernels.npz`` alone of a Hugging Face
 checkpoint's. Written with
-``posbias.files.write_run`` (all or none):
+``posbias.io.files.write_run`` (all or none):
 
 * ``fitted_bias.json``: the folder, the family, the smoothness, per layer and head the parameters, d, s
   and R^2 (``BiasFit.summary``), and the rollout profile's first and last entries;
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from posbias.bias_fit import DEFAULT_SMOOTHNESS, BiasFit, BiasFitError, check_family, fit_bias, pre_softmax_logits
+from posbias.fit.bias import DEFAULT_SMOOTHNESS, BiasFit, BiasFitError, check_family, fit_bias, pre_softmax_logits
 
 
 @dataclass(frozen=True)
@@ -125,9 +125,9 @@ def bias_csv(fit: BiasFit) -> str:
 def run(args) -> int:
     """The bias route of ``posbias fit`` (``args.measured`` a folder)."""
     import posbias.numerics as nx
-    from posbias.files import write_run
+    from posbias.io.files import write_run
+    from posbias.io.output import position_csv
     from posbias.numerics.stack import StackError
-    from posbias.output import position_csv
 
     if args.config is not None:
         raise BiasFitError(

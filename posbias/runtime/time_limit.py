@@ -2,7 +2,7 @@
 
 Answers never depend on it. Every derivation decides by deterministic work limits
 (theorem.expr_guard's literal and size limits, cost estimates from the parameters,
-bounded series terms); posbias.derive_cli runs the whole query under ``time_limit(budget)``
+bounded series terms); posbias.cli.derive runs the whole query under ``time_limit(budget)``
 only so that an input those limits missed cannot hang the command: a query that
 overruns raises ``TimeLimitExceeded`` and is refused, labelled "undecided: time
 budget exceeded" (exit 2). Nothing inside a derivation reads the clock, so a loaded

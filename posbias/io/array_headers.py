@@ -1,7 +1,7 @@
 """What a .npy/.npz file declares (names, shapes, dtypes), read from its headers alone.
 
 A zip bomb or a header announcing a huge array is refused from these declarations before
-anything is decompressed beyond the headers (``posbias.kernel_file`` checks them against
+anything is decompressed beyond the headers (``posbias.io.kernel_file`` checks them against
 the memory limit)."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Python delivers SIGINT as a KeyboardInterrupt at the main thread's next bytecode; when that bytecode
 belongs to a garbage-collector callback (JAX installs one), the exception is printed as "ignored" and
 the run would go on to write its files and exit 0. ``handling`` records every interrupt, so the
-writer of a run's files (``posbias.files.write_run``) asks ``check`` before it commits the set."""
+writer of a run's files (``posbias.io.files.write_run``) asks ``check`` before it commits the set."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@
 It returns a process exit status; user errors print one line ``posbias derive: error: ...``
 to stderr and return 2, never a traceback: a query whose arithmetic overflows or runs past
 ``--time-budget SECONDS`` (default ``DEFAULT_TIME_BUDGET``, the last-resort wall-clock guard of
-posbias.time_limit; answers are decided by deterministic work limits inside the derivations, so
+posbias.runtime.time_limit; answers are decided by deterministic work limits inside the derivations, so
 the guard can only refuse, labelled "undecided: time budget exceeded", never change an answer)
 is refused the same way. An unexpected failure prints one line and returns 1.
 """
@@ -20,9 +20,9 @@ import json
 import math
 import sys
 
+from posbias.runtime.time_limit import TimeLimitExceeded, time_limit
 from posbias.theorem.derivation import DeriveError
 from posbias.theorem.params import ArgParser
-from posbias.time_limit import TimeLimitExceeded, time_limit
 
 FORMATS = ("text", "latex", "json")
 LIST_FORMATS = ("text", "json")

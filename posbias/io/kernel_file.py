@@ -1,6 +1,6 @@
 """Measured-kernel mode: a ``KernelStack`` from a .npy/.npz file ('kernels', 'lambdas') and --schedule.
 
-Declared shapes and dtypes (``posbias.array_headers``) are checked against the memory
+Declared shapes and dtypes (``posbias.io.array_headers``) are checked against the memory
 limit and the expected layout (T, N, N) before any array is read. Rows must sum to 1 within
 ``kernel_tolerance`` of the stored dtype; kernels stored below float64 precision are then
 renormalised row by row (the stochastic matrices they round), so the rollout keeps its mass."""
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from posbias.array_headers import declared_arrays, read_errors
 from posbias.errors import UserError
+from posbias.io.array_headers import declared_arrays, read_errors
 
 
 def _first_line(exc: BaseException) -> str:
@@ -80,7 +80,7 @@ def _read(path: Path, shape: tuple[int, ...]):
 def _lambdas(path: Path, stored, schedule: str | None, num_layers: int) -> tuple[np.ndarray, tuple[str, ...]]:
     """--schedule evaluated over T layers (clipped, with a warning) or else the stored lambdas in [0, 1]."""
     from posbias import numerics as nx
-    from posbias.model import clip_warning
+    from posbias.numerics.schedules import clip_warning
 
     if schedule is not None:
         try:

@@ -9,7 +9,7 @@ of a rollout, p = e_{N-1}^T R^(T-1) ... R^(0), R^(t) = (1 - lambda_t) I + lambda
     sequence and head A_hij ||W_O^h v_hj||, rows renormalised, the head mean, the data-set mean
     (``posbias.measure.quantities.value_weighted``), with the measured lambda_t;
 (h) (g) attention-only (lambda_t = 1);
-(i) the fitted relative bias (``posbias.bias_fit``, THEORY.md C7): every head's mean pre-softmax logits
+(i) the fitted relative bias (``posbias.fit.bias``, THEORY.md C7): every head's mean pre-softmax logits
     (scaled content plus the ALiBi term) fitted as c_i + b_h(g) + d_h [i = j] + s_h [j = 0] with the
     table family (default smoothness), the fitted ``BiasStack`` rolled out by the bias engine
     (``posbias.numerics.profile``) with the measured lambda_t: the structural prediction from the
@@ -42,7 +42,7 @@ PAPER_PANELS = {
     "d": "measured influence",
     "e": "rollout of measured kernels",
 }
-"""The paper's panels (a)-(e) (``posbias.validate.PANELS`` adds the ones below)."""
+"""The paper's panels (a)-(e) (``posbias.validate.predict.PANELS`` adds the ones below)."""
 PANELS = {
     "f": "measured kernels, attention-only (lambda = 1)",
     "g": "value-norm-weighted kernels, measured lambda",
@@ -70,13 +70,13 @@ def kernel_profile(kernels, lambdas, *, causal: bool = True, label: str = "kerne
 
 
 def bias_prediction(m) -> np.ndarray:
-    """Profile (i) of one measurement (module docstring). ``posbias.bias_fit.BiasFitError`` (validate omits the
+    """Profile (i) of one measurement (module docstring). ``posbias.fit.bias.BiasFitError`` (validate omits the
     panel with a note, the measured panels stand) when the logits do not determine the fit at this N, the
     measurement's content is not what the softmax sees (``Measurement.logits_note``), the fitted stack is
     refused (``StackError``: e.g. a logit beyond the engines' range) or its profile is not determined in
     float64."""
     import posbias.numerics as nx
-    from posbias.bias_fit import BiasFitError, fit_measurement
+    from posbias.fit.bias import BiasFitError, fit_measurement
     from posbias.numerics.stack import StackError
 
     try:

@@ -11,8 +11,8 @@ import os
 import sys
 from pathlib import Path
 
-from posbias import argtypes
-from posbias.argtypes import at_least
+from posbias.cli import argtypes
+from posbias.cli.argtypes import at_least
 from posbias.errors import UserError
 from posbias.numerics.engines import CHOOSABLE as ENGINE_NAMES  # the one engine table
 
@@ -162,7 +162,7 @@ def _parser() -> _Parser:
         "--out", type=argtypes.path, default=Path("posbias-demo"), help="output folder (default ./posbias-demo)"
     )
 
-    # derive/proofs parse their own arguments (posbias/derive_cli.py, posbias/proofs_cli.py); listed here for --help.
+    # derive/proofs parse their own arguments (posbias/cli/derive.py, posbias/cli/proofs.py); listed here for --help.
     sub.add_parser(
         "derive", help="symbolic derivations (posbias derive --list; posbias derive NAME --help)", add_help=False
     )
@@ -173,13 +173,14 @@ def _parser() -> _Parser:
 
 
 SUBCOMMAND_MODULES = (
-    "posbias.verify",
-    "posbias.compare",
-    "posbias.fit",
+    "posbias.verify.cli",
+    "posbias.fit.compare",
+    "posbias.fit.profile",
     "posbias.sweep.cli",
     "posbias.sweep.plot",
-    "posbias.lm.cli",
-    "posbias.validate",
+    "posbias.cli.train",
+    "posbias.cli.measure",
+    "posbias.cli.validate",
 )
 """Modules with ``add_parser(subparsers)`` and ``run(args) -> int`` (imported when the parser is built:
 keep their top level light)."""
@@ -327,9 +328,9 @@ def _rollout(args) -> int:
     if args.out is not None and str(args.out).strip() == "":
         raise UserError("--out: expected a folder name, got an empty string")
 
-    from posbias import output
-    from posbias.files import OutFolderError, write_run
-    from posbias.kernel_file import load_kernels
+    from posbias.io import output
+    from posbias.io.files import OutFolderError, write_run
+    from posbias.io.kernel_file import load_kernels
     from posbias.rollout import run_stack
 
     if args.kernels is not None:
@@ -431,8 +432,8 @@ def _rollout(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The ``posbias`` command; Ctrl-C ends it with one line and exit code 130 (``posbias.interrupt``)."""
-    from posbias import interrupt
+    """The ``posbias`` command; Ctrl-C ends it with one line and exit code 130 (``posbias.runtime.interrupt``)."""
+    from posbias.runtime import interrupt
 
     with interrupt.handling():
         try:
@@ -451,15 +452,15 @@ def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("derive", "proofs"):
         if argv[0] == "derive":
-            from posbias.derive_cli import derive_command
+            from posbias.cli.derive import derive_command
 
             return derive_command(argv[1:])
-        from posbias.proofs_cli import proofs_command
+        from posbias.cli.proofs import proofs_command
 
         return proofs_command(argv[1:])
     try:
         args = _parser().parse_args(argtypes.join_negative_values(argv))
-        from posbias.jax_cache import enable_compilation_cache
+        from posbias.runtime.jax_cache import enable_compilation_cache
 
         enable_compilation_cache()
         if args.command == "rollout":

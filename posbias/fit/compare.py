@@ -5,25 +5,18 @@ Spearman's rho, total variation), as a table and an overlay figure.
 ``posbias compare MEASURED.csv PRED.csv [PRED.csv ...]`` prints a table (best W1 marked),
 ``--json`` prints JSON instead, and an overlay figure (linear and log scale) is written
 to ``--out`` (default ``posbias-out``). Files are ``token_position,<name>[,...]`` CSVs as
-``posbias rollout`` and ``posbias measure`` write them (``posbias.profile_file``: the profile is
+``posbias rollout`` and ``posbias measure`` write them (``posbias.io.profile_file``: the profile is
 the first column after ``token_position``); profiles of different lengths or that do not sum to 1
 within 1e-9 are refused.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
-from posbias import argtypes
-from posbias.distances import Row, compare
-from posbias.errors import UserError
-from posbias.profile_file import read_profile
+from posbias.distances import Row
 
 
 def _names(paths: list[Path]) -> list[str]:
@@ -87,71 +80,3 @@ def overlay_figure(measured: np.ndarray, predictions: dict[str, np.ndarray], *, 
     axes[0].legend(fontsize=8, loc="best")
     fig.suptitle(title)
     return fig
-
-
-EPILOG = """\
-examples:
-  posbias compare influence.csv attention-only/profile.csv residual/profile.csv
-  posbias compare influence.csv pred.csv --json --out results/compare
-"""
-
-
-def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "compare",
-        help="distances between a measured profile and predicted ones (W1, Spearman, TV)",
-        description="Compare a measured influence profile with predicted profiles: Wasserstein-1 on "
-        "positions / (N-1), Spearman's rho, total variation. Writes compare.json and an overlay "
-        "figure compare.png to --out.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("measured", type=Path, help="measured profile CSV (token_position,probability)")
-    p.add_argument("predicted", type=Path, nargs="+", help="predicted profile CSVs (same N)")
-    p.add_argument(
-        "--out", type=argtypes.path, default=None, help="folder for compare.json and compare.png (default: posbias-out)"
-    )
-    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
-
-
-WORK_ARRAYS = 8
-"""(N,) float64 temporaries of one comparison (cumulative sums, ranks, argsort) beside the profiles."""
-
-
-def run(args) -> int:
-    from posbias.files import write_run
-
-    measured = read_profile(args.measured)
-    from posbias.numerics import budget
-
-    reason = budget.check(
-        f"comparing {len(args.predicted)} profiles of N = {measured.size}",
-        8 * measured.size * (len(args.predicted) + 1 + WORK_ARRAYS),
-    )
-    if reason is not None:
-        raise UserError(reason)
-    names = _names(list(args.predicted))
-    predictions = {}
-    for name, path in zip(names, args.predicted):
-        q = read_profile(path)
-        if q.size != measured.size:
-            raise UserError(f"{path}: {q.size} positions, expected {measured.size} like {args.measured}")
-        predictions[name] = q
-    rows = compare(measured, predictions)
-    best = min(rows, key=lambda r: r.w1).name
-    report = {
-        "measured": str(args.measured),
-        "num_tokens": int(measured.size),
-        "best_w1": best,
-        "rows": [asdict(r) for r in rows],
-    }
-    text = json.dumps(report, indent=2, allow_nan=False) + "\n"
-    figure = overlay_figure(measured, predictions, title=f"{args.measured} (N = {measured.size})")
-    written = write_run(args.out or Path("posbias-out"), {"compare.json": text}, {"compare.png": figure})
-    if args.json:
-        sys.stdout.write(text)
-    else:
-        print(f"measured: {args.measured}  (N = {measured.size})")
-        print(format_table(rows))
-        print("wrote " + ", ".join(str(p) for p in written))
-    return 0

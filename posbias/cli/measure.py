@@ -1,0 +1,123 @@
+"""``posbias measure``: lambda_t, kernels, content and influence of a model, written to one folder.
+
+The model is a run folder of ``posbias train``, a Hugging Face checkpoint folder or a .gguf file, measured
+through the pipeline of ``posbias.measure.pipeline`` (its backends: ``posbias.measure.backend``).
+``add_parser(subparsers)`` adds the subcommand, ``run(args)`` executes it (bad input: one line on stderr,
+exit code 2, nothing written). Nothing here imports JAX until the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from posbias.cli import argtypes
+from posbias.cli.argtypes import at_least, size
+from posbias.errors import UserError
+
+EXIT_USAGE = 2
+
+_nonneg = at_least(0)
+
+MEASURE_EPILOG = """\
+examples:
+  posbias measure runs/lm-default --tokens 256 --samples 64
+  posbias rollout runs/lm-default/measure-N256-S64/rollout.yaml
+  posbias rollout --kernels runs/lm-default/measure-N256-S64/kernels.npz --causal
+"""
+
+
+def add_parser(subparsers):
+    """Add ``measure`` to an argparse subparsers object; returns its parser."""
+    me = subparsers.add_parser(
+        "measure",
+        help="measure a trained model: lambda_t, kernels, content, influence",
+        description="Measure a posbias train checkpoint on S held-out sequences of N bytes: lambda_t with error "
+        "bars, attention kernels, content b/d, influence ||d p_top1 / d e_j||; writes a rollout "
+        "config, the kernels in the --kernels format and the influence profile.",
+        epilog=MEASURE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    me.add_argument(
+        "checkpoint",
+        type=Path,
+        metavar="RUN",
+        help="run folder of posbias train (or its checkpoint.npz), or a Hugging Face checkpoint folder "
+        "(config.json, *.safetensors, tokenizer.json: bert, bloom, falcon, gpt2, mpt)",
+    )
+    me.add_argument(
+        "--data",
+        type=Path,
+        metavar="FILE",
+        help='Hugging Face checkpoints: text (.txt) or JSON lines with a "text" field (.jsonl); '
+        "default: the pydoc_data validation topics",
+    )
+    me.add_argument(
+        "--tokens",
+        type=_nonneg,
+        metavar="N",
+        help="sequence length (default: the model's context; Hugging Face checkpoints: 256)",
+    )
+    me.add_argument("--samples", type=_nonneg, metavar="S", default=64, help="held-out sequences (default 64)")
+    me.add_argument("--out", type=argtypes.path, help="output folder (default: RUN/measure-N<N>-S<S>)")
+    me.add_argument("--precision", choices=("float64", "float32"), default="float64")
+    me.add_argument(
+        "--memory",
+        type=size,
+        metavar="SIZE",
+        help="Hugging Face checkpoints: memory budget of the whole measurement, host and device "
+        "(default and at most: 80%% of physical memory or POSBIAS_MEMORY_LIMIT), refused before "
+        "any weight is read when one sequence per batch exceeds it; a posbias train model: budget "
+        "of one batch of sequences (default 1G)",
+    )
+    me.add_argument(
+        "--content-scale",
+        choices=("scaled", "raw"),
+        default="scaled",
+        help="content b, d in rollout.yaml: times the softmax's per-layer scale s_t (1/sqrt(d_head) unless "
+        "the model sets another) as the softmax sees them (default), "
+        "or raw q.k as the paper's code records them",
+    )
+    me.add_argument(
+        "--backend",
+        choices=("jax", "transformers"),
+        default="jax",
+        help="Hugging Face checkpoints and .gguf files: jax (posbias's own forward, default) or "
+        "transformers (its eager forward with PyTorch hooks, for architectures posbias's JAX "
+        "families do not cover: needs pip install 'posbias[hf]')",
+    )
+    me.add_argument(
+        "--bos",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="Hugging Face checkpoints and .gguf files: start every window with the model's BOS token (yes), "
+        "never (no), or as its tokenizer does for one input (auto, default); see posbias.hf.bos",
+    )
+    me.add_argument("--quiet", action="store_true", help="no progress bar")
+    return me
+
+
+def run(args) -> int:
+    """Execute ``posbias measure`` from parsed arguments; returns the exit code (bad input: one line, exit 2)."""
+    try:
+        return _measure(args)
+    except UserError as exc:
+        print(f"posbias {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _measure(args) -> int:
+    from posbias.measure.backend import Options
+    from posbias.measure.pipeline import measure_to_folder, open_backend
+
+    options = Options(precision=args.precision, memory=args.memory, data=args.data, bos=args.bos)
+    backend = open_backend(args.checkpoint, options, args.backend, flag="RUN")
+    return measure_to_folder(
+        backend,
+        tokens=args.tokens,
+        samples=args.samples,
+        out=args.out,
+        content_scale=args.content_scale,
+        show=not args.quiet,
+    )

@@ -1,0 +1,129 @@
+"""``posbias validate``: the paper's experiment on a measured model (``posbias.validate``).
+
+``add_parser(subparsers)`` adds the subcommand, ``run(args)`` executes it: open the model
+(``posbias.measure.pipeline.open_backend``), run ``posbias.validate.run.validate``, print report.md (or
+report.json with ``--json``). Bad input: one line, exit code 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from posbias.cli import argtypes
+from posbias.cli.argtypes import size
+from posbias.errors import UserError
+
+EPILOG = """\
+examples:
+  posbias validate --preset ci --out out/validate              (trains the CI model first if needed)
+  posbias validate --checkpoint runs/lm-default --lengths 128,256 --out out/validate
+  posbias validate --checkpoint ~/models/bloom-560m --lengths 128,256 --samples 32 --out out/bloom
+  posbias validate --checkpoint ~/models/gpt2 --data notes.jsonl --out out/gpt2
+"""
+
+
+def _lengths(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 2:
+        raise argparse.ArgumentTypeError(f"expected lengths >= 2, got {text!r}")
+    return values
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "validate",
+        help="the paper's experiment on a measured model: predictions (a)-(c), (e) vs influence (d)",
+        description="Measure a model at each length and compare the rollout predictions with the measured "
+        "influence: the model trained here (trained first if --checkpoint is not given and its run "
+        "folder has no finished checkpoint) or a Hugging Face checkpoint folder (bert, bloom, falcon, "
+        "gpt2, mpt). "
+        "Writes profiles/<N>/{a,b,c,d,e}.csv, report.json, report.md and validate.png to --out.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="a trained run folder or checkpoint.npz, or a Hugging Face checkpoint folder (config.json, "
+        "*.safetensors, tokenizer.json) (default: train or resume runs/lm-<preset>)",
+    )
+    p.add_argument(
+        "--preset",
+        choices=("default", "ci"),
+        default="default",
+        help="the model to train when --checkpoint is not given (default: default)",
+    )
+    p.add_argument(
+        "--lengths",
+        type=_lengths,
+        help="sequence lengths N (default: half the context and the context, i.e. 128,256 for the "
+        "default model; Hugging Face checkpoints: 128,256 with ALiBi, at most the learned "
+        "positions otherwise)",
+    )
+    p.add_argument("--samples", type=int, default=64, help="held-out sequences per length (default 64)")
+    p.add_argument(
+        "--data",
+        type=Path,
+        metavar="FILE",
+        help='Hugging Face checkpoints: text (.txt) or JSON lines with a "text" field (.jsonl); '
+        "default: the pydoc_data validation topics",
+    )
+    p.add_argument(
+        "--precision", choices=("float64", "float32"), default="float64", help="measurement precision (default float64)"
+    )
+    p.add_argument(
+        "--memory",
+        type=size,
+        metavar="SIZE",
+        help="Hugging Face checkpoints: memory budget of each length's measurement, host and device "
+        "(default and at most: 80%% of physical memory or POSBIAS_MEMORY_LIMIT), refused before any "
+        "weight is read when one sequence per batch exceeds it; a posbias train model: budget of "
+        "one batch of sequences (default 1G)",
+    )
+    p.add_argument(
+        "--bos",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="Hugging Face checkpoints: start every window with the model's BOS token (yes), never (no), "
+        "or as its tokenizer does for one input (auto, default); see posbias.hf.bos",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("jax", "transformers"),
+        default="jax",
+        help="Hugging Face checkpoints and .gguf files: measure with posbias's JAX forward (default) or "
+        "with transformers' eager forward and PyTorch hooks (pip install 'posbias[hf]')",
+    )
+    p.add_argument("--out", type=argtypes.path, help="output folder (default: posbias-out)")
+    p.add_argument("--json", action="store_true", help="print report.json instead of the tables")
+
+
+def run(args) -> int:
+    from posbias.measure.backend import Options
+    from posbias.measure.pipeline import open_backend
+    from posbias.validate.run import validate
+
+    if args.samples < 1:
+        raise UserError(f"--samples: expected a positive integer, got {args.samples}")
+    if args.checkpoint is not None and not args.checkpoint.exists():
+        raise UserError(f"--checkpoint {args.checkpoint}: no such file or folder")
+    options = Options(args.precision, args.memory, args.data, args.bos, verb="validated")
+    backend = open_backend(
+        args.checkpoint, options, args.backend, flag="--checkpoint", preset=args.preset, progress=not args.json
+    )
+    out = args.out or Path("posbias-out")
+    result = validate(backend, args.lengths, args.samples, out, show=not args.json)
+    if args.json:
+        sys.stdout.write(result.report_json)
+        return 0
+    print(result.report_markdown.rstrip())
+    print(
+        f"\nwrote {len(result.written)} files to {out}: profiles/<N>/<panel>.csv, "
+        "kernels/<N>.npz, report.json, report.md, validate.png"
+    )
+    return 0
