@@ -10,8 +10,8 @@ rematerialise each layer (``jax.checkpoint``): they keep one (N,) vector per lay
 one layer's backward pass runs, its H softmax outputs, O(H N^2), never O(T H N^2) (BLOOM's
 70 x 112 heads at N = 512: 0.6 GB peak instead of more than 16 GB;
 ``posbias.fit.profile.memory_bytes``). It is the route ``posbias fit`` differentiates: the native
-kernel has no gradient, and the structured XLA recurrence would need the same care at |d| -> infinity that the dense softmax
-already has. Suited to N up to a few thousand.
+kernel has no gradient, and the structured XLA recurrence would need the same care at |d| -> infinity
+that the dense softmax already has. Suited to N up to a few thousand.
 
 Call inside ``jax.enable_x64(True)`` for float64 (posbias's fitting does).
 """
