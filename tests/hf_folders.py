@@ -29,3 +29,10 @@ def hf_copy(
     for file in drop:
         (folder / file).unlink()
     return folder
+
+
+def measure_command(argv: list[str]) -> int:
+    """``posbias measure ARGV`` in this process (what ``python -m posbias.hf.cli ARGV`` ran before issue 30)."""
+    from posbias.cli import main
+
+    return main(["measure", *argv])

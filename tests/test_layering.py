@@ -42,12 +42,28 @@ def test_no_relative_import(sources):
     "module, planted, expected",
     [
         ("posbias.numerics.engine", "def _f():\n    from posbias.cli import main\n", "numerics is the engine layer"),
-        ("posbias.hf.weights", "import posbias.cli.validate\n", "a measurement backend does not know"),
-        ("posbias.lm.measure", "from posbias.sweep import cli\n", "a backend is called by commands"),
-        ("posbias.io.files", "from posbias import model\n", "file writing is the lowest layer"),
+        ("posbias.hf.weights", "import posbias.validate.predict\n", "a measurement backend does not know"),
+        ("posbias.measure.pipeline", "from posbias.validate import run\n", "a measurement backend does not know"),
+        ("posbias.lm.measure", "from posbias.measure import pipeline\n", "a model family is driven by the pipeline"),
+        ("posbias.lm.measure", "from posbias.sweep import cli\n", "a library is called by commands"),
+        ("posbias.validate.run", "import posbias.cli.validate\n", "a library is called by commands"),
+        ("posbias.io.files", "from posbias import model\n", "io (file formats) imports only"),
+        ("posbias.runtime.progress", "from posbias.io import files\n", "runtime (interrupts, budgets, progress)"),
+        ("posbias.fit.bias", "from posbias.validate import panels\n", "fitting does not know the validation"),
         ("posbias.model", "import posbias.cli\n", "only the entry point imports the command module"),
     ],
-    ids=["numerics-cli", "backend-validate", "backend-command", "files-model", "model-cli"],
+    ids=[
+        "numerics-cli",
+        "family-validate",
+        "pipeline-validate",
+        "family-pipeline",
+        "family-command",
+        "validate-command",
+        "io-model",
+        "runtime-io",
+        "fit-validate",
+        "model-cli",
+    ],  # fmt: skip
 )
 def test_a_planted_forbidden_import_is_found(sources, module, planted, expected):
     copy = {**sources, module: sources[module] + "\n" + planted}

@@ -174,8 +174,8 @@ def _parser() -> _Parser:
 
 SUBCOMMAND_MODULES = (
     "posbias.verify.cli",
-    "posbias.fit.compare",
-    "posbias.fit.profile",
+    "posbias.cli.compare",
+    "posbias.cli.fit",
     "posbias.sweep.cli",
     "posbias.sweep.plot",
     "posbias.cli.train",

@@ -12,7 +12,7 @@ from pathlib import Path
 from posbias.cli import argtypes
 from posbias.distances import compare
 from posbias.errors import UserError
-from posbias.fit.compare import _names, format_table, overlay_figure
+from posbias.fit.compare import format_table, overlay_figure, profile_names
 from posbias.io.profile_file import read_profile
 
 EPILOG = """\
@@ -56,7 +56,7 @@ def run(args) -> int:
     )
     if reason is not None:
         raise UserError(reason)
-    names = _names(list(args.predicted))
+    names = profile_names(list(args.predicted))
     predictions = {}
     for name, path in zip(names, args.predicted):
         q = read_profile(path)

@@ -22,9 +22,9 @@ from posbias.fit.profile import (
     PROFILE_FIT_FLAGS,
     FitError,
     FitSpec,
-    _figure,
     check_budgets,
     fit,
+    fit_figure,
     model_profile,
     require_alibi,
 )
@@ -222,7 +222,7 @@ def run(args) -> int:
     written = write_run(
         args.out or Path("posbias-out"),
         files,
-        {"fit.png": _figure(measured, result, f"fit to {args.measured} (N = {measured.size})")},
+        {"fit.png": fit_figure(measured, result, f"fit to {args.measured} (N = {measured.size})")},
     )
     if args.json:
         sys.stdout.write(text)

@@ -19,7 +19,7 @@ import numpy as np
 from posbias.distances import Row
 
 
-def _names(paths: list[Path]) -> list[str]:
+def profile_names(paths: list[Path]) -> list[str]:
     """Short distinct labels: the file stems, with parent folders added where stems repeat."""
     names = [p.stem for p in paths]
     depth = 1

@@ -301,7 +301,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.3g} s"
 
 
-def _figure(measured, result: FitResult, title: str):
+def fit_figure(measured, result: FitResult, title: str):
     from posbias.fit.compare import overlay_figure
 
     return overlay_figure(

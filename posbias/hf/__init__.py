@@ -12,7 +12,7 @@
 * ``posbias.hf.forward``: one forward for every family, returning the logits and what the
   measurements read (block inputs, attention outputs after the output projection, per-head
   attention probabilities, content logits with the ALiBi term separate);
-* ``posbias.hf.measure``, ``posbias.hf.data``, ``posbias.measure.outputs``, ``posbias.hf.cli``:
+* ``posbias.hf.measure``, ``posbias.hf.data``:
   ``posbias measure CHECKPOINT_DIR`` (lambda_t, kernels, content, influence as in
   ``posbias.lm.measure``).
 

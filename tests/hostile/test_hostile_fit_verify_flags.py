@@ -64,7 +64,7 @@ def configs(tmp_path: Path) -> Path:
 @pytest.fixture(scope="module")
 def measured_folder(tmp_path_factory) -> Path:
     """A posbias measure folder of the BLOOM fixture (as tests/product/test_bias_fit.py builds it)."""
-    from posbias.hf.cli import main
+    from tests.hf_folders import measure_command as main
 
     tmp = tmp_path_factory.mktemp("fit-verify-flags")
     text = np.load(FIXTURES / "bloom" / "expected.npz")["text"]

@@ -344,7 +344,7 @@ def test_validate_panel_i_on_the_trained_model_route(tmp_path):
 @pytest.fixture(scope="module")
 def measured_folder(tmp_path_factory):
     """A posbias measure folder of the BLOOM fixture (the Hugging Face route's files)."""
-    from posbias.hf.cli import main
+    from tests.hf_folders import measure_command as main
 
     tmp = tmp_path_factory.mktemp("biasfit")
     text = np.load(FIXTURES / "bloom" / "expected.npz")["text"]

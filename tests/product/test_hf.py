@@ -279,7 +279,7 @@ def test_measure_influence_equals_finite_differences():
 @pytest.mark.parametrize("family", ["bloom", "mpt", "falcon", "bert"])
 def test_measure_command_writes_the_set_rollout_reads(tmp_path, capsys, family):
     from posbias.cli import main as posbias_main
-    from posbias.hf.cli import main
+    from tests.hf_folders import measure_command as main
 
     data = tmp_path / "docs.jsonl"
     text = np.load(FIXTURES / "bloom" / "expected.npz")["text"]
@@ -324,7 +324,7 @@ def test_measure_command_writes_the_set_rollout_reads(tmp_path, capsys, family):
 
 
 def test_measure_command_refusals_are_one_line(tmp_path, capsys):
-    from posbias.hf.cli import main
+    from tests.hf_folders import measure_command as main
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "mystery"}))
     assert main([str(tmp_path), "--out", str(tmp_path / "o")]) == 2
