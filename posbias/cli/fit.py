@@ -150,7 +150,7 @@ def run(args) -> int:
     from posbias.runtime.progress import progress_bar
 
     if is_measurement(args.measured):
-        from posbias.fit import bias_fit_run
+        from posbias.fit import bias_run as bias_fit_run
 
         _refuse_profile_fit_flags(args)
         _check_smoothness(args.bias, args.smoothness)
