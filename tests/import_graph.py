@@ -57,10 +57,12 @@ ALLOWED = [
     ("posbias.sweep.plot", "posbias.cli*"),  # a command module too (posbias sweep-plot)
     ("posbias.verify.__main__", "*.cli"),  # python -m posbias.verify
     ("posbias.entry", "posbias.cli*"),  # the console script
+    ("posbias.__main__", "posbias.entry"),  # python -m posbias
 ]
 # the old `python -m posbias.X.cli` forms and the console script hand the same arguments to posbias.cli.main
 COMMAND = "posbias.cli"
 ENTRY_POINTS = {
+    "posbias.__main__",
     "posbias.entry",
     "posbias.sweep.cli",
     "posbias.sweep.plot",

@@ -248,7 +248,7 @@ def test_resume_after_sigkill_equals_uninterrupted(ci_run, tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "posbias.cli.train",
+        "posbias",
         "train",
         "--preset",
         "ci",
@@ -330,7 +330,7 @@ def test_bad_train_input_one_line_exit_2(ci_run, tmp_path, capsys):
 
 
 def test_posbias_command_has_measure(ci_run, tmp_path, capsys):
-    """Through the posbias command itself (needs posbias/cli.py to wire posbias.cli.train)."""
+    """Through the posbias command itself (posbias/cli/__init__.py wires posbias.cli.train)."""
     from posbias.cli import main as posbias_main
 
     _one_error_line(
