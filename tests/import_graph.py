@@ -63,6 +63,7 @@ ALLOWED = [
 COMMAND = "posbias.cli"
 ENTRY_POINTS = {
     "posbias.__main__",
+    "posbias.cli.__main__",
     "posbias.entry",
     "posbias.sweep.cli",
     "posbias.sweep.plot",

@@ -16,6 +16,7 @@ import pytest
 import posbias
 from posbias import verify as pv
 from posbias.theorem.claims import CLAIMS
+from posbias.verify import cli as verify_cli
 
 PROPS = pv.properties()
 HOLDS = [name for name, p in PROPS.items() if p.expect == "holds"]
@@ -25,13 +26,13 @@ SEARCHES = [name for name, p in PROPS.items() if p.expect == "counterexample"]
 def _cli(argv, capsys=None):
     parser = argparse.ArgumentParser(prog="posbias")
     sub = parser.add_subparsers(dest="command", required=True)
-    pv.add_parser(sub)
-    return pv.run(parser.parse_args(["verify", *argv]))
+    verify_cli.add_parser(sub)
+    return verify_cli.run(parser.parse_args(["verify", *argv]))
 
 
 def test_importing_the_package_and_building_the_parser_loads_neither_hypothesis_nor_jax():
     code = (
-        "import argparse, sys, posbias, posbias.verify as pv, posbias.verify.__main__\n"
+        "import argparse, sys, posbias, posbias.verify.cli as pv, posbias.verify.__main__\n"
         "pv.add_parser(argparse.ArgumentParser().add_subparsers())\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'hypothesis', 'jax', 'jaxlib', 'sympy'}))\n"
     )

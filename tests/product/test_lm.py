@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posbias.lm import cli as lm_cli
+from posbias.cli import main as posbias_command
 from posbias.lm.config import PRESETS, ModelConfig
 from posbias.lm.measure import measure
 from posbias.lm.model import flatten, init_params, slopes_of
@@ -194,7 +194,7 @@ def unigram_validation_bits() -> float:
 @pytest.fixture(scope="module")
 def ci_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("lm") / "ci"
-    assert lm_cli.main(["train", "--preset", "ci", "--out", str(out), "--quiet"]) == 0
+    assert posbias_command(["train", "--preset", "ci", "--out", str(out), "--quiet"]) == 0
     return out
 
 
@@ -215,7 +215,9 @@ def test_measure_writes_files_rollout_reads(ci_run, tmp_path, capsys):
     from posbias.io.kernel_file import load_kernels
 
     out = tmp_path / "m"
-    assert lm_cli.main(["measure", str(ci_run), "--tokens", "48", "--samples", "6", "--out", str(out), "--quiet"]) == 0
+    assert (
+        posbias_command(["measure", str(ci_run), "--tokens", "48", "--samples", "6", "--out", str(out), "--quiet"]) == 0
+    )
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(
         [
@@ -309,7 +311,7 @@ def test_bad_measure_input_one_line_exit_2_nothing_written(ci_run, tmp_path, cap
         (["measure", str(truncated), "--out", str(out)], "corrupt checkpoint"),
     ]
     for argv, needle in cases:
-        _one_error_line(capsys, lm_cli.main(argv), needle)
+        _one_error_line(capsys, posbias_command(argv), needle)
         assert not out.exists()
     assert sorted(p.name for p in garbage.iterdir()) == ["checkpoint.npz"]
 
@@ -317,13 +319,15 @@ def test_bad_measure_input_one_line_exit_2_nothing_written(ci_run, tmp_path, cap
 def test_bad_train_input_one_line_exit_2(ci_run, tmp_path, capsys):
     a_file = tmp_path / "file"
     a_file.write_text("x")
-    _one_error_line(capsys, lm_cli.main(["train", "--preset", "ci", "--out", str(a_file)]), "not a folder")
+    _one_error_line(capsys, posbias_command(["train", "--preset", "ci", "--out", str(a_file)]), "not a folder")
     _one_error_line(
-        capsys, lm_cli.main(["train", "--preset", "ci", "--out", str(ci_run), "--seed", "1"]), "another run (train.seed"
+        capsys,
+        posbias_command(["train", "--preset", "ci", "--out", str(ci_run), "--seed", "1"]),
+        "another run (train.seed",
     )
     _one_error_line(
         capsys,
-        lm_cli.main(["train", "--preset", "ci", "--heads", "3", "--out", str(tmp_path / "h")]),
+        posbias_command(["train", "--preset", "ci", "--heads", "3", "--out", str(tmp_path / "h")]),
         "not a multiple of heads",
     )
     assert not (tmp_path / "h").exists()
