@@ -195,7 +195,23 @@ def _relative_id(item) -> tuple[str, str]:
     return path, f"{path}::{item.nodeid.split('::', 1)[1]}"
 
 
+# Whole files whose tests take the longest (seconds, measured with --durations on this machine, 2026-12-07),
+# collected first so that the two workers start them early and end together instead of one worker
+# running a two-minute test while the other has finished (a file moves whole: its module-scoped fixtures
+# are set up once). scripts/test distributes with --dist worksteal, which rebalances what is left.
+FIRST_FILES = (
+    "test_readme.py",  # about 330 s: every docs page's examples
+    "test_wheel.py",  # 70 to 120 s: a wheel built and installed
+    "test_lint.py",  # 20 to 100 s: ruff and pyright (pyright installs Node.js on first use)
+    "hostile/test_hostile_derive_bias.py",  # 42 s: its table in one child interpreter
+    "hostile/test_derive_hostile.py",  # 33 s: one query at its budget
+    "numerics/test_bias.py",  # 55 s: generated stacks on every engine
+)
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {name: k for k, name in enumerate(FIRST_FILES)}
+    items.sort(key=lambda item: rank.get(_relative_id(item)[0], len(rank)))  # stable: the rest keep their order
     for item in items:
         path, node = _relative_id(item)
         if path in SLOW_FILES or node in SLOW_TESTS or node.split("[", 1)[0] in SLOW_TESTS:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ALONE_FILES, SLOW_FILES, SLOW_TESTS
+from tests.conftest import ALONE_FILES, FIRST_FILES, SLOW_FILES, SLOW_TESTS
 
 TESTS = Path(__file__).resolve().parent
 
@@ -28,6 +28,11 @@ def _test_names(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("name", sorted(SLOW_FILES))
 def test_every_slow_file_exists(name):
+    assert (TESTS / name).is_file(), name
+
+
+@pytest.mark.parametrize("name", FIRST_FILES)
+def test_every_file_collected_first_exists(name):
     assert (TESTS / name).is_file(), name
 
 
