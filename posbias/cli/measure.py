@@ -12,8 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from posbias.cli import argtypes
-from posbias.cli.argtypes import at_least, size
+from posbias.cli import argtypes, model_options
+from posbias.cli.argtypes import at_least
 from posbias.errors import UserError
 
 EXIT_USAGE = 2
@@ -47,13 +47,6 @@ def add_parser(subparsers):
         "(config.json, *.safetensors, tokenizer.json: bert, bloom, falcon, gpt2, mpt)",
     )
     me.add_argument(
-        "--data",
-        type=Path,
-        metavar="FILE",
-        help='Hugging Face checkpoints: text (.txt) or JSON lines with a "text" field (.jsonl); '
-        "default: the pydoc_data validation topics",
-    )
-    me.add_argument(
         "--tokens",
         type=_nonneg,
         metavar="N",
@@ -61,16 +54,6 @@ def add_parser(subparsers):
     )
     me.add_argument("--samples", type=_nonneg, metavar="S", default=64, help="held-out sequences (default 64)")
     me.add_argument("--out", type=argtypes.path, help="output folder (default: RUN/measure-N<N>-S<S>)")
-    me.add_argument("--precision", choices=("float64", "float32"), default="float64")
-    me.add_argument(
-        "--memory",
-        type=size,
-        metavar="SIZE",
-        help="Hugging Face checkpoints: memory budget of the whole measurement, host and device "
-        "(default and at most: 80%% of physical memory or POSBIAS_MEMORY_LIMIT), refused before "
-        "any weight is read when one sequence per batch exceeds it; a posbias train model: budget "
-        "of one batch of sequences (default 1G)",
-    )
     me.add_argument(
         "--content-scale",
         choices=("scaled", "raw"),
@@ -79,21 +62,7 @@ def add_parser(subparsers):
         "the model sets another) as the softmax sees them (default), "
         "or raw q.k as the paper's code records them",
     )
-    me.add_argument(
-        "--backend",
-        choices=("jax", "transformers"),
-        default="jax",
-        help="Hugging Face checkpoints and .gguf files: jax (posbias's own forward, default) or "
-        "transformers (its eager forward with PyTorch hooks, for architectures posbias's JAX "
-        "families do not cover: needs pip install 'posbias[hf]')",
-    )
-    me.add_argument(
-        "--bos",
-        choices=("auto", "yes", "no"),
-        default="auto",
-        help="Hugging Face checkpoints and .gguf files: start every window with the model's BOS token (yes), "
-        "never (no), or as its tokenizer does for one input (auto, default); see posbias.hf.bos",
-    )
+    model_options.add(me, memory_scope="the whole measurement")
     me.add_argument("--quiet", action="store_true", help="no progress bar")
     return me
 
@@ -108,11 +77,9 @@ def run(args) -> int:
 
 
 def _measure(args) -> int:
-    from posbias.measure.backend import Options
     from posbias.measure.pipeline import measure_to_folder, open_backend
 
-    options = Options(precision=args.precision, memory=args.memory, data=args.data, bos=args.bos)
-    backend = open_backend(args.checkpoint, options, args.backend, flag="RUN")
+    backend = open_backend(args.checkpoint, model_options.options(args, "measured"), args.backend, flag="RUN")
     return measure_to_folder(
         backend,
         tokens=args.tokens,

@@ -11,8 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from posbias.cli import argtypes
-from posbias.cli.argtypes import size
+from posbias.cli import argtypes, model_options
 from posbias.errors import UserError
 
 EPILOG = """\
@@ -66,45 +65,12 @@ def add_parser(subparsers) -> None:
         "positions otherwise)",
     )
     p.add_argument("--samples", type=int, default=64, help="held-out sequences per length (default 64)")
-    p.add_argument(
-        "--data",
-        type=Path,
-        metavar="FILE",
-        help='Hugging Face checkpoints: text (.txt) or JSON lines with a "text" field (.jsonl); '
-        "default: the pydoc_data validation topics",
-    )
-    p.add_argument(
-        "--precision", choices=("float64", "float32"), default="float64", help="measurement precision (default float64)"
-    )
-    p.add_argument(
-        "--memory",
-        type=size,
-        metavar="SIZE",
-        help="Hugging Face checkpoints: memory budget of each length's measurement, host and device "
-        "(default and at most: 80%% of physical memory or POSBIAS_MEMORY_LIMIT), refused before any "
-        "weight is read when one sequence per batch exceeds it; a posbias train model: budget of "
-        "one batch of sequences (default 1G)",
-    )
-    p.add_argument(
-        "--bos",
-        choices=("auto", "yes", "no"),
-        default="auto",
-        help="Hugging Face checkpoints: start every window with the model's BOS token (yes), never (no), "
-        "or as its tokenizer does for one input (auto, default); see posbias.hf.bos",
-    )
-    p.add_argument(
-        "--backend",
-        choices=("jax", "transformers"),
-        default="jax",
-        help="Hugging Face checkpoints and .gguf files: measure with posbias's JAX forward (default) or "
-        "with transformers' eager forward and PyTorch hooks (pip install 'posbias[hf]')",
-    )
+    model_options.add(p, memory_scope="each length's measurement")
     p.add_argument("--out", type=argtypes.path, help="output folder (default: posbias-out)")
     p.add_argument("--json", action="store_true", help="print report.json instead of the tables")
 
 
 def run(args) -> int:
-    from posbias.measure.backend import Options
     from posbias.measure.pipeline import open_backend
     from posbias.validate.run import validate
 
@@ -112,9 +78,13 @@ def run(args) -> int:
         raise UserError(f"--samples: expected a positive integer, got {args.samples}")
     if args.checkpoint is not None and not args.checkpoint.exists():
         raise UserError(f"--checkpoint {args.checkpoint}: no such file or folder")
-    options = Options(args.precision, args.memory, args.data, args.bos, verb="validated")
     backend = open_backend(
-        args.checkpoint, options, args.backend, flag="--checkpoint", preset=args.preset, progress=not args.json
+        args.checkpoint,
+        model_options.options(args, "validated"),
+        args.backend,
+        flag="--checkpoint",
+        preset=args.preset,
+        progress=not args.json,
     )
     out = args.out or Path("posbias-out")
     result = validate(backend, args.lengths, args.samples, out, show=not args.json)

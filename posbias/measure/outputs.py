@@ -131,6 +131,45 @@ def lambda_figure(m, title: str):
     return fig
 
 
+def report_fields(m, *, source: str, content_scale: str, meta: dict, causal: bool) -> dict:
+    """The fields of measure.json / report.json (both sets): ``meta`` (the model's), the sizes, lambda_t with
+    its spreads, the content fit (scaled and raw), the influence's ends and argmin, and the kernels' largest
+    row-sum error (and, under the causal mask, their largest entry above the diagonal)."""
+    fit = m.content
+    kernels = np.asarray(m.kernels, np.float64)
+    fields = {
+        **meta,
+        "source": source,
+        "num_tokens": m.num_tokens,
+        "samples": m.samples,
+        "precision": m.precision,
+        "batch": m.batch,
+        "content_scale_in_yaml": content_scale,
+        "slopes": m.slopes.tolist(),
+        "lambdas": m.lambdas.tolist(),
+        "lambda_std": m.lambda_std.tolist(),
+        "lambda_std_positions": m.lambda_std_positions.tolist(),
+        "sum_lambda": float(m.lambdas.sum()),
+        "content": {
+            "background_scaled": fit.background_scaled.tolist(),
+            "diagonal_scaled": fit.diagonal_scaled.tolist(),
+            "background_raw": fit.background_raw.tolist(),
+            "diagonal_raw": fit.diagonal_raw.tolist(),
+            "r2": fit.r2.tolist(),
+            "mean_r2": float(fit.r2.mean()),
+        },
+        "influence": {
+            "first": float(m.influence[0]),
+            "last": float(m.influence[-1]),
+            "argmin": int(np.argmin(m.influence)),
+        },
+        "max_row_sum_error": float(np.abs(kernels.sum(axis=-1) - 1).max()),
+    }
+    if causal:
+        fields["max_upper_triangle"] = float(np.abs(np.triu(kernels, 1)).max())
+    return fields
+
+
 def render_trained(m, *, source: str, content_scale: str, meta: dict) -> dict[str, bytes]:
     """name -> file contents of the set of a posbias train model (module docstring)."""
     s, t, h = m.samples, len(m.lambdas), len(m.slopes)
@@ -161,35 +200,7 @@ def render_trained(m, *, source: str, content_scale: str, meta: dict) -> dict[st
         f"{float(lam_sem[i])!r}"
         for i in range(t)
     ]
-    summary = {
-        **meta,
-        "source": source,
-        "num_tokens": m.num_tokens,
-        "samples": m.samples,
-        "precision": m.precision,
-        "batch": m.batch,
-        "content_scale_in_yaml": content_scale,
-        "slopes": m.slopes.tolist(),
-        "lambdas": m.lambdas.tolist(),
-        "lambda_std": m.lambda_std.tolist(),
-        "lambda_std_positions": m.lambda_std_positions.tolist(),
-        "sum_lambda": float(m.lambdas.sum()),
-        "content": {
-            "background_scaled": fit.background_scaled.tolist(),
-            "diagonal_scaled": fit.diagonal_scaled.tolist(),
-            "background_raw": fit.background_raw.tolist(),
-            "diagonal_raw": fit.diagonal_raw.tolist(),
-            "r2": fit.r2.tolist(),
-            "mean_r2": float(fit.r2.mean()),
-        },
-        "influence": {
-            "first": float(m.influence[0]),
-            "last": float(m.influence[-1]),
-            "argmin": int(np.argmin(m.influence)),
-        },
-        "max_row_sum_error": float(np.abs(m.kernels.sum(axis=-1) - 1).max()),
-        "max_upper_triangle": float(np.abs(np.triu(m.kernels, 1)).max()),
-    }
+    summary = report_fields(m, source=source, content_scale=content_scale, meta=meta, causal=True)
     fig = lambda_figure(m, f"{source}: N = {m.num_tokens}, S = {s}")
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=150)
@@ -237,33 +248,7 @@ def render_checkpoint(m, *, source: str, content_scale: str, meta: dict, causal:
         **variants,
     )
     lam = ["layer,mean,std"] + [f"{i},{float(m.lambdas[i])!r},{float(m.lambda_std[i])!r}" for i in range(t)]
-    fit = m.content
-    report = {
-        **meta,
-        "source": source,
-        "num_tokens": m.num_tokens,
-        "samples": m.samples,
-        "precision": m.precision,
-        "batch": m.batch,
-        "content_scale_in_yaml": content_scale,
-        "slopes": m.slopes.tolist(),
-        "lambdas": m.lambdas.tolist(),
-        "lambda_std": m.lambda_std.tolist(),
-        "lambda_std_positions": m.lambda_std_positions.tolist(),
-        "sum_lambda": float(m.lambdas.sum()),
-        "content": {
-            "background_scaled": fit.background_scaled.tolist(),
-            "diagonal_scaled": fit.diagonal_scaled.tolist(),
-            "r2": fit.r2.tolist(),
-            "mean_r2": float(fit.r2.mean()),
-        },
-        "influence": {
-            "first": float(m.influence[0]),
-            "last": float(m.influence[-1]),
-            "argmin": int(np.argmin(m.influence)),
-        },
-        "max_row_sum_error": float(np.abs(m.kernels.astype(np.float64).sum(axis=-1) - 1).max()),
-    }
+    report = report_fields(m, source=source, content_scale=content_scale, meta=meta, causal=causal)
     report = measure_report(report, sink_diagnostics(m, causal=causal))
     return {
         "config.yaml": rollout_yaml(
