@@ -41,6 +41,7 @@ import numpy as np
 
 from posbias.hf.families import Spec
 from posbias.hf.memory import batch_size, estimate
+from posbias.measure.influence import as_influence
 from posbias.measure.quantities import (
     MeasureError,
     Measurement,
@@ -68,23 +69,33 @@ def capture_fn(spec: Spec, dtype=np.float32):
     return batch_capture(one)
 
 
-def influence_fn(spec: Spec, dtype=np.float32):
-    """jit: (params, (B, N) ids) -> (B, N) influence norms per position j, in the compute ``dtype``,
-    through rematerialised blocks: ||d p_top1 / d e_j||_2 at the last position for a language model;
-    for an encoder without a language-model head (``spec.lm_head`` false) the Frobenius norm
-    ||d y / d e_j||_F of the final hidden state y (D,) at the last position, as
-    sqrt(sum_d ||d y_d / d e_j||^2) over D vector-Jacobian products taken one at a time."""
+def influence_fn(spec: Spec, dtype=np.float32, influence=None, num_tokens: int = 0, batch: int = 1):
+    """jit: (params, (B, N) ids) -> name -> (B, N) influence scores per position j, in the compute ``dtype``,
+    through rematerialised blocks: for a language model the measures of ``posbias.measure.influence``
+    (default: the gradient norm ||d p_top1 / d e_j||_2 at the last position alone); for an encoder without a
+    language-model head (``spec.lm_head`` false) "grad" only, the Frobenius norm ||d y / d e_j||_F of the
+    final hidden state y (D,) at the last position, as sqrt(sum_d ||d y_d / d e_j||^2) over D
+    vector-Jacobian products taken one at a time."""
     import jax
     import jax.numpy as jnp
 
     from posbias.hf.forward import forward
+    from posbias.measure.influence import Influence, batch_fn
 
-    def top1(embedded, params, ids):
-        probs = jax.nn.softmax(forward(params, ids, spec, embedded=embedded, remat=True, last_only=True)[-1])
-        return probs[jnp.argmax(jax.lax.stop_gradient(probs))]
+    influence = influence or Influence()
+    if spec.lm_head:
 
-    def language_model(params, ids):
-        return jnp.linalg.norm(jax.grad(top1)(params["embed"][ids].astype(dtype), params, ids), axis=-1)
+        def last_logits(params, ids, embedded):
+            return forward(params, ids, spec, embedded=embedded, remat=True, last_only=True)[-1]
+
+        return batch_fn(
+            last_logits, influence, num_tokens, batch, embed=lambda params, ids: params["embed"][ids].astype(dtype)
+        )
+    if influence.extra:
+        raise MeasureError(
+            f"--influence {','.join(influence.extra)}: an encoder without a language-model head ({spec.model_type}) "
+            "has no next-token prediction; only grad applies"
+        )
 
     def encoder(params, ids):
         embedded = params["embed"][ids].astype(dtype)
@@ -97,9 +108,9 @@ def influence_fn(spec: Spec, dtype=np.float32):
             return total + (g**2).sum(axis=-1), None
 
         total, _ = jax.lax.scan(add, jnp.zeros(embedded.shape[0], dtype), jnp.eye(y.shape[0], dtype=dtype))
-        return jnp.sqrt(total)
+        return {"grad": jnp.sqrt(total)}
 
-    return jax.jit(jax.vmap(language_model if spec.lm_head else encoder, in_axes=(None, 0)))
+    return jax.jit(jax.vmap(encoder, in_axes=(None, 0)))
 
 
 def device_params(params_np: dict, dtype, *, keep_narrow: bool | None = None) -> dict:
@@ -129,7 +140,7 @@ def measure(
     precision: str = "float64",
     memory: int = 2**30,
     progress=None,
-    influence: bool = True,
+    influence=True,
     batch: int | None = None,
 ) -> Measurement:
     """Every measurement of the module docstring on (S, N) token ids; ``params_np`` from
@@ -150,12 +161,12 @@ def measure(
     x64 = precision == "float64"
     dtype = np.float64 if x64 else np.float32
     if batch is None:  # else the caller's (posbias.hf.memory.plan)
-        batch = batch_size(estimate(spec, n, np.dtype(dtype).itemsize), memory, s, influence)
+        batch = batch_size(estimate(spec, n, np.dtype(dtype).itemsize), memory, s, bool(influence))
     batch = int(max(1, min(batch, s)))
     with jax.enable_x64(x64):
         m = accumulate(
             capture_fn(spec, dtype),
-            influence_fn(spec, dtype) if influence else None,
+            influence_fn(spec, dtype, as_influence(influence), n, batch) if influence else None,
             device_params(params_np, dtype),
             sequences,
             batch=batch,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from posbias.lm.config import ModelConfig
+from posbias.measure.influence import as_influence
 from posbias.measure.quantities import (
     MeasureError,
     Measurement,
@@ -58,22 +59,16 @@ def capture_fn(config: ModelConfig):
     return batch_capture(one)
 
 
-def influence_fn(config: ModelConfig):
-    """jit: (params, (B, N) tokens) -> (B, N) ||d p_top1 / d e_j||_2 at the last position."""
-    import jax
-    import jax.numpy as jnp
-
+def influence_fn(config: ModelConfig, influence=None, num_tokens: int = 0, batch: int = 1):
+    """jit: (params, (B, N) tokens) -> name -> (B, N) scores of ``posbias.measure.influence`` at the last
+    position (default: the gradient norm ||d p_top1 / d e_j||_2 alone)."""
     from posbias.lm.model import forward
+    from posbias.measure.influence import Influence, batch_fn
 
-    def top1(embedded, params, tokens):
-        probs = jax.nn.softmax(forward(params, tokens, config, embedded=embedded)[-1])
-        return probs[jnp.argmax(jax.lax.stop_gradient(probs))]
+    def last_logits(params, tokens, embedded):
+        return forward(params, tokens, config, embedded=embedded)[-1]
 
-    def one(params, tokens):
-        grads = jax.grad(top1)(params["embed"][tokens], params, tokens)
-        return jnp.linalg.norm(grads, axis=-1)
-
-    return jax.jit(jax.vmap(one, in_axes=(None, 0)))
+    return batch_fn(last_logits, influence or Influence(), num_tokens, batch)
 
 
 def measure(
@@ -84,10 +79,10 @@ def measure(
     precision: str = "float64",
     memory: int = 2**30,
     progress=None,
-    influence: bool = True,
+    influence=True,
 ) -> Measurement:
-    """Every measurement of the module docstring on (S, N) byte sequences (the influence
-    gradients only with ``influence``)."""
+    """Every measurement of the module docstring on (S, N) byte sequences; ``influence``: a
+    ``posbias.measure.influence.Influence`` (True: the gradient norm alone; False: no influence)."""
     import jax
 
     from posbias.lm.model import slopes_of, unflatten
@@ -107,7 +102,7 @@ def measure(
         batch = batch_size(config, n, s, memory, 8 if x64 else 4)
         return accumulate(
             capture_fn(config),
-            influence_fn(config) if influence else None,
+            influence_fn(config, as_influence(influence), n, batch) if influence else None,
             params,
             sequences,
             batch=batch,

@@ -39,6 +39,9 @@ import numpy as np
 from posbias.errors import UserError
 
 DENOMINATOR_FLOOR = 1e-10
+IG_MAX_ERROR = 0.05
+"""The largest relative completeness error of integrated gradients a measurement accepts
+(``posbias.measure.influence``)."""
 
 
 class MeasureError(UserError):
@@ -81,6 +84,8 @@ class Measurement:
     causal: bool = True  # the softmax's mask: causal (j <= i) or full
     logits_note: str = ""  # why scales * content - slopes (i - j) on that mask is not what the
     # softmax sees ("" when it is; posbias.fit.bias then refuses)
+    scores: dict | None = None  # name -> (S, N) scores of every influence measure (posbias.measure.influence)
+    ig_error: np.ndarray | None = None  # (S,) integrated gradients' relative completeness error
 
 
 def content_fit(mean_logits: np.ndarray, scales, *, causal: bool = True) -> ContentFit:
@@ -170,17 +175,19 @@ def accumulate(
     over (S, N) sequences in batches of ``batch`` and reduce to a ``Measurement`` (module docstring).
     ``capture(params, (B, N))`` is a ``batch_capture``: per-sequence lambda means and sums of squares
     (B, T), the batch's sums of probabilities and raw content logits (T, H, N, N);
-    ``grad_fn(params, (B, N))`` the (B, N) gradient norms. A capture may return two more sums: the
-    value-norm-weighted head-mean kernels (T, N, N) and the value norms (T, H, N) (``value_weighted``);
-    their means become ``kernels_value`` and ``value_norms``. ``scales`` (T,) and ``causal`` are the
-    softmax's per-layer scale and mask, for ``content_fit``. The host holds two (T, H, N, N) float64
+    ``grad_fn(params, (B, N))`` the (B, N) gradient norms, or name -> (B, N) scores of every influence measure
+    asked ("grad" among them) and "ig_error" -> (B,) (``posbias.measure.influence``), kept as ``scores`` and
+    ``ig_error``; a measurement whose completeness error exceeds ``IG_MAX_ERROR`` is refused. A capture may
+    return two more sums: the value-norm-weighted head-mean kernels (T, N, N) and the value norms
+    (T, H, N) (``value_weighted``); their means become ``kernels_value`` and ``value_norms``. ``scales``
+    (T,) and ``causal`` are the softmax's per-layer scale and mask, for ``content_fit``. The host holds two (T, H, N, N) float64
     sums and one batch's sum while adding it. Call it under the precision's ``jax.enable_x64``."""
     import jax.numpy as jnp
 
     s, n = sequences.shape
     lam_seq = lam_sq = probs_sum = content_sum = None
     extra_sums = []
-    norms = np.zeros((s, n))
+    scores: dict[str, np.ndarray] = {}
     done = 0
     for chunk in batches(sequences, batch):
         k = len(chunk)
@@ -199,7 +206,11 @@ def accumulate(
         content_sum += np.asarray(co)
         del co
         if grad_fn is not None:
-            norms[done : done + k] = np.asarray(grad_fn(params, ids), np.float64)
+            result = grad_fn(params, ids)
+            for name, values in (result if isinstance(result, dict) else {"grad": result}).items():
+                if name not in scores:
+                    scores[name] = np.zeros((s, *np.shape(values)[1:]))
+                scores[name][done : done + k] = np.asarray(values, np.float64)
         done += k
         if progress is not None:
             progress(done, s)
@@ -209,14 +220,22 @@ def accumulate(
     probs_sum /= s
     per_head = probs_sum.astype(out_dtype, copy=False)
     content_sum /= s
-    mean_norms = norms.mean(axis=0)
     influence = grad_fn is not None
+    ig_error = scores.pop("ig_error", None)
+    norms = scores["grad"] if influence else np.zeros((s, n))
+    mean_norms = norms.mean(axis=0)
     for total in extra_sums:
         total /= s
     if extra_sums and not np.all(np.isfinite(extra_sums[0])):
         raise MeasureError("value-weighted kernels: a row's values all have norm 0 (0/0) on these sequences")
     if influence and not (np.all(np.isfinite(mean_norms)) and mean_norms.sum() > 0):
         raise MeasureError("influence: the gradients of p_top1 are zero or not finite on these sequences")
+    if ig_error is not None and not np.all(ig_error <= IG_MAX_ERROR):  # NaN refused too
+        worst = int(np.argmax(np.where(np.isfinite(ig_error), ig_error, np.inf)))
+        raise MeasureError(
+            f"integrated gradients: completeness is off by {ig_error[worst]:.3g} of f(x) - f(baseline) on sequence "
+            f"{worst} (at most {IG_MAX_ERROR} accepted): raise --ig-steps"
+        )
     return Measurement(
         num_tokens=n,
         samples=s,
@@ -237,4 +256,6 @@ def accumulate(
         value_norms=extra_sums[1] if extra_sums else None,
         scales=np.asarray(scales, np.float64),
         causal=bool(causal),
+        scores=scores if influence else None,
+        ig_error=ig_error,
     )

@@ -1,0 +1,189 @@
+"""Influence measures: how much each input position j feeds the next-token prediction at the last position
+(THEORY.md, "Comparing with measured influence"), one non-negative score per position and sequence, each a
+function of the input token embeddings e (N, D) through the model's forward.
+
+With p(e) the next-token distribution at the last position, t the top-1 token of the unperturbed input
+(held fixed: every measure asks about the same prediction), f(e) = p_t(e) and g_j = df/de_j:
+
+* ``grad``: ||g_j||_2, the gradient norm (the paper's measure; always measured: panel (d) of validate);
+* ``gradxinput``: |e_j . g_j|, gradient times input (Shrikumar et al. 2016; Kindermans et al. 2016: the
+  first-order Taylor term of f along e_j);
+* ``gradxinput-norm``: ||e_j * g_j||_2, its elementwise-product norm variant;
+* ``ig``: integrated gradients (Sundararajan et al. 2017, "Axiomatic attribution for deep networks"), along
+  the straight path from the baseline b to e by the midpoint rule with K steps,
+  a_j = (e_j - b_j) . (1/K) sum_{k=1..K} g_j(b + ((k - 1/2)/K)(e - b)); the score is |a_j|.
+  Completeness, sum_j a_j = f(e) - f(b), holds as K -> infinity; its relative error
+  |sum_j a_j - (f(e) - f(b))| / |f(e) - f(b)| is kept per sequence (``ig_error``) and a measurement whose
+  largest error exceeds ``IG_MAX_ERROR`` is refused (raise --ig-steps);
+* ``occlusion-logp``: |log f(e) - log f(e^(j))|, e^(j) the input with e_j replaced by b_j (one forward per
+  position);
+* ``occlusion-kl``: KL(p(e) || p(e^(j))) of the whole next-token distribution.
+
+``occlusion`` on the command line asks for both occlusion measures. The baseline b is the zero embedding
+(``zero``, default) or, at every position, the mean of the model's token-embedding table (``mean``). Each
+measure becomes a profile over positions: the mean over sequences of the scores, normalised to sum 1, with
+its standard error over sequences on the same scale (``profile``).
+
+An encoder without a language-model head has no next-token distribution: only ``grad`` (there the
+Frobenius norm of the final hidden state's Jacobian, ``posbias.hf.measure``) applies.
+
+Floating point: in float64 every score is exact to ~1e-12 relative; the KL divergence is
+sum_v p_v (log p_v - log q_v) on log-softmax values (no 0 log 0: p_v = 0 contributes 0). In float32 the
+gradient-based scores carry ~1e-6 relative error and an occlusion that changes f by less than ~1e-7 reads
+as 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from posbias.measure.quantities import IG_MAX_ERROR, MeasureError  # noqa: F401 (IG_MAX_ERROR: documented here)
+
+GRADIENT = ("grad", "gradxinput", "gradxinput-norm")
+OCCLUSION = ("occlusion-logp", "occlusion-kl")
+MEASURES = (*GRADIENT, "ig", *OCCLUSION)
+"""Every measure's name, in the order of influence.csv's columns."""
+ALIASES = {"occlusion": OCCLUSION, "all": MEASURES}
+BASELINES = ("zero", "mean")
+DEFAULT_IG_STEPS = 64
+
+
+@dataclass(frozen=True)
+class Influence:
+    """Which measures to compute and how: ``measures`` (names of ``MEASURES``; ``grad`` is always among them),
+    ``ig_steps`` K of integrated gradients, ``baseline`` of integrated gradients and occlusion."""
+
+    measures: tuple[str, ...] = ("grad",)
+    ig_steps: int = DEFAULT_IG_STEPS
+    baseline: str = "zero"
+
+    def __post_init__(self):
+        unknown = [m for m in self.measures if m not in MEASURES]
+        if unknown:
+            raise MeasureError(
+                f"--influence: unknown measure {unknown[0]!r}; expected a comma-separated list of "
+                f"{', '.join(MEASURES)}, occlusion (both occlusion measures) or all"
+            )
+        if "grad" not in self.measures:
+            object.__setattr__(self, "measures", ("grad", *self.measures))
+        object.__setattr__(self, "measures", tuple(m for m in MEASURES if m in self.measures))
+        if isinstance(self.ig_steps, bool) or not isinstance(self.ig_steps, int) or self.ig_steps < 1:
+            raise MeasureError(f"--ig-steps: expected a positive integer, got {self.ig_steps!r}")
+        if self.baseline not in BASELINES:
+            raise MeasureError(f"--baseline: expected one of {', '.join(BASELINES)}, got {self.baseline!r}")
+
+    @property
+    def extra(self) -> tuple[str, ...]:
+        """The measures beyond the gradient norm."""
+        return tuple(m for m in self.measures if m != "grad")
+
+    def passes(self, num_tokens: int) -> tuple[int, int]:
+        """(backward passes, forward-only passes) per sequence beyond the capture's forward: one gradient
+        (two with occlusion's unperturbed forward counted in it), K more for integrated gradients (and their
+        baseline), N forwards for occlusion. What the batch and the time estimate are sized for."""
+        backward = 1 + (self.ig_steps if "ig" in self.measures else 0)
+        forward = (1 if "ig" in self.measures else 0) + (num_tokens if set(OCCLUSION) & set(self.measures) else 0)
+        return backward, forward
+
+
+def as_influence(value) -> Influence:
+    """An ``Influence`` from what a measure function accepts: an ``Influence``, or True (the gradient norm)."""
+    return value if isinstance(value, Influence) else Influence()
+
+
+def parse(text: str) -> tuple[str, ...]:
+    """``--influence grad,ig,occlusion`` -> the measures' names (``ALIASES`` expanded), refusing an empty list."""
+    names: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            raise MeasureError(f"--influence {text!r}: an empty name; expected e.g. grad,gradxinput,ig,occlusion")
+        names.extend(ALIASES.get(part, (part,)))
+    return tuple(dict.fromkeys(names))
+
+
+def profile(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(S, N) non-negative scores -> (the profile: the mean over sequences normalised to sum 1, its standard
+    error over sequences on the same scale; NaN where S = 1). Refused when the mean is zero or not finite."""
+    mean = scores.mean(axis=0)
+    total = mean.sum()
+    if not (np.all(np.isfinite(mean)) and total > 0):
+        raise MeasureError("influence: the scores are zero or not finite on these sequences")
+    s = scores.shape[0]
+    sem = scores.std(axis=0, ddof=1) / np.sqrt(s) if s > 1 else np.full(mean.shape, np.nan)
+    return mean / total, sem / total
+
+
+def scores_fn(last_logits, influence: Influence, num_tokens: int, *, occlusion_batch: int | None = None, embed=None):
+    """One sequence's scores, for ``jax.vmap`` over a batch: (params, ids (N,)) -> name -> (N,) for every
+    measure of ``influence`` (and "ig_error" -> () with integrated gradients). ``last_logits(params, ids,
+    embedded)`` is the forward's next-token logits (V,) at the last position from embeddings (N, D) that
+    replace the token-embedding lookup (``embed(params, ids)``, default ``params["embed"][ids]``).
+    Occlusions run ``occlusion_batch`` positions at a time (``jax.lax.map``; None: one at a time)."""
+    import jax
+    import jax.numpy as jnp
+
+    names = influence.measures
+
+    def one(params, ids):
+        e = params["embed"][ids] if embed is None else embed(params, ids)
+        logits = last_logits(params, ids, e)
+        top = jnp.argmax(jax.lax.stop_gradient(logits))
+
+        def f(embedded):
+            return jax.nn.softmax(last_logits(params, ids, embedded))[top]
+
+        if influence.baseline == "zero":
+            b = jnp.zeros_like(e)
+        else:
+            b = jnp.broadcast_to(params["embed"].mean(axis=0).astype(e.dtype), e.shape)
+        g = jax.grad(f)(e)
+        out = {"grad": jnp.linalg.norm(g, axis=-1)}
+        if "gradxinput" in names:
+            out["gradxinput"] = jnp.abs((e * g).sum(axis=-1))
+        if "gradxinput-norm" in names:
+            out["gradxinput-norm"] = jnp.linalg.norm(e * g, axis=-1)
+        if "ig" in names:
+            k = influence.ig_steps
+            alphas = (jnp.arange(k, dtype=e.dtype) + 0.5) / k
+
+            def step(i, total):
+                return total + jax.grad(f)(b + alphas[i] * (e - b))
+
+            mean_grad = jax.lax.fori_loop(0, k, step, jnp.zeros_like(e)) / k
+            attribution = ((e - b) * mean_grad).sum(axis=-1)
+            gap = f(e) - f(b)
+            out["ig"] = jnp.abs(attribution)
+            out["ig_error"] = jnp.abs(attribution.sum() - gap) / jnp.maximum(jnp.abs(gap), jnp.finfo(e.dtype).tiny)
+        if set(OCCLUSION) & set(names):
+            logp = jax.nn.log_softmax(logits)
+            p = jnp.exp(logp)
+
+            def occluded(j):
+                logq = jax.nn.log_softmax(last_logits(params, ids, e.at[j].set(b[j])))
+                kl = jnp.sum(jnp.where(p > 0, p * (logp - logq), 0.0))
+                return jnp.abs(logp[top] - logq[top]), kl
+
+            dlogp, kl = jax.lax.map(occluded, jnp.arange(num_tokens), batch_size=occlusion_batch)
+            if "occlusion-logp" in names:
+                out["occlusion-logp"] = dlogp
+            if "occlusion-kl" in names:
+                out["occlusion-kl"] = kl
+        return out
+
+    return one
+
+
+def batch_fn(last_logits, influence: Influence, num_tokens: int, batch: int, embed=None):
+    """jit: (params, ids (B, N)) -> name -> (B, N) scores (and "ig_error" -> (B,)), B <= ``batch``. Without
+    occlusion the sequences are vmapped (the memory of B gradients, what the batch is sized for); with it
+    they run one after another, each occluding ``batch`` positions at a time, so that no more than B
+    forwards are held at once either."""
+    import jax
+
+    occluding = bool(set(OCCLUSION) & set(influence.measures))
+    one = scores_fn(last_logits, influence, num_tokens, occlusion_batch=max(1, min(batch, num_tokens)), embed=embed)
+    if occluding:
+        return jax.jit(lambda params, ids: jax.lax.map(lambda row: one(params, row), ids))
+    return jax.jit(jax.vmap(one, in_axes=(None, 0)))
