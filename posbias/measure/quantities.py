@@ -180,8 +180,8 @@ def accumulate(
     ``ig_error``; a measurement whose completeness error exceeds ``IG_MAX_ERROR`` is refused. A capture may
     return two more sums: the value-norm-weighted head-mean kernels (T, N, N) and the value norms
     (T, H, N) (``value_weighted``); their means become ``kernels_value`` and ``value_norms``. ``scales``
-    (T,) and ``causal`` are the softmax's per-layer scale and mask, for ``content_fit``. The host holds two (T, H, N, N) float64
-    sums and one batch's sum while adding it. Call it under the precision's ``jax.enable_x64``."""
+    (T,) and ``causal`` are the softmax's per-layer scale and mask, for ``content_fit``. The host holds two
+    (T, H, N, N) float64 sums and one batch's sum while adding it. Call it under the precision's ``jax.enable_x64``."""
     import jax.numpy as jnp
 
     s, n = sequences.shape
