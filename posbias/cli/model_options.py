@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from posbias.cli.argtypes import size
+from posbias.cli.argtypes import at_least, size
+from posbias.measure.influence import BASELINES, DEFAULT_IG_STEPS, IG_MAX_ERROR
 
 
 def add(parser, *, memory_scope: str) -> None:
@@ -39,6 +40,29 @@ def add(parser, *, memory_scope: str) -> None:
         "never (no), or as its tokenizer does for one input (auto, default); see posbias.hf.bos",
     )
     parser.add_argument(
+        "--influence",
+        default="grad",
+        metavar="MEASURES",
+        help="influence measures, comma-separated: grad (||d p_top1 / d e_j||, always measured), gradxinput, "
+        "gradxinput-norm, ig (integrated gradients), occlusion-logp, occlusion-kl, occlusion (both) or all; "
+        "see posbias.measure.influence (default grad)",
+    )
+    parser.add_argument(
+        "--ig-steps",
+        type=at_least(1),
+        default=DEFAULT_IG_STEPS,
+        metavar="K",
+        help=f"integrated gradients: midpoint-rule steps along the path (default {DEFAULT_IG_STEPS}); a run whose "
+        f"completeness error exceeds {IG_MAX_ERROR:.0%} is refused",
+    )
+    parser.add_argument(
+        "--baseline",
+        choices=BASELINES,
+        default="zero",
+        help="the embedding integrated gradients start from and occlusion puts in: zero, or the mean of the "
+        "token-embedding table (default zero)",
+    )
+    parser.add_argument(
         "--backend",
         choices=("jax", "transformers"),
         default="jax",
@@ -51,5 +75,7 @@ def add(parser, *, memory_scope: str) -> None:
 def options(args, verb: str):
     """The ``posbias.measure.backend.Options`` of parsed arguments (``verb``: "measured" or "validated")."""
     from posbias.measure.backend import Options
+    from posbias.measure.influence import Influence, parse
 
-    return Options(args.precision, args.memory, args.data, args.bos, verb=verb)
+    influence = Influence(parse(args.influence), args.ig_steps, args.baseline)
+    return Options(args.precision, args.memory, args.data, args.bos, verb=verb, influence=influence)

@@ -22,12 +22,13 @@ complete example).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
+from posbias.measure.influence import Influence
 from posbias.measure.quantities import Measurement
 
 
@@ -38,13 +39,14 @@ class Options:
     ``precision``: "float64" (default) or "float32"; ``memory``: the budget in bytes (None: the backend's
     default); ``data``: a text or JSON-lines file for checkpoints (None: the pydoc_data validation topics);
     ``bos``: "auto", "yes" or "no" (``posbias.hf.bos``); ``verb``: "measured" or "validated", for the one-line
-    refusals that name the command."""
+    refusals that name the command; ``influence``: the influence measures (``posbias.measure.influence``)."""
 
     precision: str = "float64"
     memory: int | None = None
     data: Path | None = None
     bos: str = "auto"
     verb: str = "measured"
+    influence: Influence = field(default_factory=Influence)
 
     @property
     def itemsize(self) -> int:
@@ -68,6 +70,7 @@ class Backend(Protocol):
     """A model to measure (module docstring). Attributes are known once the backend is opened, before any
     weight is read; ``notes`` and ``warnings`` are complete once ``load`` has run."""
 
+    options: Options  # what the user asked for (precision, memory, text, BOS, influence measures)
     name: str  # "trained", "jax" or "transformers": report.json's backend
     files: str  # the output set: "trained" (posbias train's run folder) or "checkpoint"
     source: str  # the model as reports name it (a path)

@@ -176,9 +176,9 @@ class CheckpointBackend:
 
         self.meta["params_bytes"] = params_bytes(self.spec, self.options.itemsize, tied=self.tied)
         params = weights.params(self.ck, None)  # as stored: the measurement casts to its precision
-        spec, precision = self.spec, self.options.precision
+        spec, precision, influence = self.spec, self.options.precision, self.options.influence
         return lambda seqs, batch, progress: measure(
-            params, spec, seqs, precision=precision, batch=batch, progress=progress
+            params, spec, seqs, precision=precision, batch=batch, progress=progress, influence=influence
         )
 
     def warnings(self) -> list[str]:

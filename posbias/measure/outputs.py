@@ -61,6 +61,7 @@ import numpy as np
 from posbias.io.files import HF_MEASURE_FILES, MEASURE_FILES
 from posbias.io.output import position_csv
 from posbias.io.reports import measure_report
+from posbias.measure.influence import MEASURES, profile
 from posbias.measure.sinks import sink_diagnostics
 
 FILES = {"trained": MEASURE_FILES, "checkpoint": HF_MEASURE_FILES}
@@ -167,13 +168,37 @@ def report_fields(m, *, source: str, content_scale: str, meta: dict, causal: boo
     }
     if causal:
         fields["max_upper_triangle"] = float(np.abs(np.triu(kernels, 1)).max())
+    extra = {name: profile(m.scores[name])[0] for name in MEASURES if name != "grad" and name in (m.scores or {})}
+    if extra:
+        fields["influence_measures"] = {
+            name: {"first": float(p[0]), "last": float(p[-1]), "argmin": int(np.argmin(p))} for name, p in extra.items()
+        }
+    if m.ig_error is not None:
+        fields["integrated_gradients"] = {
+            "max_completeness_error": float(m.ig_error.max()),
+            "mean_completeness_error": float(m.ig_error.mean()),
+            "per_sequence_completeness_error": m.ig_error.tolist(),
+        }
     return fields
+
+
+def influence_csv(m) -> str:
+    """influence.csv: ``token_position,influence,grad_norm_mean,grad_norm_sem`` (the gradient norm's profile,
+    its raw mean and standard error; a standard error is ``nan`` when S = 1), then for every further measure
+    asked its profile and standard error on the profile's scale (``<name>,<name>_sem``,
+    ``posbias.measure.influence.profile``)."""
+    s = m.samples
+    sem = m.grad_norms.std(axis=0, ddof=1) / np.sqrt(s) if s > 1 else np.full(m.num_tokens, np.nan)
+    columns = {"influence": m.influence, "grad_norm_mean": m.grad_norms.mean(axis=0), "grad_norm_sem": sem}
+    for name in MEASURES:
+        if name != "grad" and name in (m.scores or {}):
+            columns[name], columns[f"{name}_sem"] = profile(m.scores[name])
+    return position_csv(**columns)
 
 
 def render_trained(m, *, source: str, content_scale: str, meta: dict) -> dict[str, bytes]:
     """name -> file contents of the set of a posbias train model (module docstring)."""
     s, t, h = m.samples, len(m.lambdas), len(m.slopes)
-    sem = m.grad_norms.std(axis=0, ddof=1) / np.sqrt(s) if s > 1 else np.full(m.num_tokens, np.nan)
     lam_sem = m.lambda_per_sequence.std(axis=0, ddof=1) / np.sqrt(s) if s > 1 else np.full(t, np.nan)
     fit = m.content
     lines = ["layer,head,slope,background_raw,diagonal_raw,background_scaled,diagonal_scaled,r2"]
@@ -217,9 +242,7 @@ def render_trained(m, *, source: str, content_scale: str, meta: dict) -> dict[st
             causal=np.asarray(m.causal),
             logits_note=np.asarray(m.logits_note),
         ),
-        "influence.csv": position_csv(
-            influence=m.influence, grad_norm_mean=m.grad_norms.mean(axis=0), grad_norm_sem=sem
-        ).encode(),
+        "influence.csv": influence_csv(m).encode(),
         "lambda.csv": ("\n".join(lam_lines) + "\n").encode(),
         "content.csv": ("\n".join(lines) + "\n").encode(),
         "measure.json": (json.dumps(measure_report(summary, sink_diagnostics(m)), indent=1) + "\n").encode(),
@@ -231,8 +254,7 @@ def render_trained(m, *, source: str, content_scale: str, meta: dict) -> dict[st
 def render_checkpoint(m, *, source: str, content_scale: str, meta: dict, causal: bool = True) -> dict[str, bytes]:
     """name -> contents of the set of a Hugging Face folder or GGUF file (module docstring; ``causal`` false:
     an encoder, whose config.yaml says mask_type full)."""
-    s, t = m.samples, len(m.lambdas)
-    sem = m.grad_norms.std(axis=0, ddof=1) / np.sqrt(s) if s > 1 else np.full(m.num_tokens, np.nan)
+    t = len(m.lambdas)
     buf = io.BytesIO()
     variants = {} if m.kernels_value is None else {"kernels_value": m.kernels_value, "value_norms": m.value_norms}
     np.savez(
@@ -255,9 +277,7 @@ def render_checkpoint(m, *, source: str, content_scale: str, meta: dict, causal:
             m, content_scale=content_scale, source=source, mask="causal" if causal else "full"
         ).encode(),
         "kernels.npz": buf.getvalue(),
-        "influence.csv": position_csv(
-            influence=m.influence, grad_norm_mean=m.grad_norms.mean(axis=0), grad_norm_sem=sem
-        ).encode(),
+        "influence.csv": influence_csv(m).encode(),
         "lambdas.csv": ("\n".join(lam) + "\n").encode(),
         "report.json": (json.dumps(report, indent=1) + "\n").encode(),
         "bias_fit.json": bias_fit_json(m),

@@ -135,7 +135,14 @@ def measure_to_folder(
     measurer, notes = load(backend, "measure")
     label = "measure (transformers)" if backend.name == "transformers" else "measure"
     ((_, m),) = measure_lengths(measurer, plans, windows, show=show, label=label)
+    influence = backend.options.influence
     meta = {**backend.meta, "notes": notes}
+    if influence.extra:
+        meta["influence_setup"] = {
+            "measures": list(influence.measures),
+            "ig_steps": influence.ig_steps,
+            "baseline": influence.baseline,
+        }
     if plans[n].estimate is not None:
         meta["memory_estimate"] = plans[n].estimate
     if backend.files == "trained":

@@ -113,6 +113,7 @@ class TrainedBackend:
             precision=options.precision,
             memory=options.memory or TRAINED_BATCH_MEMORY,
             progress=progress,
+            influence=options.influence,
         )
 
 
