@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from posbias.errors import UserError
+from posbias.measure.influence import as_influence
 from posbias.measure.quantities import DENOMINATOR_FLOOR, MeasureError, Measurement, accumulate
 
 IMPLEMENTATION = "posbias_eager"
@@ -399,24 +400,74 @@ def capture_fn(loaded: Loaded):
     return capture
 
 
-def influence_fn(loaded: Loaded):
-    """(params, (B, N) ids) -> (B, N) ||d p_top1 / d e_j||_2 at the last position (top-1 held fixed), by
-    autograd through ``inputs_embeds``; the sequences of a batch are independent, so the gradient of
-    the batch's summed p_top1 is each sequence's own."""
+def influence_fn(loaded: Loaded, influence=None):
+    """(params, (B, N) ids) -> name -> (B, N) scores of ``posbias.measure.influence`` at the last position (the
+    top-1 token held fixed), and "ig_error" -> (B,) with integrated gradients; by autograd through
+    ``inputs_embeds`` (the sequences of a batch are independent, so the gradient of the batch's summed p_top1
+    is each sequence's own); occlusion one position at a time for the whole batch (B forwards at once)."""
+    from posbias.measure.influence import OCCLUSION, Influence
+
     torch, _ = require_torch()
+    influence = influence or Influence()
+    names = influence.measures
     model = loaded.model
     embed = model.get_input_embeddings()
 
-    def grad_norms(_params, ids):
-        ids = torch.tensor(np.asarray(ids), dtype=torch.long)
-        e = embed(ids).detach().requires_grad_(True)
-        logits = model(inputs_embeds=e, use_cache=False).logits[:, -1]
-        probs = torch.softmax(logits.to(torch.float64), dim=-1)
-        top = probs.detach().argmax(dim=-1)
-        probs.gather(1, top[:, None]).sum().backward()
-        return torch.linalg.vector_norm(e.grad, dim=-1).to(torch.float64).numpy()
+    def last_logits(e):
+        return model(inputs_embeds=e, use_cache=False).logits[:, -1].to(torch.float64)
 
-    return grad_norms
+    def top_and_grad(e, top):
+        e = e.detach().requires_grad_(True)
+        p = torch.softmax(last_logits(e), dim=-1).gather(1, top[:, None])[:, 0]
+        p.sum().backward()
+        return p.detach(), e.grad
+
+    def scores(_params, ids):
+        ids = torch.tensor(np.asarray(ids), dtype=torch.long)
+        e = embed(ids).detach()
+        with torch.no_grad():
+            logp = torch.log_softmax(last_logits(e), dim=-1)
+        top = logp.argmax(dim=-1)
+        if influence.baseline == "zero":
+            b = torch.zeros_like(e)
+        else:
+            b = embed.weight.detach().mean(dim=0).to(e.dtype).expand_as(e)
+        f_e, g = top_and_grad(e, top)
+        out = {"grad": torch.linalg.vector_norm(g, dim=-1)}
+        if "gradxinput" in names:
+            out["gradxinput"] = (e * g).sum(dim=-1).abs()
+        if "gradxinput-norm" in names:
+            out["gradxinput-norm"] = torch.linalg.vector_norm(e * g, dim=-1)
+        if "ig" in names:
+            k = influence.ig_steps
+            total = torch.zeros_like(e)
+            for step in range(k):
+                total += top_and_grad(b + ((step + 0.5) / k) * (e - b), top)[1]
+            attribution = ((e - b) * total / k).sum(dim=-1)
+            with torch.no_grad():
+                f_b = torch.softmax(last_logits(b), dim=-1).gather(1, top[:, None])[:, 0]
+            gap = f_e - f_b
+            out["ig"] = attribution.abs()
+            out["ig_error"] = (attribution.to(torch.float64).sum(dim=-1) - gap).abs() / gap.abs().clamp(
+                min=float(torch.finfo(torch.float64).tiny)
+            )
+        if set(OCCLUSION) & set(names):
+            p = logp.exp()
+            dlogp, kl = [], []
+            with torch.no_grad():
+                for j in range(e.shape[1]):
+                    occluded = e.clone()
+                    occluded[:, j] = b[:, j]
+                    logq = torch.log_softmax(last_logits(occluded), dim=-1)
+                    dlogp.append((logp.gather(1, top[:, None]) - logq.gather(1, top[:, None]))[:, 0].abs())
+                    kl.append(torch.where(p > 0, p * (logp - logq), torch.zeros_like(p)).sum(dim=-1))
+            if "occlusion-logp" in names:
+                out["occlusion-logp"] = torch.stack(dlogp, dim=1)
+            if "occlusion-kl" in names:
+                out["occlusion-kl"] = torch.stack(kl, dim=1)
+        return {name: value.detach().to(torch.float64).numpy() for name, value in out.items()}
+
+    return scores
 
 
 def scales(loaded: Loaded) -> np.ndarray:
@@ -439,7 +490,7 @@ def measure(
     precision: str = "float64",
     memory: int = 2**30,
     progress=None,
-    influence: bool = True,
+    influence=True,
     batch: int | None = None,
 ) -> Measurement:
     """The ``Measurement`` of ``posbias.hf.measure.measure``, through transformers (module docstring), in
@@ -460,7 +511,7 @@ def measure(
     with jax.enable_x64(precision == "float64"), torch.inference_mode(False):
         m = accumulate(
             capture_fn(loaded),
-            influence_fn(loaded) if influence else None,
+            influence_fn(loaded, as_influence(influence)) if influence else None,
             None,
             sequences,
             batch=batch,

@@ -38,11 +38,6 @@ class TransformersBackend:
         from posbias.hf.torch_backend import LAYOUTS, layout_of, read_config, tokenizer_of
 
         self.path, self.options = Path(path), options
-        if options.influence.extra:
-            raise MeasureError(
-                f"--influence {','.join(options.influence.extra)}: the transformers backend measures the gradient "
-                "norm (grad) only; measure the others with --backend jax"
-            )
         self.tokenizer = tokenizer_of(self.path)
         self.read = read_config(self.path)  # the input is checked in full before any weight is read
         config = self.config = self.read[0]
@@ -137,7 +132,10 @@ class TransformersBackend:
 
         self.loaded = loaded = load(self.path, self.options.precision, read=self.read)
         precision = self.options.precision
-        return lambda seqs, batch, progress: measure(loaded, seqs, precision=precision, batch=batch, progress=progress)
+        influence = self.options.influence
+        return lambda seqs, batch, progress: measure(
+            loaded, seqs, precision=precision, batch=batch, progress=progress, influence=influence
+        )
 
     def warnings(self) -> list[str]:
         return []
