@@ -142,6 +142,8 @@ _PROOFS_RUN = "a whole proofs --check (claims/test_proofs.py keeps the repositor
 # Kept unformatted: one entry a line pair, the node id and then why.
 # fmt: off
 SLOW_TESTS = {
+    "product/test_influence.py::test_integrated_gradients_equal_a_midpoint_sum_written_here": "K compiled gradients",
+    "product/test_influence.py::test_the_completeness_error_shrinks_with_the_steps": "two integrated-gradient runs",
     "test_lint.py::test_pyright_finds_nothing_in_numerics_and_theorem":
         "pyright over both folders (pre-commit runs it on the files changed)",
     "claims/test_claims_statements.py::test_sabotaged_c5c_fails_the_statement_check_and_proofs_check":

@@ -19,6 +19,12 @@ With p(e) the next-token distribution at the last position, t the top-1 token of
   position);
 * ``occlusion-kl``: KL(p(e) || p(e^(j))) of the whole next-token distribution.
 
+From the zero baseline, a model whose first operation on the embeddings is a norm layer (RMSNorm, or a
+LayerNorm with no position embedding added to the input) has a path that turns sharply near the baseline:
+the norm of a e_j stays near e_j's direction until a falls below about sqrt(eps) / rms(e_j), so f changes
+over a tiny stretch of the path that the midpoint rule resolves only with many steps, and the completeness
+check refuses runs that do not (the mean baseline avoids the singular point).
+
 ``occlusion`` on the command line asks for both occlusion measures. The baseline b is the zero embedding
 (``zero``, default) or, at every position, the mean of the model's token-embedding table (``mean``). Each
 measure becomes a profile over positions: the mean over sequences of the scores, normalised to sum 1, with
