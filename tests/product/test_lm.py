@@ -341,3 +341,39 @@ def test_posbias_command_has_measure(ci_run, tmp_path, capsys):
         capsys, posbias_main(["measure", str(ci_run), "--samples", "0", "--out", str(tmp_path / "o")]), "--samples"
     )
     assert not (tmp_path / "o").exists()
+
+
+def test_influence_measures_on_the_trained_model_equal_single_forwards(ci_run):
+    """The trained model's route computes the measures of posbias.measure.influence too: occlusion against a
+    loop of single forwards of posbias.lm.model (zero baseline), gradient x input against central
+    differences, each score non-negative and the gradient norm unchanged by the other measures."""
+    from posbias.lm import checkpoint as ckpt
+    from posbias.lm.model import forward, unflatten
+    from posbias.measure.influence import Influence
+
+    loaded = ckpt.load(ci_run)
+    tokens = np.frombuffer(b"def measure(x): return x + 1  # bytes", np.uint8)[:16].astype(np.int32)[None]
+    every = Influence(("gradxinput", "occlusion-logp", "occlusion-kl"))
+    m = measure(loaded.params, loaded.model, tokens, influence=every)
+    alone = measure(loaded.params, loaded.model, tokens)
+    np.testing.assert_allclose(m.grad_norms, alone.grad_norms, rtol=1e-12)
+    with jax.enable_x64(True):
+        params = jax.tree_util.tree_map(lambda v: jnp.asarray(v, jnp.float64), unflatten(loaded.params))
+        run = jax.jit(
+            lambda e: jax.nn.log_softmax(forward(params, jnp.asarray(tokens[0]), loaded.model, embedded=e)[-1])
+        )
+        e = np.asarray(params["embed"])[tokens[0]]
+        logp = np.asarray(run(e))
+        top = int(np.argmax(logp))
+        for j in range(tokens.shape[1]):
+            occluded = e.copy()
+            occluded[j] = 0.0
+            logq = np.asarray(run(occluded))
+            assert m.scores["occlusion-logp"][0, j] == pytest.approx(abs(logp[top] - logq[top]), rel=1e-9, abs=1e-13)
+            kl = float((np.exp(logp) * (logp - logq)).sum())
+            assert m.scores["occlusion-kl"][0, j] == pytest.approx(kl, rel=1e-8, abs=1e-13)
+            h = 1e-5
+            step = np.zeros_like(e)
+            step[j] = h * e[j]
+            up, down = np.exp(np.asarray(run(e + step))[top]), np.exp(np.asarray(run(e - step))[top])
+            assert m.scores["gradxinput"][0, j] == pytest.approx(abs(up - down) / (2 * h), rel=1e-6, abs=1e-12)
