@@ -47,8 +47,7 @@ from posbias.measure.quantities import (
     Measurement,
     accumulate,
     batch_capture,
-    lambda_ratios,
-    value_weighted,
+    captured,
 )
 
 
@@ -58,13 +57,7 @@ def capture_fn(spec: Spec, dtype=np.float32):
 
     def one(params, ids):
         _, cap = forward(params, ids, spec, capture=True, embedded=params["embed"][ids].astype(dtype), last_only=True)
-        return (
-            *lambda_ratios(cap),
-            cap["probs"],
-            cap["content"],
-            value_weighted(cap["probs"], cap["value_norms"]),
-            cap["value_norms"],
-        )
+        return captured(cap)
 
     return batch_capture(one)
 

@@ -18,8 +18,7 @@ from posbias.measure.quantities import (
     Measurement,
     accumulate,
     batch_capture,
-    lambda_ratios,
-    value_weighted,
+    captured,
 )
 
 
@@ -48,13 +47,7 @@ def capture_fn(config: ModelConfig):
 
     def one(params, tokens):
         _, cap = forward(params, tokens, config, capture=True)
-        return (
-            *lambda_ratios(cap),
-            cap["probs"],
-            cap["content"],
-            value_weighted(cap["probs"], cap["value_norms"]),
-            cap["value_norms"],
-        )
+        return captured(cap)
 
     return batch_capture(one)
 

@@ -141,6 +141,19 @@ def batch_capture(one):
     return jax.jit(run)
 
 
+def captured(cap: dict) -> tuple:
+    """One sequence's capture tuple for ``batch_capture`` from a forward's captured dict (block inputs ``x``,
+    attention outputs ``a``, ``probs``, ``content``, ``value_norms``): lambda means and sums of squares, the
+    probabilities, the raw content logits, the value-weighted kernels and the value norms."""
+    return (
+        *lambda_ratios(cap),
+        cap["probs"],
+        cap["content"],
+        value_weighted(cap["probs"], cap["value_norms"]),
+        cap["value_norms"],
+    )
+
+
 def value_weighted(probs, value_norms):
     """The value-norm-weighted head-mean kernel of one sequence (Kobayashi et al. 2020, "Attention is not
     only a weight"): per head K_hij = A_hij n_hj / sum_j' A_hij' n_hj', n_hj = ||W_O^h v_hj|| (no bias),
