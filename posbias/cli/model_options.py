@@ -53,7 +53,7 @@ def add(parser, *, memory_scope: str) -> None:
         default=DEFAULT_IG_STEPS,
         metavar="K",
         help=f"integrated gradients: midpoint-rule steps along the path (default {DEFAULT_IG_STEPS}); a run whose "
-        f"completeness error exceeds {IG_MAX_ERROR:.0%} is refused",
+        f"completeness error exceeds {IG_MAX_ERROR * 100:g}%% is refused",
     )
     parser.add_argument(
         "--baseline",
