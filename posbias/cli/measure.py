@@ -9,14 +9,11 @@ exit code 2, nothing written). Nothing here imports JAX until the command runs.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from posbias.cli import argtypes, model_options
 from posbias.cli.argtypes import at_least
-from posbias.errors import UserError
-
-EXIT_USAGE = 2
+from posbias.cli.refusal import named_refusals
 
 _nonneg = at_least(0)
 
@@ -67,15 +64,6 @@ def add_parser(subparsers):
     return me
 
 
-def run(args) -> int:
-    """Execute ``posbias measure`` from parsed arguments; returns the exit code (bad input: one line, exit 2)."""
-    try:
-        return _measure(args)
-    except UserError as exc:
-        print(f"posbias {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-
-
 def _measure(args) -> int:
     from posbias.measure.pipeline import measure_to_folder, open_backend
 
@@ -88,3 +76,6 @@ def _measure(args) -> int:
         content_scale=args.content_scale,
         show=not args.quiet,
     )
+
+
+run = named_refusals(_measure)

@@ -7,14 +7,11 @@ exit code 2, nothing written). Nothing here imports JAX until the command runs.
 from __future__ import annotations
 
 import argparse
-import sys
 
 from posbias.cli import argtypes
 from posbias.cli.argtypes import at_least
-from posbias.errors import UserError
+from posbias.cli.refusal import named_refusals
 from posbias.lm.limits import PRESET_NAMES, SEED_MAX, SLOPE_CONVENTIONS
-
-EXIT_USAGE = 2
 
 _positive = at_least(1)
 _nonneg = at_least(0)
@@ -69,15 +66,6 @@ def add_parser(subparsers):
     return tr
 
 
-def run(args) -> int:
-    """Execute ``posbias train`` from parsed arguments; returns the exit code (bad input: one line, exit 2)."""
-    try:
-        return _train(args)
-    except UserError as exc:
-        print(f"posbias {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-
-
 def _train(args) -> int:
     from posbias.lm.config import PRESETS, ModelConfig, TrainConfig, checked
     from posbias.lm.train import train
@@ -111,3 +99,6 @@ def _train(args) -> int:
     )
     print("  wrote " + ", ".join(str(p) for p in result.files))
     return 0
+
+
+run = named_refusals(_train)
