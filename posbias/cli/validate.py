@@ -41,7 +41,10 @@ def add_parser(subparsers) -> None:
         "influence: the model trained here (trained first if --checkpoint is not given and its run "
         "folder has no finished checkpoint) or a Hugging Face checkpoint folder (bert, bloom, falcon, "
         "gpt2, mpt). "
-        "Writes profiles/<N>/{a,b,c,d,e}.csv, report.json, report.md and validate.png to --out.",
+        "Every prediction is scored against every influence measure (--influence), on all positions and "
+        "without token 0, with bootstrap intervals over the sequences. "
+        "Writes profiles/<N>/<panel>.csv, kernels/<N>.npz, report.json, report.md, validate.png and matrix.png "
+        "to --out.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -66,16 +69,25 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--samples", type=int, default=64, help="held-out sequences per length (default 64)")
     model_options.add(p, memory_scope="each length's measurement")
+    p.add_argument(
+        "--resamples",
+        type=int,
+        default=1000,
+        help="bootstrap resamples of the sequences for every score's 95%% interval (default 1000)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resamples (default 0)")
     p.add_argument("--out", type=argtypes.path, help="output folder (default: posbias-out)")
     p.add_argument("--json", action="store_true", help="print report.json instead of the tables")
 
 
 def run(args) -> int:
     from posbias.measure.pipeline import open_backend
+    from posbias.validate.matrix import Bootstrap
     from posbias.validate.run import validate
 
     if args.samples < 1:
         raise UserError(f"--samples: expected a positive integer, got {args.samples}")
+    bootstrap = Bootstrap(resamples=args.resamples, seed=args.seed)
     if args.checkpoint is not None and not args.checkpoint.exists():
         raise UserError(f"--checkpoint {args.checkpoint}: no such file or folder")
     backend = open_backend(
@@ -87,13 +99,13 @@ def run(args) -> int:
         progress=not args.json,
     )
     out = args.out or Path("posbias-out")
-    result = validate(backend, args.lengths, args.samples, out, show=not args.json)
+    result = validate(backend, args.lengths, args.samples, out, show=not args.json, bootstrap=bootstrap)
     if args.json:
         sys.stdout.write(result.report_json)
         return 0
     print(result.report_markdown.rstrip())
     print(
         f"\nwrote {len(result.written)} files to {out}: profiles/<N>/<panel>.csv, "
-        "kernels/<N>.npz, report.json, report.md, validate.png"
+        "kernels/<N>.npz, report.json, report.md, validate.png, matrix.png"
     )
     return 0

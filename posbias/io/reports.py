@@ -7,8 +7,12 @@ Schema version 2 (this one), both commands:
 * ``diagnostics``: what is not a score or a measured quantity of the profile, under its own key:
   ``{"sinks": ...}`` (``posbias.measure.sinks``: per layer, for measure; per length, then per layer, for
   validate);
-* validate: ``lengths``: ``{"64": {panel: {"w1", "spearman", "tv", "beats_flat", ...}}, ...}``, one entry
-  per measured N, so that a reader iterating the lengths meets nothing else;
+* validate: ``lengths``: ``{"64": {panel: {"w1", "w1_ci", "spearman", "tv", "beats_flat", ...}}, ...}``, one
+  entry per measured N, so that a reader iterating the lengths meets nothing else (the scores against the
+  gradient norm (d); ``beats_flat`` decided on the bootstrap interval); ``bootstrap``: ``{"resamples",
+  "seed", "level", "method"}``; ``matrix``: ``{"64": {view: {measure: {panel: scores}}}}`` with view
+  ``all`` or ``without_token_0`` (``posbias.validate.matrix.score_matrix``); ``shape``: ``{"64": {view:
+  {"measures": ..., "predictions": ...}}}`` (``posbias.validate.matrix.shapes``);
 * measure: its fields as before (``lambdas``, ``content``, ``influence``, ...), the sinks moved under
   ``diagnostics``.
 
@@ -41,9 +45,19 @@ class ReportError(ValueError):
     """A report.json that is neither this layout nor the previous one (one line)."""
 
 
-def validate_report(lengths: dict[str, dict], sinks: dict[str, dict]) -> dict[str, Any]:
-    """``posbias validate``'s report: the scores per length and the sink diagnostics per length."""
-    return {"schema_version": SCHEMA_VERSION, "kind": VALIDATE, "lengths": lengths, "diagnostics": {"sinks": sinks}}
+def validate_report(
+    lengths: dict[str, dict],
+    sinks: dict[str, dict],
+    matrix: dict[str, dict] | None = None,
+    shape: dict[str, dict] | None = None,
+    bootstrap: dict | None = None,
+) -> dict[str, Any]:
+    """``posbias validate``'s report: the scores per length, the sink diagnostics per length and, when given,
+    the prediction-by-measure matrix, the shape verdicts and the bootstrap that made their intervals."""
+    out: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "kind": VALIDATE, "lengths": lengths}
+    if matrix is not None:
+        out.update(bootstrap=bootstrap, matrix=matrix, shape=shape)
+    return {**out, "diagnostics": {"sinks": sinks}}
 
 
 def measure_report(fields: dict[str, Any], sinks: dict[str, list]) -> dict[str, Any]:

@@ -15,14 +15,19 @@ of a rollout, p = e_{N-1}^T R^(T-1) ... R^(0), R^(t) = (1 - lambda_t) I + lambda
     (``posbias.numerics.profile``) with the measured lambda_t: the structural prediction from the
     per-head bias alone, for ALiBi, rotary and learned-position models alike (omitted, with a note,
     at an N too short to determine the fit);
+(j) the measured kernels with the sink removed: in every row i >= 1 the mass on key 0 set to 0 and the
+    row renormalised (row 0, which under a causal mask can read only key 0, unchanged), rolled out with the
+    measured lambda_t: the rollout "without the sink" (``sinkless_kernels``); token 0 then feeds the last
+    row only through row 0, which no other row reads, so (j) puts exactly 0 there and is the rollout of the
+    kernels restricted to positions 1..N-1;
 baselines, scored like the predictions so that every table says what "better than nothing" is:
 (uniform) uniform attention with the measured lambda_t: under a causal mask the Cesàro kernel
     C_ij = 1/(i+1), j <= i, whose rollout has THEORY.md's exact closed form ("An exact closed form");
     an encoder's full mask: 1/N everywhere;
 (flat) the flat profile 1/N.
 
-Each prediction's row says whether it ``beats_flat``: its W1 / (N - 1) to the measured influence (d)
-is below the flat profile's.
+Each prediction's row says whether it ``beats_flat``: the bootstrap interval of its W1 / (N - 1) to the
+measured influence minus the flat profile's lies below 0 (``posbias.validate.matrix``).
 
 The sink diagnostics per layer (``posbias.measure.sinks``: mass on key 0, value-weighted, value-norm
 ratio) are tabled (``sinks_markdown``) and drawn (``figure``) here.
@@ -48,10 +53,11 @@ PANELS = {
     "g": "value-norm-weighted kernels, measured lambda",
     "h": "value-norm-weighted kernels, attention-only",
     "i": "fitted relative bias (b_h(g) + d_h + s_h), measured lambda",
+    "j": "measured kernels without key 0 (rows renormalised), measured lambda",
     "uniform": "baseline: uniform attention (causal: Cesàro), measured lambda",
     "flat": "baseline: flat 1/N",
 }
-PREDICTIONS = ("f", "g", "h", "i", "uniform", "flat")
+PREDICTIONS = ("f", "g", "h", "i", "j", "uniform", "flat")
 BASELINES = ("uniform", "flat")
 
 
@@ -99,24 +105,42 @@ def uniform_kernels(layers: int, num_tokens: int, *, causal: bool = True) -> np.
     return np.broadcast_to(one, (layers, n, n))
 
 
+def sinkless_kernels(kernels) -> np.ndarray:
+    """(T, N, N) kernels with key 0 removed from every row i >= 1 and those rows renormalised (panel (j));
+    row 0 unchanged. Refused (``UserError``) when a row i >= 1 has all its mass on key 0.
+
+    >>> sinkless_kernels(np.array([[[1.0, 0.0], [0.75, 0.25]]])).tolist()
+    [[[1.0, 0.0], [0.0, 1.0]]]
+    """
+    from posbias.errors import UserError
+
+    out = np.array(kernels, np.float64)
+    out[:, 1:, 0] = 0.0
+    total = out[:, 1:].sum(axis=-1)
+    if not np.all(total > 0):
+        layer, row = np.argwhere(~(total > 0))[0]
+        raise UserError(f"panel (j): row {row + 1} of layer {layer} has all its mass on key 0")
+    out[:, 1:] /= total[..., None]
+    return out
+
+
 def extra_predictions(m, *, causal: bool = True) -> dict[str, np.ndarray]:
-    """Profiles (f), (g), (h), (uniform), (flat) of one measurement (module docstring); (g) and (h) only
-    when the measurement has value-norm-weighted kernels."""
+    """Profiles (f), (g), (h), (j), (uniform), (flat) of one measurement (module docstring); (g) and (h) only
+    when the measurement has value-norm-weighted kernels, (j) only for N >= 2."""
     t, n = len(m.lambdas), m.num_tokens
     ones = np.ones(t)
     out = {"f": kernel_profile(m.kernels, ones, causal=causal, label="f")}
+    if n >= 2:
+        # rows 1..N-1 no longer read key 0, so the rollout on positions 1..N-1 is that of the kernels
+        # restricted there (a block-triangular product), and position 0 gets exactly 0
+        rest = kernel_profile(sinkless_kernels(m.kernels)[:, 1:, 1:], m.lambdas, causal=causal, label="j")
+        out["j"] = np.concatenate([[0.0], rest])
     if m.kernels_value is not None:
         out["g"] = kernel_profile(m.kernels_value, m.lambdas, causal=causal, label="g")
         out["h"] = kernel_profile(m.kernels_value, ones, causal=causal, label="h")
     out["uniform"] = kernel_profile(uniform_kernels(t, n, causal=causal), m.lambdas, causal=causal, label="uniform")
     out["flat"] = np.full(n, 1.0 / n)
     return out
-
-
-def mark_flat(rows: dict[str, dict]) -> dict[str, dict]:
-    """Each row but the flat baseline's with ``beats_flat``: its W1 below the flat profile's."""
-    flat = rows["flat"]["w1"]
-    return {k: (row if k == "flat" else {**row, "beats_flat": bool(row["w1"] < flat)}) for k, row in rows.items()}
 
 
 def sinks_markdown(sinks: dict[str, list]) -> list[str]:
@@ -162,7 +186,7 @@ def figure(panels_by_n: dict[int, dict[str, np.ndarray]], sinks_by_n: dict[int, 
                 ax.set_ylabel("p(j)")
         ax = axes[r][4]
         ax.plot(x, panels["d"], color="C3", lw=1.6, label="(d) measured")
-        for i, key in enumerate(k for k in ("e", "f", "g", "h", "i", "uniform", "flat") if k in panels):
+        for i, key in enumerate(k for k in ("e", "f", "g", "h", "i", "j", "uniform", "flat") if k in panels):
             ax.plot(
                 x,
                 panels[key],

@@ -1,8 +1,9 @@
 """``posbias validate``'s work on an opened model: measure each length through the pipeline
 (``posbias.measure.pipeline``), compute the predictions (``posbias.validate.predict``, the panels of
 ``posbias.validate.panels``), score them against the measured influence, and write the folder all or none:
-profiles/<N>/<panel>.csv, kernels/<N>.npz, report.json (``posbias.io.reports``, schema 2), report.md
-(``posbias.validate.report``) and validate.png."""
+profiles/<N>/<panel>.csv (and d-<measure>.csv for every influence measure beyond the gradient norm),
+kernels/<N>.npz, report.json (``posbias.io.reports``, schema 2), report.md
+(``posbias.validate.report``), validate.png and matrix.png (``posbias.validate.matrix_figure``)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,23 @@ from pathlib import Path
 
 from posbias.errors import UserError
 from posbias.io.reports import validate_report
+from posbias.validate.matrix import Bootstrap
 from posbias.validate.panels import PREDICTIONS as VARIANT_PREDICTIONS
 from posbias.validate.predict import PREDICTIONS, prediction_notes, predictions, score, validate_bytes
 from posbias.validate.report import report_markdown
+
+
+def with_intervals(rows: dict[str, dict], grad_column: dict[str, dict]) -> dict[str, dict]:
+    """The per-length rows (point scores against (d), the gradient norm) with the W1 interval and
+    ``beats_flat`` of the matrix's gradient-norm column (decided on the interval); the flat row as it is."""
+    out = {}
+    for key, row in rows.items():
+        if key == "flat":
+            out[key] = {**row, "w1_ci": grad_column["flat"]["w1_ci"]}
+        else:
+            scored = grad_column[key]
+            out[key] = {**row, "w1_ci": scored["w1_ci"], "beats_flat": scored["beats_flat"]}
+    return out
 
 
 @dataclass(frozen=True)
@@ -26,23 +41,30 @@ class Validation:
     report_markdown: str
 
 
-def validate(backend, lengths, samples: int, out: Path, *, show: bool = True) -> Validation:
+def validate(
+    backend, lengths, samples: int, out: Path, *, show: bool = True, bootstrap: Bootstrap | None = None
+) -> Validation:
     """The experiment on ``backend`` (a ``posbias.measure.backend.Backend``) at ``lengths`` (None: the
     backend's defaults), ``samples`` windows per length, into ``out``; refused in one line (``UserError``)
-    before any weight is read when a length, the memory or the text does not allow it."""
+    before any weight is read when a length, the memory or the text does not allow it. Every prediction is
+    scored against every influence measure the backend's options ask for, with ``bootstrap`` intervals
+    (``posbias.validate.matrix``; default ``Bootstrap()``); a row's ``beats_flat`` is decided on the interval."""
     from posbias.fit.bias import BiasFitError
     from posbias.io.files import check_out, write_run
     from posbias.io.output import position_csv
+    from posbias.measure.influence import profile as influence_profile
     from posbias.measure.pipeline import load, measure_lengths, prepare
     from posbias.measure.sinks import sink_diagnostics
-    from posbias.validate.panels import bias_prediction, extra_predictions, kernels_npz, mark_flat
+    from posbias.validate.matrix import score_matrix, shapes
+    from posbias.validate.matrix_figure import matrix_figure
+    from posbias.validate.panels import bias_prediction, extra_predictions, kernels_npz
     from posbias.validate.panels import figure as variants_figure
 
     lengths = tuple(lengths or backend.default_lengths)
     too_long = [n for n in lengths if backend.limit is not None and n > backend.limit]
     if too_long:
         raise UserError(f"--lengths: N = {too_long[0]} is longer than the model's {backend.limit_phrase}")
-    check_out(out, ("report.json", "report.md", "validate.png"))
+    check_out(out, ("report.json", "report.md", "validate.png", "matrix.png"))
     plans, sequences = prepare(backend, lengths, samples, "--lengths", lambda n: validate_bytes(backend.layers, n))
     notes = prediction_notes(backend)
     beyond = [str(n) for n in lengths if backend.training_length is not None and n > backend.training_length]
@@ -53,7 +75,9 @@ def validate(backend, lengths, samples: int, out: Path, *, show: bool = True) ->
         )
     measurer, measured_notes = load(backend, "validate")
     notes += tuple(measured_notes)
+    bootstrap = bootstrap or Bootstrap()
     report, panels_by_n, texts, lambdas, sinks, sinks_by_n, binaries = {}, {}, {}, {}, {}, {}, {}
+    matrices, shape_reports = {}, {}
     for n, m in measure_lengths(measurer, plans, sequences, show=show):
         panels = predictions(m, backend.slopes, causal=backend.causal)
         panels.update(extra_predictions(m, causal=backend.causal))
@@ -63,7 +87,11 @@ def validate(backend, lengths, samples: int, out: Path, *, show: bool = True) ->
             notes += (f"N = {n}: panel (i) omitted: {exc}.",)
         panels["d"] = m.influence
         keys = [k for k in PREDICTIONS + VARIANT_PREDICTIONS if k in panels]
-        report[str(n)] = mark_flat(score(m.influence, {k: panels[k] for k in keys}))
+        scored = {k: panels[k] for k in keys if k != "flat"}
+        matrices[str(n)] = score_matrix(scored, m.scores, bootstrap, num_tokens=n)
+        shape_reports[str(n)] = shapes(scored, m.scores, bootstrap)
+        point = score(m.influence, {k: panels[k] for k in keys})
+        report[str(n)] = with_intervals(point, matrices[str(n)]["all"]["grad"])
         sinks[str(n)] = sink_diagnostics(m, causal=backend.causal)
         sinks_by_n[n] = sinks[str(n)]
         binaries[f"kernels/{n}.npz"] = kernels_npz(m)
@@ -72,8 +100,12 @@ def validate(backend, lengths, samples: int, out: Path, *, show: bool = True) ->
         for key in [*"abcde", *VARIANT_PREDICTIONS]:
             if key in panels:
                 texts[f"profiles/{n}/{key}.csv"] = position_csv(probability=panels[key])
+        for name, scores in m.scores.items():
+            if name != "grad":  # (d) is the gradient norm's profile
+                probability, sem = influence_profile(scores)
+                texts[f"profiles/{n}/d-{name}.csv"] = position_csv(probability=probability, sem=sem)
         del m  # one measurement held at a time (posbias.hf.memory.plan counts one)
-    text = json.dumps(validate_report(report, sinks), indent=2) + "\n"
+    text = json.dumps(validate_report(report, sinks, matrices, shape_reports, bootstrap.as_dict()), indent=2) + "\n"
     texts["report.json"] = text
     texts["report.md"] = report_markdown(
         report,
@@ -82,11 +114,17 @@ def validate(backend, lengths, samples: int, out: Path, *, show: bool = True) ->
         notes=notes,
         lambdas=lambdas,
         sinks=sinks,
+        matrices=matrices,
+        shapes=shape_reports,
+        bootstrap=bootstrap,
     )
     written = write_run(
         out,
         texts,
-        {"validate.png": variants_figure(panels_by_n, sinks_by_n, f"posbias validate: {backend.source}")},
+        {
+            "validate.png": variants_figure(panels_by_n, sinks_by_n, f"posbias validate: {backend.source}"),
+            "matrix.png": matrix_figure(matrices, f"posbias validate: {backend.source}"),
+        },
         binaries,
     )
     return Validation(written, text, texts["report.md"])

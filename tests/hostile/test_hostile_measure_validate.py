@@ -43,7 +43,7 @@ from tests.peak import peak_rss
 
 CONSOLE = Path(sys.executable).with_name("posbias")
 HF_SET = {"config.yaml", "kernels.npz", "influence.csv", "lambdas.csv", "report.json", "bias_fit.json"}
-VALIDATE_TOP = {"report.json", "report.md", "validate.png", "profiles", "kernels"}
+VALIDATE_TOP = {"report.json", "report.md", "validate.png", "matrix.png", "profiles", "kernels"}
 TOL = 1e-5  # float32 fixture tensors against a float64 measurement (as tests/product/test_hf.py)
 
 

@@ -90,9 +90,13 @@ def test_written_panels_recomputed_from_the_written_kernels(run, capsys):
         arrays = np.load(out / "kernels" / f"{n}.npz")
         kernels, kv, lambdas = arrays["kernels"], arrays["kernels_value"], arrays["lambdas"]
         profiles = {p.stem: _profile(p) for p in (out / "profiles" / str(n)).glob("*.csv")}
-        assert sorted(profiles) == sorted([*"abcdefghi", "flat", "uniform"])
+        assert sorted(profiles) == sorted([*"abcdefghij", "flat", "uniform"])
         ones = np.ones(len(lambdas))
+        sinkless = kernels.astype(np.float64).copy()  # key 0 removed by hand from rows 1..N-1, rows renormalised
+        sinkless[:, 1:, 0] = 0
+        sinkless[:, 1:] /= sinkless[:, 1:].sum(axis=-1, keepdims=True)
         dense = {
+            "j": _rollout(sinkless, lambdas),
             "e": _rollout(kernels, lambdas),
             "f": _rollout(kernels, ones),
             "g": _rollout(kv, lambdas),
@@ -107,12 +111,15 @@ def test_written_panels_recomputed_from_the_written_kernels(run, capsys):
         np.testing.assert_allclose(profiles["uniform"], uniform, rtol=0, atol=1e-12)
         np.testing.assert_allclose(profiles["d"], arrays["influence"], rtol=0, atol=1e-15)
         rows, positions = report[str(n)], np.arange(n)
-        assert sorted(rows) == sorted(["a", "b", "c", "e", "f", "g", "h", "i", "uniform", "flat"])
+        assert profiles["j"][0] == 0
+        assert sorted(rows) == sorted(["a", "b", "c", "e", "f", "g", "h", "i", "j", "uniform", "flat"])
+        grad_column = whole["matrix"][str(n)]["all"]["grad"]
         for key, row in rows.items():
             w1 = wasserstein_distance(positions, positions, profiles["d"], profiles[key]) / (n - 1)
             assert row["w1"] == pytest.approx(w1, abs=1e-12)
+            assert row["w1_ci"] == grad_column[key]["w1_ci"]
             if key != "flat":
-                assert row["beats_flat"] == (row["w1"] < rows["flat"]["w1"])
+                assert row["beats_flat"] == (grad_column[key]["w1_minus_flat_ci"][1] < 0)
         sinks = whole["diagnostics"]["sinks"][str(n)]
         np.testing.assert_allclose(sinks["key0_mass"], kernels[:, 1:, 0].mean(axis=1), rtol=0, atol=1e-15)
         np.testing.assert_allclose(sinks["key0_mass_value_weighted"], kv[:, 1:, 0].mean(axis=1), rtol=0, atol=1e-15)

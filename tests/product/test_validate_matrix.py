@@ -1,0 +1,184 @@
+"""posbias validate's prediction-by-measure matrix (posbias.validate.matrix).
+
+Independent routes: every score by scipy (wasserstein_distance, spearmanr) on resampled profiles built by
+indexing the sequences (not the module's count matrix), the percentile intervals by numpy.percentile, the
+"without token 0" view by renormalising by hand; on a written validate folder, the matrix against scipy on
+the written profile files, and the bootstrap reproduced from the stated seed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import spearmanr, wasserstein_distance
+
+from posbias.cli import main
+from posbias.errors import UserError
+from posbias.validate.matrix import Bootstrap, measured_shape, score_matrix, shape
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
+
+
+def _w1(p, q):
+    positions = np.arange(len(p))
+    return wasserstein_distance(positions, positions, p, q) / (len(p) - 1)
+
+
+def _by_hand(scores, q, bootstrap, start):
+    """Point scores and percentile intervals of one prediction, resampling by indexing."""
+    s, n = scores.shape
+    draws = np.random.default_rng([bootstrap.seed, n]).integers(0, s, size=(bootstrap.resamples, s))
+
+    def view(p):
+        p = p[start:]
+        return p / p.sum()
+
+    qv, flat = view(q), np.full(n - start, 1 / (n - start))
+    point = view(scores.mean(axis=0) / scores.mean(axis=0).sum())
+    w1s, rhos, tvs, diffs = [], [], [], []
+    for idx in draws:
+        m = scores[idx].mean(axis=0)
+        m = view(m / m.sum())
+        w1s.append(_w1(m, qv))
+        rhos.append(spearmanr(m, qv).statistic)
+        tvs.append(0.5 * np.abs(m - qv).sum())
+        diffs.append(_w1(m, qv) - _w1(m, flat))
+    tail = 100 * (1 - bootstrap.level) / 2
+
+    def ci(values):
+        return list(np.percentile(values, [tail, 100 - tail]))
+
+    return {
+        "w1": _w1(point, qv),
+        "w1_ci": ci(w1s),
+        "spearman": spearmanr(point, qv).statistic,
+        "spearman_ci": ci(rhos),
+        "tv": 0.5 * np.abs(point - qv).sum(),
+        "tv_ci": ci(tvs),
+        "w1_minus_flat_ci": ci(diffs),
+    }
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_scores_and_intervals_equal_scipy_on_resampled_sequences(seed):
+    rng = np.random.default_rng(100 + seed)
+    s, n = int(rng.integers(2, 9)), int(rng.integers(4, 30))
+    scores = rng.gamma(0.7, size=(s, n)) * np.linspace(2, 1, n)
+    predictions = {"p": rng.dirichlet(np.ones(n)), "q": rng.dirichlet(np.full(n, 5.0))}
+    bootstrap = Bootstrap(resamples=60, seed=seed, level=0.9)
+    matrix = score_matrix(predictions, {"m": scores}, bootstrap, num_tokens=n)
+    for view, start in (("all", 0), ("without_token_0", 1)):
+        for key, q in predictions.items():
+            got, want = matrix[view]["m"][key], _by_hand(scores, q, bootstrap, start)
+            for field, value in want.items():
+                np.testing.assert_allclose(got[field], value, rtol=0, atol=1e-12, err_msg=f"{view} {key} {field}")
+            assert got["beats_flat"] == (want["w1_minus_flat_ci"][1] < 0)
+
+
+def test_beats_flat_is_decided_on_the_interval_not_the_point():
+    n = 10
+    halves = np.r_[np.ones(5), np.zeros(5)]
+    early, late = 0.14 * halves + 0.06 * (1 - halves), 0.07 * halves + 0.13 * (1 - halves)  # 0.70 / 0.35 early
+    close = (early + late) / 2  # exactly the mean of the two sequences: point W1 0, flat's > 0
+    two = np.stack([early, late])
+    row = score_matrix({"close": close}, {"m": two}, Bootstrap(resamples=400), num_tokens=n)["all"]["m"]["close"]
+    assert row["w1"] < 1e-15 and row["w1_minus_flat"] < 0  # the point says "beats flat"
+    assert row["w1_minus_flat_ci"][0] < 0 < row["w1_minus_flat_ci"][1]  # a resample of `late` twice does not
+    assert not row["beats_flat"]
+    # many sequences scattered about the mean: the same prediction beats flat on the whole interval
+    rng = np.random.default_rng(7)
+    many = close * rng.uniform(0.9, 1.1, size=(200, n))
+    row = score_matrix({"close": close}, {"m": many}, Bootstrap(resamples=400), num_tokens=n)["all"]["m"]["close"]
+    assert row["w1_minus_flat_ci"][1] < 0 and row["beats_flat"]
+
+
+def test_one_sequence_collapses_every_interval_to_the_point():
+    scores = np.array([[3.0, 1.0, 1.0, 2.0]])
+    row = score_matrix({"p": np.full(4, 0.25)}, {"m": scores}, Bootstrap(resamples=20), num_tokens=4)["all"]["m"]["p"]
+    assert row["w1_ci"] == [row["w1"], row["w1"]]
+
+
+def test_shape_of_planted_profiles():
+    u = np.r_[np.full(3, 3.0), np.ones(24), np.full(3, 2.0)]
+    got = shape(u / u.sum())
+    assert got["u_shape"] and got["primacy"] and got["recency"]
+    assert got["head"] == pytest.approx(3.0) and got["tail"] == pytest.approx(2.0)
+    falling = np.linspace(2, 1, 30)
+    got = shape(falling / falling.sum())
+    assert got["primacy"] and not got["recency"] and got["argmin"] == 1.0
+    rng = np.random.default_rng(0)
+    measured = measured_shape(u * rng.uniform(0.9, 1.1, size=(40, 30)), Bootstrap(resamples=200))
+    assert (measured["primacy"], measured["recency"], measured["u_shape"]) == ("holds", "holds", "holds")
+    measured = measured_shape(falling * rng.uniform(0.9, 1.1, size=(40, 30)), Bootstrap(resamples=200))
+    assert (measured["primacy"], measured["recency"], measured["u_shape"]) == ("holds", "fails", "fails")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"resamples": 0}, "--resamples"), ({"seed": -1}, "--seed"), ({"level": 1.0}, "level")],
+)
+def test_bad_bootstrap_is_refused(kwargs, message):
+    with pytest.raises(UserError, match=message):
+        Bootstrap(**kwargs)
+
+
+def test_wrong_shaped_scores_are_refused():
+    with pytest.raises(UserError, match=r"expected \(sequences, 5\) scores"):
+        score_matrix({"p": np.full(5, 0.2)}, {"m": np.ones((2, 4))}, Bootstrap(), num_tokens=5)
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--resamples", "0"), ("--seed", "-3")])
+def test_cli_refuses_bad_bootstrap_options_in_one_line(flag, value, tmp_path, capsys):
+    out = tmp_path / "out"
+    code = main(["validate", "--checkpoint", str(FIXTURES / "llama"), "--lengths", "8", flag, value, "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and flag in err[0] and not out.exists()
+
+
+def _read(path):
+    return np.loadtxt(path, delimiter=",", skiprows=1)[:, 1]
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    folders = []
+    for seed in (5, 5, 6):
+        out = tmp_path_factory.mktemp("matrix") / f"seed{seed}"
+        args = ["validate", "--checkpoint", str(FIXTURES / "llama"), "--lengths", "10", "--samples", "3"]
+        args += ["--influence", "grad,gradxinput,occlusion", "--resamples", "50", "--seed", str(seed)]
+        assert main([*args, "--out", str(out), "--json"]) == 0
+        folders.append(out)
+    return folders
+
+
+@pytest.mark.filterwarnings("ignore::scipy.stats.ConstantInputWarning")  # rho against flat: undefined, None
+def test_written_matrix_equals_scipy_on_the_written_profiles(written):
+    out = written[0]
+    report = json.loads((out / "report.json").read_text())
+    assert report["bootstrap"] == {"resamples": 50, "seed": 5, "level": 0.95, "method": "percentile"}
+    matrix = report["matrix"]["10"]
+    files = {p.stem: _read(p) for p in (out / "profiles" / "10").glob("*.csv")}
+    measured = {"grad": files["d"], **{k[2:]: v for k, v in files.items() if k.startswith("d-")}}
+    assert sorted(measured) == ["grad", "gradxinput", "occlusion-kl", "occlusion-logp"]
+    assert sorted(matrix["all"]) == sorted(measured)
+    for name, m in measured.items():
+        for key, row in matrix["all"][name].items():
+            q = files[key]
+            assert row["w1"] == pytest.approx(_w1(m, q), abs=1e-12)
+            rho = spearmanr(m, q).statistic
+            assert (row["spearman"] is None) if np.isnan(rho) else row["spearman"] == pytest.approx(rho, abs=1e-12)
+            assert row["tv"] == pytest.approx(0.5 * np.abs(m - q).sum(), abs=1e-12)
+            mv, qv = m[1:] / m[1:].sum(), q[1:] / q[1:].sum()
+            assert matrix["without_token_0"][name][key]["w1"] == pytest.approx(_w1(mv, qv), abs=1e-12)
+
+
+def test_the_bootstrap_is_reproduced_from_its_seed(written):
+    same, again, other = ((out / "report.json").read_text() for out in written)
+    assert same == again
+    a, b = json.loads(same)["matrix"]["10"]["all"]["grad"]["b"], json.loads(other)["matrix"]["10"]["all"]["grad"]["b"]
+    assert a["w1"] == b["w1"] and a["w1_ci"] != b["w1_ci"]
+    md = (written[0] / "report.md").read_text()
+    assert "50 resamples, seed 5" in md and "positions 1..N-1 only" in md and "| measured occlusion-kl |" in md
