@@ -21,6 +21,10 @@ and "Comparing with measured influence"):
   positions are not (the positional term below is then the mask alone, the slopes 0);
 * ``value_norms`` (T, H, N): ||W_O^h v_hj||, the norm of head h's value at key j after its slice of
   the output projection (no bias; Kobayashi et al. 2020);
+* ``kernels_norm`` (T, N, N): the residual-norm kernels (``posbias.measure.quantities.residual_norm_kernel``):
+  token j's share of the attention block's output at i, ||[i = j] r_i + sum_h A_hij W_O^h v_hj||, rows
+  normalised, r_i the residual the attention output is added to (x_i; h_i for BLOOM's residual after the
+  norm); a post-LN block (BERT) folds its LayerNorm's gain and centring into both;
 * ``scale`` (T,): the factor s_t the softmax applies to ``content``;
 * ``position`` (H, N, N): the ALiBi term -m_h (i - j) (Falcon: its bfloat16 form, see
   ``posbias.hf.families``; zeros for learned positions; -inf above the diagonal under a
@@ -41,6 +45,7 @@ import numpy as np
 
 from posbias.errors import UserError
 from posbias.hf.families import Spec
+from posbias.measure.quantities import residual_norm_kernel
 from posbias.numerics.slopes import alibi_slopes
 
 BLOOM_GELU = 0.79788456
@@ -281,8 +286,17 @@ def forward(  # noqa: C901 (embedding, blocks, capture; split the capture; issue
             out = (u if spec.residual_post_ln else y) + mlp(u)
         if not capture:
             return out, None
-        value_norms = jnp.linalg.norm(jnp.einsum("hjk,hkd->hjd", v, p["wo"]), axis=-1)  # ||W_O^h v_hj||, (H, N)
-        return out, (x, a, probs, content, value_norms)
+        u = jnp.einsum("hjk,hkd->hjd", v, p["wo"])  # W_O^h v_hj, (H, N, D)
+        value_norms = jnp.linalg.norm(u, axis=-1)  # (H, N)
+        if spec.block == "post-ln":  # y = LN(x + a): the norm's gain times its centring, folded in
+
+            def fold(z):
+                return (z if spec.norm == "rms" else z - z.mean(axis=-1, keepdims=True)) * p["ln1_g"]
+
+            kernel = residual_norm_kernel(probs, fold(u), fold(x))
+        else:  # pre-norm and parallel blocks: a is added to x (to h with the residual after the norm)
+            kernel = residual_norm_kernel(probs, u, h if spec.residual_post_ln else x)
+        return out, (x, a, probs, content, value_norms, kernel)
 
     inputs = (params["blocks"], scales, jnp.asarray(windows(spec, n)))
     x, ys = jax.lax.scan(jax.checkpoint(step) if remat else step, x0, inputs)
@@ -294,13 +308,14 @@ def forward(  # noqa: C901 (embedding, blocks, capture; split the capture; issue
         logits = out @ (params["unembed"] if "unembed" in params else params["embed"].T)
     if not capture:
         return logits
-    xs, a, probs, content, value_norms = ys
+    xs, a, probs, content, value_norms, kernels_norm = ys
     return logits, {
         "x": xs,
         "a": a,
         "probs": probs,
         "content": content,
         "value_norms": value_norms,
+        "kernels_norm": kernels_norm,
         "scale": scales,
         "position": pos,
         "hidden": hidden,

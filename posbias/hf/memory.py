@@ -10,8 +10,10 @@ Falcon and BERT checkpoints), vocabulary V), N tokens, a compute itemsize c (4 f
     tensor by tensor (grouped keys and values are stored repeated per query head; the Llama
     family: L = 4 D A + 3 A + 3 D F + 2 F + 4 D with A = H d_head, RMSNorms without biases and
     a SwiGLU MLP, and D instead of 2 D for the final norm: ``_layer_weights``);
-(b) the capture forward, per sequence: c (2 T H N^2 + 2 T N D) for the stacked per-layer
-    probabilities, content logits, block inputs and attention outputs the scan returns,
+(b) the capture forward, per sequence: c (2 T H N^2 + 2 T N D + T N^2) for the stacked per-layer
+    probabilities, content logits, block inputs, attention outputs and residual-norm kernels the scan
+    returns, c (2 H N^2 + N H^2) for one layer's residual-norm kernel at work (the products A_hij A_h'ij
+    summed over h', the Gram matrices of the heads' values),
     one block's activations ``block`` (below), c (2 N D + V) for the embeddings, the final
     hidden state and the last position's logits (``forward(..., last_only=True)``: the other
     positions are never unembedded);
@@ -198,7 +200,8 @@ def estimate(
     weights = v * d + _layer_weights(spec)
     return Estimate(
         params=params_bytes(spec, c if weight_itemsize is None else weight_itemsize, tied=tied),
-        capture=c * (2 * stacked + 2 * t * n * d + _block(spec, n) + 2 * n * d + logits),
+        capture=c
+        * (2 * stacked + 2 * t * n * d + t * n * n + 2 * h * n * n + n * h * h + _block(spec, n) + 2 * n * d + logits),
         gradient=c * (kept + 2 * _block(spec, n) + 2 * logits),
         gradient_no_remat=c * (kept + t * _residuals(spec, n) + 2 * _block(spec, n) + 2 * logits),
         workspace=c * (weights + (0 if spec.lm_head else d * d)),
@@ -218,13 +221,14 @@ def host_bytes(spec: Spec, num_tokens: int, compute_itemsize: int, stored: int, 
     capture's two batch sums c T H N^2 as they arrive, and what the outputs add: a float32 copy of the
     per-head kernels, the float64 head mean and row-sum check 8 T N^2 and its compute copy c T N^2,
     kernels.npz built in memory (per-head kernels at c, content logits at 8 and kernels at c, counted
-    twice: the buffer and its growth), the value-norm-weighted kernels (a float64 sum, the batch's
-    sum at c and their copies at c and in kernels.npz: (8 + 3 c) T N^2) and the S N float64 gradient
+    twice: the buffer and its growth), the value-norm-weighted kernels and the residual-norm kernels (each a
+    float64 sum, the batch's sum at c and their copies at c and in kernels.npz: 2 (8 + 3 c) T N^2) and the
+    S N float64 gradient
     norms. Phases are added, not overlapped: an upper bound (tests/hostile/test_hostile_measure_validate.py
     checks it against a process's peak resident memory)."""
     t, h, n, c = spec.layers, spec.heads, num_tokens, compute_itemsize
     stacked, kernels = t * h * n * n, t * n * n
-    accumulate = FLOAT64 * 2 * stacked + 2 * c * stacked + (FLOAT64 + 3 * c) * kernels
+    accumulate = FLOAT64 * 2 * stacked + 2 * c * stacked + 2 * (FLOAT64 + 3 * c) * kernels
     outputs = c * stacked + (FLOAT64 + c) * kernels + 2 * ((c + FLOAT64) * stacked + c * kernels)
     return stored + accumulate + outputs + FLOAT64 * samples * n
 

@@ -361,16 +361,23 @@ class _Recorder:
 def capture_fn(loaded: Loaded):
     """(params, (B, N) ids) -> the ``posbias.measure.quantities.accumulate`` capture tuple: lambda means and sums
     of squares (B, T); the batch's sums of probabilities and raw content logits (T, H, N, N), of the
-    value-norm-weighted head-mean kernels (T, N, N) and of the value norms (T, H, N); NumPy float64."""
+    value-norm-weighted head-mean kernels (T, N, N), of the value norms (T, H, N) and, where
+    ``residual_norm_kernels``, of the residual-norm kernels (T, N, N); NumPy float64."""
+    import jax
+
+    from posbias.measure.quantities import residual_norm_kernel
+
     torch, _ = require_torch()
     layout, model, heads = loaded.layout, loaded.model, loaded.heads
     blocks = model.get_submodule(layout.blocks)
+    norm_kernels = residual_norm_kernels(loaded)
+    batched_kernel = jax.vmap(residual_norm_kernel)
 
     def capture(_params, ids):
         ids = torch.tensor(np.asarray(ids), dtype=torch.long)
         with torch.no_grad(), _Recorder(loaded) as rec:
             out = model(input_ids=ids, output_attentions=True, use_cache=False)
-        lam, lam_sq, probs, content, weighted, norms = [], [], [], [], [], []
+        lam, lam_sq, probs, content, weighted, norms, residual = [], [], [], [], [], [], []
         with torch.no_grad():
             for t, block in enumerate(blocks):
                 x, a = rec.x[t], rec.a[t]
@@ -383,9 +390,11 @@ def capture_fn(loaded: Loaded):
                 k = k.repeat_interleave(heads // k.shape[1], dim=1)
                 v = v.repeat_interleave(heads // v.shape[1], dim=1)
                 content.append((q @ k.transpose(-1, -2)).sum(dim=0))
-                vn = torch.linalg.vector_norm(
-                    torch.einsum("bhjk,hkd->bhjd", v, _head_out_proj(block, layout, heads)), dim=-1
-                )  # (B, H, N)
+                u = torch.einsum("bhjk,hkd->bhjd", v, _head_out_proj(block, layout, heads))  # W_O^h v_hj
+                vn = torch.linalg.vector_norm(u, dim=-1)  # (B, H, N)
+                if norm_kernels:
+                    kernel = batched_kernel(*(z.numpy() for z in (p, u, x)))  # in the compute dtype
+                    residual.append(torch.from_numpy(np.asarray(kernel).sum(axis=0)))
                 w = p * vn[:, :, None, :]
                 w = w / w.sum(dim=-1, keepdim=True)
                 weighted.append(w.mean(dim=1).sum(dim=0))
@@ -395,9 +404,25 @@ def capture_fn(loaded: Loaded):
         def host(z, axis=0):
             return torch.stack(z, dim=axis).to(torch.float64).numpy()
 
-        return host(lam, 1), host(lam_sq, 1), host(probs), host(content), host(weighted), host(norms)
+        out = host(lam, 1), host(lam_sq, 1), host(probs), host(content), host(weighted), host(norms)
+        return (*out, host(residual)) if norm_kernels else out
 
     return capture
+
+
+def residual_norm_kernels(loaded: Loaded) -> bool:
+    """Whether this backend forms the residual-norm kernels (``posbias.measure.quantities.residual_norm_kernel``)
+    for the model: where the attention output W_O's is what the block adds to its input x (pre-norm and
+    parallel blocks). Not for a block that normalises before adding (Gemma 2's post-attention norm), adds to
+    the normalised input (BLOOM's ``apply_residual_connection_post_layernorm``) or normalises after the sum
+    (OPT's ``do_layer_norm_before`` false): there the kernel needs a norm folded in that the JAX route folds
+    and this one does not."""
+    config = loaded.model.config
+    return (
+        loaded.layout.addend == loaded.layout.out_proj
+        and not getattr(config, "apply_residual_connection_post_layernorm", False)
+        and getattr(config, "do_layer_norm_before", True)
+    )
 
 
 def influence_fn(loaded: Loaded, influence=None):

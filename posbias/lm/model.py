@@ -29,6 +29,7 @@ import numpy as np
 
 from posbias.lm.config import ModelConfig
 from posbias.lm.limits import VOCAB
+from posbias.measure.quantities import residual_norm_kernel
 from posbias.numerics.slopes import alibi_slopes
 
 LN_EPS = 1e-5
@@ -127,7 +128,7 @@ def _block(x, p, bias, head_dim):
     y = x + a
     u = layer_norm(y, p["ln2_g"], p["ln2_b"])
     y = y + jax.nn.gelu(u @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]
-    return y, (a, probs, content, jnp.linalg.norm(jnp.einsum("hjk,hkd->hjd", v, p["wo"]), axis=-1))
+    return y, (a, probs, content, v)
 
 
 def forward(params: dict, tokens, config: ModelConfig, *, capture: bool = False, embedded=None):
@@ -135,22 +136,33 @@ def forward(params: dict, tokens, config: ModelConfig, *, capture: bool = False,
     per-layer tensors: ``x`` (T, N, D) block inputs, ``a`` (T, N, D) attention outputs after
     W_O, ``probs`` (T, H, N, N) attention weights, ``content`` (T, H, N, N) raw q_i . k_j
     (ALiBi not included, not divided by sqrt(d_head); masked entries are meaningless),
-    ``value_norms`` (T, H, N) ||W_O^h v_hj|| (Kobayashi et al. 2020).
+    ``value_norms`` (T, H, N) ||W_O^h v_hj|| (Kobayashi et al. 2020), ``kernels_norm`` (T, N, N) the
+    residual-norm kernels with the residual x (``posbias.measure.quantities.residual_norm_kernel``).
     ``embedded`` (N, D) replaces the embedding lookup (for gradients with respect to e_j)."""
     x0 = params["embed"][tokens] if embedded is None else embedded
     n = x0.shape[0]
     bias = alibi_bias(slopes_of(config), n, x0.dtype)
 
     def step(x, p):
-        y, (a, probs, content, value_norms) = _block(x, p, bias, config.head_dim)
-        return y, ((x, a, probs, content, value_norms) if capture else None)
+        y, (a, probs, content, v) = _block(x, p, bias, config.head_dim)
+        if not capture:
+            return y, None
+        values = jnp.einsum("hjk,hkd->hjd", v, p["wo"])  # W_O^h v_hj
+        return y, (x, a, probs, content, jnp.linalg.norm(values, axis=-1), residual_norm_kernel(probs, values, x))
 
     x, ys = jax.lax.scan(step, x0, params["blocks"])
     logits = layer_norm(x, params["lnf_g"], params["lnf_b"]) @ params["unembed"]
     if not capture:
         return logits
-    xs, a, probs, content, value_norms = ys
-    return logits, {"x": xs, "a": a, "probs": probs, "content": content, "value_norms": value_norms}
+    xs, a, probs, content, value_norms, kernels_norm = ys
+    return logits, {
+        "x": xs,
+        "a": a,
+        "probs": probs,
+        "content": content,
+        "value_norms": value_norms,
+        "kernels_norm": kernels_norm,
+    }
 
 
 def loss_nats(params: dict, batch, config: ModelConfig):

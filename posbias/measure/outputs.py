@@ -37,8 +37,10 @@ A Hugging Face folder or a GGUF file (``FILES["checkpoint"]``, either backend):
   (the ``posbias rollout --kernels`` format), plus ``per_head`` (T, H, N, N),
   ``content_logits`` (T, H, N, N), ``slopes`` (H,) and the value-norm-weighted head-mean kernels
   ``kernels_value`` (T, N, N) with the value norms ``value_norms`` (T, H, N) (``posbias.lm.measure``), the
-  softmax's per-layer factors ``scales`` (T,), the mask ``causal`` and ``logits_note`` (why the bias fit is
-  refused, "" when it is not: ``Measurement.logits_note``);
+  residual-norm kernels ``kernels_norm`` (T, N, N) where the backend forms them
+  (``posbias.measure.quantities.residual_norm_kernel``), the softmax's per-layer factors ``scales`` (T,),
+  the mask ``causal`` and ``logits_note`` (why the bias fit is refused, "" when it is not:
+  ``Measurement.logits_note``);
 * ``bias_fit.json``: the relative-bias fit of the mean pre-softmax logits (``posbias.measure.outputs.bias_fit_json``);
 * ``influence.csv``: ``token_position,influence,grad_norm_mean,grad_norm_sem`` (a standard error is
   ``nan`` when S = 1: it needs two sequences);
@@ -257,6 +259,8 @@ def render_checkpoint(m, *, source: str, content_scale: str, meta: dict, causal:
     t = len(m.lambdas)
     buf = io.BytesIO()
     variants = {} if m.kernels_value is None else {"kernels_value": m.kernels_value, "value_norms": m.value_norms}
+    if m.kernels_norm is not None:
+        variants["kernels_norm"] = m.kernels_norm
     np.savez(
         buf,
         kernels=m.kernels,

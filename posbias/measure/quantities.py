@@ -19,6 +19,8 @@ default (``jax.enable_x64`` scoped to the call; a float32 measurement says so in
   R^2 = 1 - SS_res / SS_tot over the entries read. Reported raw and times the softmax's
   scale s_t of layer t (the scale the softmax sees: 1/sqrt(d_head) for the model trained
   here; R^2 is the same for both).
+* value-norm-weighted kernels (``value_weighted``) and the residual-norm kernels (``residual_norm_kernel``):
+  two context-mixing kernel families beside the attention weights, where a backend captures them.
 * influence (THEORY.md "Comparing with measured influence"): ||d p_top1 / d e_j||_2, the
   gradient of the model's top-1 next-byte probability at the last position (the top byte
   held fixed) with respect to the input embedding e_j of position j; by ``jax.grad``
@@ -79,6 +81,7 @@ class Measurement:
     influence: np.ndarray | None  # (N,) mean over sequences, normalised to sum 1
     batch: int
     kernels_value: np.ndarray | None = None  # (T, N, N) value-norm-weighted head-mean kernels (``value_weighted``)
+    kernels_norm: np.ndarray | None = None  # (T, N, N) residual-norm kernels (``residual_norm_kernel``)
     value_norms: np.ndarray | None = None  # (T, H, N) ||W_O^h v_hj||, mean over sequences
     scales: np.ndarray | None = None  # (T,) the softmax's factor s_t on the raw q.k of layer t
     causal: bool = True  # the softmax's mask: causal (j <= i) or full
@@ -143,15 +146,17 @@ def batch_capture(one):
 
 def captured(cap: dict) -> tuple:
     """One sequence's capture tuple for ``batch_capture`` from a forward's captured dict (block inputs ``x``,
-    attention outputs ``a``, ``probs``, ``content``, ``value_norms``): lambda means and sums of squares, the
-    probabilities, the raw content logits, the value-weighted kernels and the value norms."""
-    return (
+    attention outputs ``a``, ``probs``, ``content``, ``value_norms``, and ``kernels_norm`` where the forward
+    forms it): lambda means and sums of squares, the probabilities, the raw content logits, the value-weighted
+    kernels, the value norms and the residual-norm kernels (T, N, N) (``residual_norm_kernel``)."""
+    out = (
         *lambda_ratios(cap),
         cap["probs"],
         cap["content"],
         value_weighted(cap["probs"], cap["value_norms"]),
         cap["value_norms"],
     )
+    return (*out, cap["kernels_norm"]) if "kernels_norm" in cap else out
 
 
 def value_weighted(probs, value_norms):
@@ -162,6 +167,44 @@ def value_weighted(probs, value_norms):
     measurement refuses rather than hides."""
     w = probs * value_norms[..., None, :]
     return (w / w.sum(axis=-1, keepdims=True)).mean(axis=-3)
+
+
+def residual_norm_kernel(probs, values, residual):
+    """The norm-based context-mixing kernel of one layer and sequence, the residual folded in: (H, N, N)
+    attention weights A, (H, N, D) per-head values after the output projection u_hj = W_O^h v_hj (no output
+    bias), (N, D) the residual r_i that the attention output is added to -> (N, N) K with
+    K_ij = ||z_ij|| / sum_j' ||z_ij'||, z_ij = [i = j] r_i + sum_h A_hij u_hj: token j's share of the block
+    output y_i = r_i + sum_j sum_h A_hij u_hj (the output bias, belonging to no token, left out).
+
+    Taken from Kobayashi et al. 2021 ("Incorporating residual and normalization layers into analysis of
+    masked language models") and Modarressi et al. 2022 ("GlobEnc"): decompose the attention block's output
+    into per-token vectors, the residual on the diagonal, and measure each by its norm; as they do for a
+    LayerNorm after the residual sum (post-LN), the caller folds the norm's linear part into u and r (gain
+    times the centring; the 1/sigma_i of row i cancels in the row's normalisation). Where it differs: GlobEnc
+    also folds the block's second norm and the feed-forward's residual (its kernel spans the whole encoder
+    layer), and ALTI (Ferrando et al. 2022) weighs z_ij by the L1 proximity max(0, ||y_i||_1 - ||y_i -
+    z_ij||_1) instead of the L2 norm; here the kernel covers the attention sub-layer with its residual only
+    (the MLP is position-wise and not a mixing step), in L2, for pre-norm blocks (the norm then sits inside
+    u, before the values) and post-norm blocks alike. It already contains the residual, so its rollout takes
+    lambda_t = 1: P = K^(T-1) ... K^(0).
+
+    Computed without forming the (N, N, D) vectors: ||sum_h A_hij u_hj||^2 = sum_{h,h'} A_hij A_h'ij G_jhh'
+    with the Gram matrices G_j = (u_hj . u_h'j) (N H^2 numbers), plus on the diagonal ||r_i||^2 +
+    2 sum_h A_hii (r_i . u_hi). Floating point: the squared norm is a sum of terms of either sign, so its
+    relative error is about eps (||r_i|| + sum_h A_hij ||u_hj||)^2 / ||z_ij||^2: exact to ~1e-12 in float64
+    unless the contributions nearly cancel; negative round-off below 0 is clipped. A row whose norms are all 0
+    gives 0/0 = NaN, which the measurement refuses."""
+    import jax.numpy as jnp
+
+    gram = jnp.einsum("hjd,gjd->jhg", values, values)
+    squared = jnp.einsum("hij,gij,jhg->ij", probs, probs, gram)
+    diagonal = jnp.einsum("id,id->i", residual, residual) + 2 * jnp.einsum(
+        "hi,hid,id->i", jnp.diagonal(probs, axis1=-2, axis2=-1), values, residual
+    )
+    n = probs.shape[-1]
+    squared = squared + jnp.zeros((n, n), squared.dtype).at[jnp.arange(n), jnp.arange(n)].set(diagonal)
+    norms = jnp.sqrt(jnp.maximum(squared, 0))
+    return norms / norms.sum(axis=-1, keepdims=True)
 
 
 def batches(sequences: np.ndarray, batch: int):
@@ -192,7 +235,8 @@ def accumulate(
     asked ("grad" among them) and "ig_error" -> (B,) (``posbias.measure.influence``), kept as ``scores`` and
     ``ig_error``; a measurement whose completeness error exceeds ``IG_MAX_ERROR`` is refused. A capture may
     return two more sums: the value-norm-weighted head-mean kernels (T, N, N) and the value norms
-    (T, H, N) (``value_weighted``); their means become ``kernels_value`` and ``value_norms``. ``scales``
+    (T, H, N) (``value_weighted``), and a third, the residual-norm kernels (T, N, N)
+    (``residual_norm_kernel``); their means become ``kernels_value``, ``value_norms`` and ``kernels_norm``. ``scales``
     (T,) and ``causal`` are the softmax's per-layer scale and mask, for ``content_fit``. The host holds two
     (T, H, N, N) float64 sums and one batch's sum while adding it. Call it under the precision's ``jax.enable_x64``."""
     import jax.numpy as jnp
@@ -241,6 +285,8 @@ def accumulate(
         total /= s
     if extra_sums and not np.all(np.isfinite(extra_sums[0])):
         raise MeasureError("value-weighted kernels: a row's values all have norm 0 (0/0) on these sequences")
+    if len(extra_sums) > 2 and not np.all(np.isfinite(extra_sums[2])):
+        raise MeasureError("residual-norm kernels: a row's contributions all have norm 0 (0/0) on these sequences")
     if influence and not (np.all(np.isfinite(mean_norms)) and mean_norms.sum() > 0):
         raise MeasureError("influence: the gradients of p_top1 are zero or not finite on these sequences")
     if ig_error is not None and not np.all(ig_error <= IG_MAX_ERROR):  # NaN refused too
@@ -267,6 +313,7 @@ def accumulate(
         batch=batch,
         kernels_value=extra_sums[0].astype(out_dtype) if extra_sums else None,
         value_norms=extra_sums[1] if extra_sums else None,
+        kernels_norm=extra_sums[2].astype(out_dtype) if len(extra_sums) > 2 else None,
         scales=np.asarray(scales, np.float64),
         causal=bool(causal),
         scores=scores if influence else None,

@@ -20,6 +20,10 @@ of a rollout, p = e_{N-1}^T R^(T-1) ... R^(0), R^(t) = (1 - lambda_t) I + lambda
     measured lambda_t: the rollout "without the sink" (``sinkless_kernels``); token 0 then feeds the last
     row only through row 0, which no other row reads, so (j) puts exactly 0 there and is the rollout of the
     kernels restricted to positions 1..N-1;
+(k) the residual-norm kernels (``posbias.measure.quantities.residual_norm_kernel``: token j's share of the
+    attention block's output at i, ||[i = j] r_i + sum_h A_hij W_O^h v_hj||, rows normalised; the residual
+    and a post-LN block's norm folded in, in the manner of Kobayashi et al. 2021, GlobEnc and ALTI), rolled
+    out with lambda_t = 1 since the residual is already inside (only where the backend forms them);
 baselines, scored like the predictions so that every table says what "better than nothing" is:
 (uniform) uniform attention with the measured lambda_t: under a causal mask the Cesàro kernel
     C_ij = 1/(i+1), j <= i, whose rollout has THEORY.md's exact closed form ("An exact closed form");
@@ -54,10 +58,11 @@ PANELS = {
     "h": "value-norm-weighted kernels, attention-only",
     "i": "fitted relative bias (b_h(g) + d_h + s_h), measured lambda",
     "j": "measured kernels without key 0 (rows renormalised), measured lambda",
+    "k": "residual-norm kernels (residual and norm folded in), lambda = 1",
     "uniform": "baseline: uniform attention (causal: Cesàro), measured lambda",
     "flat": "baseline: flat 1/N",
 }
-PREDICTIONS = ("f", "g", "h", "i", "j", "uniform", "flat")
+PREDICTIONS = ("f", "g", "h", "i", "j", "k", "uniform", "flat")
 BASELINES = ("uniform", "flat")
 
 
@@ -125,8 +130,9 @@ def sinkless_kernels(kernels) -> np.ndarray:
 
 
 def extra_predictions(m, *, causal: bool = True) -> dict[str, np.ndarray]:
-    """Profiles (f), (g), (h), (j), (uniform), (flat) of one measurement (module docstring); (g) and (h) only
-    when the measurement has value-norm-weighted kernels, (j) only for N >= 2."""
+    """Profiles (f), (g), (h), (j), (k), (uniform), (flat) of one measurement (module docstring); (g) and (h)
+    only when the measurement has value-norm-weighted kernels, (k) only with residual-norm kernels, (j) only
+    for N >= 2."""
     t, n = len(m.lambdas), m.num_tokens
     ones = np.ones(t)
     out = {"f": kernel_profile(m.kernels, ones, causal=causal, label="f")}
@@ -138,6 +144,8 @@ def extra_predictions(m, *, causal: bool = True) -> dict[str, np.ndarray]:
     if m.kernels_value is not None:
         out["g"] = kernel_profile(m.kernels_value, m.lambdas, causal=causal, label="g")
         out["h"] = kernel_profile(m.kernels_value, ones, causal=causal, label="h")
+    if m.kernels_norm is not None:
+        out["k"] = kernel_profile(m.kernels_norm, ones, causal=causal, label="k")
     out["uniform"] = kernel_profile(uniform_kernels(t, n, causal=causal), m.lambdas, causal=causal, label="uniform")
     out["flat"] = np.full(n, 1.0 / n)
     return out
@@ -186,7 +194,7 @@ def figure(panels_by_n: dict[int, dict[str, np.ndarray]], sinks_by_n: dict[int, 
                 ax.set_ylabel("p(j)")
         ax = axes[r][4]
         ax.plot(x, panels["d"], color="C3", lw=1.6, label="(d) measured")
-        for i, key in enumerate(k for k in ("e", "f", "g", "h", "i", "j", "uniform", "flat") if k in panels):
+        for i, key in enumerate(k for k in ("e", "f", "g", "h", "i", "j", "k", "uniform", "flat") if k in panels):
             ax.plot(
                 x,
                 panels[key],
@@ -225,7 +233,8 @@ def figure(panels_by_n: dict[int, dict[str, np.ndarray]], sinks_by_n: dict[int, 
 
 def kernels_npz(m) -> bytes:
     """kernels/<N>.npz of validate: ``kernels`` (T, N, N) head-mean and, where measured,
-    ``kernels_value`` (T, N, N) value-norm-weighted and ``value_norms`` (T, H, N); ``lambdas`` (T,) and
+    ``kernels_value`` (T, N, N) value-norm-weighted and ``value_norms`` (T, H, N), ``kernels_norm`` (T, N, N)
+    residual-norm; ``lambdas`` (T,) and
     ``influence`` (N,): what (e)-(h) and the sink diagnostics are computed from (the ``posbias rollout
     --kernels`` format for ``kernels`` and ``lambdas``)."""
     import io
@@ -235,6 +244,8 @@ def kernels_npz(m) -> bytes:
         arrays["kernels_value"] = m.kernels_value
     if m.value_norms is not None:
         arrays["value_norms"] = m.value_norms
+    if m.kernels_norm is not None:
+        arrays["kernels_norm"] = m.kernels_norm
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     return buf.getvalue()

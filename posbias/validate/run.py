@@ -104,6 +104,11 @@ def validate(
             if name != "grad":  # (d) is the gradient norm's profile
                 probability, sem = influence_profile(scores)
                 texts[f"profiles/{n}/d-{name}.csv"] = position_csv(probability=probability, sem=sem)
+        if "k" not in panels and not any(note.startswith("Panel (k) omitted") for note in notes):
+            notes += (
+                "Panel (k) omitted: this backend does not form the residual-norm kernels for this model (a norm "
+                "between the attention output and the residual sum; posbias.hf.torch_backend.residual_norm_kernels).",
+            )
         del m  # one measurement held at a time (posbias.hf.memory.plan counts one)
     text = json.dumps(validate_report(report, sinks, matrices, shape_reports, bootstrap.as_dict()), indent=2) + "\n"
     texts["report.json"] = text

@@ -55,6 +55,7 @@ def test_backends_agree_on_the_fixture(both):
         "kernels_per_head",
         "kernels_value",
         "value_norms",
+        "kernels_norm",
         "influence",
         "grad_norms",
     ):
@@ -201,7 +202,7 @@ def test_measure_command_writes_the_jax_set(tmp_path, capsys):
     assert sorted(p.name for p in (tmp_path / "pt").iterdir()) == names
     a, b = np.load(tmp_path / "jax" / "kernels.npz"), np.load(tmp_path / "pt" / "kernels.npz")
     assert sorted(a.files) == sorted(b.files)
-    for key in ("kernels", "lambdas", "kernels_value", "value_norms", "per_head"):
+    for key in ("kernels", "lambdas", "kernels_value", "value_norms", "kernels_norm", "per_head"):
         np.testing.assert_allclose(b[key], a[key], rtol=0, atol=TOL)
     ra, rb = (read_report(tmp_path / f / "report.json", note=pytest.fail) for f in ("jax", "pt"))
     assert rb["backend"] == "transformers" and "transformers" in rb["notes"][0]

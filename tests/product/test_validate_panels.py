@@ -89,14 +89,16 @@ def test_written_panels_recomputed_from_the_written_kernels(run, capsys):
     for n in LENGTHS:
         arrays = np.load(out / "kernels" / f"{n}.npz")
         kernels, kv, lambdas = arrays["kernels"], arrays["kernels_value"], arrays["lambdas"]
+        kn = arrays["kernels_norm"]
         profiles = {p.stem: _profile(p) for p in (out / "profiles" / str(n)).glob("*.csv")}
-        assert sorted(profiles) == sorted([*"abcdefghij", "flat", "uniform"])
+        assert sorted(profiles) == sorted([*"abcdefghijk", "flat", "uniform"])
         ones = np.ones(len(lambdas))
         sinkless = kernels.astype(np.float64).copy()  # key 0 removed by hand from rows 1..N-1, rows renormalised
         sinkless[:, 1:, 0] = 0
         sinkless[:, 1:] /= sinkless[:, 1:].sum(axis=-1, keepdims=True)
         dense = {
             "j": _rollout(sinkless, lambdas),
+            "k": _rollout(kn, ones),
             "e": _rollout(kernels, lambdas),
             "f": _rollout(kernels, ones),
             "g": _rollout(kv, lambdas),
@@ -112,7 +114,7 @@ def test_written_panels_recomputed_from_the_written_kernels(run, capsys):
         np.testing.assert_allclose(profiles["d"], arrays["influence"], rtol=0, atol=1e-15)
         rows, positions = report[str(n)], np.arange(n)
         assert profiles["j"][0] == 0
-        assert sorted(rows) == sorted(["a", "b", "c", "e", "f", "g", "h", "i", "j", "uniform", "flat"])
+        assert sorted(rows) == sorted(["a", "b", "c", "e", "f", "g", "h", "i", "j", "k", "uniform", "flat"])
         grad_column = whole["matrix"][str(n)]["all"]["grad"]
         for key, row in rows.items():
             w1 = wasserstein_distance(positions, positions, profiles["d"], profiles[key]) / (n - 1)
@@ -128,6 +130,7 @@ def test_written_panels_recomputed_from_the_written_kernels(run, capsys):
             sinks["value_norm_ratio"], norms[:, :, 0].mean(axis=1) / norms[:, :, 1:].mean(axis=(1, 2)), rtol=1e-12
         )
         assert kv.min() >= 0 and np.abs(kv.sum(axis=-1) - 1).max() < 1e-12
+        assert kn.min() >= 0 and np.abs(kn.sum(axis=-1) - 1).max() < 1e-12
     md = (out / "report.md").read_text()
     assert "| beats flat |" in md and "Sink diagnostics per layer" in md and "the flat profile 1/N in W1" in md
 
