@@ -1,0 +1,36 @@
+"""benchmarks/bench_hf.py's FLOP count of one forward against XLA's own count of the compiled forward
+(``cost_analysis``: 2 m n k per matrix product, plus the elementwise work the count leaves out), on the
+committed fixtures cut to one layer (XLA counts a loop's body once, so one layer is compared whole)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.benchmark_scripts import load
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "bloom", "falcon", "mpt"])
+@pytest.mark.parametrize("n", [8, 32])
+def test_forward_flops_match_xla_within_the_elementwise_share(family, n):
+    import jax
+
+    from posbias.hf import checkpoint, forward, weights
+
+    bench = load("bench_hf.py")
+    ck = checkpoint.load(FIXTURES / family)
+    spec = dataclasses.replace(ck.spec, layers=1)
+    params = weights.params(ck, np.float32)
+    params = {**params, "blocks": {k: v[:1] for k, v in params["blocks"].items()}}
+    ids = np.arange(n, dtype=np.int32) % 50
+    compiled = jax.jit(lambda p, ids: forward.forward(p, ids, spec, last_only=True)).lower(params, ids).compile()
+    cost = compiled.cost_analysis()
+    xla = (cost[0] if isinstance(cost, list) else cost)["flops"]
+    ours = bench.forward_flops(spec, n, spec.heads)  # posbias stores grouped keys and values repeated per head
+    assert ours <= xla <= 1.3 * ours, (xla, ours)  # at these tiny widths the elementwise work is up to 24%
+    assert bench.forward_flops(spec, n, 1) < ours or spec.heads == 1
