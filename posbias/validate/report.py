@@ -140,7 +140,7 @@ def shape_markdown(shape: dict) -> list[str]:
             if row["head"] is None:
                 continue
             lines.append(
-                f"| ({key}) | {row['head']:.4f} | {row['tail']:.4f} | {yes[row['primacy']]} | "
+                f"| ({key}) | {row['head']:.4g} | {row['tail']:.4g} | {yes[row['primacy']]} | "
                 f"{yes[row['recency']]} | {yes[row['u_shape']]} | {row['argmin']:.3f} |"
             )
         lines += [""]

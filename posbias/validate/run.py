@@ -77,7 +77,7 @@ def validate(
     notes += tuple(measured_notes)
     bootstrap = bootstrap or Bootstrap()
     report, panels_by_n, texts, lambdas, sinks, sinks_by_n, binaries = {}, {}, {}, {}, {}, {}, {}
-    matrices, shape_reports = {}, {}
+    matrices, shape_reports, completeness = {}, {}, {}
     for n, m in measure_lengths(measurer, plans, sequences, show=show):
         panels = predictions(m, backend.slopes, causal=backend.causal)
         panels.update(extra_predictions(m, causal=backend.causal))
@@ -93,6 +93,13 @@ def validate(
         point = score(m.influence, {k: panels[k] for k in keys})
         report[str(n)] = with_intervals(point, matrices[str(n)]["all"]["grad"])
         sinks[str(n)] = sink_diagnostics(m, causal=backend.causal)
+        if m.ig_error is not None:
+            completeness[str(n)] = {
+                "steps": backend.options.influence.ig_steps,
+                "baseline": backend.options.influence.baseline,
+                "max_completeness_error": float(m.ig_error.max()),
+                "per_sequence_completeness_error": m.ig_error.tolist(),
+            }
         sinks_by_n[n] = sinks[str(n)]
         binaries[f"kernels/{n}.npz"] = kernels_npz(m)
         panels_by_n[n] = panels
@@ -110,7 +117,10 @@ def validate(
                 "between the attention output and the residual sum; posbias.hf.torch_backend.residual_norm_kernels).",
             )
         del m  # one measurement held at a time (posbias.hf.memory.plan counts one)
-    text = json.dumps(validate_report(report, sinks, matrices, shape_reports, bootstrap.as_dict()), indent=2) + "\n"
+    whole = validate_report(report, sinks, matrices, shape_reports, bootstrap.as_dict())
+    if completeness:
+        whole["diagnostics"]["integrated_gradients"] = completeness
+    text = json.dumps(whole, indent=2) + "\n"
     texts["report.json"] = text
     texts["report.md"] = report_markdown(
         report,

