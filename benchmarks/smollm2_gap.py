@@ -62,9 +62,8 @@ def digest(report: dict, n: str) -> dict:
             for k in PANELS
             if k in block[measures[0]]
         ]
-        out[f"{view}_beats_flat"] = sorted(
-            f"({k}) vs {m}" for m in measures for k, r in block[m].items() if r.get("beats_flat")
-        ) or ["none"]
+        winners = sorted(f"({k}) vs {m}" for m in measures for k, r in block[m].items() if r.get("beats_flat"))
+        out[f"{view}_beats_flat"] = ", ".join(winners) or "none"
     for view, parts in report["shape"][n].items():
         out[f"shape_{view}"] = [
             {

@@ -51,6 +51,7 @@ def test_every_guide_and_the_api_reference_are_built(site):
         "theory",
         "reference",
         "benchmarks",
+        "smollm2-gap",
         "architecture",
         "api",
     ]:

@@ -195,3 +195,24 @@ def test_integrated_gradients_completeness_is_reported_per_length_as_measure_rep
     assert validated["steps"] == 64 and validated["baseline"] == "mean"
     assert validated["per_sequence_completeness_error"] == measured["per_sequence_completeness_error"]
     assert max(validated["per_sequence_completeness_error"]) <= 0.05
+
+
+def test_the_docs_digest_states_the_report_cell_by_cell(written):
+    """benchmarks/smollm2_gap.py's tables (what docs/smollm2-gap.md shows) against report.json."""
+    from tests.benchmark_scripts import load
+
+    report = json.loads((written[0] / "report.json").read_text())
+    tables = load("smollm2_gap.py").digest(report, "10")
+    for view in ("all", "without_token_0"):
+        block = report["matrix"]["10"][view]
+        for record in tables[view]:
+            key = record["panel"].strip("()")
+            for measure, rows in block.items():
+                row = rows[key]
+                value, interval = record[measure].split(" [")
+                lo, hi = interval.split("]")[0].split(", ")
+                assert float(value) == pytest.approx(row["w1"], abs=5e-4)
+                assert [float(lo), float(hi)] == pytest.approx(row["w1_ci"], abs=5e-4)
+                assert record[measure].endswith("★") == bool(row.get("beats_flat"))
+        winners = [f"({k}) vs {m}" for m, rows in block.items() for k, r in rows.items() if r.get("beats_flat")]
+        assert tables[f"{view}_beats_flat"] == (", ".join(sorted(winners)) or "none")
