@@ -97,6 +97,21 @@ def test_benchmarks_page_shows_the_results_files(site):
         assert f"{row['ratio']:.4g}" in html
     depth = json.loads((REPO / "benchmarks" / "results-depth.json").read_text())
     assert f"{depth['ratio_power_to_blas_limit']:.4g}" in html
+    hf = json.loads((REPO / "benchmarks" / "results-hf.json").read_text())
+    for run in hf["runs"]:
+        assert f"{run['ratio_process_to_limit']:.4g}" in html
+
+
+def test_the_smollm2_page_shows_the_results_file(site):
+    import html as entities
+
+    page = entities.unescape((site / "smollm2-gap" / "index.html").read_text())
+    assert "<!-- bench:" not in page
+    gap = json.loads((REPO / "benchmarks" / "results-smollm2-gap.json").read_text())
+    for n in ("n64", "n128", "n256"):
+        for record in gap[n]["without_token_0"]:
+            assert record["grad"] in page, (n, record["panel"])
+        assert gap[n]["without_token_0_beats_flat"] in page
 
 
 def test_hook_tables_and_refusals(tmp_path):

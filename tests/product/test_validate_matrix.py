@@ -216,3 +216,7 @@ def test_the_docs_digest_states_the_report_cell_by_cell(written):
                 assert record[measure].endswith("★") == bool(row.get("beats_flat"))
         winners = [f"({k}) vs {m}" for m, rows in block.items() for k, r in rows.items() if r.get("beats_flat")]
         assert tables[f"{view}_beats_flat"] == (", ".join(sorted(winners)) or "none")
+        margins = {(r["prediction"], r["measure"]): r["w1_minus_flat"] for r in tables[f"{view}_margins"]}
+        assert sorted(f"{k} vs {m}" for k, m in margins) == sorted(winners)
+        for (k, m), text in margins.items():
+            assert float(text.split(" [")[0]) == pytest.approx(block[m][k.strip("()")]["w1_minus_flat"], abs=5e-4)
