@@ -45,7 +45,7 @@ import numpy as np
 
 from posbias.errors import UserError
 from posbias.hf.families import Spec
-from posbias.measure.quantities import residual_norm_kernel
+from posbias.measure.quantities import capture_dict, residual_norm_kernel
 from posbias.numerics.slopes import alibi_slopes
 
 BLOOM_GELU = 0.79788456
@@ -308,14 +308,8 @@ def forward(  # noqa: C901 (embedding, blocks, capture; split the capture; issue
         logits = out @ (params["unembed"] if "unembed" in params else params["embed"].T)
     if not capture:
         return logits
-    xs, a, probs, content, value_norms, kernels_norm = ys
     return logits, {
-        "x": xs,
-        "a": a,
-        "probs": probs,
-        "content": content,
-        "value_norms": value_norms,
-        "kernels_norm": kernels_norm,
+        **capture_dict(ys),
         "scale": scales,
         "position": pos,
         "hidden": hidden,

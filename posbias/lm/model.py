@@ -29,7 +29,7 @@ import numpy as np
 
 from posbias.lm.config import ModelConfig
 from posbias.lm.limits import VOCAB
-from posbias.measure.quantities import residual_norm_kernel
+from posbias.measure.quantities import capture_dict, residual_norm_kernel
 from posbias.numerics.slopes import alibi_slopes
 
 LN_EPS = 1e-5
@@ -154,15 +154,7 @@ def forward(params: dict, tokens, config: ModelConfig, *, capture: bool = False,
     logits = layer_norm(x, params["lnf_g"], params["lnf_b"]) @ params["unembed"]
     if not capture:
         return logits
-    xs, a, probs, content, value_norms, kernels_norm = ys
-    return logits, {
-        "x": xs,
-        "a": a,
-        "probs": probs,
-        "content": content,
-        "value_norms": value_norms,
-        "kernels_norm": kernels_norm,
-    }
+    return logits, capture_dict(ys)
 
 
 def loss_nats(params: dict, batch, config: ModelConfig):

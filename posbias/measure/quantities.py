@@ -144,6 +144,16 @@ def batch_capture(one):
     return jax.jit(run)
 
 
+CAPTURED = ("x", "a", "probs", "content", "value_norms", "kernels_norm")
+"""What a forward's capture scans out per layer, in this order (``capture_dict``)."""
+
+
+def capture_dict(per_layer: tuple) -> dict:
+    """A forward's stacked per-layer capture (block inputs, attention outputs, probabilities, raw content
+    logits, value norms, residual-norm kernels) as the dict ``captured`` reads."""
+    return dict(zip(CAPTURED, per_layer, strict=True))
+
+
 def captured(cap: dict) -> tuple:
     """One sequence's capture tuple for ``batch_capture`` from a forward's captured dict (block inputs ``x``,
     attention outputs ``a``, ``probs``, ``content``, ``value_norms``, and ``kernels_norm`` where the forward
