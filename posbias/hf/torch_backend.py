@@ -371,7 +371,7 @@ def capture_fn(loaded: Loaded):
     layout, model, heads = loaded.layout, loaded.model, loaded.heads
     blocks = model.get_submodule(layout.blocks)
     norm_kernels = residual_norm_kernels(loaded)
-    batched_kernel = jax.vmap(residual_norm_kernel)
+    batched_kernel = jax.jit(jax.vmap(residual_norm_kernel))  # compiled once per shape and dtype
 
     def capture(_params, ids):
         ids = torch.tensor(np.asarray(ids), dtype=torch.long)

@@ -15,21 +15,17 @@ from posbias.errors import UserError
 from posbias.io.reports import validate_report
 from posbias.validate.matrix import Bootstrap
 from posbias.validate.panels import PREDICTIONS as VARIANT_PREDICTIONS
-from posbias.validate.predict import PREDICTIONS, prediction_notes, predictions, score, validate_bytes
+from posbias.validate.predict import PREDICTIONS, prediction_notes, predictions, validate_bytes
 from posbias.validate.report import report_markdown
 
+ROW_FIELDS = ("w1", "spearman", "tv", "beats_flat", "w1_ci")
 
-def with_intervals(rows: dict[str, dict], grad_column: dict[str, dict]) -> dict[str, dict]:
-    """The per-length rows (point scores against (d), the gradient norm) with the W1 interval and
-    ``beats_flat`` of the matrix's gradient-norm column (decided on the interval); the flat row as it is."""
-    out = {}
-    for key, row in rows.items():
-        if key == "flat":
-            out[key] = {**row, "w1_ci": grad_column["flat"]["w1_ci"]}
-        else:
-            scored = grad_column[key]
-            out[key] = {**row, "w1_ci": scored["w1_ci"], "beats_flat": scored["beats_flat"]}
-    return out
+
+def grad_rows(grad_column: dict[str, dict]) -> dict[str, dict]:
+    """Each length's rows of report.json: every prediction's point scores against (d), the gradient norm, with
+    the W1 interval and ``beats_flat`` (decided on the interval), taken from the matrix's gradient-norm column
+    on all positions (``posbias.validate.matrix.score_matrix``; the flat row has no ``beats_flat``)."""
+    return {key: {f: row[f] for f in ROW_FIELDS if f in row} for key, row in grad_column.items()}
 
 
 @dataclass(frozen=True)
@@ -90,8 +86,7 @@ def validate(
         scored = {k: panels[k] for k in keys if k != "flat"}
         matrices[str(n)] = score_matrix(scored, m.scores, bootstrap, num_tokens=n)
         shape_reports[str(n)] = shapes(scored, m.scores, bootstrap)
-        point = score(m.influence, {k: panels[k] for k in keys})
-        report[str(n)] = with_intervals(point, matrices[str(n)]["all"]["grad"])
+        report[str(n)] = grad_rows(matrices[str(n)]["all"]["grad"])
         sinks[str(n)] = sink_diagnostics(m, causal=backend.causal)
         if m.ig_error is not None:
             completeness[str(n)] = {
