@@ -1,4 +1,5 @@
-"""The claim registry: C1-C6 and the Cesàro closed form (THEORY.md, Claims), each once.
+"""The claim registry: C1-C7, the Cesàro closed form (THEORY.md, Claims) and C8 (the attention sink as
+diagonal content: docs/theory.md, "Claims beyond THEORY.md"), each once.
 
 A ``Claim`` carries its label, statement (plain text and LaTeX), hypotheses, a
 numeric predicate on numpy arrays for property tests, and the proof file in
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from posbias.numerics.shape import u_shape
-from posbias.theorem import c7_predicates, orders
+from posbias.theorem import c7_predicates, orders, sink_predicates
 from posbias.theorem.certificate import Check, registered
 
 CERTIFICATE_MODULES = (
@@ -47,6 +48,7 @@ CERTIFICATE_MODULES = (
     "posbias.theorem.dichotomy_certificates",
     "posbias.theorem.continuum",
     "posbias.theorem.c7_certificates",
+    "posbias.theorem.sink_certificates",
 )
 
 
@@ -389,6 +391,47 @@ _CLAIMS = [
         c7_predicates.c7c,
         "(K, K_later, tol)",
         "proofs/C7.md",
+    ),
+    Claim(
+        "C8(a)",
+        "the sink transform is a content diagonal",
+        "S_K(A), the mass of every row i outside K on the keys of K moved to its diagonal, is row-stochastic "
+        "and causal whenever A is; for a softmax kernel S_K(A) is the softmax kernel with the keys of K masked "
+        "and the diagonal logit raised to log(e^{s_ii} + Σ_{k∈K} e^{s_ik}), a content diagonal with excess "
+        "log(1 + Σ_{k∈K} e^{s_ik − s_ii}) ≥ 0.",
+        r"S_K(\operatorname{softmax}(s)) = \operatorname{softmax}(s'),\ s'_{ii} = \log(e^{s_{ii}} + "
+        r"\sum_{k\in K} e^{s_{ik}}),\ s'_{ik} = -\infty\ (k \in K)",
+        ("A row-stochastic (a softmax kernel for the identity)", "the mask allows every diagonal entry"),
+        sink_predicates.c8a,
+        "(weights, sinks, mask=None, tol)",
+        "proofs/C8.md",
+    ),
+    Claim(
+        "C8(b)",
+        "the sink transform adds recency",
+        "For causal A every row sits later under S_K: A(i,·) ≼ S_K(A)(i,·). Transforming every layer gives p ≼ "
+        "p_S when K = {0, …, k−1} (any causal stack), or when at every layer A^(t) or S_K(A^(t)) is "
+        "stochastically monotone (any K); otherwise it can fail.",
+        r"A(i,\cdot) \preceq S_K(A)(i,\cdot),\ p \preceq p_S",
+        (
+            "every A^(t) causal row-stochastic",
+            "K = {0, ..., k-1}, or at every layer A^(t) or S_K(A^(t)) stochastically monotone",
+        ),
+        sink_predicates.c8b,
+        "(kernels, lambdas, sinks, tol)",
+        "proofs/C8.md",
+    ),
+    Claim(
+        "C8(c)",
+        "no collapse onto a sink; the dichotomy moves to the first token outside K",
+        "With every layer transformed, P_S[i, k] = 0 for i outside K and k in K at every depth. On J = the "
+        "positions outside K, j_0 = min J, the transformed stack is a causal stack of its own; if every allowed "
+        "entry of A^(t) on J is ≥ ε > 0, collapse onto j_0 ⇔ Σ λ_t = ∞.",
+        r"P_S[i, k] = 0\ (i \notin K,\ k \in K);\ \text{collapse onto } j_0 \iff \sum_t \lambda_t = \infty",
+        ("every A^(t) causal row-stochastic", "every allowed entry of A^(t) on J x J >= eps > 0 (for the dichotomy)"),
+        sink_predicates.c8c,
+        "(P_S, kernels, lambdas, sinks, tol)",
+        "proofs/C8.md",
     ),
 ]
 

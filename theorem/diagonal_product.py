@@ -62,7 +62,7 @@ def diagonal_formula(lams, kernels, row: int) -> sp.Expr:
     return sp.Mul(*[1 - lm * (1 - a[row, row]) for lm, a in zip(lams, kernels)])
 
 
-@certificate("diagonal-product:diagonal-identity", claims=("C2(c)", "C5(a)", "C5(c)"))
+@certificate("diagonal-product:diagonal-identity", claims=("C2(c)", "C5(a)", "C5(c)", "C8(c)"))
 def diagonal_identity(max_layers: int = 5, max_tokens: int = 5) -> Check:
     """P[i,i] = prod_t (1 - lambda_t (1 - A^(t)_ii)) and P lower-triangular, symbolic, T, N <= the maxima."""
     ok = True

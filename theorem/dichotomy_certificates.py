@@ -68,7 +68,7 @@ def geometric_threshold() -> Check:
     return check(ok, "Σ q^t = 1/(1-q) for 0 < q < 1 and = ∞ for q = 1: λ_0 q^t never collapses for q < 1")
 
 
-@certificate("dichotomy:product-upper-bound", claims=("C5(b)", "C5(c)"))
+@certificate("dichotomy:product-upper-bound", claims=("C5(b)", "C5(c)", "C8(c)"))
 def product_upper_bound() -> Check:
     """1 - x <= e^{-x} for x >= 0: g = e^{-x} - 1 + x has g(0) = 0 and g' >= 0."""
     x, u = sp.Symbol("x", nonnegative=True), sp.Symbol("u", nonnegative=True)
@@ -84,7 +84,7 @@ def product_upper_bound() -> Check:
     )
 
 
-@certificate("dichotomy:product-lower-bound", claims=("C5(a)", "C5(c)"))
+@certificate("dichotomy:product-lower-bound", claims=("C5(a)", "C5(c)", "C8(c)"))
 def product_lower_bound() -> Check:
     """1 - x >= e^{-x/(1-x)} on [0, 1): with x = u/(1+u), h = log(1-x) + x/(1-x) = u - log(1+u) >= 0."""
     u = sp.Symbol("u", nonnegative=True)  # x = u/(1+u) ranges over [0, 1)

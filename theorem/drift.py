@@ -88,7 +88,7 @@ def residual_cdf_mixture(max_tokens: int = 8) -> Check:
     )
 
 
-@certificate("drift:absorption-step", claims=("C5(b)", "C5(c)"))
+@certificate("drift:absorption-step", claims=("C5(b)", "C5(c)", "C8(c)"))
 def absorption_step(max_tokens: int = 6) -> Check:
     """C5(b) one step: for causal R = (1 - lambda) I + lambda A with A[i, 0] = eps + e_i (e_i >= 0) and a
     distribution v, 1 - (vR)(0) = (1 - lambda eps)(1 - v(0)) - lambda sum_{i>=1} v(i) e_i, symbolic, N <= max_tokens."""

@@ -131,7 +131,7 @@ def diag_order() -> Check:
     )
 
 
-@certificate("monotone:preserves-dominance", claims=("C2(b)", "C3(c)", "C4(b)"))
+@certificate("monotone:preserves-dominance", claims=("C2(b)", "C3(c)", "C4(b)", "C8(b)"))
 def preserves_dominance(max_tokens: int = 8) -> Check:
     """Abel summation: sum_i mu_i g_i = sum_{i<N-1} F_mu(i)(g_i - g_{i+1}) + F_mu(N-1) g_{N-1}, N <= max_tokens.
     Hence mu ≼ nu and g non-increasing give sum_i (mu_i - nu_i) g_i >= 0: monotone K preserves ≼."""

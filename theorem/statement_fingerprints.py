@@ -4,9 +4,12 @@
 commands and Unicode symbols mapped to one ASCII spelling, sum/product subscripts, braces, blanks
 and case dropped) the formula must occur in THEORY.md's text of the claim (``theory_sections``),
 in ``Claim.statement`` and in ``Claim.latex``; each phrase in THEORY.md and in the statement.
-THEORY.md is read from ``theory_path()`` (``<workspace>/shared/THEORY.md``); when it is absent (an
-installed package) ``fingerprint_check`` still checks the statement and LaTeX against the
-fragments and says THEORY.md was not read. Plain text processing: no numbers are computed.
+THEORY.md is read from ``theory_path()`` (``<workspace>/shared/THEORY.md``, read-only to this project);
+the claims this project adds beyond it (C8) are stated in the same format in the section "## Claims
+beyond THEORY.md" of ``extension_path()`` (the repository's docs/theory.md), and ``read_theory()`` joins
+the two. When THEORY.md is absent (an installed package) ``fingerprint_check`` still checks the statement
+and LaTeX against the fragments and says THEORY.md was not read. Plain text processing: no numbers are
+computed.
 
 Examples
 --------
@@ -96,17 +99,36 @@ def theory_path() -> Path:
     return Path(__file__).resolve().parents[2] / "shared" / "THEORY.md"
 
 
+def extension_path() -> Path:
+    """The repository's docs/theory.md, whose section "## Claims beyond THEORY.md" states C8."""
+    return Path(__file__).resolve().parents[1] / "docs" / "theory.md"
+
+
+def read_theory() -> str | None:
+    """THEORY.md's text followed by docs/theory.md's "## Claims beyond THEORY.md" section (where the file
+    exists), or None when THEORY.md cannot be read."""
+    path = theory_path()
+    if not path.is_file():
+        return None
+    text = path.read_text(encoding="utf-8")
+    ext = extension_path()
+    if ext.is_file():
+        extra = re.search(r"^## Claims beyond THEORY\.md.*?(?=^## |\Z)", ext.read_text(encoding="utf-8"), re.M | re.S)
+        if extra:
+            text += "\n\n" + extra.group(0)
+    return text
+
+
 _PART = re.compile(r"(?<![A-Za-z0-9])\(([a-z])\)\s")
 
 
 def theory_sections(text: str) -> dict[str, str]:
-    """label -> THEORY.md's text of that claim: the bullet ``- **C5 ...`` of "## Claims" split at its
+    """label -> THEORY.md's text of that claim: the bullet ``- **C5 ...`` of every "## Claims" section split at its
     parts in order: the first "(a) ", then the first "(b) " after it, ... (so "C2(b)", "A^(t) " and a
     part's letter named again inside it, "(b) can fail", do not split), and "cesaro" -> the section
     "## An exact closed form"."""
     out: dict[str, str] = {}
-    claims = re.search(r"^## Claims.*?(?=^## )", text, re.M | re.S)
-    body = claims.group(0) if claims else ""
+    body = "".join(mt.group(0) for mt in re.finditer(r"^## Claims.*?(?=^## |\Z)", text, re.M | re.S))
     for item in re.split(r"^- (?=\*\*)", body, flags=re.M)[1:]:
         head = re.match(r"\*\*(C\d+)", item)
         if not head:
@@ -164,6 +186,9 @@ FINGERPRINTS: dict[str, Fingerprint] = {
     "C7(a)": Fingerprint("F_i(k) = 1 − W(i − k − 1) / W(i)", ("for k < i",)),
     "C7(b)": Fingerprint("W is log-concave", ("stochastically monotone iff", "b non-increasing on g ≥ 1")),
     "C7(c)": Fingerprint("A(i,·) ≼ A′(i,·)", ("w′(g)/w(g) is non-increasing in g",)),
+    "C8(a)": Fingerprint("log(e^{s_ii} + Σ_{k∈K} e^{s_ik})", ("row-stochastic", "content diagonal")),
+    "C8(b)": Fingerprint("p ≼ p_S", ("A(i,·) ≼ S_K(A)(i,·)", "K = {0, …, k−1}", "stochastically monotone")),
+    "C8(c)": Fingerprint("collapse onto j_0 ⇔ Σ λ_t = ∞", ("P_S[i, k] = 0", "every allowed entry")),
     "cesaro": Fingerprint(
         "μ_k = Π_t (1 − λ_t · k/(k+1))", ("p(j) = C(N−1, j) Σ_{i=0}^{N−1−j} (−1)^i C(N−1−j, i) μ_{j+i}", "P = H(μ)")
     ),

@@ -108,6 +108,24 @@ GEOMETRIC3 = _vec([1, HALF, QUARTER])  # w = 2^-g: ALiBi with m = ln 2
 BUMPED4 = _vec([1, F(1, 10), F(1, 10), 5])  # THEORY.md C7(b): not log-concave at n = 2
 FLAT3 = _vec([1, 1, 1])
 
+
+def sink_moved(k, sinks) -> list[list[Fraction]]:
+    """S_K in Fractions (C8): rows outside K put their mass on K onto the diagonal."""
+    n = len(k)
+    out = [list(row) for row in k]
+    for i in range(n):
+        if i in sinks:
+            continue
+        out[i][i] += sum((k[i][j] for j in sinks), F(0))
+        for j in sinks:
+            out[i][j] = F(0)
+    return out
+
+
+SINK_TOP3 = _mat([[1, 0, 0], [0, 1, 0], [0, 1, 0]])  # C8(b)'s counterexample, layer 1: token 2 reads the sink 1
+P_S_UNIFORM3 = _mat([[1, 0, 0], [0, 1, 0], [0, F(11, 36), F(25, 36)]])  # two layers of S_{0}(UNIFORM3), lambda 1/2
+P_UNIFORM3 = _mat([[1, 0, 0], [F(7, 16), F(9, 16), 0], [F(23, 72), F(17, 72), F(32, 72)]])
+
 INSTANCES: dict[str, tuple[Instance, ...]] = {
     "C1": (
         Instance((UNIFORM2, _vec([0, 1])), True, "mu K = [1/2, 1/2]: F = [1/2, 1] >= F_mu = [0, 1]"),
@@ -267,6 +285,59 @@ INSTANCES: dict[str, tuple[Instance, ...]] = {
         ),
         Instance((bias_kernel_exact(GEOMETRIC3), bias_kernel_exact(FLAT3)), False, "reversed: w'/w = 2^g increases"),
     ),
+    "C8(a)": (
+        Instance(
+            (_mat([[1, 0, 0], [1, 1, 0], [1, 2, 1]]), [0]),
+            True,
+            "row 2 = [1/4, 1/2, 1/4] -> [0, 1/2, 1/2] = softmax of weights [0, 2, 1 + 1]; row 1 -> e_1",
+            {"mask": [[True, False, False], [True, True, False], [True, True, True]]},
+        ),
+        Instance(
+            (_mat([[1, 1, 1], [1, 1, 1], [1, 1, 1]]), [0, 2]),
+            True,
+            "full mask, K = {0, 2}: row 1 = [1/3, 1/3, 1/3] -> e_1; rows 0 and 2 unchanged",
+        ),
+        Instance(
+            (_mat([[1, 0], [1, 1]]), [0]),
+            False,
+            "the mask forbids row 1's diagonal: row 1 = e_0 moves to the masked entry (1, 1)",
+            {"mask": [[True, False], [True, False]]},
+        ),
+    ),
+    "C8(b)": (
+        Instance(
+            ([UNIFORM3, UNIFORM3], _vec([HALF, HALF]), [0]),
+            True,
+            "K = {0}: p = [23, 17, 32]/72, p_S = [0, 11/36, 25/36]: F = [23/72, 40/72] >= [0, 22/72]",
+        ),
+        Instance(
+            ([ALIBI_HALF3, ALIBI_HALF3], _vec([HALF, HALF]), [1]),
+            True,
+            "K = {1}, monotone layers: S_{1} rows e_0, [1/3, 2/3, 0], [1/7, 0, 6/7] stay monotone",
+        ),
+        Instance(
+            ([NOT_MONOTONE3, SINK_TOP3], _vec([1, 1]), [1]),
+            False,
+            "K = {1}, A^(0) not monotone: p = e_1 (2 -> sink 1, stays) but p_S = e_0 (2 stays, then -> 0)",
+        ),
+    ),
+    "C8(c)": (
+        Instance(
+            (P_S_UNIFORM3, [UNIFORM3, UNIFORM3], _vec([HALF, HALF]), [0]),
+            True,
+            "J = {1, 2}, eps = 1/3: (2/3)^2 = 4/9 <= P_S[2, 2] = 25/36 <= 1 - P_S[2, 1] = 25/36 <= (5/6)^2",
+        ),
+        Instance(
+            (P_UNIFORM3, [UNIFORM3, UNIFORM3], _vec([HALF, HALF]), [0]),
+            False,
+            "the untransformed P: P[2, 0] = 23/72 != 0, mass on the sink",
+        ),
+        Instance(
+            (_mat([[1, 0, 0], [0, 1, 0], [0, F(2, 3), F(1, 3)]]), [UNIFORM3, UNIFORM3], _vec([HALF, HALF]), [0]),
+            False,
+            "P_S[2, 2] = 1/3 below the lower bound (2/3)^2 = 4/9",
+        ),
+    ),
     "cesaro": (
         Instance(
             (_vec([F(1, 6), F(1, 6), F(2, 3)]), _vec([HALF])),
@@ -381,6 +452,43 @@ def _t_c7b(k, ws, **_):
     return _monotone(k) == concave
 
 
+def _softmax_weights(w, mask):
+    """Row-normalised allowed weights (Fractions)."""
+    rows = []
+    for i, row in enumerate(w):
+        kept = [x if mask[i][j] else F(0) for j, x in enumerate(row)]
+        total = sum(kept, F(0))
+        rows.append([x / total for x in kept])
+    return rows
+
+
+def _t_c8a(w, sinks, mask=None, **_):
+    n = len(w)
+    mask = mask or [[True] * n for _ in range(n)]
+    moved = sink_moved(_softmax_weights(w, mask), sinks)
+    raised = [[w[i][j] if mask[i][j] else F(0) for j in range(n)] for i in range(n)]
+    raised = sink_moved(raised, sinks)  # weights: w'_ii = w_ii + sum_K w_ik, w'_ik = 0
+    target = [[x / sum(row, F(0)) for x in row] for row in raised]
+    stochastic = all(sum(row, F(0)) == 1 for row in moved)
+    respects = all(moved[i][j] == 0 for i in range(n) for j in range(n) if not mask[i][j])
+    return stochastic and respects and moved == target
+
+
+def _t_c8b(kernels, lambdas, sinks, **_):
+    moved = [sink_moved(k, sinks) for k in kernels]
+    return exact_dominated(_rollout(kernels, lambdas)[-1], _rollout(moved, lambdas)[-1])
+
+
+def _t_c8c(p, kernels, lambdas, sinks, **_):
+    rest = [i for i in range(len(p)) if i not in sinks]
+    if not rest or any(p[i][k] != 0 for i in rest for k in sinks):
+        return False
+    eps = [min(k[i][j] for i in rest for j in rest if j <= i) for k in kernels]
+    lower = prod((1 - lam * (1 - e) for lam, e in zip(lambdas, eps)), start=F(1))
+    upper = prod((1 - lam * e for lam, e in zip(lambdas, eps)), start=F(1))
+    return all(lower <= p[i][i] <= 1 - p[i][rest[0]] <= upper for i in rest[1:])
+
+
 _DECIDERS: dict[str, Callable[..., bool]] = {
     "C1": _t_c1,
     "C2(a)": _t_c2a,
@@ -399,6 +507,9 @@ _DECIDERS: dict[str, Callable[..., bool]] = {
     "C7(a)": _t_c7a,
     "C7(b)": _t_c7b,
     "C7(c)": _t_rows,
+    "C8(a)": _t_c8a,
+    "C8(b)": _t_c8b,
+    "C8(c)": _t_c8c,
 }
 
 

@@ -9,7 +9,8 @@ of "= ∞"). Two checks per claim close that gap:
   ASCII spelling, sum/product subscripts, braces, blanks and case dropped) the formula must
   occur in THEORY.md's text of the claim, in ``Claim.statement`` and in ``Claim.latex``; each
   phrase in THEORY.md and in the statement. THEORY.md is read from ``theory_path()``
-  (``<workspace>/shared/THEORY.md``); when it is absent (an installed package) the statement and
+  (``<workspace>/shared/THEORY.md``; C8, beyond it, from docs/theory.md: ``read_theory``); when it
+  is absent (an installed package) the statement and
   LaTeX are still checked against the fragments, and the Check says THEORY.md was not read.
 * **Instances.** ``INSTANCES[label]`` are small hand-derived cases, positive and negative, each
   with the truth value the statement gives it. The data are exact fractions; ``exact_truth``
@@ -40,6 +41,7 @@ from posbias.theorem.statement_fingerprints import (
     Fingerprint,
     fingerprint_check,
     normalise,
+    read_theory,
     theory_path,
     theory_sections,
 )
@@ -54,6 +56,7 @@ __all__ = [
     "fingerprint_check",
     "instance_check",
     "normalise",
+    "read_theory",
     "statement_check",
     "statement_checks",
     "theory_path",
@@ -63,13 +66,12 @@ __all__ = [
 
 def statement_check(label: str, claims=None, theory: str | None | Literal[True] = True) -> Check:
     """Fingerprint and instances of one claim, as one ``Check`` named ``statement:LABEL``. ``theory``:
-    THEORY.md's text, None to skip it, True (default) to read ``theory_path()`` if it exists."""
+    THEORY.md's text, None to skip it, True (default) to read it with ``read_theory()`` if it exists."""
     from posbias.theorem.claims import CLAIMS
 
     claim = (claims if claims is not None else CLAIMS)[label]
     if theory is True:
-        path = theory_path()
-        theory = path.read_text(encoding="utf-8") if path.is_file() else None
+        theory = read_theory()
     fp, inst = fingerprint_check(claim, theory), instance_check(claim)
     detail = "; ".join(d for d in (fp.detail, inst.detail) if d)
     return Check(f"statement:{label}", fp.holds and inst.holds, f"{fp.description}; {inst.description}", detail)
@@ -81,6 +83,5 @@ def statement_checks(claims=None, theory: str | None | Literal[True] = True) -> 
 
     claims = claims if claims is not None else CLAIMS
     if theory is True:
-        path = theory_path()
-        theory = path.read_text(encoding="utf-8") if path.is_file() else None
+        theory = read_theory()
     return [statement_check(label, claims, theory) for label in claims]

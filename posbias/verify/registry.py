@@ -76,8 +76,9 @@ def builtin_properties() -> list[Property]:
     untested here) for each claim of the registry that has no property yet."""
     from posbias.theorem.claims import CLAIMS
     from posbias.verify.c7 import c7_properties
+    from posbias.verify.sink import sink_properties
 
-    builtin = claim_properties() + necessity_searches() + c7_properties()
+    builtin = claim_properties() + necessity_searches() + c7_properties() + sink_properties()
     missing = [label for label in CLAIMS if label not in {p.name for p in builtin}]
     for label in missing:  # a claim added to the registry after this module
         builtin.append(

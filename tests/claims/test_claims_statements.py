@@ -20,6 +20,7 @@ from posbias.theorem.statements import (
     fingerprint_check,
     instance_check,
     normalise,
+    read_theory,
     statement_check,
     theory_sections,
 )
@@ -30,7 +31,9 @@ THEORY = Path(__file__).resolve().parents[3] / "shared" / "THEORY.md"
 @pytest.fixture(scope="module")
 def theory() -> str:
     assert THEORY.is_file(), f"THEORY.md not found at {THEORY}"
-    return THEORY.read_text(encoding="utf-8")
+    text = read_theory()  # THEORY.md, then docs/theory.md's "Claims beyond THEORY.md" (C8)
+    assert text is not None and text.startswith(THEORY.read_text(encoding="utf-8"))
+    return text
 
 
 def test_every_claim_has_a_fingerprint_and_positive_and_negative_instances():
@@ -45,6 +48,7 @@ def test_theory_md_is_split_into_the_registry_labels(theory):
     assert sections["C2(b)"].startswith("(b) If every A^(t)")  # "(b) can fail" and "A^(t) " do not split
     assert "collapse ⇔ Σ λ_t = ∞" in sections["C5(c)"]
     assert "T = 8, λ = 3/4" in sections["C6"]
+    assert sections["C8(b)"].startswith("(b) For causal A")  # from docs/theory.md, beyond THEORY.md
 
 
 @pytest.mark.parametrize("label", list(CLAIMS))
@@ -80,6 +84,11 @@ def test_hand_derived_data_equal_exact_rollouts():
     u3 = si.UNIFORM3
     assert _rollout([u3, u3], [half, half])[-1] == [Fraction(23, 72), Fraction(17, 72), Fraction(32, 72)]
     assert _rollout([u3], [half])[-1] == [Fraction(1, 6), Fraction(1, 6), Fraction(2, 3)]
+    assert _rollout([u3, u3], [half, half]) == si.P_UNIFORM3
+    # C8: S_{0} written out by hand (row 2's mass 1/3 on the sink moved to the diagonal), then rolled out
+    sunk = [[1, 0, 0], [0, 1, 0], [0, Fraction(1, 3), Fraction(2, 3)]]
+    assert si.sink_moved(u3, [0]) == sunk
+    assert _rollout([sunk, sunk], [half, half]) == si.P_S_UNIFORM3
     from posbias.theorem.alibi_row import exact_kernel
 
     assert [

@@ -50,6 +50,7 @@ def test_every_registered_claim_has_a_property_and_the_named_searches_exist():
         "C3(c) w/ non-monotone layer",
         "C4(a) w/ non-constant shift",
         "C6 old: steep => monotone",
+        "C8(b) w/o monotonicity",
     } <= set(SEARCHES)
 
 
@@ -86,6 +87,7 @@ SMALL = {
     "C6 old: steep => monotone": (4, 8),
     "C6 U-shapes exist": (3, 2),
     "C2(b) w/ non-log-concave bias": (4, 3),
+    "C8(b) w/o monotonicity": (4, 3),
 }
 
 
