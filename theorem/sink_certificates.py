@@ -47,6 +47,7 @@ import sympy as sp
 from posbias.theorem.certificate import Check, certificate, check
 from posbias.theorem.drift import causal_kernel
 from posbias.theorem.orders import exact_cdf, exact_dominated, exact_rows_monotone
+from posbias.theorem.sympy_types import as_expr
 
 
 def moved(kernel: sp.Matrix, sinks: Iterable[int]) -> sp.Matrix:
@@ -129,7 +130,7 @@ def softmax_identity(max_tokens: int = 4) -> Check:
     logit = sp.log(sp.exp(s_ii) + sum(sp.exp(x) for x in s_k))
     excess = sp.log(1 + sum(sp.exp(x - s_ii) for x in s_k))
     same = sp.simplify(sp.expand_log(sp.exp(logit - s_ii - excess), force=True)) == 1
-    positive = (excess.args[0] - 1).is_positive
+    positive = sp.Add(*(sp.exp(x - s_ii) for x in s_k)).is_positive  # the excess's argument minus 1
     return check(
         ok and same and bool(positive),
         f"C8(a): S_K(softmax(s)) = softmax(s') with K masked and s'_ii = log(e^(s_ii) + sum_K e^(s_ik)) "
@@ -197,9 +198,8 @@ def initial_segment_paths(max_tokens: int = 4, max_layers: int = 2) -> Check:
                 for i in range(k0, n):
                     for j in range(k0, i + 1):
                         cases += 1
-                        diff = sp.Poly(
-                            sp.expand(ps[i, j] - p[i, j]), *sorted(ps.free_symbols | p.free_symbols, key=str)
-                        )
+                        gain = sp.expand(as_expr(ps[i, j]) - as_expr(p[i, j]))
+                        diff = sp.Poly(gain, *sorted(ps.free_symbols | p.free_symbols, key=str))
                         ok = ok and all(c >= 0 for c in diff.coeffs())
     return check(
         ok,
