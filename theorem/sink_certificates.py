@@ -39,14 +39,14 @@ True
 from __future__ import annotations
 
 from collections.abc import Iterable
-from fractions import Fraction
 from itertools import combinations
 
 import sympy as sp
 
 from posbias.theorem.certificate import Check, certificate, check
 from posbias.theorem.drift import causal_kernel
-from posbias.theorem.orders import exact_cdf, exact_dominated, exact_rows_monotone
+from posbias.theorem.exact import exact_monotone, exact_profile
+from posbias.theorem.orders import exact_cdf, exact_dominated
 from posbias.theorem.sympy_types import as_expr
 
 
@@ -209,20 +209,6 @@ def initial_segment_paths(max_tokens: int = 4, max_layers: int = 2) -> Check:
     )
 
 
-def _exact_profile(kernels, lambdas) -> list[Fraction]:
-    n = len(kernels[0])
-    p = [Fraction(int(j == n - 1)) for j in range(n)]
-    for kernel, lam in zip(reversed(kernels), reversed(lambdas)):
-        r = [[(1 - lam) * (a == b) + lam * kernel[a][b] for b in range(n)] for a in range(n)]
-        p = [sum((p[a] * r[a][b] for a in range(n)), Fraction(0)) for b in range(n)]
-    return p
-
-
-def _moved_rows(kernel, keys) -> list[list[Fraction]]:
-    m = moved(sp.Matrix(kernel), keys)
-    return [[Fraction(int(sp.numer(x)), int(sp.denom(x))) for x in m.row(a)] for a in range(m.rows)]
-
-
 COUNTEREXAMPLE = {
     "sinks": [1],
     "kernels": [[[1, 0, 0], [0, 1, 0], [1, 0, 0]], [[1, 0, 0], [0, 1, 0], [0, 1, 0]]],  # A^(0), A^(1)
@@ -235,13 +221,12 @@ lambda = (1, 1); A^(1) sends token 2 to the sink 1, A^(0) sends token 2 to token
 @certificate("sink:counterexample", claims=("C8(b)",))
 def counterexample() -> Check:
     """N = 3, K = {1}: p = e_1 but p_S = e_0 (earlier); A^(0) and S_K(A^(0)) are not monotone."""
-    kernels = [[[Fraction(x) for x in row] for row in k] for k in COUNTEREXAMPLE["kernels"]]
-    lambdas = [Fraction(x) for x in COUNTEREXAMPLE["lambdas"]]
-    keys = COUNTEREXAMPLE["sinks"]
-    sunk = [_moved_rows(k, keys) for k in kernels]
-    p, p_s = _exact_profile(kernels, lambdas), _exact_profile(sunk, lambdas)
+    kernels = [sp.Matrix(k) for k in COUNTEREXAMPLE["kernels"]]
+    lambdas = [sp.Integer(x) for x in COUNTEREXAMPLE["lambdas"]]
+    sunk = [moved(k, COUNTEREXAMPLE["sinks"]) for k in kernels]
+    p, p_s = exact_profile(kernels, lambdas), exact_profile(sunk, lambdas)
     earlier = exact_dominated(p_s, p) and not exact_dominated(p, p_s)
-    layer0 = not exact_rows_monotone(kernels[0]) and not exact_rows_monotone(sunk[0])
+    layer0 = not exact_monotone(kernels[0]) and not exact_monotone(sunk[0])
     return check(
         earlier and layer0,
         "C8(b) needs monotonicity or an initial-segment sink set: N = 3, K = {1}, lambda = (1, 1) gives p_S "

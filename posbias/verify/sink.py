@@ -77,26 +77,27 @@ def c8b_check(kernels, lambdas, sinks):
     return predicate("C8(b)")(ps.as_float(kernels), ps.as_float(lambdas), sinks)
 
 
-def _exact_profile(kernels, lambdas) -> list:
-    """The last row of the product in Fractions."""
-    n = len(kernels[0])
-    p = [Fraction(int(j == n - 1)) for j in range(n)]
-    for kernel, lam in zip(reversed(list(kernels)), reversed(list(lambdas))):
-        lam = Fraction(lam)
-        step = [[(1 - lam) * (a == b) + lam * Fraction(kernel[a][b]) for b in range(n)] for a in range(n)]
-        p = [sum((p[a] * step[a][b] for a in range(n)), Fraction(0)) for b in range(n)]
-    return p
+def _exact_last_row(kernels, lambdas, sinks=None) -> np.ndarray:
+    """The last row of the product (of the transformed kernels with ``sinks``) as Fractions, through
+    ``theorem.exact`` (SymPy rationals)."""
+    import sympy as sp
+
+    from posbias.theorem.exact import exact_profile
+    from posbias.theorem.sink_certificates import moved
+
+    mats = [sp.Matrix([[sp.Rational(x.numerator, x.denominator) for x in row] for row in k]) for k in kernels]
+    if sinks is not None:
+        mats = [moved(m, sinks) for m in mats]
+    lams = [sp.Rational(Fraction(x).numerator, Fraction(x).denominator) for x in lambdas]
+    return np.array([Fraction(int(x.p), int(x.q)) for x in exact_profile(mats, lams)], dtype=object)
 
 
 def c8b_explain(kernels, lambdas, sinks):
     """p and p_S (exact Fractions where the example is) and the CDF gap."""
     from posbias.numerics.sink_transform import sink_to_diagonal
-    from posbias.theorem.statement_instances import sink_moved
 
     if np.asarray(kernels).dtype == object:
-        moved = [sink_moved([[Fraction(x) for x in row] for row in k], list(sinks)) for k in kernels]
-        p = np.array(_exact_profile(kernels, lambdas), dtype=object)
-        q = np.array(_exact_profile(moved, lambdas), dtype=object)
+        p, q = _exact_last_row(kernels, lambdas), _exact_last_row(kernels, lambdas, list(sinks))
     else:
         p = last_row(kernels, lambdas)
         q = last_row(sink_to_diagonal(kernels, sinks), lambdas)
