@@ -76,6 +76,18 @@ def add_parser(subparsers) -> None:
         help="bootstrap resamples of the sequences for every score's 95%% interval (default 1000)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resamples (default 0)")
+    p.add_argument(
+        "--sink-fit",
+        action="store_true",
+        help="add rows (l), the measured kernels with the sink keys moved to the diagonal (C8), and (m), the same "
+        "with c lambda_t, c fitted per influence measure on windows of the smallest length that share no text "
+        "position with any scored window (scored out of sample)",
+    )
+    p.add_argument(
+        "--sinks",
+        default="0",
+        help="with --sink-fit: the sink set K, comma-separated key positions inside every window (default 0)",
+    )
     p.add_argument("--out", type=argtypes.path, help="output folder (default: posbias-out)")
     p.add_argument("--json", action="store_true", help="print report.json instead of the tables")
 
@@ -88,6 +100,13 @@ def run(args) -> int:
     if args.samples < 1:
         raise UserError(f"--samples: expected a positive integer, got {args.samples}")
     bootstrap = Bootstrap(resamples=args.resamples, seed=args.seed)
+    sink_fit = None
+    if args.sink_fit:
+        from posbias.validate.sink_fit import parse_sinks
+
+        sink_fit = parse_sinks(args.sinks)
+    elif args.sinks != "0":
+        raise UserError("--sinks applies with --sink-fit")
     if args.checkpoint is not None and not args.checkpoint.exists():
         raise UserError(f"--checkpoint {args.checkpoint}: no such file or folder")
     backend = open_backend(
@@ -99,7 +118,9 @@ def run(args) -> int:
         progress=not args.json,
     )
     out = args.out or Path("posbias-out")
-    result = validate(backend, args.lengths, args.samples, out, show=not args.json, bootstrap=bootstrap)
+    result = validate(
+        backend, args.lengths, args.samples, out, show=not args.json, bootstrap=bootstrap, sink_fit=sink_fit
+    )
     if args.json:
         sys.stdout.write(result.report_json)
         return 0

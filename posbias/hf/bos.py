@@ -73,3 +73,19 @@ def windows(
             text_part = data.windows(ids, n - 1, samples, label, f"{flag} N - 1 (after the BOS token) =")
             out[n] = np.concatenate([np.full((len(text_part), 1), bos, np.int32), text_part], axis=1)
     return out
+
+
+def fit_windows(
+    tokenizer, text: str, fit_length: int, samples: int, lengths, label: str, bos: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(S, N_fit) windows laid out as ``windows`` lays them (the BOS token, if any, then text tokens) whose text
+    tokens share no position with any window ``windows`` cuts for ``lengths``, and their text offsets
+    (``posbias.lm.data.disjoint_sequences``)."""
+    from posbias.lm.data import disjoint_sequences
+
+    ids = np.asarray(tokenizer.encode(text, add_special_tokens=False).ids, np.int64)
+    shift = 0 if bos is None else 1
+    text_part, starts = disjoint_sequences(ids, fit_length - shift, samples, tuple(n - shift for n in lengths))
+    if bos is None:
+        return text_part, starts
+    return np.concatenate([np.full((len(text_part), 1), bos, np.int32), text_part], axis=1), starts

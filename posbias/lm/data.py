@@ -76,11 +76,40 @@ def eval_windows(data: np.ndarray, length: int, limit: int | None = None) -> np.
     return data[starts[:, None] + np.arange(length)[None, :]].astype(np.int32)
 
 
+def window_starts(size: int, length: int, samples: int) -> np.ndarray:
+    """The offsets round(k (L - N) / (S - 1)), k = 0..S-1, of ``heldout_sequences``' windows."""
+    return np.rint(np.linspace(0, size - length, samples)).astype(np.int64)
+
+
 def heldout_sequences(data: np.ndarray, length: int, samples: int) -> np.ndarray:
     """(S, N) int32 held-out sequences: windows of N bytes at evenly spaced offsets
     round(k (L - N) / (S - 1)), k = 0..S-1 (non-overlapping whenever S N <= L)."""
-    starts = np.rint(np.linspace(0, data.size - length, samples)).astype(np.int64)
+    starts = window_starts(data.size, length, samples)
     return data[starts[:, None] + np.arange(length)[None, :]].astype(np.int32)
+
+
+def disjoint_sequences(
+    data: np.ndarray, length: int, samples: int, taken: tuple[int, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """((S, N) int32 windows, their offsets) that share no position of ``data`` with any window
+    ``heldout_sequences(data, n, samples)`` cuts for n in ``taken``, nor with each other: the free stretches
+    are tiled with windows of N, and S tiles are picked at evenly spaced ranks. A fit set disjoint from the
+    scored windows (``posbias.validate.sink_fit``). Fewer than S tiles: ``MeasureError``, one line."""
+    from posbias.measure.quantities import MeasureError
+
+    free = np.ones(data.size, dtype=bool)
+    for n in taken:
+        for start in window_starts(data.size, n, samples):
+            free[start : start + n] = False
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], free.astype(np.int8), [0]])))
+    tiles = [s for a, b in zip(edges[::2], edges[1::2]) for s in range(a, b - length + 1, length)]
+    if len(tiles) < samples:
+        raise MeasureError(
+            f"the fit set: only {len(tiles)} windows of {length} tokens fit beside the scored windows, "
+            f"{samples} needed (a longer --data text, or fewer --samples)"
+        )
+    starts = np.asarray(tiles, dtype=np.int64)[np.rint(np.linspace(0, len(tiles) - 1, samples)).astype(np.int64)]
+    return data[starts[:, None] + np.arange(length)[None, :]].astype(np.int32), starts
 
 
 def unigram_bits(train: np.ndarray, validation: np.ndarray) -> float:

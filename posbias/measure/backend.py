@@ -103,6 +103,12 @@ class Backend(Protocol):
         """N -> (S, N) int32 token ids for every length, refusing too little text in one line naming ``flag``."""
         ...
 
+    def fit_windows(self, fit_length: int, samples: int, lengths: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """((S, N_fit) int32 token ids, their offsets in the text): windows that share no text position with any
+        window ``windows`` cuts for ``lengths`` (``posbias.lm.data.disjoint_sequences``), for a fit scored out of
+        sample on those; too little text refused in one line."""
+        ...
+
     def plan(self, lengths: tuple[int, ...], samples: int, extra: Callable[[int], int]) -> dict[int, Plan]:
         """N -> its ``Plan``, refusing a length whose memory (``extra(N)`` bytes held beside the measurement
         included) exceeds the budget before any weight is read."""

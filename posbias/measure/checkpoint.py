@@ -149,6 +149,14 @@ class CheckpointBackend:
             self._tokenizer, self.ck.config, self.text, self.options.bos, str(self.ck.folder), lengths, samples, flag
         )
 
+    def fit_windows(self, fit_length, samples, lengths):
+        from posbias.hf import bos
+
+        if self._tokenizer is None:
+            self._tokenizer = self.ck.tokenizer()
+        first = bos.bos_id(self._tokenizer, self.ck.config, self.options.bos, str(self.ck.folder))
+        return bos.fit_windows(self._tokenizer, self.text[0], fit_length, samples, lengths, self.text[1], first)
+
     def plan(self, lengths, samples, extra):
         from posbias.hf import checkpoint
         from posbias.hf.memory import plan, run_budget

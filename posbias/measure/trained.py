@@ -89,6 +89,11 @@ class TrainedBackend:
             out[n] = heldout_sequences(validation, n, samples)
         return out
 
+    def fit_windows(self, fit_length, samples, lengths):
+        from posbias.lm.data import disjoint_sequences
+
+        return disjoint_sequences(self.corpus().validation, fit_length, samples, tuple(lengths))
+
     def plan(self, lengths, samples, extra):
         from posbias.lm.measure import bytes_per_sequence
 

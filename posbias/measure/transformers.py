@@ -101,6 +101,12 @@ class TransformersBackend:
         config = self.config.to_dict()
         return text_windows(self.tokenizer, config, self.text, self.options.bos, str(self.path), lengths, samples, flag)
 
+    def fit_windows(self, fit_length, samples, lengths):
+        from posbias.hf import bos
+
+        first = bos.bos_id(self.tokenizer, self.config.to_dict(), self.options.bos, str(self.path))
+        return bos.fit_windows(self.tokenizer, self.text[0], fit_length, samples, lengths, self.text[1], first)
+
     def plan(self, lengths, samples, extra):
         from posbias.hf.torch_backend import LAYOUTS, Loaded, bytes_per_sequence
         from posbias.numerics.budget import describe

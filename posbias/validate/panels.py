@@ -59,10 +59,12 @@ PANELS = {
     "i": "fitted relative bias (b_h(g) + d_h + s_h), measured lambda",
     "j": "measured kernels without key 0 (rows renormalised), measured lambda",
     "k": "residual-norm kernels (residual and norm folded in), lambda = 1",
+    "l": "measured kernels, sink keys moved to the diagonal (C8), measured lambda",
+    "m": "as (l) with c lambda, c fitted per measure on disjoint windows (out of sample)",
     "uniform": "baseline: uniform attention (causal: Cesàro), measured lambda",
     "flat": "baseline: flat 1/N",
 }
-PREDICTIONS = ("f", "g", "h", "i", "j", "k", "uniform", "flat")
+PREDICTIONS = ("f", "g", "h", "i", "j", "k", "l", "m", "uniform", "flat")
 BASELINES = ("uniform", "flat")
 
 

@@ -19,12 +19,14 @@ def report_markdown(
     matrices: dict | None = None,
     shapes: dict | None = None,
     bootstrap=None,
+    sink_fit: dict | None = None,
 ) -> str:
     """report.md: the model, the notes, and per N the table of (a), (b), (c), (e) and the rows of
     ``posbias.validate.panels`` against (d), with whether each beats the flat baseline (decided on the
     bootstrap interval), the matrix of every prediction against every influence measure on all positions and
     without token 0 (``matrices``, ``shapes``: ``posbias.validate.matrix``), and the sink diagnostics
-    (``sinks``: N -> ``posbias.measure.sinks.sink_diagnostics``)."""
+    (``sinks``: N -> ``posbias.measure.sinks.sink_diagnostics``), and the sink-aware fit (``sink_fit``: report.json's
+    ``sink_fit``, ``posbias.validate.sink_fit``)."""
     from posbias.validate.panels import BASELINES, sinks_markdown
 
     lines = [f"# posbias validate: {source}", "", model_line, ""]
@@ -73,6 +75,10 @@ def report_markdown(
             lines += shape_markdown(shapes[n])
         if sinks is not None and n in sinks:
             lines += sinks_markdown(sinks[n])
+    if sink_fit is not None:
+        from posbias.validate.sink_fit import markdown
+
+        lines += markdown(sink_fit)
     return "\n".join(lines) + "\n"
 
 

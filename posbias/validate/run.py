@@ -11,8 +11,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from posbias.errors import UserError
 from posbias.io.reports import validate_report
+from posbias.validate import sink_fit as sf
 from posbias.validate.matrix import Bootstrap
 from posbias.validate.panels import PREDICTIONS as VARIANT_PREDICTIONS
 from posbias.validate.predict import PREDICTIONS, prediction_notes, predictions, validate_bytes
@@ -28,6 +31,21 @@ def grad_rows(grad_column: dict[str, dict]) -> dict[str, dict]:
     return {key: {f: row[f] for f in ROW_FIELDS if f in row} for key, row in grad_column.items()}
 
 
+def length_panels(m, backend) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
+    """One length's predictions: the paper's (``posbias.validate.predict``) and the variants of
+    ``posbias.validate.panels`` (panel (i) omitted with a note where the bias fit fails), and the notes."""
+    from posbias.fit.bias import BiasFitError
+    from posbias.validate.panels import bias_prediction, extra_predictions
+
+    panels = predictions(m, backend.slopes, causal=backend.causal)
+    panels.update(extra_predictions(m, causal=backend.causal))
+    try:
+        panels["i"] = bias_prediction(m)
+    except BiasFitError as exc:
+        return panels, (f"N = {m.num_tokens}: panel (i) omitted: {exc}.",)
+    return panels, ()
+
+
 @dataclass(frozen=True)
 class Validation:
     """What ``validate`` wrote: the files, report.json's text and report.md's."""
@@ -38,14 +56,22 @@ class Validation:
 
 
 def validate(
-    backend, lengths, samples: int, out: Path, *, show: bool = True, bootstrap: Bootstrap | None = None
+    backend,
+    lengths,
+    samples: int,
+    out: Path,
+    *,
+    show: bool = True,
+    bootstrap: Bootstrap | None = None,
+    sink_fit: tuple[int, ...] | None = None,
 ) -> Validation:
     """The experiment on ``backend`` (a ``posbias.measure.backend.Backend``) at ``lengths`` (None: the
     backend's defaults), ``samples`` windows per length, into ``out``; refused in one line (``UserError``)
     before any weight is read when a length, the memory or the text does not allow it. Every prediction is
     scored against every influence measure the backend's options ask for, with ``bootstrap`` intervals
-    (``posbias.validate.matrix``; default ``Bootstrap()``); a row's ``beats_flat`` is decided on the interval."""
-    from posbias.fit.bias import BiasFitError
+    (``posbias.validate.matrix``; default ``Bootstrap()``); a row's ``beats_flat`` is decided on the interval.
+    ``sink_fit``: a sink set K for the rows (l) and (m) of ``posbias.validate.sink_fit`` (c fitted on windows
+    disjoint from every scored one, at the smallest length), None to leave them out."""
     from posbias.io.files import check_out, write_run
     from posbias.io.output import position_csv
     from posbias.measure.influence import profile as influence_profile
@@ -53,8 +79,8 @@ def validate(
     from posbias.measure.sinks import sink_diagnostics
     from posbias.validate.matrix import score_matrix, shapes
     from posbias.validate.matrix_figure import matrix_figure
-    from posbias.validate.panels import bias_prediction, extra_predictions, kernels_npz
     from posbias.validate.panels import figure as variants_figure
+    from posbias.validate.panels import kernels_npz
 
     lengths = tuple(lengths or backend.default_lengths)
     too_long = [n for n in lengths if backend.limit is not None and n > backend.limit]
@@ -62,6 +88,7 @@ def validate(
         raise UserError(f"--lengths: N = {too_long[0]} is longer than the model's {backend.limit_phrase}")
     check_out(out, ("report.json", "report.md", "validate.png", "matrix.png"))
     plans, sequences = prepare(backend, lengths, samples, "--lengths", lambda n: validate_bytes(backend.layers, n))
+    fit_set = None if sink_fit is None else sf.FitSet.cut(backend, sink_fit, lengths, samples)
     notes = prediction_notes(backend)
     beyond = [str(n) for n in lengths if backend.training_length is not None and n > backend.training_length]
     if beyond:
@@ -74,17 +101,21 @@ def validate(
     bootstrap = bootstrap or Bootstrap()
     report, panels_by_n, texts, lambdas, sinks, sinks_by_n, binaries = {}, {}, {}, {}, {}, {}, {}
     matrices, shape_reports, completeness = {}, {}, {}
+    fits = {} if fit_set is None else fit_set.fit(measurer, plans, show=show, causal=backend.causal)
+    clipped = []
     for n, m in measure_lengths(measurer, plans, sequences, show=show):
-        panels = predictions(m, backend.slopes, causal=backend.causal)
-        panels.update(extra_predictions(m, causal=backend.causal))
-        try:
-            panels["i"] = bias_prediction(m)
-        except BiasFitError as exc:
-            notes += (f"N = {n}: panel (i) omitted: {exc}.",)
+        panels, omitted = length_panels(m, backend)
+        notes += omitted
+        fitted = {}
+        if fit_set is not None:
+            panels["l"], fitted, over = sf.length_rows(m, fit_set.sinks, fits, causal=backend.causal)
+            clipped += [f"N = {n}, {name}" for name in over]
         panels["d"] = m.influence
         keys = [k for k in PREDICTIONS + VARIANT_PREDICTIONS if k in panels]
         scored = {k: panels[k] for k in keys if k != "flat"}
         matrices[str(n)] = score_matrix(scored, m.scores, bootstrap, num_tokens=n)
+        if fitted:
+            sf.add_fitted_rows(matrices[str(n)], fitted, m.scores, bootstrap, n)
         shape_reports[str(n)] = shapes(scored, m.scores, bootstrap)
         report[str(n)] = grad_rows(matrices[str(n)]["all"]["grad"])
         sinks[str(n)] = sink_diagnostics(m, causal=backend.causal)
@@ -102,6 +133,8 @@ def validate(
         for key in [*"abcde", *VARIANT_PREDICTIONS]:
             if key in panels:
                 texts[f"profiles/{n}/{key}.csv"] = position_csv(probability=panels[key])
+        for name, profile_m in fitted.items():
+            texts[f"profiles/{n}/m-{name}.csv"] = position_csv(probability=profile_m)
         for name, scores in m.scores.items():
             if name != "grad":  # (d) is the gradient norm's profile
                 probability, sem = influence_profile(scores)
@@ -115,6 +148,9 @@ def validate(
     whole = validate_report(report, sinks, matrices, shape_reports, bootstrap.as_dict())
     if completeness:
         whole["diagnostics"]["integrated_gradients"] = completeness
+    if fit_set is not None:
+        whole["sink_fit"] = sf.fit_report(fits, fit_set)
+        notes += sf.notes(whole["sink_fit"], clipped)
     text = json.dumps(whole, indent=2) + "\n"
     texts["report.json"] = text
     texts["report.md"] = report_markdown(
@@ -127,6 +163,7 @@ def validate(
         matrices=matrices,
         shapes=shape_reports,
         bootstrap=bootstrap,
+        sink_fit=whole.get("sink_fit"),
     )
     written = write_run(
         out,

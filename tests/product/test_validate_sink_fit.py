@@ -1,0 +1,164 @@
+"""posbias validate --sink-fit (posbias.validate.sink_fit; issue 35 §2): the sink-aware rows (l) and (m).
+
+Independent routes: (l)'s profile against the dense product of the transformed kernels (orders.rollout over
+all N positions, exact zeros on K); the fit against a planted c (the measured profile made from (m) itself
+with a known c); the split against the offsets recomputed from the windows' own rule; the written (m) scores
+against scipy on the written profile files; refusals in one line with exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import wasserstein_distance
+
+from posbias.cli import main
+from posbias.errors import UserError
+from posbias.lm.data import disjoint_sequences, heldout_sequences, window_starts
+from posbias.measure.quantities import MeasureError
+from posbias.numerics.sink_transform import sink_to_diagonal
+from posbias.theorem.orders import rollout
+from posbias.validate import sink_fit as sf
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
+
+
+def _kernels(seed: int, t: int = 3, n: int = 12) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    k = np.tril(rng.random((t, n, n)) + 0.05)
+    k[:, 1:, 0] += 2.0  # a sink on key 0
+    return k / k.sum(-1, keepdims=True), rng.uniform(0.2, 0.6, t)
+
+
+@pytest.mark.parametrize("sinks", [(0,), (0, 1), (2, 5)])
+def test_the_sink_profile_is_the_last_row_of_the_dense_transformed_product(sinks):
+    k, lam = _kernels(1)
+    for c in (1.0, 0.4):
+        got, clipped = sf.sink_profile(k, lam, sinks, strength=c)
+        dense = rollout(sink_to_diagonal(k, sinks), c * lam)[-1]
+        assert not clipped and np.allclose(got, dense, atol=1e-13, rtol=0)
+        assert np.all(got[list(sinks)] == 0) and abs(got.sum() - 1) < 1e-12
+
+
+def test_a_strength_past_one_over_lambda_is_clipped_and_said():
+    k, lam = _kernels(2)
+    got, clipped = sf.sink_profile(k, lam, (0,), strength=1.0 / lam.max() * 1.5)
+    assert clipped and np.allclose(got, rollout(sink_to_diagonal(k, (0,)), np.minimum(1.5 * lam / lam.max(), 1))[-1])
+
+
+@pytest.mark.parametrize("planted", [0.35, 0.9, 1.7])
+def test_the_fit_recovers_a_planted_strength(planted):
+    k, lam = _kernels(3)
+    c_max = 1 / lam.max()
+    measured, _ = sf.sink_profile(k, lam, (0,), strength=planted * c_max / 2)
+    fit = sf.fit_strength(measured, k, lam, (0,))
+    assert fit.c == pytest.approx(planted * c_max / 2, rel=1e-4) and fit.w1 < 1e-6
+    assert fit.c_max == pytest.approx(c_max) and fit.w1_flat > fit.w1
+
+
+@pytest.mark.parametrize("where", ["top", "bottom"])
+def test_a_strength_at_the_edge_of_its_range_is_refused(where):
+    k, lam = _kernels(4)
+    if where == "top":
+        measured, _ = sf.sink_profile(k, lam, (0,), strength=1 / lam.max())
+    else:  # the last token alone: no mixing at all, c -> 0
+        measured = np.zeros(12)
+        measured[-1] = 1.0
+    with pytest.raises(UserError, match="edge of its range") as err:
+        sf.fit_strength(measured, k, lam, (0,), what=" to grad at N = 12")
+    assert "\n" not in str(err.value)
+
+
+def test_the_fit_windows_share_no_position_with_any_scored_window():
+    data = np.arange(5000, dtype=np.int64)  # token value = its position
+    lengths, samples = (64, 128, 256), 8
+    fit, starts = disjoint_sequences(data, 64, samples, lengths)
+    assert fit.shape == (samples, 64) and np.array_equal(fit[:, 0], starts)
+    scored = {int(v) for n in lengths for v in heldout_sequences(data, n, samples).ravel()}
+    assert scored == {int(s) + j for n in lengths for s in window_starts(data.size, n, samples) for j in range(n)}
+    assert not scored & {int(v) for v in fit.ravel()}
+    assert len({int(v) for v in fit.ravel()}) == fit.size  # the fit windows do not overlap either
+
+
+def test_too_little_text_for_a_fit_set_is_refused_in_one_line():
+    with pytest.raises(MeasureError, match=r"the fit set: only \d+ windows of 64 tokens") as err:
+        disjoint_sequences(np.arange(700), 64, 8, (64,))
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--sinks", "1"], "--sinks applies with --sink-fit"),
+        (["--sink-fit", "--sinks", "9"], "--sinks: key 9 is the last position"),
+        (["--sink-fit", "--sinks", "12"], "--sinks: sink set: key 12 lies outside the window"),
+        (["--sink-fit", "--sinks", "a"], "--sinks: expected comma-separated key positions"),
+        (["--sink-fit", "--sinks", "1,1"], "--sinks: sink set: a key position is repeated"),
+    ],
+)
+def test_bad_sink_options_are_refused_in_one_line(extra, message, tmp_path, capsys):
+    out = tmp_path / "out"
+    code = main(["validate", "--checkpoint", str(FIXTURES / "llama"), "--lengths", "10,12", *extra, "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and message in err[0] and not out.exists()
+
+
+def _read(path):
+    return np.loadtxt(path, delimiter=",", skiprows=1)[:, 1]
+
+
+def _w1(p, q):
+    positions = np.arange(len(p))
+    return wasserstein_distance(positions, positions, p, q) / (len(p) - 1)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sinkfit") / "run"
+    args = ["validate", "--checkpoint", str(FIXTURES / "llama"), "--lengths", "16,24", "--samples", "4"]
+    args += ["--influence", "grad,gradxinput,occlusion", "--resamples", "50", "--sink-fit", "--out", str(out)]
+    assert main([*args, "--json"]) == 0
+    return out
+
+
+def test_the_report_states_the_split_and_the_in_sample_fit(written):
+    report = json.loads((written / "report.json").read_text())
+    fit = report["sink_fit"]
+    assert fit["sinks"] == [0] and fit["fit_length"] == 16 and fit["fit_samples"] == 4
+    assert set(fit["measures"]) == {"grad", "gradxinput", "occlusion-logp", "occlusion-kl"}
+    for m in fit["measures"].values():
+        assert 0 < m["c"] < m["c_range"][1] and m["in_sample_w1"] <= m["in_sample_w1_c_1"] + 1e-12
+    text = (written / "report.md").read_text()
+    assert "## Sink-aware fit (in sample)" in text and "out of sample" in text
+
+
+def test_the_fit_windows_are_disjoint_from_the_scored_ones(written):
+    from posbias.hf import bos, data
+    from posbias.hf.source import open_checkpoint
+
+    report = json.loads((written / "report.json").read_text())
+    ck = open_checkpoint(FIXTURES / "llama")
+    tokenizer = ck.tokenizer()
+    text = data.read_text(None)[0]
+    ids = np.asarray(tokenizer.encode(text, add_special_tokens=False).ids)
+    first = bos.bos_id(tokenizer, ck.config, "auto", "fixture")
+    shift = 0 if first is None else 1
+    scored = {int(s) + j for n in (16, 24) for s in window_starts(ids.size, n - shift, 4) for j in range(n - shift)}
+    fitted = {int(s) + j for s in report["sink_fit"]["fit_window_offsets"] for j in range(16 - shift)}
+    assert len(fitted) == 4 * (16 - shift) and not scored & fitted
+
+
+def test_the_m_rows_are_each_measures_own_profile_scored_out_of_sample(written):
+    report = json.loads((written / "report.json").read_text())
+    for n in ("16", "24"):
+        for name in ("grad", "gradxinput", "occlusion-logp", "occlusion-kl"):
+            q = _read(written / "profiles" / n / f"m-{name}.csv")
+            measured = _read(written / "profiles" / n / ("d.csv" if name == "grad" else f"d-{name}.csv"))
+            row = report["matrix"][n]["all"][name]["m"]
+            assert row["w1"] == pytest.approx(_w1(measured, q), abs=1e-12)
+            assert list(report["matrix"][n]["all"][name])[-2:] == ["uniform", "flat"]
+        assert report["lengths"][n]["m"]["w1"] == report["matrix"][n]["all"]["grad"]["m"]["w1"]
+        l_profile = _read(written / "profiles" / n / "l.csv")
+        assert l_profile[0] == 0 and abs(l_profile.sum() - 1) < 1e-12
