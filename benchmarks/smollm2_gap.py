@@ -2,13 +2,13 @@
 docs page "What explains the gap on SmolLM2" (docs/smollm2-gap.md) shows, and its figure. Run on demand,
 never as a test:
 
-    .venv/bin/python benchmarks/smollm2_gap.py RUN [RUN ...] [--out benchmarks/results-smollm2-gap.json]
+    .venv/bin/python benchmarks/smollm2_gap.py RUN [RUN ...] [--sink-fit] [--out benchmarks/results-smollm2-gap.json]
                                               [--figure docs/smollm2-gap.png]
 
 Each RUN is ``LENGTHS:MEASURES[:IG_STEPS]`` and becomes one whole-process run of
 
     posbias validate --checkpoint SMOLLM2 --lengths LENGTHS --samples 8 --influence MEASURES
-                     [--ig-steps IG_STEPS] --baseline mean --precision float32 --out ...
+                     [--ig-steps IG_STEPS] [--sink-fit] --baseline mean --precision float32 --out ...
 
 (e.g. ``64:grad,gradxinput,occlusion`` and ``256:grad,gradxinput``), or ``FOLDER=LENGTHS:MEASURES[:IG_STEPS]``
 to digest a folder such a command already wrote (the command is recorded as the one that wrote it); float32
@@ -18,11 +18,14 @@ along the straight path from the mean embedding p_top1 jumps (e.g. 0.165 to 0.00
 at 16, 64 and 256 steps on two windows, and at 512 steps (30 min for 8 windows) one window of 8 still
 misses by 0.078, which validate refuses.
 
-The results file has, per length N: every prediction's W1 / (N - 1) against every influence measure with its
-bootstrap interval, on all positions and without token 0 (cells "0.339 [0.258, 0.420]", a star where the
-whole interval of the difference to the flat profile lies below 0), the measured profiles' shape verdicts,
-integrated gradients' completeness errors, and the runs' whole-process times; the figure draws, per N, the
-measured profiles and the closest predictions on positions 1..N-1.
+With ``--sink-fit`` the rows (l) and (m) of ``posbias.validate.sink_fit`` are added (c fitted at the smallest
+length on windows disjoint from every scored one) and the file gains ``sink_fit``: the in-sample fit per
+measure and (m)'s out-of-sample scores against flat at every length. The results file has, per length N:
+every prediction's W1 / (N - 1) against every influence measure with its bootstrap interval, on all
+positions and without token 0 (cells "0.339 [0.258, 0.420]", a star where the whole interval of the
+difference to the flat profile lies below 0), the measured profiles' shape verdicts, integrated gradients'
+completeness errors, and the runs' whole-process times; the figure draws, per N, the measured profiles and
+the closest predictions on positions 1..N-1.
 """
 
 from __future__ import annotations
@@ -37,14 +40,62 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PANELS = ["a", "b", "c", "e", "f", "g", "h", "i", "j", "k", "uniform", "flat"]
+PANELS = ["a", "b", "c", "e", "f", "g", "h", "i", "j", "k", "l", "m", "uniform", "flat"]
 COLOURS = {"grad": "C3", "gradxinput": "C0", "ig": "C4", "occlusion-kl": "C1", "occlusion-logp": "C2"}
 
 
-def command(checkpoint: str, lengths: str, measures: str, ig_steps: str | None, out: Path) -> list[str]:
+def command(
+    checkpoint: str, lengths: str, measures: str, ig_steps: str | None, out: Path, sink_fit: bool = False
+) -> list[str]:
     argv = ["validate", "--checkpoint", checkpoint, "--lengths", lengths, "--samples", "8", "--influence", measures]
     argv += ["--ig-steps", ig_steps] if ig_steps else []
+    argv += ["--sink-fit"] if sink_fit else []
     return [*argv, "--baseline", "mean", "--precision", "float32", "--out", str(out)]
+
+
+def sink_fit_digest(report: dict) -> dict:
+    """The fit of ``validate --sink-fit`` (in sample, labelled so) and, per scored length and view, row (m)'s
+    out-of-sample W1 against flat's for every measure, as records and one sentence per view."""
+    fit = report["sink_fit"]
+    out: dict = {
+        "fit": [
+            {
+                "measure": name,
+                "c": f"{m['c']:.3f}",
+                "range": f"[0, {m['c_range'][1]:.3f}]",
+                "in_sample_w1_m": f"{m['in_sample_w1']:.3f}",
+                "in_sample_w1_l": f"{m['in_sample_w1_c_1']:.3f}",
+                "in_sample_w1_flat": f"{m['in_sample_w1_flat']:.3f}",
+            }
+            for name, m in fit["measures"].items()
+        ],
+        "fit_set": f"{fit['fit_samples']} windows of N = {fit['fit_length']} at text offsets "
+        + ", ".join(map(str, fit["fit_window_offsets"])),
+    }
+    for n in report["lengths"]:
+        for view, block in report["matrix"][n].items():
+            rows = []
+            for name, col in block.items():
+                for key in ("l", "m"):
+                    r = col[key]
+                    rows.append(
+                        {
+                            "N": n,
+                            "measure": name,
+                            "prediction": f"({key})",
+                            "w1": cell(r),
+                            "flat_w1": f"{col['flat']['w1']:.3f}",
+                            "w1_minus_flat": "{:.3f} [{:.3f}, {:.3f}]".format(
+                                r["w1_minus_flat"], *r["w1_minus_flat_ci"]
+                            ),
+                        }
+                    )
+            out.setdefault(f"test_{view}", []).extend(rows)
+            won = sorted(f"N = {n} {name}" for name, col in block.items() if col["m"].get("beats_flat"))
+            out.setdefault(f"test_{view}_m_beats_flat", []).extend(won)
+    for key in [k for k in out if k.endswith("_beats_flat")]:
+        out[key] = "; ".join(out[key]) or "none"
+    return out
 
 
 def cell(row: dict) -> str:
@@ -110,9 +161,12 @@ def figure(folders: dict[str, Path], path: Path) -> None:
             p = read(f)[1:]
             name = "grad" if f.stem == "d" else f.stem[2:]
             ax.plot(x, p / p.sum(), lw=1.3, color=COLOURS.get(name), label=f"measured {name}")
-        for key, style in (("e", "--"), ("i", "-."), ("j", ":")):
+        for key, style in (("e", "--"), ("i", "-."), ("j", ":"), ("m-grad", "-")):
+            if not (profiles / f"{key}.csv").exists():
+                continue
             p = read(profiles / f"{key}.csv")[1:]
-            ax.plot(x, p / p.sum(), "k" + style, lw=1.1, label=f"prediction ({key})")
+            label = "prediction (m), c fitted to grad" if key == "m-grad" else f"prediction ({key})"
+            ax.plot(x, p / p.sum(), "k" + style, lw=1.1 if key != "m-grad" else 0.8, label=label)
         ax.axhline(1 / (int(n) - 1), color="grey", lw=0.8, label="flat")
         ax.set_yscale("log")
         ax.set_xlabel("token position j (token 0 left out)")
@@ -125,6 +179,9 @@ def figure(folders: dict[str, Path], path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", help="LENGTHS:MEASURES[:IG_STEPS] or FOLDER=LENGTHS:MEASURES[:IG_STEPS]")
+    ap.add_argument(
+        "--sink-fit", action="store_true", help="validate --sink-fit: rows (l) and (m), fitted out of sample"
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results-smollm2-gap.json")
     ap.add_argument("--figure", type=Path, default=ROOT / "docs" / "smollm2-gap.png")
     args = ap.parse_args()
@@ -143,7 +200,7 @@ def main() -> None:
         folder, _, spec = spec.rpartition("=")
         lengths, measures, *steps = spec.split(":")
         out = Path(folder) if folder else work / lengths.replace(",", "-")
-        argv = command("SMOLLM2", lengths, measures, steps[0] if steps else None, Path("OUT"))
+        argv = command("SMOLLM2", lengths, measures, steps[0] if steps else None, Path("OUT"), args.sink_fit)
         run = {"command": "posbias " + " ".join(argv)}
         if not folder:  # measured here: the whole process's time and the machine's load before it
             run["load_average_before"] = os.getloadavg()[0]
@@ -153,7 +210,7 @@ def main() -> None:
                     sys.executable,
                     "-m",
                     "posbias",
-                    *command(checkpoint, lengths, measures, steps[0] if steps else None, out),
+                    *command(checkpoint, lengths, measures, steps[0] if steps else None, out, args.sink_fit),
                 ],
                 capture_output=True,
                 text=True,
@@ -166,6 +223,8 @@ def main() -> None:
         for n in report["lengths"]:
             result[f"n{n}"] = digest(report, n)
             folders[n] = out
+        if "sink_fit" in report:
+            result["sink_fit"] = sink_fit_digest(report)
         ig = report["diagnostics"].get("integrated_gradients")
         if ig:
             run["integrated_gradients"] = {
