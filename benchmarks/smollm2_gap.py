@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PANELS = ["a", "b", "c", "e", "f", "g", "h", "i", "j", "k", "l", "m", "uniform", "flat"]
+PANELS = ["a", "b", "c", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "uniform", "flat"]
 COLOURS = {"grad": "C3", "gradxinput": "C0", "ig": "C4", "occlusion-kl": "C1", "occlusion-logp": "C2"}
 
 
@@ -54,8 +54,8 @@ def command(
 
 
 def sink_fit_digest(report: dict) -> dict:
-    """The fit of ``validate --sink-fit`` (in sample, labelled so) and, per scored length and view, row (m)'s
-    out-of-sample W1 against flat's for every measure, as records and one sentence per view."""
+    """The fit of ``validate --sink-fit`` (in sample, labelled so) and, per scored length and view, rows (l), (m)
+    and the control (n) against flat for every measure (out of sample), as records and one line per view."""
     fit = report["sink_fit"]
     out: dict = {
         "fit": [
@@ -66,6 +66,8 @@ def sink_fit_digest(report: dict) -> dict:
                 "in_sample_w1_m": f"{m['in_sample_w1']:.3f}",
                 "in_sample_w1_l": f"{m['in_sample_w1_c_1']:.3f}",
                 "in_sample_w1_flat": f"{m['in_sample_w1_flat']:.3f}",
+                "c_control": f"{m['control']['c']:.3f}",
+                "in_sample_w1_control": f"{m['control']['in_sample_w1']:.3f}",
             }
             for name, m in fit["measures"].items()
         ],
@@ -76,7 +78,7 @@ def sink_fit_digest(report: dict) -> dict:
         for view, block in report["matrix"][n].items():
             rows = []
             for name, col in block.items():
-                for key in ("l", "m"):
+                for key in ("l", "m", "n"):
                     r = col[key]
                     rows.append(
                         {
@@ -91,8 +93,9 @@ def sink_fit_digest(report: dict) -> dict:
                         }
                     )
             out.setdefault(f"test_{view}", []).extend(rows)
-            won = sorted(f"N = {n} {name}" for name, col in block.items() if col["m"].get("beats_flat"))
-            out.setdefault(f"test_{view}_m_beats_flat", []).extend(won)
+            for key in ("m", "n"):
+                won = sorted(f"N = {n} {name}" for name, col in block.items() if col[key].get("beats_flat"))
+                out.setdefault(f"test_{view}_{key}_beats_flat", []).extend(won)
     for key in [k for k in out if k.endswith("_beats_flat")]:
         out[key] = "; ".join(out[key]) or "none"
     return out

@@ -61,10 +61,11 @@ PANELS = {
     "k": "residual-norm kernels (residual and norm folded in), lambda = 1",
     "l": "measured kernels, sink keys moved to the diagonal (C8), measured lambda",
     "m": "as (l) with c lambda, c fitted per measure on disjoint windows (out of sample)",
+    "n": "control: (e) with c lambda, c fitted as for (m), no sink transform (out of sample)",
     "uniform": "baseline: uniform attention (causal: Cesàro), measured lambda",
     "flat": "baseline: flat 1/N",
 }
-PREDICTIONS = ("f", "g", "h", "i", "j", "k", "l", "m", "uniform", "flat")
+PREDICTIONS = ("f", "g", "h", "i", "j", "k", "l", "m", "n", "uniform", "flat")
 BASELINES = ("uniform", "flat")
 
 

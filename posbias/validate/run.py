@@ -70,7 +70,7 @@ def validate(
     before any weight is read when a length, the memory or the text does not allow it. Every prediction is
     scored against every influence measure the backend's options ask for, with ``bootstrap`` intervals
     (``posbias.validate.matrix``; default ``Bootstrap()``); a row's ``beats_flat`` is decided on the interval.
-    ``sink_fit``: a sink set K for the rows (l) and (m) of ``posbias.validate.sink_fit`` (c fitted on windows
+    ``sink_fit``: a sink set K for the rows (l), (m) and (n) of ``posbias.validate.sink_fit`` (c fitted on windows
     disjoint from every scored one, at the smallest length), None to leave them out."""
     from posbias.io.files import check_out, write_run
     from posbias.io.output import position_csv
@@ -109,7 +109,7 @@ def validate(
         fitted = {}
         if fit_set is not None:
             panels["l"], fitted, over = sf.length_rows(m, fit_set.sinks, fits, causal=backend.causal)
-            clipped += [f"N = {n}, {name}" for name in over]
+            clipped += [f"N = {n}, {where}" for where in over]
         panels["d"] = m.influence
         keys = [k for k in PREDICTIONS + VARIANT_PREDICTIONS if k in panels]
         scored = {k: panels[k] for k in keys if k != "flat"}
@@ -133,8 +133,7 @@ def validate(
         for key in [*"abcde", *VARIANT_PREDICTIONS]:
             if key in panels:
                 texts[f"profiles/{n}/{key}.csv"] = position_csv(probability=panels[key])
-        for name, profile_m in fitted.items():
-            texts[f"profiles/{n}/m-{name}.csv"] = position_csv(probability=profile_m)
+        texts.update(sf.profile_files(n, fitted))
         for name, scores in m.scores.items():
             if name != "grad":  # (d) is the gradient norm's profile
                 probability, sem = influence_profile(scores)

@@ -3,12 +3,14 @@ THEORY.md"; proofs/C8.md), scored out of sample.
 
 (l) the measured kernels under S_K (in every row outside the sink set K the mass on K's keys moved to the
     diagonal: ``posbias.numerics.sink_transform``), rolled out with the measured lambda_t;
-(m) the same with an effective mixing strength, lambda_t -> c lambda_t: one scalar c per influence measure.
+(m) the same with an effective mixing strength, lambda_t -> c lambda_t: one scalar c per influence measure;
+(n) the control: the plain rollout of the measured kernels (e) with c lambda_t, c fitted the same way, so that
+    what (m) gains over flat can be told apart from what one fitted scalar gains by itself.
 
 The fit. c is fitted on a *fit set*: S windows at the fit length N_fit (the smallest of --lengths) that share
 no text position with any scored window at any length (``Backend.fit_windows``,
 ``posbias.lm.data.disjoint_sequences``). For each measure, c minimises W1/(N_fit - 1) between the fit set's
-measured profile and the (m) profile over [0, c_max], c_max = 1 / max_t lambda_t (so every c lambda_t <= 1):
+measured profile and the (m) (or (n)) profile over [0, c_max], c_max = 1 / max_t lambda_t (so every c lambda_t <= 1):
 a grid of ``GRID`` points, then a bounded Brent refinement inside the best grid cell
 (``scipy.optimize.minimize_scalar``). A c within ``EDGE`` c_max of either end is refused in one line: the
 structure does not fit that measure (c = 0 is no mixing at all, the profile e_{N-1}; c = c_max saturates the
@@ -78,16 +80,19 @@ def check_sinks(sinks: tuple[int, ...], lengths) -> tuple[int, ...]:
 def sink_profile(kernels, lambdas, sinks, *, causal: bool = True, strength: float = 1.0) -> tuple[np.ndarray, bool]:
     """(the profile of S_K(kernels) rolled out with min(1, strength lambda_t), whether any layer was clipped).
     By C8(c) no position outside K reaches K, so the rollout runs on J, the positions outside K (each row of the
-    transformed kernels restricted to J sums to 1), and the profile is exactly 0 on K."""
+    transformed kernels restricted to J sums to 1), and the profile is exactly 0 on K. An empty ``sinks``: the
+    plain rollout of the kernels (row (n))."""
     from posbias.numerics.sink_transform import sink_to_diagonal
     from posbias.validate.panels import kernel_profile
 
     k = np.asarray(kernels, np.float64)
     k = k / k.sum(axis=-1, keepdims=True)
-    n = k.shape[-1]
-    rest = np.setdiff1d(np.arange(n), np.asarray(sinks))
     lam = strength * np.asarray(lambdas, np.float64)
     clipped = bool(np.any(lam > 1.0))
+    if not len(sinks):
+        return kernel_profile(k, np.minimum(lam, 1.0), causal=causal, label="n"), clipped
+    n = k.shape[-1]
+    rest = np.setdiff1d(np.arange(n), np.asarray(sinks))
     moved = sink_to_diagonal(k, sinks)[:, rest][:, :, rest]
     out = np.zeros(n)
     out[rest] = kernel_profile(moved, np.minimum(lam, 1.0), causal=causal, label="l, m")
@@ -129,19 +134,24 @@ def fit_strength(measured: np.ndarray, kernels, lambdas, sinks, *, causal: bool 
     )
 
 
-def fit_measures(measurement, sinks, *, causal: bool = True) -> dict[str, StrengthFit]:
-    """Measure name -> its ``StrengthFit`` on the fit set's ``measurement`` (every influence measure taken)."""
-    out = {}
+FITTED = ("m", "n")
+"""The fitted rows: (m) with the sink set, (n) the control without it."""
+
+
+def fit_measures(measurement, sinks, *, causal: bool = True) -> dict[str, dict[str, StrengthFit]]:
+    """Row ("m", "n") -> measure name -> its ``StrengthFit`` on the fit set's ``measurement``."""
+    out: dict[str, dict[str, StrengthFit]] = {row: {} for row in FITTED}
     for name, scores in measurement.scores.items():
         measured, _ = influence_profile(np.asarray(scores, np.float64))
-        out[name] = fit_strength(
-            measured,
-            measurement.kernels,
-            measurement.lambdas,
-            sinks,
-            causal=causal,
-            what=f" to {name} at N = {measurement.num_tokens}",
-        )
+        for row, keys in zip(FITTED, (sinks, ())):
+            out[row][name] = fit_strength(
+                measured,
+                measurement.kernels,
+                measurement.lambdas,
+                keys,
+                causal=causal,
+                what=f" for ({row}) to {name} at N = {measurement.num_tokens}",
+            )
     return out
 
 
@@ -163,7 +173,7 @@ class FitSet:
         ids, offsets = backend.fit_windows(length, samples, tuple(lengths))
         return cls(sinks, length, ids, offsets)
 
-    def fit(self, measurer, plans: dict, *, show: bool = True, causal: bool = True) -> dict[str, StrengthFit]:
+    def fit(self, measurer, plans: dict, *, show: bool = True, causal: bool = True) -> dict[str, dict]:
         """Measure the fit set at its length (its own progress bar) and fit c to every influence measure."""
         from posbias.measure.pipeline import measure_lengths
 
@@ -172,7 +182,7 @@ class FitSet:
         return fit_measures(m, self.sinks, causal=causal)
 
 
-def fit_report(fits: dict[str, StrengthFit], fit_set: FitSet) -> dict:
+def fit_report(fits: dict[str, dict[str, StrengthFit]], fit_set: FitSet) -> dict:
     """report.json's ``sink_fit``: the sink set, the split (the fit windows' text offsets), and per measure c with
     its range and the in-sample W1 (labelled in-sample)."""
     return {
@@ -188,41 +198,58 @@ def fit_report(fits: dict[str, StrengthFit], fit_set: FitSet) -> dict:
                 "in_sample_w1": f.w1,
                 "in_sample_w1_c_1": f.w1_plain,
                 "in_sample_w1_flat": f.w1_flat,
+                "control": {"c": fits["n"][name].c, "in_sample_w1": fits["n"][name].w1},
             }
-            for name, f in fits.items()
+            for name, f in fits["m"].items()
         },
     }
 
 
-def length_rows(measurement, sinks, fits: dict[str, StrengthFit], *, causal: bool = True):
-    """One scored length's (l) profile, (m)'s profile per measure (its c with the lambda_t measured here), and the
-    measures whose c lambda_t was clipped at 1."""
+def length_rows(measurement, sinks, fits: dict[str, dict[str, StrengthFit]], *, causal: bool = True):
+    """One scored length's (l) profile, the fitted rows' profiles (row -> measure -> profile, each with its c and
+    the lambda_t measured here), and where c lambda_t was clipped at 1 ("(m) grad", ...)."""
     m = measurement
     plain, _ = sink_profile(m.kernels, m.lambdas, sinks, causal=causal)
-    fitted, clipped = {}, []
-    for name, fit in fits.items():
-        fitted[name], over = sink_profile(m.kernels, m.lambdas, sinks, causal=causal, strength=fit.c)
-        if over:
-            clipped.append(name)
+    fitted: dict[str, dict[str, np.ndarray]] = {row: {} for row in fits}
+    clipped = []
+    for row, by_measure in fits.items():
+        keys = sinks if row == "m" else ()
+        for name, fit in by_measure.items():
+            fitted[row][name], over = sink_profile(m.kernels, m.lambdas, keys, causal=causal, strength=fit.c)
+            if over:
+                clipped.append(f"({row}) {name}")
     return plain, fitted, clipped
 
 
-def add_fitted_rows(matrix: dict, fitted: dict[str, np.ndarray], scores: dict, bootstrap, num_tokens: int) -> None:
-    """Put row (m) into ``matrix`` (``posbias.validate.matrix.score_matrix``'s view -> measure -> prediction), for
-    each measure its own profile, scored with the same resamples as the rest, ahead of the baselines."""
+def add_fitted_rows(matrix: dict, fitted: dict[str, dict[str, np.ndarray]], scores: dict, bootstrap, num_tokens: int):
+    """Put the fitted rows ((m), (n)) into ``matrix`` (``posbias.validate.matrix.score_matrix``'s view -> measure ->
+    prediction), for each measure its own profile, scored with the same resamples as the rest, ahead of the
+    baselines."""
     from posbias.validate.matrix import score_matrix
     from posbias.validate.panels import BASELINES
 
-    for name, profile in fitted.items():
-        extra = score_matrix({"m": profile}, {name: scores[name]}, bootstrap, num_tokens=num_tokens)
-        for view, columns in extra.items():
-            if name not in columns:
-                continue
-            rows = matrix[view][name]
-            ordered = {k: v for k, v in rows.items() if k not in BASELINES}
-            ordered["m"] = columns[name]["m"]
-            ordered.update({k: v for k, v in rows.items() if k in BASELINES})
-            matrix[view][name] = ordered
+    for row, by_measure in fitted.items():
+        for name, profile in by_measure.items():
+            extra = score_matrix({row: profile}, {name: scores[name]}, bootstrap, num_tokens=num_tokens)
+            for view, columns in extra.items():
+                if name not in columns:
+                    continue
+                rows = matrix[view][name]
+                ordered = {k: v for k, v in rows.items() if k not in BASELINES}
+                ordered[row] = columns[name][row]
+                ordered.update({k: v for k, v in rows.items() if k in BASELINES})
+                matrix[view][name] = ordered
+
+
+def profile_files(num_tokens: int, fitted: dict[str, dict[str, np.ndarray]]) -> dict[str, str]:
+    """profiles/<N>/<row>-<measure>.csv of the fitted rows (the written form of every other panel)."""
+    from posbias.io.output import position_csv
+
+    return {
+        f"profiles/{num_tokens}/{row}-{name}.csv": position_csv(probability=profile)
+        for row, by_measure in fitted.items()
+        for name, profile in by_measure.items()
+    }
 
 
 def notes(report: dict, clipped: list[str]) -> tuple[str, ...]:
@@ -231,8 +258,8 @@ def notes(report: dict, clipped: list[str]) -> tuple[str, ...]:
     out = (
         f"Rows (l) and (m): sink set K = {{{', '.join(map(str, report['sinks']))}}} moved to the diagonal (C8); "
         f"(m)'s c fitted per measure ({fitted}) on {report['fit_samples']} windows of N = {report['fit_length']} "
-        "that share no text position with any scored window, so every (m) score here is out of sample; the "
-        "in-sample fit is in report.json's sink_fit.",
+        "that share no text position with any scored window, so every (m) score here is out of sample; (n), the "
+        "control, is (e) with c lambda_t fitted the same way; the in-sample fits are in report.json's sink_fit.",
     )
     if clipped:
         out += (f"(m): c lambda_t exceeded 1 and was clipped at 1 in some layer at {'; '.join(clipped)}.",)
@@ -248,12 +275,13 @@ def markdown(report: dict) -> list[str]:
         f"{', '.join(map(str, report['fit_window_offsets']))}, disjoint from every scored window. These W1/(N-1) "
         "are in sample (the fit's own windows); the scores of (m) in the tables above are out of sample.",
         "",
-        "| measure | c | range | W1 (m), in sample | W1 (l), c = 1 | W1 flat |",
-        "|---|---|---|---|---|---|",
+        "| measure | c of (m) | range | W1 (m), in sample | W1 (l), c = 1 | c of (n) | W1 (n), in sample | W1 flat |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, m in report["measures"].items():
         lines.append(
             f"| {name} | {m['c']:.4f} | [0, {m['c_range'][1]:.4f}] | {m['in_sample_w1']:.5f} | "
-            f"{m['in_sample_w1_c_1']:.5f} | {m['in_sample_w1_flat']:.5f} |"
+            f"{m['in_sample_w1_c_1']:.5f} | {m['control']['c']:.4f} | {m['control']['in_sample_w1']:.5f} | "
+            f"{m['in_sample_w1_flat']:.5f} |"
         )
     return [*lines, ""]

@@ -32,12 +32,13 @@ def _kernels(seed: int, t: int = 3, n: int = 12) -> tuple[np.ndarray, np.ndarray
     return k / k.sum(-1, keepdims=True), rng.uniform(0.2, 0.6, t)
 
 
-@pytest.mark.parametrize("sinks", [(0,), (0, 1), (2, 5)])
+@pytest.mark.parametrize("sinks", [(0,), (0, 1), (2, 5), ()])
 def test_the_sink_profile_is_the_last_row_of_the_dense_transformed_product(sinks):
+    """() is the control (n): the plain rollout, no transform."""
     k, lam = _kernels(1)
     for c in (1.0, 0.4):
         got, clipped = sf.sink_profile(k, lam, sinks, strength=c)
-        dense = rollout(sink_to_diagonal(k, sinks), c * lam)[-1]
+        dense = rollout(sink_to_diagonal(k, sinks) if sinks else k, c * lam)[-1]
         assert not clipped and np.allclose(got, dense, atol=1e-13, rtol=0)
         assert np.all(got[list(sinks)] == 0) and abs(got.sum() - 1) < 1e-12
 
@@ -130,6 +131,7 @@ def test_the_report_states_the_split_and_the_in_sample_fit(written):
     assert set(fit["measures"]) == {"grad", "gradxinput", "occlusion-logp", "occlusion-kl"}
     for m in fit["measures"].values():
         assert 0 < m["c"] < m["c_range"][1] and m["in_sample_w1"] <= m["in_sample_w1_c_1"] + 1e-12
+        assert 0 < m["control"]["c"] < m["c_range"][1]
     text = (written / "report.md").read_text()
     assert "## Sink-aware fit (in sample)" in text and "out of sample" in text
 
@@ -150,15 +152,16 @@ def test_the_fit_windows_are_disjoint_from_the_scored_ones(written):
     assert len(fitted) == 4 * (16 - shift) and not scored & fitted
 
 
-def test_the_m_rows_are_each_measures_own_profile_scored_out_of_sample(written):
+def test_the_fitted_rows_are_each_measures_own_profile_scored_out_of_sample(written):
     report = json.loads((written / "report.json").read_text())
     for n in ("16", "24"):
         for name in ("grad", "gradxinput", "occlusion-logp", "occlusion-kl"):
-            q = _read(written / "profiles" / n / f"m-{name}.csv")
             measured = _read(written / "profiles" / n / ("d.csv" if name == "grad" else f"d-{name}.csv"))
-            row = report["matrix"][n]["all"][name]["m"]
-            assert row["w1"] == pytest.approx(_w1(measured, q), abs=1e-12)
-            assert list(report["matrix"][n]["all"][name])[-2:] == ["uniform", "flat"]
+            for row in ("m", "n"):
+                q = _read(written / "profiles" / n / f"{row}-{name}.csv")
+                cell = report["matrix"][n]["all"][name][row]
+                assert cell["w1"] == pytest.approx(_w1(measured, q), abs=1e-12)
+            assert list(report["matrix"][n]["all"][name])[-4:] == ["m", "n", "uniform", "flat"]
         assert report["lengths"][n]["m"]["w1"] == report["matrix"][n]["all"]["grad"]["m"]["w1"]
         l_profile = _read(written / "profiles" / n / "l.csv")
         assert l_profile[0] == 0 and abs(l_profile.sum() - 1) < 1e-12
