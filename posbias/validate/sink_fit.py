@@ -100,7 +100,8 @@ def sink_profile(kernels, lambdas, sinks, *, causal: bool = True, strength: floa
 
 
 def fit_strength(measured: np.ndarray, kernels, lambdas, sinks, *, causal: bool = True, what: str = "") -> StrengthFit:
-    """c minimising W1(measured, (m) with c) over [0, c_max] (module docstring); an edge c is refused."""
+    """c minimising W1(measured, the row's profile with c) over [0, c_max] (module docstring: (m) with ``sinks``,
+    the control (n) with none); an edge c is refused."""
     from scipy.optimize import minimize_scalar
 
     from posbias.distances import w1
@@ -122,7 +123,7 @@ def fit_strength(measured: np.ndarray, kernels, lambdas, sinks, *, causal: bool 
     if c <= EDGE * c_max or c >= (1 - EDGE) * c_max:
         raise UserError(
             f"--sink-fit: the effective mixing strength fitted{what} lies at the edge of its range [0, {c_max:.4g}] "
-            f"(c = {c:.4g}): the sink-aware rollout does not fit this measure"
+            f"(c = {c:.4g}): this rollout does not fit the measure"
         )
     n = len(measured)
     return StrengthFit(
