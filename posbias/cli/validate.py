@@ -79,13 +79,13 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--sink-fit",
         action="store_true",
-        help="add rows (l), the measured kernels with the sink keys moved to the diagonal (C8), and (m), the same "
+        help="add rows (l), the measured kernels with the sink keys moved to the diagonal (C8); (m), the same "
         "with c lambda_t, c fitted per influence measure on windows of the smallest length that share no text "
-        "position with any scored window (scored out of sample)",
+        "position with any scored window (scored out of sample); and (n), the control: (e) with c lambda_t "
+        "fitted the same way",
     )
     p.add_argument(
         "--sinks",
-        default="0",
         help="with --sink-fit: the sink set K, comma-separated key positions inside every window (default 0)",
     )
     p.add_argument("--out", type=argtypes.path, help="output folder (default: posbias-out)")
@@ -102,10 +102,10 @@ def run(args) -> int:
     bootstrap = Bootstrap(resamples=args.resamples, seed=args.seed)
     sink_fit = None
     if args.sink_fit:
-        from posbias.validate.sink_fit import parse_sinks
+        from posbias.validate.sink_fit import DEFAULT_SINKS, parse_sinks
 
-        sink_fit = parse_sinks(args.sinks)
-    elif args.sinks != "0":
+        sink_fit = DEFAULT_SINKS if args.sinks is None else parse_sinks(args.sinks)
+    elif args.sinks is not None:
         raise UserError("--sinks applies with --sink-fit")
     if args.checkpoint is not None and not args.checkpoint.exists():
         raise UserError(f"--checkpoint {args.checkpoint}: no such file or folder")

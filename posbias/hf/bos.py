@@ -71,8 +71,15 @@ def windows(
             if n < 2:
                 raise MeasureError(f"{flag} N = {n}: a window with a BOS token needs N >= 2")
             text_part = data.windows(ids, n - 1, samples, label, f"{flag} N - 1 (after the BOS token) =")
-            out[n] = np.concatenate([np.full((len(text_part), 1), bos, np.int32), text_part], axis=1)
+            out[n] = with_bos(text_part, bos)
     return out
+
+
+def with_bos(text_part: np.ndarray, bos: int | None) -> np.ndarray:
+    """(S, n) text-token windows with the BOS token put in front of each ((S, n + 1)), or as they are (None)."""
+    if bos is None:
+        return text_part
+    return np.concatenate([np.full((len(text_part), 1), bos, np.int32), text_part], axis=1)
 
 
 def fit_windows(
@@ -86,6 +93,4 @@ def fit_windows(
     ids = np.asarray(tokenizer.encode(text, add_special_tokens=False).ids, np.int64)
     shift = 0 if bos is None else 1
     text_part, starts = disjoint_sequences(ids, fit_length - shift, samples, tuple(n - shift for n in lengths))
-    if bos is None:
-        return text_part, starts
-    return np.concatenate([np.full((len(text_part), 1), bos, np.int32), text_part], axis=1), starts
+    return with_bos(text_part, bos), starts

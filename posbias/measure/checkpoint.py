@@ -76,6 +76,17 @@ def text_windows(tokenizer, config: dict, text: tuple[str, str], mode: str, wher
     return bos.windows(tokenizer, text[0], lengths, samples, text[1], first, flag)
 
 
+def text_fit_windows(
+    tokenizer, config: dict, text: tuple[str, str], mode: str, where: str, fit_length, samples, lengths
+):
+    """``Backend.fit_windows`` of both checkpoint backends: (S, N_fit) windows laid out as ``text_windows`` lays
+    them that share no text position with any of its windows for ``lengths``, and their text offsets."""
+    from posbias.hf import bos
+
+    first = bos.bos_id(tokenizer, config, mode, where)
+    return bos.fit_windows(tokenizer, text[0], fit_length, samples, lengths, text[1], first)
+
+
 class CheckpointBackend:
     """A checkpoint opened by ``posbias.hf.source.open_checkpoint`` (config checked, no tensor read)."""
 
@@ -150,12 +161,18 @@ class CheckpointBackend:
         )
 
     def fit_windows(self, fit_length, samples, lengths):
-        from posbias.hf import bos
-
         if self._tokenizer is None:
             self._tokenizer = self.ck.tokenizer()
-        first = bos.bos_id(self._tokenizer, self.ck.config, self.options.bos, str(self.ck.folder))
-        return bos.fit_windows(self._tokenizer, self.text[0], fit_length, samples, lengths, self.text[1], first)
+        return text_fit_windows(
+            self._tokenizer,
+            self.ck.config,
+            self.text,
+            self.options.bos,
+            str(self.ck.folder),
+            fit_length,
+            samples,
+            lengths,
+        )
 
     def plan(self, lengths, samples, extra):
         from posbias.hf import checkpoint

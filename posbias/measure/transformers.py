@@ -17,7 +17,7 @@ import numpy as np
 
 from posbias.errors import UserError
 from posbias.measure.backend import Options, Plan
-from posbias.measure.checkpoint import text_windows
+from posbias.measure.checkpoint import text_fit_windows, text_windows
 from posbias.measure.defaults import DEFAULT_TOKENS, default_lengths
 from posbias.measure.quantities import MeasureError
 
@@ -102,10 +102,10 @@ class TransformersBackend:
         return text_windows(self.tokenizer, config, self.text, self.options.bos, str(self.path), lengths, samples, flag)
 
     def fit_windows(self, fit_length, samples, lengths):
-        from posbias.hf import bos
-
-        first = bos.bos_id(self.tokenizer, self.config.to_dict(), self.options.bos, str(self.path))
-        return bos.fit_windows(self.tokenizer, self.text[0], fit_length, samples, lengths, self.text[1], first)
+        config = self.config.to_dict()
+        return text_fit_windows(
+            self.tokenizer, config, self.text, self.options.bos, str(self.path), fit_length, samples, lengths
+        )
 
     def plan(self, lengths, samples, extra):
         from posbias.hf.torch_backend import LAYOUTS, Loaded, bytes_per_sequence

@@ -165,3 +165,15 @@ def test_the_fitted_rows_are_each_measures_own_profile_scored_out_of_sample(writ
         assert report["lengths"][n]["m"]["w1"] == report["matrix"][n]["all"]["grad"]["m"]["w1"]
         l_profile = _read(written / "profiles" / n / "l.csv")
         assert l_profile[0] == 0 and abs(l_profile.sum() - 1) < 1e-12
+
+
+def test_every_backend_cuts_the_same_fit_set():
+    """The transformers route measures the same fit windows as the JAX route (one shared cutting rule)."""
+    from posbias.measure.backend import Options
+    from posbias.measure.pipeline import open_backend
+
+    cut = [
+        open_backend(FIXTURES / "llama", Options(verb="validated"), backend).fit_windows(16, 4, (16, 24))
+        for backend in ("jax", "transformers")
+    ]
+    assert np.array_equal(cut[0][0], cut[1][0]) and np.array_equal(cut[0][1], cut[1][1])
