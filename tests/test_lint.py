@@ -5,6 +5,7 @@ pyright (basic mode) on the library's numerics/ and theorem/ folders,
 resolved as the installed posbias.numerics / posbias.theorem through the .pyright symlink tree.
 """
 
+import functools
 import json
 import subprocess
 import sys
@@ -35,8 +36,9 @@ def test_ruff_format_changes_nothing():
 PYRIGHT_FOLDERS = ("numerics", "theorem")
 
 
+@functools.cache
 def _pyright_report() -> dict:
-    """pyright on numerics/ and theorem/ in one run (the start-up and the analysis of shared dependencies
+    """pyright on numerics/ and theorem/ in one run, cached (the start-up and the analysis of shared dependencies
     are half of it), with this interpreter's packages (not whatever .venv holds)."""
     done = subprocess.run(
         [str(_tool("pyright")), "--outputjson", "--pythonpath", sys.executable, *PYRIGHT_FOLDERS],
