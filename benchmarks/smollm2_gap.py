@@ -55,7 +55,9 @@ def command(
 
 def sink_fit_digest(report: dict) -> dict:
     """The fit of ``validate --sink-fit`` (in sample, labelled so) and, per scored length and view, rows (l), (m)
-    and the control (n) against flat for every measure (out of sample), as records and one line per view."""
+    and the control (n) against flat for every measure (out of sample), and the paired differences (l), (m), (n)
+    minus the plain rollout (e) and (m) minus (n) with their intervals (a star: the whole interval below 0), as
+    records and one line per view and comparison."""
     fit = report["sink_fit"]
     out: dict = {
         "fit": [
@@ -93,10 +95,27 @@ def sink_fit_digest(report: dict) -> dict:
                         }
                     )
             out.setdefault(f"test_{view}", []).extend(rows)
+            out.setdefault(f"versus_{view}", []).extend(
+                {
+                    "N": n,
+                    "measure": name,
+                    "row": f"({key})",
+                    "minus": f"({ref})",
+                    "difference": "{:.3f} [{:.3f}, {:.3f}]{}".format(
+                        d["w1_minus"], *d["w1_minus_ci"], " ★" if d["lower"] else ""
+                    ),
+                }
+                for name, col in block.items()
+                for key in ("l", "m", "n")
+                for ref, d in col[key].get("versus", {}).items()
+            )
+            for key, ref in (("m", "n"), ("m", "e"), ("n", "e")):
+                lower = sorted(f"N = {n} {name}" for name, col in block.items() if col[key]["versus"][ref]["lower"])
+                out.setdefault(f"versus_{view}_{key}_below_{ref}", []).extend(lower)
             for key in ("m", "n"):
                 won = sorted(f"N = {n} {name}" for name, col in block.items() if col[key].get("beats_flat"))
                 out.setdefault(f"test_{view}_{key}_beats_flat", []).extend(won)
-    for key in [k for k in out if k.endswith("_beats_flat")]:
+    for key in [k for k in out if k.endswith("_beats_flat") or "_below_" in k]:
         out[key] = "; ".join(out[key]) or "none"
     return out
 

@@ -122,40 +122,48 @@ def _spearman(ranks_p: np.ndarray, ranks_q: np.ndarray) -> np.ndarray:
         return np.where(denom > 0, (ranks_p @ ranks_q) / np.where(denom > 0, denom, 1.0), np.nan)
 
 
-def _scores(point: np.ndarray, resampled: np.ndarray, q: np.ndarray, flat_w1: tuple, bootstrap: Bootstrap) -> dict:
-    """One prediction q against one measured profile: point scores, their intervals and the flat decision."""
+def _scores(point: np.ndarray, resampled: np.ndarray, q: np.ndarray, bootstrap: Bootstrap) -> tuple[dict, np.ndarray]:
+    """One prediction q against one measured profile: point scores and their intervals, and the (B,) resampled W1
+    (for the paired differences)."""
     rq = _centred_ranks(q)[0]
-    w1_point, w1_b = float(_w1(point, q)), _w1(resampled, q)
-    tv_point, tv_b = float(_tv(point, q)), _tv(resampled, q)
+    w1_b, tv_b = _w1(resampled, q), _tv(resampled, q)
     rho_point = float(_spearman(_centred_ranks(point), rq)[0])
     rho_b = _spearman(_centred_ranks(resampled), rq)
-    flat_point, flat_b = flat_w1
-    difference = w1_b - flat_b
     row = {
-        "w1": w1_point,
+        "w1": float(_w1(point, q)),
         "w1_ci": bootstrap.interval(w1_b),
         "spearman": None if np.isnan(rho_point) else rho_point,
         "spearman_ci": None if np.isnan(rho_b).any() else bootstrap.interval(rho_b),
-        "tv": tv_point,
+        "tv": float(_tv(point, q)),
         "tv_ci": bootstrap.interval(tv_b),
-        "w1_minus_flat": w1_point - flat_point,
-        "w1_minus_flat_ci": bootstrap.interval(difference),
     }
-    row["beats_flat"] = bool(row["w1_minus_flat_ci"][1] < 0)
-    return row
+    return row, w1_b
+
+
+def _difference(row: dict, w1_b: np.ndarray, reference: dict, reference_b: np.ndarray, bootstrap: Bootstrap) -> dict:
+    """W1 of a row minus W1 of a reference row, paired over the same resamples; ``lower`` when the whole interval
+    lies below 0."""
+    interval = bootstrap.interval(w1_b - reference_b)
+    return {"w1_minus": row["w1"] - reference["w1"], "w1_minus_ci": interval, "lower": bool(interval[1] < 0)}
 
 
 def score_matrix(
-    predictions: dict[str, np.ndarray],
+    predictions: dict[str, np.ndarray | dict[str, np.ndarray]],
     measures: dict[str, np.ndarray],
     bootstrap: Bootstrap,
     *,
     num_tokens: int,
+    versus: dict[str, tuple[str, ...]] | None = None,
 ) -> dict[str, dict[str, dict[str, dict]]]:
-    """view -> measure -> prediction -> scores (module docstring): ``predictions`` name -> (N,) profiles
-    (the flat one is added if absent and scored too), ``measures`` name -> (S, N) per-sequence scores."""
+    """view -> measure -> prediction -> scores (module docstring): ``predictions`` name -> an (N,) profile, or
+    measure name -> (N,) profile for a prediction fitted to each measure separately (scored against that measure
+    only); the flat one is added if absent and scored too; ``measures`` name -> (S, N) per-sequence scores.
+    Every row has ``w1_minus_flat`` with its interval and ``beats_flat``; ``versus`` maps a prediction to other
+    predictions it is compared with the same way (``versus`` -> reference -> ``w1_minus``, ``w1_minus_ci``,
+    ``lower``), e.g. a sink-aware row against the plain rollout."""
     n = num_tokens
     predictions = {**predictions, "flat": np.full(n, 1.0 / n)}
+    versus = versus or {}
     out: dict[str, dict] = {view: {} for view in VIEWS}
     for name, scores in measures.items():
         scores = np.asarray(scores, np.float64)
@@ -164,17 +172,29 @@ def score_matrix(
         counts = bootstrap.counts(scores.shape[0], n)
         point = normalised(scores.mean(axis=0), f"influence {name!r}")
         resampled = normalised(counts @ scores, f"influence {name!r} (a bootstrap resample)")
+        profiles = {k: q if not isinstance(q, dict) else q.get(name) for k, q in predictions.items()}
+        profiles = {k: np.asarray(q, np.float64) for k, q in profiles.items() if q is not None}
         for view, start in zip(VIEWS, (0, 1)):
             if start >= n:
                 continue
             p, rs = (point, resampled) if start == 0 else (restrict(point, start), restrict(resampled, start))
-            flat = np.full(n - start, 1.0 / (n - start))
-            flat_w1 = (float(_w1(p, flat)), _w1(rs, flat))
-            out[view][name] = {
-                key: _scores(p, rs, q if start == 0 else restrict(q, start), flat_w1, bootstrap)
-                for key, q in predictions.items()
+            scored = {
+                k: _scores(p, rs, q if start == 0 else restrict(q, start), bootstrap) for k, q in profiles.items()
             }
-            del out[view][name]["flat"]["beats_flat"]
+            flat, flat_b = scored["flat"]
+            rows = {}
+            for key, (row, w1_b) in scored.items():
+                if key != "flat":
+                    to_flat = _difference(row, w1_b, flat, flat_b, bootstrap)
+                    row.update(w1_minus_flat=to_flat["w1_minus"], w1_minus_flat_ci=to_flat["w1_minus_ci"])
+                    row["beats_flat"] = to_flat["lower"]
+                else:
+                    row.update(w1_minus_flat=0.0, w1_minus_flat_ci=[0.0, 0.0])
+                references = [r for r in versus.get(key, ()) if r in scored]
+                if references:
+                    row["versus"] = {r: _difference(row, w1_b, *scored[r], bootstrap) for r in references}
+                rows[key] = row
+            out[view][name] = rows
     return out
 
 

@@ -118,7 +118,37 @@ def matrix_markdown(matrix: dict) -> list[str]:
         winners = sorted({f"({k}) vs {m}" for m in measures for k, r in by_measure[m].items() if r.get("beats_flat")})
         where = VIEW_TITLES[view].split(" (")[0]
         lines += ["", f"Beats flat ({where}): {', '.join(winners) if winners else 'none'}.", ""]
+        lines += versus_markdown(by_measure, where)
     return lines
+
+
+def versus_markdown(by_measure: dict, where: str) -> list[str]:
+    """The paired comparisons of one view (``posbias.validate.matrix.score_matrix``'s ``versus``): W1 of a row
+    minus W1 of its reference, with the interval; "lower" when the whole interval lies below 0."""
+    measures = list(by_measure)
+    pairs = list(
+        dict.fromkeys((k, ref) for m in measures for k, r in by_measure[m].items() for ref in r.get("versus", {}))
+    )
+    if not pairs:
+        return []
+    lines = [
+        f"W1/(N-1) of a row minus its reference's, paired over the same resamples [interval], {where}:",
+        "",
+        "| row | minus | " + " | ".join(measures) + " |",
+        "|---|---|" + "---|" * len(measures),
+    ]
+    for key, ref in pairs:
+        cells = []
+        for m in measures:
+            d = by_measure[m].get(key, {}).get("versus", {}).get(ref)
+            cells.append(
+                "—"
+                if d is None
+                else f"{d['w1_minus']:.4f} [{d['w1_minus_ci'][0]:.4f}, {d['w1_minus_ci'][1]:.4f}]"
+                + (" **lower**" if d["lower"] else "")
+            )
+        lines.append(f"| ({key}) | ({ref}) | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def shape_markdown(shape: dict) -> list[str]:

@@ -111,11 +111,10 @@ def validate(
             panels["l"], fitted, over = sf.length_rows(m, fit_set.sinks, fits, causal=backend.causal)
             clipped += [f"N = {n}, {where}" for where in over]
         panels["d"] = m.influence
-        keys = [k for k in PREDICTIONS + VARIANT_PREDICTIONS if k in panels]
-        scored = {k: panels[k] for k in keys if k != "flat"}
-        matrices[str(n)] = score_matrix(scored, m.scores, bootstrap, num_tokens=n)
-        if fitted:
-            sf.add_fitted_rows(matrices[str(n)], fitted, m.scores, bootstrap, n)
+        keys = [k for k in PREDICTIONS + VARIANT_PREDICTIONS if k != "flat" and (k in panels or k in fitted)]
+        scored = {k: panels[k] for k in keys if k in panels}
+        rows = {k: fitted.get(k, panels.get(k)) for k in keys}  # (m), (n): one profile per measure
+        matrices[str(n)] = score_matrix(rows, m.scores, bootstrap, num_tokens=n, versus=sf.VERSUS)
         shape_reports[str(n)] = shapes(scored, m.scores, bootstrap)
         report[str(n)] = grad_rows(matrices[str(n)]["all"]["grad"])
         sinks[str(n)] = sink_diagnostics(m, causal=backend.causal)

@@ -137,6 +137,9 @@ def fit_strength(measured: np.ndarray, kernels, lambdas, sinks, *, causal: bool 
 
 FITTED = ("m", "n")
 """The fitted rows: (m) with the sink set, (n) the control without it."""
+VERSUS = {"l": ("e",), "m": ("e", "n"), "n": ("e",)}
+"""The paired comparisons ``posbias.validate.matrix.score_matrix`` adds to the sink-aware rows: each against the
+plain rollout of the measured kernels (e), and (m) against its control (n)."""
 
 
 def fit_measures(measurement, sinks, *, causal: bool = True) -> dict[str, dict[str, StrengthFit]]:
@@ -220,26 +223,6 @@ def length_rows(measurement, sinks, fits: dict[str, dict[str, StrengthFit]], *, 
             if over:
                 clipped.append(f"({row}) {name}")
     return plain, fitted, clipped
-
-
-def add_fitted_rows(matrix: dict, fitted: dict[str, dict[str, np.ndarray]], scores: dict, bootstrap, num_tokens: int):
-    """Put the fitted rows ((m), (n)) into ``matrix`` (``posbias.validate.matrix.score_matrix``'s view -> measure ->
-    prediction), for each measure its own profile, scored with the same resamples as the rest, ahead of the
-    baselines."""
-    from posbias.validate.matrix import score_matrix
-    from posbias.validate.panels import BASELINES
-
-    for row, by_measure in fitted.items():
-        for name, profile in by_measure.items():
-            extra = score_matrix({row: profile}, {name: scores[name]}, bootstrap, num_tokens=num_tokens)
-            for view, columns in extra.items():
-                if name not in columns:
-                    continue
-                rows = matrix[view][name]
-                ordered = {k: v for k, v in rows.items() if k not in BASELINES}
-                ordered[row] = columns[name][row]
-                ordered.update({k: v for k, v in rows.items() if k in BASELINES})
-                matrix[view][name] = ordered
 
 
 def profile_files(num_tokens: int, fitted: dict[str, dict[str, np.ndarray]]) -> dict[str, str]:

@@ -78,6 +78,73 @@ def test_scores_and_intervals_equal_scipy_on_resampled_sequences(seed):
             assert got["beats_flat"] == (want["w1_minus_flat_ci"][1] < 0)
 
 
+def _paired_by_hand(scores, q, reference, bootstrap, start):
+    """The percentile interval of W1(m_b, q) - W1(m_b, reference) over resamples drawn by indexing."""
+    s, n = scores.shape
+    draws = np.random.default_rng([bootstrap.seed, n]).integers(0, s, size=(bootstrap.resamples, s))
+
+    def view(p):
+        p = np.asarray(p, np.float64)[start:]
+        return p / p.sum()
+
+    diffs = []
+    for idx in draws:
+        m = view(scores[idx].mean(axis=0))
+        diffs.append(_w1(m, view(q)) - _w1(m, view(reference)))
+    tail = 100 * (1 - bootstrap.level) / 2
+    point = view(scores.mean(axis=0))
+    return _w1(point, view(q)) - _w1(point, view(reference)), list(np.percentile(diffs, [tail, 100 - tail]))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_paired_comparisons_and_per_measure_rows_equal_scipy(seed):
+    rng = np.random.default_rng(200 + seed)
+    s, n = int(rng.integers(2, 9)), int(rng.integers(4, 30))
+    measures = {"u": rng.gamma(0.7, size=(s, n)), "v": rng.gamma(2.0, size=(s, n)) * np.linspace(1, 3, n)}
+    plain = rng.dirichlet(np.ones(n))
+    fitted = {"u": rng.dirichlet(np.full(n, 3.0)), "v": rng.dirichlet(np.full(n, 0.5))}  # one per measure
+    control = {"u": rng.dirichlet(np.ones(n))}  # fitted to one measure only: absent from v's column
+    bootstrap = Bootstrap(resamples=80, seed=seed, level=0.9)
+    matrix = score_matrix(
+        {"e": plain, "m": fitted, "n": control},
+        measures,
+        bootstrap,
+        num_tokens=n,
+        versus={"m": ("e", "n"), "n": ("e",), "e": ("absent",)},
+    )
+    for view, start in (("all", 0), ("without_token_0", 1)):
+        for name, scores in measures.items():
+            rows = matrix[view][name]
+            assert list(rows) == (["e", "m", "n", "flat"] if name == "u" else ["e", "m", "flat"])
+            assert "versus" not in rows["e"]  # a reference that is not scored is left out
+            want = _by_hand(scores, fitted[name], bootstrap, start)  # (m) scored against its own measure's profile
+            np.testing.assert_allclose(rows["m"]["w1_ci"], want["w1_ci"], rtol=0, atol=1e-12)
+            references = {"e": plain, "n": control.get(name)}
+            assert set(rows["m"]["versus"]) == {r for r, q in references.items() if q is not None}
+            for ref, got in rows["m"]["versus"].items():
+                point, interval = _paired_by_hand(scores, fitted[name], references[ref], bootstrap, start)
+                assert got["w1_minus"] == pytest.approx(point, abs=1e-12)
+                np.testing.assert_allclose(got["w1_minus_ci"], interval, rtol=0, atol=1e-12)
+                assert got["lower"] == (interval[1] < 0)
+
+
+def test_a_row_far_closer_than_its_reference_is_lower_on_the_whole_interval():
+    rng = np.random.default_rng(3)
+    truth = np.linspace(1, 2, 12) ** 3
+    scores = truth * rng.uniform(0.95, 1.05, size=(40, 12))
+    close, far = truth / truth.sum(), np.full(12, 1 / 12)[::-1] * np.r_[np.ones(11), 0.1] / 0.925
+    far = far / far.sum()
+    rows = score_matrix(
+        {"far": far, "close": close},
+        {"m": scores},
+        Bootstrap(resamples=200),
+        num_tokens=12,
+        versus={"close": ("far",), "far": ("close",)},
+    )["all"]["m"]
+    assert rows["close"]["versus"]["far"]["lower"] and rows["close"]["versus"]["far"]["w1_minus_ci"][1] < 0
+    assert not rows["far"]["versus"]["close"]["lower"] and rows["far"]["versus"]["close"]["w1_minus_ci"][0] > 0
+
+
 def test_beats_flat_is_decided_on_the_interval_not_the_point():
     n = 10
     halves = np.r_[np.ones(5), np.zeros(5)]

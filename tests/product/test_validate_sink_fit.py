@@ -163,6 +163,30 @@ def test_the_fitted_rows_are_each_measures_own_profile_scored_out_of_sample(writ
                 assert cell["w1"] == pytest.approx(_w1(measured, q), abs=1e-12)
             assert list(report["matrix"][n]["all"][name])[-4:] == ["m", "n", "uniform", "flat"]
         assert report["lengths"][n]["m"]["w1"] == report["matrix"][n]["all"]["grad"]["m"]["w1"]
+    assert "W1/(N-1) of a row minus its reference's" in (written / "report.md").read_text()
+
+
+def test_the_sink_aware_rows_are_compared_with_the_plain_rollout_and_the_control(written):
+    """Each paired difference's point against scipy on the written profiles: (l), (m), (n) minus (e), (m) minus (n)."""
+    report = json.loads((written / "report.json").read_text())
+    for n in ("16", "24"):
+        for name in ("grad", "gradxinput", "occlusion-logp", "occlusion-kl"):
+            measured = _read(written / "profiles" / n / ("d.csv" if name == "grad" else f"d-{name}.csv"))
+            profile = {
+                "e": _read(written / "profiles" / n / "e.csv"),
+                "l": _read(written / "profiles" / n / "l.csv"),
+                **{row: _read(written / "profiles" / n / f"{row}-{name}.csv") for row in ("m", "n")},
+            }
+            for view in ("all", "without_token_0"):
+                rows = report["matrix"][n][view][name]
+                assert {k: set(rows[k]["versus"]) for k in "lmn"} == {"l": {"e"}, "m": {"e", "n"}, "n": {"e"}}
+                if view != "all":
+                    continue
+                for key in "lmn":
+                    for ref, d in rows[key]["versus"].items():
+                        want = _w1(measured, profile[key]) - _w1(measured, profile[ref])
+                        assert d["w1_minus"] == pytest.approx(want, abs=1e-12)
+                        assert d["w1_minus_ci"][0] <= d["w1_minus_ci"][1] and d["lower"] == (d["w1_minus_ci"][1] < 0)
         l_profile = _read(written / "profiles" / n / "l.csv")
         assert l_profile[0] == 0 and abs(l_profile.sum() - 1) < 1e-12
 
