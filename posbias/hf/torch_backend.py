@@ -430,10 +430,11 @@ def influence_fn(loaded: Loaded, influence=None):
     top-1 token held fixed), and "ig_error" -> (B,) with integrated gradients; by autograd through
     ``inputs_embeds`` (the sequences of a batch are independent, so the gradient of the batch's summed p_top1
     is each sequence's own); occlusion one position at a time for the whole batch (B forwards at once)."""
-    from posbias.measure.influence import OCCLUSION, Influence
+    from posbias.measure.influence import OCCLUSION, Influence, check_for
 
     torch, _ = require_torch()
     influence = influence or Influence()
+    check_for(influence, encoder=False, model=loaded.model_type)
     names = influence.measures
     model = loaded.model
     embed = model.get_input_embeddings()

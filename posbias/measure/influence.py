@@ -30,8 +30,13 @@ check refuses runs that do not (the mean baseline avoids the singular point).
 measure becomes a profile over positions: the mean over sequences of the scores, normalised to sum 1, with
 its standard error over sequences on the same scale (``profile``).
 
-An encoder without a language-model head has no next-token distribution: only ``grad`` (there the
-Frobenius norm of the final hidden state's Jacobian, ``posbias.hf.measure``) applies.
+An encoder without a language-model head (BERT) has no next-token distribution. Its output is y(e), the final
+hidden state (D,) at the last position; ``grad`` there is the Frobenius norm ||dy/de_j||_F
+(``posbias.hf.measure``), and the other gradient measures and ``ig`` take for f the component of y along the
+unit direction u = y(x) / ||y(x)|| of the unperturbed output, held fixed (as the top-1 token is held fixed
+above): f(e) = u . y(e). The two occlusions have no meaning without a distribution; ``occlusion-shift``
+takes their place, ||y(e) - y(e^(j))||_2 / ||y(e)||_2, how far occluding position j moves the output, relative
+to its length (one forward per position). ``occlusion-shift`` applies to encoders only.
 
 Floating point: in float64 every score is exact to ~1e-12 relative; the KL divergence is
 sum_v p_v (log p_v - log q_v) on log-softmax values (no 0 log 0: p_v = 0 contributes 0). In float32 the
@@ -49,9 +54,13 @@ from posbias.measure.quantities import IG_MAX_ERROR, MeasureError  # noqa: F401 
 
 GRADIENT = ("grad", "gradxinput", "gradxinput-norm")
 OCCLUSION = ("occlusion-logp", "occlusion-kl")
-MEASURES = (*GRADIENT, "ig", *OCCLUSION)
+LANGUAGE_MODEL = (*GRADIENT, "ig", *OCCLUSION)
+"""The measures of a model with a next-token distribution."""
+ENCODER_ONLY = ("occlusion-shift",)
+"""The measure of an encoder without a language-model head that stands in for the two occlusions."""
+MEASURES = (*LANGUAGE_MODEL, *ENCODER_ONLY)
 """Every measure's name, in the order of influence.csv's columns."""
-ALIASES = {"occlusion": OCCLUSION, "all": MEASURES}
+ALIASES = {"occlusion": OCCLUSION, "all": LANGUAGE_MODEL}
 BASELINES = ("zero", "mean")
 DEFAULT_IG_STEPS = 64
 
@@ -90,7 +99,8 @@ class Influence:
         (two with occlusion's unperturbed forward counted in it), K more for integrated gradients (and their
         baseline), N forwards for occlusion. What the batch and the time estimate are sized for."""
         backward = 1 + (self.ig_steps if "ig" in self.measures else 0)
-        forward = (1 if "ig" in self.measures else 0) + (num_tokens if set(OCCLUSION) & set(self.measures) else 0)
+        occluding = set(OCCLUSION + ENCODER_ONLY) & set(self.measures)
+        forward = (1 if "ig" in self.measures else 0) + (num_tokens if occluding else 0)
         return backward, forward
 
 
@@ -121,12 +131,38 @@ def profile(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean / total, sem / total
 
 
-def scores_fn(last_logits, influence: Influence, num_tokens: int, *, occlusion_batch: int | None = None, embed=None):
+def check_for(influence: Influence, *, encoder: bool, model: str = "this model") -> None:
+    """Refuse, in one line, a measure the model's output does not define: the occlusions of a next-token
+    distribution on an encoder without a language-model head, ``occlusion-shift`` on a language model."""
+    wrong = [m for m in influence.measures if m in (OCCLUSION if encoder else ENCODER_ONLY)]
+    if wrong and encoder:
+        raise MeasureError(
+            f"--influence {wrong[0]}: an encoder without a language-model head ({model}) has no next-token "
+            "distribution; occlusion-shift (the output's displacement) takes the occlusions' place"
+        )
+    if wrong:
+        raise MeasureError(
+            f"--influence {wrong[0]}: applies to an encoder without a language-model head; {model} predicts the "
+            "next token: occlusion-logp and occlusion-kl measure that"
+        )
+
+
+def scores_fn(
+    last_logits,
+    influence: Influence,
+    num_tokens: int,
+    *,
+    occlusion_batch: int | None = None,
+    embed=None,
+    encoder: bool = False,
+):
     """One sequence's scores, for ``jax.vmap`` over a batch: (params, ids (N,)) -> name -> (N,) for every
     measure of ``influence`` (and "ig_error" -> () with integrated gradients). ``last_logits(params, ids,
     embedded)`` is the forward's next-token logits (V,) at the last position from embeddings (N, D) that
-    replace the token-embedding lookup (``embed(params, ids)``, default ``params["embed"][ids]``).
-    Occlusions run ``occlusion_batch`` positions at a time (``jax.lax.map``; None: one at a time)."""
+    replace the token-embedding lookup (``embed(params, ids)``, default ``params["embed"][ids]``); with
+    ``encoder`` it is the final hidden state y (D,) there, f = u . y and "grad" is ||u . dy/de_j|| (the caller
+    replaces it by the Frobenius norm; module docstring). Occlusions run ``occlusion_batch`` positions at a time
+    (``jax.lax.map``; None: one at a time)."""
     import jax
     import jax.numpy as jnp
 
@@ -136,8 +172,12 @@ def scores_fn(last_logits, influence: Influence, num_tokens: int, *, occlusion_b
         e = params["embed"][ids] if embed is None else embed(params, ids)
         logits = last_logits(params, ids, e)
         top = jnp.argmax(jax.lax.stop_gradient(logits))
+        length = jnp.linalg.norm(jax.lax.stop_gradient(logits))
+        direction = jax.lax.stop_gradient(logits) / jnp.maximum(length, jnp.finfo(e.dtype).tiny)
 
         def f(embedded):
+            if encoder:
+                return last_logits(params, ids, embedded) @ direction
             return jax.nn.softmax(last_logits(params, ids, embedded))[top]
 
         if influence.baseline == "zero":
@@ -162,6 +202,13 @@ def scores_fn(last_logits, influence: Influence, num_tokens: int, *, occlusion_b
             gap = f(e) - f(b)
             out["ig"] = jnp.abs(attribution)
             out["ig_error"] = jnp.abs(attribution.sum() - gap) / jnp.maximum(jnp.abs(gap), jnp.finfo(e.dtype).tiny)
+        if "occlusion-shift" in names:
+
+            def shift(j):
+                moved = last_logits(params, ids, e.at[j].set(b[j])) - logits
+                return jnp.linalg.norm(moved) / jnp.maximum(length, jnp.finfo(e.dtype).tiny)
+
+            out["occlusion-shift"] = jax.lax.map(shift, jnp.arange(num_tokens), batch_size=occlusion_batch)
         if set(OCCLUSION) & set(names):
             logp = jax.nn.log_softmax(logits)
             p = jnp.exp(logp)
@@ -181,15 +228,23 @@ def scores_fn(last_logits, influence: Influence, num_tokens: int, *, occlusion_b
     return one
 
 
-def batch_fn(last_logits, influence: Influence, num_tokens: int, batch: int, embed=None):
+def batch_fn(last_logits, influence: Influence, num_tokens: int, batch: int, embed=None, encoder: bool = False):
     """jit: (params, ids (B, N)) -> name -> (B, N) scores (and "ig_error" -> (B,)), B <= ``batch``. Without
     occlusion the sequences are vmapped (the memory of B gradients, what the batch is sized for); with it
     they run one after another, each occluding ``batch`` positions at a time, so that no more than B
-    forwards are held at once either."""
+    forwards are held at once either. ``encoder``: ``scores_fn``'s."""
     import jax
 
-    occluding = bool(set(OCCLUSION) & set(influence.measures))
-    one = scores_fn(last_logits, influence, num_tokens, occlusion_batch=max(1, min(batch, num_tokens)), embed=embed)
+    check_for(influence, encoder=encoder)
+    occluding = bool(set(OCCLUSION + ENCODER_ONLY) & set(influence.measures))
+    one = scores_fn(
+        last_logits,
+        influence,
+        num_tokens,
+        occlusion_batch=max(1, min(batch, num_tokens)),
+        embed=embed,
+        encoder=encoder,
+    )
     if occluding:
         return jax.jit(lambda params, ids: jax.lax.map(lambda row: one(params, row), ids))
     return jax.jit(jax.vmap(one, in_axes=(None, 0)))

@@ -63,7 +63,8 @@ def validate(
     *,
     show: bool = True,
     bootstrap: Bootstrap | None = None,
-    sink_fit: tuple[int, ...] | None = None,
+    sink_fit: tuple[int, ...] | None = sf.DEFAULT_SINKS,
+    sink_fit_required: bool = False,
 ) -> Validation:
     """The experiment on ``backend`` (a ``posbias.measure.backend.Backend``) at ``lengths`` (None: the
     backend's defaults), ``samples`` windows per length, into ``out``; refused in one line (``UserError``)
@@ -71,7 +72,9 @@ def validate(
     scored against every influence measure the backend's options ask for, with ``bootstrap`` intervals
     (``posbias.validate.matrix``; default ``Bootstrap()``); a row's ``beats_flat`` is decided on the interval.
     ``sink_fit``: a sink set K for the rows (l), (m) and (n) of ``posbias.validate.sink_fit`` (c fitted on windows
-    disjoint from every scored one, at the smallest length), None to leave them out."""
+    disjoint from every scored one, at the smallest length; default K = {0}), None to leave them out;
+    ``sink_fit_required``: refuse in one line when the text leaves no room for the fit set or a fitted c lies at
+    the edge of its range (``--sink-fit``), where by default (m) and (n) are left out with a note."""
     from posbias.io.files import check_out, write_run
     from posbias.io.output import position_csv
     from posbias.measure.influence import profile as influence_profile
@@ -88,8 +91,8 @@ def validate(
         raise UserError(f"--lengths: N = {too_long[0]} is longer than the model's {backend.limit_phrase}")
     check_out(out, ("report.json", "report.md", "validate.png", "matrix.png"))
     plans, sequences = prepare(backend, lengths, samples, "--lengths", lambda n: validate_bytes(backend.layers, n))
-    fit_set = None if sink_fit is None else sf.FitSet.cut(backend, sink_fit, lengths, samples)
-    notes = prediction_notes(backend)
+    fit_set, fit_notes = sf.plan(backend, sink_fit, lengths, samples, required=sink_fit_required)
+    notes = prediction_notes(backend) + fit_notes
     beyond = [str(n) for n in lengths if backend.training_length is not None and n > backend.training_length]
     if beyond:
         notes += (
@@ -101,7 +104,9 @@ def validate(
     bootstrap = bootstrap or Bootstrap()
     report, panels_by_n, texts, lambdas, sinks, sinks_by_n, binaries = {}, {}, {}, {}, {}, {}, {}
     matrices, shape_reports, completeness = {}, {}, {}
-    fits = {} if fit_set is None else fit_set.fit(measurer, plans, show=show, causal=backend.causal)
+    fits, omitted = {}, {}
+    if fit_set is not None:
+        fits, omitted = fit_set.fit(measurer, plans, show=show, causal=backend.causal)
     clipped = []
     for n, m in measure_lengths(measurer, plans, sequences, show=show):
         panels, omitted = length_panels(m, backend)
@@ -147,7 +152,7 @@ def validate(
     if completeness:
         whole["diagnostics"]["integrated_gradients"] = completeness
     if fit_set is not None:
-        whole["sink_fit"] = sf.fit_report(fits, fit_set)
+        whole["sink_fit"] = sf.fit_report(fits, fit_set, omitted)
         notes += sf.notes(whole["sink_fit"], clipped)
     text = json.dumps(whole, indent=2) + "\n"
     texts["report.json"] = text

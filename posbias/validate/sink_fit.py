@@ -142,58 +142,112 @@ VERSUS = {"l": ("e",), "m": ("e", "n"), "n": ("e",)}
 plain rollout of the measured kernels (e), and (m) against its control (n)."""
 
 
-def fit_measures(measurement, sinks, *, causal: bool = True) -> dict[str, dict[str, StrengthFit]]:
-    """Row ("m", "n") -> measure name -> its ``StrengthFit`` on the fit set's ``measurement``."""
+def fit_measures(measurement, sinks, *, causal: bool = True, required: bool = True):
+    """(row ("m", "n") -> measure name -> its ``StrengthFit`` on the fit set's ``measurement``, the measures left
+    out). An edge c is refused when ``required``; otherwise that measure's (m) and (n) are left out, with the
+    reason."""
     out: dict[str, dict[str, StrengthFit]] = {row: {} for row in FITTED}
+    omitted: dict[str, str] = {}
     for name, scores in measurement.scores.items():
         measured, _ = influence_profile(np.asarray(scores, np.float64))
-        for row, keys in zip(FITTED, (sinks, ())):
-            out[row][name] = fit_strength(
-                measured,
-                measurement.kernels,
-                measurement.lambdas,
-                keys,
-                causal=causal,
-                what=f" for ({row}) to {name} at N = {measurement.num_tokens}",
-            )
-    return out
+        try:
+            pair = {
+                row: fit_strength(
+                    measured,
+                    measurement.kernels,
+                    measurement.lambdas,
+                    keys,
+                    causal=causal,
+                    what=f" for ({row}) to {name} at N = {measurement.num_tokens}",
+                )
+                for row, keys in zip(FITTED, (sinks, ()))
+            }
+        except UserError as exc:
+            if required:
+                raise
+            omitted[name] = str(exc).removeprefix("--sink-fit: ")
+            continue
+        for row, fit in pair.items():
+            out[row][name] = fit
+    return out, omitted
 
 
 @dataclass(frozen=True)
 class FitSet:
     """The fit set: the sink set (checked inside every window), the fit length (the smallest scored one), the
-    (S, N_fit) token ids and their text offsets, disjoint from every scored window (``Backend.fit_windows``)."""
+    (S, N_fit) token ids and their text offsets, disjoint from every scored window (``Backend.fit_windows``);
+    ``ids`` None when the text leaves no room for them (then only (l) is scored, ``why`` says so), and
+    ``required`` whether a fit that cannot be made is refused (``--sink-fit``) or left out with a note (the
+    default)."""
 
     sinks: tuple[int, ...]
     length: int
-    ids: np.ndarray
-    offsets: np.ndarray
+    ids: np.ndarray | None
+    offsets: np.ndarray | None
+    required: bool = True
+    why: str = ""
 
     @classmethod
-    def cut(cls, backend, sinks, lengths, samples: int) -> FitSet:
-        """Checked and cut before any weight is read; one line when the sink set or the text does not allow it."""
-        sinks = check_sinks(tuple(sinks), lengths)
+    def cut(cls, backend, sinks, lengths, samples: int, *, required: bool = True) -> FitSet | None:
+        """Checked and cut before any weight is read. Required: one line when the sink set or the text does not
+        allow it. Otherwise None when the default sink set does not fit the windows (a set the user named is
+        refused), and a fit set without windows when the text is too short for them."""
+        try:
+            sinks = check_sinks(tuple(sinks), lengths)
+        except UserError:
+            if required or tuple(sinks) != DEFAULT_SINKS:  # a sink set the user named is refused
+                raise
+            return None
         length = min(lengths)
-        ids, offsets = backend.fit_windows(length, samples, tuple(lengths))
-        return cls(sinks, length, ids, offsets)
+        try:
+            ids, offsets = backend.fit_windows(length, samples, tuple(lengths))
+        except UserError as exc:
+            if required:
+                raise
+            return cls(sinks, length, None, None, required=False, why=str(exc))
+        return cls(sinks, length, ids, offsets, required=required)
 
-    def fit(self, measurer, plans: dict, *, show: bool = True, causal: bool = True) -> dict[str, dict]:
-        """Measure the fit set at its length (its own progress bar) and fit c to every influence measure."""
+    def fit(self, measurer, plans: dict, *, show: bool = True, causal: bool = True):
+        """Measure the fit set at its length (its own progress bar) and fit c to every influence measure:
+        ``fit_measures``' fits and omitted measures (none and none without windows). A refused measurement of
+        the fit set is refused when required, else (m) and (n) are left out with its reason."""
         from posbias.measure.pipeline import measure_lengths
 
+        if self.ids is None:
+            return {}, {}
         plan = {self.length: plans[self.length]}
-        ((_, m),) = measure_lengths(measurer, plan, {self.length: self.ids}, show=show, label="fit set")
-        return fit_measures(m, self.sinks, causal=causal)
+        try:
+            ((_, m),) = measure_lengths(measurer, plan, {self.length: self.ids}, show=show, label="fit set")
+        except UserError as exc:  # e.g. integrated gradients' completeness refused on a fit window
+            if self.required:
+                raise
+            return {}, {"": f"the fit set's measurement was refused: {exc}"}
+        return fit_measures(m, self.sinks, causal=causal, required=self.required)
 
 
-def fit_report(fits: dict[str, dict[str, StrengthFit]], fit_set: FitSet) -> dict:
+def plan(backend, sinks, lengths, samples: int, *, required: bool) -> tuple[FitSet | None, tuple[str, ...]]:
+    """``FitSet.cut`` for ``sinks`` (None: the rows left out, as ``--no-sink-fit`` asks), and a note when the
+    default run leaves all three rows out because the sink set does not fit the windows."""
+    if sinks is None:
+        return None, ()
+    fit_set = FitSet.cut(backend, sinks, lengths, samples, required=required)
+    if fit_set is None:
+        keys = ", ".join(map(str, sinks))
+        return None, (f"Rows (l), (m) and (n) omitted: the sink set {{{keys}}} does not fit N = {min(lengths)}.",)
+    return fit_set, ()
+
+
+def fit_report(fits: dict[str, dict[str, StrengthFit]], fit_set: FitSet, omitted: dict[str, str]) -> dict:
     """report.json's ``sink_fit``: the sink set, the split (the fit windows' text offsets), and per measure c with
-    its range and the in-sample W1 (labelled in-sample)."""
+    its range and the in-sample W1 (labelled in-sample); ``omitted``: why (m) and (n) were left out, for the
+    whole run ("") or per measure."""
+    out: dict = {"sinks": list(fit_set.sinks), "fit_length": fit_set.length, "omitted": dict(omitted)}
+    if fit_set.ids is None:
+        return {**out, "omitted": {"": fit_set.why}, "measures": {}}
     return {
-        "sinks": list(fit_set.sinks),
-        "fit_length": fit_set.length,
+        **out,
         "fit_samples": len(fit_set.ids),
-        "fit_window_offsets": [int(s) for s in fit_set.offsets],
+        "fit_window_offsets": [int(s) for s in np.asarray(fit_set.offsets)],
         "split": "the fit windows share no text position with any scored window at any length",
         "measures": {
             name: {
@@ -204,7 +258,7 @@ def fit_report(fits: dict[str, dict[str, StrengthFit]], fit_set: FitSet) -> dict
                 "in_sample_w1_flat": f.w1_flat,
                 "control": {"c": fits["n"][name].c, "in_sample_w1": fits["n"][name].w1},
             }
-            for name, f in fits["m"].items()
+            for name, f in fits.get("m", {}).items()
         },
     }
 
@@ -237,21 +291,32 @@ def profile_files(num_tokens: int, fitted: dict[str, dict[str, np.ndarray]]) -> 
 
 
 def notes(report: dict, clipped: list[str]) -> tuple[str, ...]:
-    """report.md's notes on the fit: where it came from, and any length where c lambda_t was clipped at 1."""
+    """report.md's notes on the fit: where it came from, what was left out and why, and any length where
+    c lambda_t was clipped at 1."""
+    sinks = ", ".join(map(str, report["sinks"]))
+    if "" in report["omitted"]:
+        return (
+            f"Row (l): sink set K = {{{sinks}}} moved to the diagonal (C8), measured lambda_t. Rows (m) and (n) "
+            f"omitted: {report['omitted']['']}.",
+        )
     fitted = ", ".join(f"{name} {m['c']:.4g}" for name, m in report["measures"].items())
     out = (
-        f"Rows (l) and (m): sink set K = {{{', '.join(map(str, report['sinks']))}}} moved to the diagonal (C8); "
-        f"(m)'s c fitted per measure ({fitted}) on {report['fit_samples']} windows of N = {report['fit_length']} "
-        "that share no text position with any scored window, so every (m) score here is out of sample; (n), the "
-        "control, is (e) with c lambda_t fitted the same way; the in-sample fits are in report.json's sink_fit.",
+        f"Rows (l) and (m): sink set K = {{{sinks}}} moved to the diagonal (C8); "
+        f"(m)'s c fitted per measure ({fitted or 'none'}) on {report['fit_samples']} windows of N = "
+        f"{report['fit_length']} that share no text position with any scored window, so every (m) score here is out "
+        "of sample; (n), the control, is (e) with c lambda_t fitted the same way; the in-sample fits are in "
+        "report.json's sink_fit.",
     )
+    out += tuple(f"(m) and (n) omitted for {name}: {why}." for name, why in report["omitted"].items())
     if clipped:
         out += (f"(m): c lambda_t exceeded 1 and was clipped at 1 in some layer at {'; '.join(clipped)}.",)
     return out
 
 
 def markdown(report: dict) -> list[str]:
-    """report.md's section on the fit (in-sample numbers, labelled so)."""
+    """report.md's section on the fit (in-sample numbers, labelled so); nothing when no measure was fitted."""
+    if not report["measures"]:
+        return []
     lines = [
         "## Sink-aware fit (in sample)",
         "",

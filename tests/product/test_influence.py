@@ -183,15 +183,6 @@ def test_bad_influence_input_is_one_line_exit_2_nothing_written(tmp_path, capsys
     assert not out.exists()
 
 
-def test_an_encoder_takes_the_gradient_norm_only(tmp_path, capsys):
-    bert = FIXTURE.parent / "bert"
-    code = measure_command(
-        [str(bert), "--tokens", "8", "--samples", "2", "--influence", "gradxinput", "--out", str(tmp_path / "o")]
-    )
-    err = capsys.readouterr().err
-    assert code == 2 and "an encoder without a language-model head" in err and not (tmp_path / "o").exists()
-
-
 def test_parse_expands_the_aliases_and_keeps_the_order():
     assert parse("occlusion") == ("occlusion-logp", "occlusion-kl")
     assert Influence(parse("ig,gradxinput")).measures == ("grad", "gradxinput", "ig")

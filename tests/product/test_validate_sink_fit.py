@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -92,7 +93,8 @@ def test_too_little_text_for_a_fit_set_is_refused_in_one_line():
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--sinks", "1"], "--sinks applies with --sink-fit"),
+        (["--no-sink-fit", "--sinks", "1"], "--sinks: the sink set of rows (l) and (m), which --no-sink-fit"),
+        (["--sinks", "9"], "--sinks: key 9 is the last position"),
         (["--sink-fit", "--sinks", "9"], "--sinks: key 9 is the last position"),
         (["--sink-fit", "--sinks", "12"], "--sinks: sink set: key 12 lies outside the window"),
         (["--sink-fit", "--sinks", "a"], "--sinks: expected comma-separated key positions"),
@@ -201,3 +203,76 @@ def test_every_backend_cuts_the_same_fit_set():
         for backend in ("jax", "transformers")
     ]
     assert np.array_equal(cut[0][0], cut[1][0]) and np.array_equal(cut[0][1], cut[1][1])
+
+
+def test_by_default_the_rows_are_added_and_without_room_only_l_with_a_note(tmp_path, capsys):
+    """No flag: (l), (m), (n) where the text has room for the fit set; with too little text (l) alone and a note
+    naming why, exit 0; --sink-fit on the same text refuses in one line; --no-sink-fit leaves all three out."""
+    text = tmp_path / "short.txt"
+    text.write_text(" ".join(f"word{i} and more text" for i in range(4)), encoding="utf-8")
+    base = ["validate", "--checkpoint", str(FIXTURES / "llama"), "--lengths", "16", "--resamples", "20", "--json"]
+
+    def run(*extra):
+        out = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+        code = main([*base, *extra, "--out", str(out)])
+        return code, out, capsys.readouterr()
+
+    code, out, _ = run("--samples", "3")
+    report = json.loads((out / "report.json").read_text())
+    assert code == 0 and {"l", "m", "n"} <= set(report["matrix"]["16"]["all"]["grad"])
+    assert report["sink_fit"]["sinks"] == [0] and report["sink_fit"]["omitted"] == {}
+    assert (out / "profiles" / "16" / "m-grad.csv").is_file()
+
+    code, out, _ = run("--samples", "3", "--data", str(text))  # room for the scored windows only
+    report = json.loads((out / "report.json").read_text())
+    rows = report["matrix"]["16"]["all"]["grad"]
+    assert code == 0 and "l" in rows and not {"m", "n"} & set(rows)
+    why = report["sink_fit"]["omitted"][""]
+    assert why.startswith("the fit set: only") and report["sink_fit"]["measures"] == {}
+    assert f"Rows (m) and (n) omitted: {why}" in (out / "report.md").read_text()
+
+    code, out, captured = run("--samples", "3", "--data", str(text), "--sink-fit")
+    err = captured.err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "the fit set: only" in err[0] and not out.exists()
+
+    code, out, _ = run("--samples", "3", "--no-sink-fit")
+    report = json.loads((out / "report.json").read_text())
+    assert code == 0 and "sink_fit" not in report and not {"l", "m", "n"} & set(report["matrix"]["16"]["all"]["grad"])
+
+
+def test_without_sink_fit_required_an_edge_strength_leaves_that_measure_out():
+    """fit_measures: a measure whose c lies at the edge is refused by --sink-fit, left out (with the reason)
+    by default, while the others are fitted."""
+    k, lam = _kernels(4)
+    edge = np.zeros((3, 12))
+    edge[:, -1] = 1.0  # the last token alone: c -> 0
+    inside, _ = sf.sink_profile(k, lam, (0,), strength=0.5)
+    measurement = SimpleNamespace(
+        scores={"edge": edge, "inside": np.tile(inside, (3, 1))}, kernels=k, lambdas=lam, num_tokens=12
+    )
+    with pytest.raises(UserError, match="edge of its range"):
+        sf.fit_measures(measurement, (0,), required=True)
+    fits, omitted = sf.fit_measures(measurement, (0,), required=False)
+    assert set(omitted) == {"edge"} and "edge of its range" in omitted["edge"]
+    assert set(fits["m"]) == set(fits["n"]) == {"inside"} and fits["m"]["inside"].c == pytest.approx(0.5, abs=1e-4)
+
+
+def test_a_refused_fit_set_measurement_leaves_m_and_n_out_by_default_and_is_refused_when_required(monkeypatch):
+    """A measurement of the fit windows that is refused (e.g. integrated gradients' completeness on one of them):
+    by default (m) and (n) are left out with the refusal as the reason; required (--sink-fit), it is raised."""
+    import posbias.measure.pipeline as pipeline
+
+    def refused(*_args, **_kwargs):
+        raise MeasureError("integrated gradients: completeness is off by 0.2 on sequence 1")
+
+    monkeypatch.setattr(pipeline, "measure_lengths", refused)
+    ids, offsets = np.zeros((2, 10), np.int32), np.array([0, 20])
+    lenient = sf.FitSet((0,), 10, ids, offsets, required=False)
+    fits, omitted = lenient.fit(None, {10: None}, show=False)
+    why = "the fit set's measurement was refused: integrated gradients: completeness is off by 0.2 on sequence 1"
+    assert fits == {} and omitted == {"": why}
+    report = sf.fit_report(fits, lenient, omitted)
+    assert report["measures"] == {} and report["fit_samples"] == 2
+    assert sf.notes(report, [])[0].endswith(f"Rows (m) and (n) omitted: {why}.")
+    with pytest.raises(MeasureError, match="completeness is off by 0.2"):
+        sf.FitSet((0,), 10, ids, offsets, required=True).fit(None, {10: None}, show=False)
