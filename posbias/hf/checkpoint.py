@@ -208,16 +208,26 @@ class Checkpoint:
         return value
 
     def tokenizer(self):
-        """The folder's tokenizer.json as a ``tokenizers.Tokenizer``."""
-        from tokenizers import Tokenizer
+        """The folder's tokenizer.json (``read_tokenizer``)."""
+        return read_tokenizer(self.folder)
 
-        path = self.folder / "tokenizer.json"
-        if not path.is_file():
-            raise CheckpointError(f"{self.folder}: tokenizer.json is missing (needed to tokenize --data text)")
-        try:
-            return Tokenizer.from_file(str(path))
-        except Exception as exc:  # tokenizers raises a bare Exception on a malformed file
-            raise CheckpointError(f"{path}: not a readable tokenizer ({exc})") from None
+
+def read_tokenizer(folder: Path):
+    """``folder``/tokenizer.json as a ``tokenizers.Tokenizer`` with its truncation and padding switched off: posbias
+    tokenizes a whole text and cuts its own windows, where a saved ``truncation`` (all-MiniLM-L6-v2's: 128
+    tokens) would silently keep only the text's start and a saved ``padding`` would add [PAD] tokens to it."""
+    from tokenizers import Tokenizer
+
+    path = Path(folder) / "tokenizer.json"
+    if not path.is_file():
+        raise CheckpointError(f"{folder}: tokenizer.json is missing (needed to tokenize --data text)")
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises a bare Exception on a malformed file
+        raise CheckpointError(f"{path}: not a readable tokenizer ({exc})") from None
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
 
 
 def load(folder) -> Checkpoint:

@@ -569,22 +569,14 @@ def logits_note(loaded: Loaded) -> str:
 def tokenizer_of(path):
     """The tokenizer the JAX route uses for ``path``: a .gguf file's own (``posbias.hf.checkpoint``), else the
     folder's tokenizer.json, so that both backends measure the same token ids."""
-    from posbias.hf.checkpoint import CheckpointError
+    from posbias.hf.checkpoint import read_tokenizer
 
     path = Path(path)
     if path.suffix.lower() == ".gguf":
         from posbias.hf.source import open_checkpoint
 
         return open_checkpoint(path).tokenizer()
-    from tokenizers import Tokenizer
-
-    file = path / "tokenizer.json"
-    if not file.is_file():
-        raise CheckpointError(f"{path}: tokenizer.json is missing (needed to tokenize --data text)")
-    try:
-        return Tokenizer.from_file(str(file))
-    except Exception as exc:  # tokenizers raises a bare Exception on a malformed file
-        raise CheckpointError(f"{file}: not a readable tokenizer ({exc})") from None
+    return read_tokenizer(path)
 
 
 def notes(loaded: Loaded) -> list[str]:

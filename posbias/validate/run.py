@@ -104,9 +104,9 @@ def validate(
     bootstrap = bootstrap or Bootstrap()
     report, panels_by_n, texts, lambdas, sinks, sinks_by_n, binaries = {}, {}, {}, {}, {}, {}, {}
     matrices, shape_reports, completeness = {}, {}, {}
-    fits, omitted = {}, {}
+    fits, unfitted = {}, {}
     if fit_set is not None:
-        fits, omitted = fit_set.fit(measurer, plans, show=show, causal=backend.causal)
+        fits, unfitted = fit_set.fit(measurer, plans, show=show, causal=backend.causal)
     clipped = []
     for n, m in measure_lengths(measurer, plans, sequences, show=show):
         panels, omitted = length_panels(m, backend)
@@ -152,7 +152,7 @@ def validate(
     if completeness:
         whole["diagnostics"]["integrated_gradients"] = completeness
     if fit_set is not None:
-        whole["sink_fit"] = sf.fit_report(fits, fit_set, omitted)
+        whole["sink_fit"] = sf.fit_report(fits, fit_set, unfitted)
         notes += sf.notes(whole["sink_fit"], clipped)
     text = json.dumps(whole, indent=2) + "\n"
     texts["report.json"] = text

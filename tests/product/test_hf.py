@@ -102,6 +102,35 @@ def test_tokenizer_reproduces_fixture_ids(family):
     assert ids[: len(expected["input_ids"])] == expected["input_ids"].tolist()
 
 
+def test_a_saved_truncation_or_padding_does_not_cut_or_pad_the_text(tmp_path):
+    """A tokenizer.json that truncates and pads (all-MiniLM-L6-v2's: 128 tokens, padded to 128) reads the whole
+    text: the same ids as the fixture's plain tokenizer, with neither cut nor [PAD]; the transformers backend
+    reads it the same way."""
+    from posbias.hf.torch_backend import tokenizer_of as backend_tokenizer
+
+    folder = tmp_path / "bert"
+    shutil.copytree(FIXTURES / "bert", folder)
+    saved = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    assert saved["truncation"] is None and saved["padding"] is None  # the fixture's own: plain
+    saved["truncation"] = {"direction": "Right", "max_length": 8, "strategy": "LongestFirst", "stride": 0}
+    saved["padding"] = {
+        "strategy": {"Fixed": 64},
+        "direction": "Right",
+        "pad_to_multiple_of": None,
+        "pad_id": 0,
+        "pad_type_id": 0,
+        "pad_token": "[PAD]",
+    }
+    (folder / "tokenizer.json").write_text(json.dumps(saved), encoding="utf-8")
+    text = " ".join(["the quick brown fox jumps over the lazy dog"] * 20)
+    plain = checkpoint.load(FIXTURES / "bert").tokenizer().encode(text, add_special_tokens=False).ids
+    assert len(plain) > 64
+    assert checkpoint.load(folder).tokenizer().encode(text, add_special_tokens=False).ids == plain
+    assert backend_tokenizer(folder).encode(text, add_special_tokens=False).ids == plain
+    short = checkpoint.load(folder).tokenizer().encode("the fox").ids
+    assert short == checkpoint.load(FIXTURES / "bert").tokenizer().encode("the fox").ids  # no [PAD] added
+
+
 def test_bloom_slopes_and_position_term():
     ck = checkpoint.load(FIXTURES / "bloom")
     assert ck.spec.heads == 6

@@ -22,7 +22,7 @@ from posbias.cli import main  # noqa: E402
 from posbias.hf import bos, checkpoint, data, torch_backend, weights  # noqa: E402
 from posbias.hf.measure import measure as jax_measure  # noqa: E402
 from posbias.io.reports import read_report
-from posbias.measure.influence import MEASURES, Influence  # noqa: E402
+from posbias.measure.influence import LANGUAGE_MODEL, Influence  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 TOL = 1e-5
@@ -39,7 +39,7 @@ def both(request):
     folder = FIXTURES / request.param
     ck = checkpoint.load(folder)
     seqs = _sequences(folder)
-    every = Influence(MEASURES, ig_steps=64, baseline="mean")  # from zero, RMSNorm makes the path steep near 0
+    every = Influence(LANGUAGE_MODEL, ig_steps=64, baseline="mean")  # from zero, RMSNorm makes the path steep near 0
     jax_m = jax_measure(weights.params(ck, None), ck.spec, seqs, influence=every)
     torch_m = torch_backend.measure(torch_backend.load(folder), seqs, batch=2, influence=every)  # 2 + 1: two batches
     return request.param, jax_m, torch_m
@@ -72,7 +72,7 @@ def test_backends_agree_on_the_fixture(both):
     )
     assert abs(b.influence.sum() - 1) < 1e-12
     assert np.abs(b.kernels_value.sum(axis=-1) - 1).max() < 1e-12
-    for name in MEASURES:  # every influence measure, each on its own scale
+    for name in LANGUAGE_MODEL:  # every influence measure, each on its own scale
         scale = max(np.abs(a.scores[name]).max(), 1e-12)
         np.testing.assert_allclose(b.scores[name], a.scores[name], rtol=0, atol=TOL * scale, err_msg=f"{family} {name}")
     np.testing.assert_allclose(b.ig_error, a.ig_error, rtol=0, atol=TOL)

@@ -61,11 +61,20 @@ def test_command_writes_the_report_and_profiles(run, tmp_path, capsys):
         == 0
     )
     whole = read_report(json.loads(capsys.readouterr().out), note=pytest.fail)  # schema 2: no note
-    assert sorted(whole) == ["bootstrap", "diagnostics", "kind", "lengths", "matrix", "schema_version", "shape"]
+    assert sorted(whole) == [
+        "bootstrap",
+        "diagnostics",
+        "kind",
+        "lengths",
+        "matrix",
+        "schema_version",
+        "shape",
+        "sink_fit",
+    ]
     assert whole["kind"] == "posbias validate"
     report = whole["lengths"]
     assert sorted(report) == ["16", "8"] and sorted(whole["diagnostics"]["sinks"]) == ["16", "8"]
-    assert sorted(report["16"]) == ["a", "b", "c", "e", "f", "flat", "g", "h", "i", "j", "k", "uniform"]
+    assert sorted(report["16"]) == [*"abcef", "flat", *"ghijklmn", "uniform"]
     for n in (8, 16):
         files = {k: np.loadtxt(out / "profiles" / str(n) / f"{k}.csv", delimiter=",", skiprows=1) for k in "abcde"}
         d = files["d"][:, 1]

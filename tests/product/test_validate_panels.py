@@ -91,8 +91,14 @@ def test_written_panels_recomputed_from_the_written_kernels(run, capsys):
         kernels, kv, lambdas = arrays["kernels"], arrays["kernels_value"], arrays["lambdas"]
         kn = arrays["kernels_norm"]
         profiles = {p.stem: _profile(p) for p in (out / "profiles" / str(n)).glob("*.csv")}
-        assert sorted(profiles) == sorted([*"abcdefghijk", "flat", "uniform"])
+        assert sorted(profiles) == sorted([*"abcdefghijkl", "flat", "uniform", "m-grad", "n-grad"])
         ones = np.ones(len(lambdas))
+        moved = kernels.astype(np.float64).copy()  # S_{0} by hand: rows 1..N-1 move their key-0 mass to the diagonal
+        for i in range(1, n):
+            moved[:, i, i] += moved[:, i, 0]
+            moved[:, i, 0] = 0
+        c_m = whole["sink_fit"]["measures"]["grad"]["c"]
+        c_n = whole["sink_fit"]["measures"]["grad"]["control"]["c"]
         sinkless = kernels.astype(np.float64).copy()  # key 0 removed by hand from rows 1..N-1, rows renormalised
         sinkless[:, 1:, 0] = 0
         sinkless[:, 1:] /= sinkless[:, 1:].sum(axis=-1, keepdims=True)
@@ -104,6 +110,9 @@ def test_written_panels_recomputed_from_the_written_kernels(run, capsys):
             "g": _rollout(kv, lambdas),
             "h": _rollout(kv, ones),
             "flat": np.full(n, 1 / n),
+            "l": _rollout(moved, lambdas),
+            "m-grad": _rollout(moved, np.minimum(1, c_m * lambdas)),
+            "n-grad": _rollout(kernels, np.minimum(1, c_n * lambdas)),
         }
         for key, expected in dense.items():
             np.testing.assert_allclose(profiles[key], expected, rtol=0, atol=1e-12, err_msg=key)
@@ -114,10 +123,11 @@ def test_written_panels_recomputed_from_the_written_kernels(run, capsys):
         np.testing.assert_allclose(profiles["d"], arrays["influence"], rtol=0, atol=1e-15)
         rows, positions = report[str(n)], np.arange(n)
         assert profiles["j"][0] == 0
-        assert sorted(rows) == sorted(["a", "b", "c", "e", "f", "g", "h", "i", "j", "k", "uniform", "flat"])
+        assert sorted(rows) == sorted([*"abcefghijklmn", "uniform", "flat"])
         grad_column = whole["matrix"][str(n)]["all"]["grad"]
         for key, row in rows.items():
-            w1 = wasserstein_distance(positions, positions, profiles["d"], profiles[key]) / (n - 1)
+            q = profiles[key if key in profiles else f"{key}-grad"]  # (m), (n): fitted to the gradient norm
+            w1 = wasserstein_distance(positions, positions, profiles["d"], q) / (n - 1)
             assert row["w1"] == pytest.approx(w1, abs=1e-12)
             assert row["w1_ci"] == grad_column[key]["w1_ci"]
             if key != "flat":
