@@ -19,10 +19,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from posbias.errors import UserError
-from posbias.hf.packaged import MODELS
+from posbias.hf import packaged
 
-MODEL = MODELS["smollm2"]
+MODEL = packaged.MODELS["smollm2"]
 PACKAGE, FILE, INSTALL = MODEL.package, MODEL.entry, MODEL.install
 
 
@@ -37,12 +36,7 @@ def main(argv=None) -> int:
     if argv if argv is not None else sys.argv[1:]:
         print(f"usage: python -m posbias.hf.smollm2   (prints the path of {FILE}; takes no arguments)", file=sys.stderr)
         return 2
-    try:
-        print(path())
-    except UserError as exc:
-        print(f"posbias.hf.smollm2: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return packaged.main(["smollm2"])
 
 
 if __name__ == "__main__":

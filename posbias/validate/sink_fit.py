@@ -21,6 +21,14 @@ lambda_t clipped at 1 where it would exceed it, said in the notes); its scores, 
 "beats flat" come from ``posbias.validate.matrix`` like every other row, on windows disjoint from the fit
 set: out of sample, at the fit length and at the others.
 
+Paired comparisons. Each row is also compared with the plain rollout (e), and (m) with its control (n): the
+interval of W1(row) - W1(reference) over the same resamples (``VERSUS``, ``posbias.validate.matrix``).
+
+On by default. ``posbias validate`` adds the rows unless ``--no-sink-fit``; where the text leaves no room for
+the fit set, where a measure's c lies at the edge, or where the fit set's measurement is refused, (m) and (n)
+are left out (for that measure, or for all) with the reason in report.json's ``sink_fit.omitted`` and a note,
+and (l) stays. ``--sink-fit`` requires them: each of those cases is then refused in one line.
+
 Floating point: the profiles are float64 rollouts of the renormalised kernels (``kernel_profile``); W1 is
 exact to ~1e-15 on them; the fitted c is determined to ~1e-6 c_max (Brent's tolerance).
 """
