@@ -24,7 +24,8 @@ measure and (m)'s out-of-sample scores against flat at every length. The results
 every prediction's W1 / (N - 1) against every influence measure with its bootstrap interval, on all
 positions and without token 0 (cells "0.339 [0.258, 0.420]", a star where the whole interval of the
 difference to the flat profile lies below 0), the measured profiles' shape verdicts, integrated gradients'
-completeness errors, and the runs' whole-process times; the figure draws, per N, the measured profiles and
+completeness errors, the head-mean kernels' mass on key 0 per layer (``key0_mass``: what the sink set is chosen
+from), and the runs' whole-process times; the figure draws, per N, the measured profiles and
 the closest predictions on positions 1..N-1.
 """
 
@@ -259,6 +260,7 @@ def main() -> None:
         run["bootstrap"] = report["bootstrap"]
         for n in report["lengths"]:
             result[f"n{n}"] = digest(report, n)
+            result[f"n{n}"]["key0_mass"] = ", ".join(f"{v:.3f}" for v in report["diagnostics"]["sinks"][n]["key0_mass"])
             folders[n] = out
         if "sink_fit" in report:
             result["sink_fit"] = sink_fit_digest(report)
