@@ -11,7 +11,8 @@ level); resample b gives counts c_b (S,) and the profile m_b = c_b X / sum(c_b X
 every m_b, and its interval is the percentile interval ((1 - level)/2, (1 + level)/2) of the B values
 (Efron's percentile bootstrap). The resamples are the same for every measure and prediction at one N
 (drawn by ``numpy.random.default_rng([seed, N])``), so the scores are paired: **a prediction beats the flat
-profile** when the whole interval of W1(q, m_b) - W1(flat, m_b) lies below 0, not when the point W1 does.
+profile** when the whole interval of W1(q, m_b) - W1(flat, m_b) lies below -``TIE`` (below 0 beyond rounding),
+not when the point W1 does.
 With S = 1 every resample is the one sequence and the intervals collapse to the point.
 
 **Without token 0.** The same scores on positions 1 .. N-1 only, the prediction and every resampled profile
@@ -50,6 +51,10 @@ from posbias.errors import UserError
 
 VIEWS = ("all", "without_token_0")
 """The positions scored: all N, or 1 .. N-1 renormalised."""
+TIE = 1e-12
+"""Differences of W1, and ratios' distances from 1, within TIE are ties, never a verdict: W1 is exact to ~N ulp,
+so a prediction equal to the flat profile up to rounding (the attention-only rollout of an encoder's full mask
+without positional bias: 1/N to the last bit or two) would otherwise "beat" it by 1e-16 on every resample."""
 
 
 @dataclass(frozen=True)
@@ -144,7 +149,7 @@ def _difference(row: dict, w1_b: np.ndarray, reference: dict, reference_b: np.nd
     """W1 of a row minus W1 of a reference row, paired over the same resamples; ``lower`` when the whole interval
     lies below 0."""
     interval = bootstrap.interval(w1_b - reference_b)
-    return {"w1_minus": row["w1"] - reference["w1"], "w1_minus_ci": interval, "lower": bool(interval[1] < 0)}
+    return {"w1_minus": row["w1"] - reference["w1"], "w1_minus_ci": interval, "lower": bool(interval[1] < -TIE)}
 
 
 def score_matrix(
@@ -207,7 +212,7 @@ def _ratios(profiles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _verdict(interval: list[float]) -> str:
-    return "holds" if interval[0] > 1 else "fails" if interval[1] < 1 else "undecided"
+    return "holds" if interval[0] > 1 + TIE else "fails" if interval[1] < 1 - TIE else "undecided"
 
 
 def shape(profile: np.ndarray) -> dict:
@@ -220,9 +225,9 @@ def shape(profile: np.ndarray) -> dict:
     return {
         "head": head,
         "tail": tail,
-        "primacy": head > 1,
-        "recency": tail > 1,
-        "u_shape": head > 1 and tail > 1,
+        "primacy": head > 1 + TIE,
+        "recency": tail > 1 + TIE,
+        "u_shape": head > 1 + TIE and tail > 1 + TIE,
         "argmin": float(np.argmin(p) / (len(p) - 1)),
     }
 

@@ -17,7 +17,7 @@ from scipy.stats import spearmanr, wasserstein_distance
 
 from posbias.cli import main
 from posbias.errors import UserError
-from posbias.validate.matrix import Bootstrap, measured_shape, score_matrix, shape
+from posbias.validate.matrix import TIE, Bootstrap, measured_shape, score_matrix, shape
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 
@@ -75,7 +75,7 @@ def test_scores_and_intervals_equal_scipy_on_resampled_sequences(seed):
             got, want = matrix[view]["m"][key], _by_hand(scores, q, bootstrap, start)
             for field, value in want.items():
                 np.testing.assert_allclose(got[field], value, rtol=0, atol=1e-12, err_msg=f"{view} {key} {field}")
-            assert got["beats_flat"] == (want["w1_minus_flat_ci"][1] < 0)
+            assert got["beats_flat"] == (want["w1_minus_flat_ci"][1] < -TIE)
 
 
 def _paired_by_hand(scores, q, reference, bootstrap, start):
@@ -125,7 +125,7 @@ def test_paired_comparisons_and_per_measure_rows_equal_scipy(seed):
                 point, interval = _paired_by_hand(scores, fitted[name], references[ref], bootstrap, start)
                 assert got["w1_minus"] == pytest.approx(point, abs=1e-12)
                 np.testing.assert_allclose(got["w1_minus_ci"], interval, rtol=0, atol=1e-12)
-                assert got["lower"] == (interval[1] < 0)
+                assert got["lower"] == (interval[1] < -TIE)
 
 
 def test_a_row_far_closer_than_its_reference_is_lower_on_the_whole_interval():
@@ -143,6 +143,25 @@ def test_a_row_far_closer_than_its_reference_is_lower_on_the_whole_interval():
     )["all"]["m"]
     assert rows["close"]["versus"]["far"]["lower"] and rows["close"]["versus"]["far"]["w1_minus_ci"][1] < 0
     assert not rows["far"]["versus"]["close"]["lower"] and rows["far"]["versus"]["close"]["w1_minus_ci"][0] > 0
+
+
+def test_a_prediction_equal_to_flat_up_to_rounding_is_a_tie_not_a_win():
+    """The attention-only rollout of a full mask without positional bias is 1/N up to rounding; nudged towards the
+    measured profile by 1e-12 it is closer on every resample, by ~1e-14: a tie (TIE), not "beats flat", and its
+    shape is neither primacy nor recency."""
+    rng = np.random.default_rng(11)
+    n = 16
+    scores = rng.gamma(2.0, size=(12, n)) * np.linspace(1, 2, n)
+    flat = np.full(n, 1 / n)
+    measured = scores.mean(axis=0) / scores.mean(axis=0).sum()
+    nudged = flat + 1e-12 * (measured - flat)
+    rows = score_matrix(
+        {"nudged": nudged}, {"m": scores}, Bootstrap(resamples=200), num_tokens=n, versus={"nudged": ("flat",)}
+    )["all"]["m"]
+    row = rows["nudged"]
+    assert row["w1_minus_flat_ci"][1] < 0 < -row["w1_minus_flat_ci"][1] < TIE  # below 0 by rounding alone
+    assert not row["beats_flat"] and not row["versus"]["flat"]["lower"]
+    assert shape(nudged)["primacy"] is False and shape(nudged)["recency"] is False
 
 
 def test_beats_flat_is_decided_on_the_interval_not_the_point():

@@ -20,6 +20,7 @@ from posbias.cli import main
 from posbias.hf import bos, checkpoint, data
 from posbias.io.reports import read_report
 from posbias.measure.quantities import MeasureError
+from posbias.validate.matrix import TIE
 from posbias.validate.panels import kernel_profile, uniform_kernels
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
@@ -131,7 +132,7 @@ def test_written_panels_recomputed_from_the_written_kernels(run, capsys):
             assert row["w1"] == pytest.approx(w1, abs=1e-12)
             assert row["w1_ci"] == grad_column[key]["w1_ci"]
             if key != "flat":
-                assert row["beats_flat"] == (grad_column[key]["w1_minus_flat_ci"][1] < 0)
+                assert row["beats_flat"] == (grad_column[key]["w1_minus_flat_ci"][1] < -TIE)
         sinks = whole["diagnostics"]["sinks"][str(n)]
         np.testing.assert_allclose(sinks["key0_mass"], kernels[:, 1:, 0].mean(axis=1), rtol=0, atol=1e-15)
         np.testing.assert_allclose(sinks["key0_mass_value_weighted"], kv[:, 1:, 0].mean(axis=1), rtol=0, atol=1e-15)
