@@ -99,8 +99,11 @@ def matrix_markdown(matrix: dict) -> list[str]:
     positions against the gradient norm alone is the per-length table, not repeated."""
     lines = []
     for view, by_measure in matrix.items():
-        if not by_measure or (view == "all" and list(by_measure) == ["grad"]):
-            continue  # all positions against (d) alone: the table above
+        if not by_measure:
+            continue
+        if view == "all" and list(by_measure) == ["grad"]:  # all positions against (d) alone: the table above
+            lines += versus_markdown(by_measure, VIEW_TITLES[view].split(" (")[0])
+            continue
         measures = list(by_measure)
         keys = list(next(iter(by_measure.values())))
         lines += [
