@@ -75,8 +75,15 @@ def test_validate_with_every_encoder_measure_and_the_sink_rows(tmp_path):
     from posbias.cli import main
 
     out = tmp_path / "v"
-    argv = ["validate", "--checkpoint", str(packaged.path("minilm")), "--lengths", "16", "--samples", "3"]
-    argv += ["--influence", "grad,gradxinput,gradxinput-norm,ig,occlusion-shift", "--baseline", "mean"]
+    argv = ["validate", "--checkpoint", str(packaged.path("minilm")), "--lengths", "16", "--samples", "2"]
+    argv += [
+        "--influence",
+        "grad,gradxinput,gradxinput-norm,ig,occlusion-shift",
+        "--baseline",
+        "mean",
+        "--ig-steps",
+        "16",
+    ]
     assert main([*argv, "--resamples", "50", "--sink-fit", "--out", str(out), "--json"]) == 0
     report = json.loads((out / "report.json").read_text())
     measures = {"grad", "gradxinput", "gradxinput-norm", "ig", "occlusion-shift"}
