@@ -96,8 +96,10 @@ class CheckpointBackend:
     def __init__(self, ck, options: Options):
         from posbias.hf import data
         from posbias.hf.forward import slopes
+        from posbias.measure.influence import check_for
 
         spec = ck.spec
+        check_for(options.influence, encoder=not spec.lm_head, model=spec.model_type)  # before any weight is read
         self.text = data.read_text(options.data)
         self.ck, self.spec, self.options = ck, spec, options
         self.source = str(ck.folder)

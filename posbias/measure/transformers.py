@@ -36,12 +36,14 @@ class TransformersBackend:
     def __init__(self, path: Path, options: Options):
         from posbias.hf import data
         from posbias.hf.torch_backend import LAYOUTS, layout_of, read_config, tokenizer_of
+        from posbias.measure.influence import check_for
 
         self.path, self.options = Path(path), options
         self.tokenizer = tokenizer_of(self.path)
         self.read = read_config(self.path)  # the input is checked in full before any weight is read
         config = self.config = self.read[0]
         layout_of(config.model_type, str(self.path))
+        check_for(options.influence, encoder=False, model=config.model_type)  # the backend's decoders
         self.text = data.read_text(options.data)
         self.source = str(self.path)
         self.layers, self.heads = int(config.num_hidden_layers), int(config.num_attention_heads)

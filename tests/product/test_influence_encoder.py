@@ -132,6 +132,15 @@ def test_a_measure_the_output_does_not_define_is_refused_in_one_line(folder, mea
     code = measure_command(
         [str(FIXTURES / folder), "--tokens", "8", "--samples", "2", "--influence", measures, "--out", str(out)]
     )
-    lines = [line for line in capsys.readouterr().err.strip().splitlines() if "warning: 2 tensors" not in line]
-    assert code == 2 and len(lines) == 1 and message in lines[0], lines  # (the fixture's pooler is not measured)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and message in err[0], err  # refused before the weights are read
+    assert not out.exists()
+
+
+def test_the_transformers_backend_refuses_occlusion_shift_before_reading_weights(tmp_path, capsys):
+    out = tmp_path / "o"
+    argv = [str(FIXTURES / "gpt2"), "--tokens", "8", "--samples", "2", "--influence", "occlusion-shift"]
+    code = measure_command([*argv, "--backend", "transformers", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--influence occlusion-shift: applies to an encoder" in err[0], err
     assert not out.exists()
