@@ -74,26 +74,23 @@ def influence_fn(spec: Spec, dtype=np.float32, influence=None, num_tokens: int =
     import jax.numpy as jnp
 
     from posbias.hf.forward import forward
-    from posbias.measure.influence import Influence, batch_fn, check_for
+    from posbias.measure.influence import Influence, batch_fn
 
     influence = influence or Influence()
-    if spec.lm_head:
-        check_for(influence, encoder=False, model=spec.model_type)
 
-        def last_logits(params, ids, embedded):
-            return forward(params, ids, spec, embedded=embedded, remat=True, last_only=True)[-1]
-
-        return batch_fn(
-            last_logits, influence, num_tokens, batch, embed=lambda params, ids: params["embed"][ids].astype(dtype)
-        )
-    check_for(influence, encoder=True, model=spec.model_type)
-
-    def last_hidden(params, ids, embedded):
+    def last_output(params, ids, embedded):  # next-token logits (V,), or an encoder's final hidden state (D,)
         return forward(params, ids, spec, embedded=embedded, remat=True, last_only=True)[-1]
 
+    def embed(params, ids):
+        return params["embed"][ids].astype(dtype)
+
+    if spec.lm_head:  # batch_fn refuses a measure the output does not define
+        return batch_fn(last_output, influence, num_tokens, batch, embed=embed)
+    extra = batch_fn(last_output, influence, num_tokens, batch, embed=embed, encoder=True) if influence.extra else None
+
     def frobenius(params, ids):
-        embedded = params["embed"][ids].astype(dtype)
-        y, pullback = jax.vjp(lambda e: last_hidden(params, ids, e), embedded)
+        embedded = embed(params, ids)
+        y, pullback = jax.vjp(lambda e: last_output(params, ids, e), embedded)
 
         def add(total, basis):
             (g,) = pullback(basis)
@@ -102,21 +99,11 @@ def influence_fn(spec: Spec, dtype=np.float32, influence=None, num_tokens: int =
         total, _ = jax.lax.scan(add, jnp.zeros(embedded.shape[0], dtype), jnp.eye(y.shape[0], dtype=dtype))
         return jnp.sqrt(total)
 
-    if not influence.extra:
-        return jax.jit(jax.vmap(lambda params, ids: {"grad": frobenius(params, ids)}, in_axes=(None, 0)))
-    extra = batch_fn(
-        last_hidden,
-        influence,
-        num_tokens,
-        batch,
-        embed=lambda params, ids: params["embed"][ids].astype(dtype),
-        encoder=True,
-    )
+    def with_frobenius(params, ids):
+        others = {} if extra is None else extra(params, ids)
+        return {**others, "grad": jax.vmap(frobenius, in_axes=(None, 0))(params, ids)}
 
-    def both(params, ids):
-        return {**extra(params, ids), "grad": jax.vmap(frobenius, in_axes=(None, 0))(params, ids)}
-
-    return jax.jit(both)
+    return jax.jit(with_frobenius)
 
 
 def device_params(params_np: dict, dtype, *, keep_narrow: bool | None = None) -> dict:

@@ -22,7 +22,6 @@ from pathlib import Path
 from posbias.hf import packaged
 
 MODEL = packaged.MODELS["smollm2"]
-PACKAGE, FILE, INSTALL = MODEL.package, MODEL.entry, MODEL.install
 
 
 def path() -> Path:
@@ -34,7 +33,8 @@ def path() -> Path:
 def main(argv=None) -> int:
     """Print the path (exit 0) or the one-line reason it is unavailable (stderr, exit 2)."""
     if argv if argv is not None else sys.argv[1:]:
-        print(f"usage: python -m posbias.hf.smollm2   (prints the path of {FILE}; takes no arguments)", file=sys.stderr)
+        usage = f"usage: python -m posbias.hf.smollm2   (prints the path of {MODEL.entry}; takes no arguments)"
+        print(usage, file=sys.stderr)
         return 2
     return packaged.main(["smollm2"])
 

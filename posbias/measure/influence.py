@@ -172,8 +172,8 @@ def scores_fn(
         e = params["embed"][ids] if embed is None else embed(params, ids)
         logits = last_logits(params, ids, e)
         top = jnp.argmax(jax.lax.stop_gradient(logits))
-        length = jnp.linalg.norm(jax.lax.stop_gradient(logits))
-        direction = jax.lax.stop_gradient(logits) / jnp.maximum(length, jnp.finfo(e.dtype).tiny)
+        length = jnp.maximum(jnp.linalg.norm(jax.lax.stop_gradient(logits)), jnp.finfo(e.dtype).tiny)
+        direction = jax.lax.stop_gradient(logits) / length  # an encoder's u (module docstring)
 
         def f(embedded):
             if encoder:
@@ -206,7 +206,7 @@ def scores_fn(
 
             def shift(j):
                 moved = last_logits(params, ids, e.at[j].set(b[j])) - logits
-                return jnp.linalg.norm(moved) / jnp.maximum(length, jnp.finfo(e.dtype).tiny)
+                return jnp.linalg.norm(moved) / length
 
             out["occlusion-shift"] = jax.lax.map(shift, jnp.arange(num_tokens), batch_size=occlusion_batch)
         if set(OCCLUSION) & set(names):

@@ -101,8 +101,9 @@ def matrix_markdown(matrix: dict) -> list[str]:
     for view, by_measure in matrix.items():
         if not by_measure:
             continue
+        where = VIEW_TITLES[view].split(" (")[0]
         if view == "all" and list(by_measure) == ["grad"]:  # all positions against (d) alone: the table above
-            lines += versus_markdown(by_measure, VIEW_TITLES[view].split(" (")[0])
+            lines += versus_markdown(by_measure, where)
             continue
         measures = list(by_measure)
         keys = list(next(iter(by_measure.values())))
@@ -119,7 +120,6 @@ def matrix_markdown(matrix: dict) -> list[str]:
                 cells.append(_interval(row, "w1") + (" **beats flat**" if row.get("beats_flat") else ""))
             lines.append(f"| ({key}) | " + " | ".join(cells) + " |")
         winners = sorted({f"({k}) vs {m}" for m in measures for k, r in by_measure[m].items() if r.get("beats_flat")})
-        where = VIEW_TITLES[view].split(" (")[0]
         lines += ["", f"Beats flat ({where}): {', '.join(winners) if winners else 'none'}.", ""]
         lines += versus_markdown(by_measure, where)
     return lines

@@ -76,6 +76,17 @@ def test_gradient_times_input_equals_central_differences(model):
     assert np.all(m.scores["gradxinput-norm"] >= m.scores["gradxinput"] / np.sqrt(d) - 1e-15)
 
 
+def assert_midpoint_ig(f, e, steps: int, scores, error) -> None:
+    """Integrated gradients of the scalar f from the zero baseline to e by the midpoint rule with ``steps``
+    steps, written out here: the scores are |a_j| and the completeness error |sum_j a_j - (f(e) - f(0))| / |...|."""
+    grad = jax.jit(jax.grad(f))
+    total = sum(np.asarray(grad(((k + 0.5) / steps) * e)) for k in range(steps))
+    attribution = (np.asarray(e) * total / steps).sum(axis=-1)
+    np.testing.assert_allclose(scores, np.abs(attribution), rtol=1e-9, atol=1e-15)
+    gap = float(f(e)) - float(f(jnp.zeros_like(e)))
+    assert error == pytest.approx(abs(attribution.sum() - gap) / abs(gap), rel=1e-6, abs=1e-12)
+
+
 def test_integrated_gradients_equal_a_midpoint_sum_written_here(model):
     ck, _, params, ids = model
     steps = 16
@@ -88,12 +99,7 @@ def test_integrated_gradients_equal_a_midpoint_sum_written_here(model):
             def f(x, s=s, top=top):
                 return jax.nn.softmax(forward.forward(params, jnp.asarray(ids[s]), ck.spec, embedded=x)[-1])[top]
 
-            grad = jax.jit(jax.grad(f))
-            total = sum(np.asarray(grad(((k + 0.5) / steps) * e)) for k in range(steps))
-            attribution = (np.asarray(e) * total / steps).sum(axis=-1)
-            np.testing.assert_allclose(m.scores["ig"][s], np.abs(attribution), rtol=1e-9, atol=1e-15)
-            gap = float(f(e)) - float(f(jnp.zeros_like(e)))
-            assert m.ig_error[s] == pytest.approx(abs(attribution.sum() - gap) / abs(gap), rel=1e-6, abs=1e-12)
+            assert_midpoint_ig(f, e, steps, m.scores["ig"][s], m.ig_error[s])
 
 
 def test_the_completeness_error_shrinks_with_the_steps(model):

@@ -20,6 +20,7 @@ from posbias.hf.measure import measure
 from posbias.hf.source import open_checkpoint
 from posbias.measure.influence import Influence
 from tests.hf_folders import measure_command
+from tests.product.test_influence import assert_midpoint_ig
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 N, S = 9, 2
@@ -78,12 +79,7 @@ def test_integrated_gradients_equal_a_midpoint_sum_and_complete(model):
             def f(x, s=s, u=u):
                 return forward.forward(params, jnp.asarray(ids[s]), ck.spec, embedded=x)[-1] @ u
 
-            grad = jax.jit(jax.grad(f))
-            total = sum(np.asarray(grad(((k + 0.5) / steps) * e)) for k in range(steps))
-            attribution = (np.asarray(e) * total / steps).sum(axis=-1)
-            np.testing.assert_allclose(m.scores["ig"][s], np.abs(attribution), rtol=1e-9, atol=1e-15)
-            gap = float(f(e)) - float(f(jnp.zeros_like(e)))
-            assert m.ig_error[s] == pytest.approx(abs(attribution.sum() - gap) / abs(gap), rel=1e-6, abs=1e-12)
+            assert_midpoint_ig(f, e, steps, m.scores["ig"][s], m.ig_error[s])
     fine = _measured(model, Influence(("ig",), ig_steps=128)).ig_error
     assert np.all(fine < m.ig_error) and np.all(fine < 1e-3), (m.ig_error, fine)
 
