@@ -143,7 +143,7 @@ _PROOFS_RUN = "a whole proofs --check (claims/test_proofs.py keeps the repositor
 # Kept unformatted: one entry a line pair, the node id and then why.
 # fmt: off
 SLOW_TESTS = {
-    "product/test_influence.py::test_integrated_gradients_equal_a_midpoint_sum_written_here": "K compiled gradients",
+    "product/test_influence.py::test_integrated_gradients_equal_the_rule_written_here": "K compiled gradients",
     "product/test_influence.py::test_the_completeness_error_shrinks_with_the_steps": "two integrated-gradient runs",
     "test_lint.py::test_pyright_finds_nothing_in_numerics_and_theorem":
         "pyright over both folders (pre-commit runs it on the files changed)",

@@ -53,7 +53,8 @@ def add(parser, *, memory_scope: str) -> None:
         type=at_least(1),
         default=DEFAULT_IG_STEPS,
         metavar="K",
-        help=f"integrated gradients: midpoint-rule steps along the path (default {DEFAULT_IG_STEPS}); a run whose "
+        help=f"integrated gradients: intervals of the error-guided trapezoid rule along the path, K + 1 "
+        f"gradients (default {DEFAULT_IG_STEPS}); a run whose "
         f"completeness error exceeds {IG_MAX_ERROR * 100:g}%% is refused",
     )
     parser.add_argument(

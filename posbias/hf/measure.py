@@ -63,7 +63,7 @@ def capture_fn(spec: Spec, dtype=np.float32):
 
 
 def influence_fn(spec: Spec, dtype=np.float32, influence=None, num_tokens: int = 0, batch: int = 1):
-    """jit: (params, (B, N) ids) -> name -> (B, N) influence scores per position j, in the compute ``dtype``,
+    """(params, (B, N) ids) -> name -> (B, N) influence scores per position j, in the compute ``dtype``,
     through rematerialised blocks: for a language model the measures of ``posbias.measure.influence``
     (default: the gradient norm ||d p_top1 / d e_j||_2 at the last position alone); for an encoder without a
     language-model head (``spec.lm_head`` false) "grad" is the Frobenius norm ||d y / d e_j||_F of the
@@ -99,11 +99,13 @@ def influence_fn(spec: Spec, dtype=np.float32, influence=None, num_tokens: int =
         total, _ = jax.lax.scan(add, jnp.zeros(embedded.shape[0], dtype), jnp.eye(y.shape[0], dtype=dtype))
         return jnp.sqrt(total)
 
-    def with_frobenius(params, ids):
-        others = {} if extra is None else extra(params, ids)
-        return {**others, "grad": jax.vmap(frobenius, in_axes=(None, 0))(params, ids)}
+    frobenius_batch = jax.jit(jax.vmap(frobenius, in_axes=(None, 0)))
 
-    return jax.jit(with_frobenius)
+    def with_frobenius(params, ids):  # extra drives integrated gradients from the host: not jitted whole
+        others = {} if extra is None else extra(params, ids)
+        return {**others, "grad": frobenius_batch(params, ids)}
+
+    return with_frobenius
 
 
 def device_params(params_np: dict, dtype, *, keep_narrow: bool | None = None) -> dict:

@@ -427,10 +427,12 @@ def residual_norm_kernels(loaded: Loaded) -> bool:
 
 def influence_fn(loaded: Loaded, influence=None):
     """(params, (B, N) ids) -> name -> (B, N) scores of ``posbias.measure.influence`` at the last position (the
-    top-1 token held fixed), and "ig_error" -> (B,) with integrated gradients; by autograd through
+    top-1 token held fixed), and "ig_error" -> (B,) with integrated gradients (``posbias.measure.integrated``
+    driving the points of the path); by autograd through
     ``inputs_embeds`` (the sequences of a batch are independent, so the gradient of the batch's summed p_top1
     is each sequence's own); occlusion one position at a time for the whole batch (B forwards at once)."""
     from posbias.measure.influence import OCCLUSION, Influence, check_for
+    from posbias.measure.integrated import integrate
 
     torch, _ = require_torch()
     influence = influence or Influence()
@@ -458,25 +460,21 @@ def influence_fn(loaded: Loaded, influence=None):
             b = torch.zeros_like(e)
         else:
             b = embed.weight.detach().mean(dim=0).to(e.dtype).expand_as(e)
-        f_e, g = top_and_grad(e, top)
+        _, g = top_and_grad(e, top)
         out = {"grad": torch.linalg.vector_norm(g, dim=-1)}
         if "gradxinput" in names:
             out["gradxinput"] = (e * g).sum(dim=-1).abs()
         if "gradxinput-norm" in names:
             out["gradxinput-norm"] = torch.linalg.vector_norm(e * g, dim=-1)
         if "ig" in names:
-            k = influence.ig_steps
-            total = torch.zeros_like(e)
-            for step in range(k):
-                total += top_and_grad(b + ((step + 0.5) / k) * (e - b), top)[1]
-            attribution = ((e - b) * total / k).sum(dim=-1)
-            with torch.no_grad():
-                f_b = torch.softmax(last_logits(b), dim=-1).gather(1, top[:, None])[:, 0]
-            gap = f_e - f_b
-            out["ig"] = attribution.abs()
-            out["ig_error"] = (attribution.to(torch.float64).sum(dim=-1) - gap).abs() / gap.abs().clamp(
-                min=float(torch.finfo(torch.float64).tiny)
-            )
+
+            def at(alphas):
+                a = torch.tensor(alphas, dtype=e.dtype)[:, None, None]
+                value, g = top_and_grad(b + a * (e - b), top)
+                return value.to(torch.float64).numpy(), ((e - b) * g).sum(dim=-1).to(torch.float64).numpy()
+
+            attribution, out["ig_error"] = integrate(at, influence.ig_steps, e.shape[0])
+            out["ig"] = np.abs(attribution)
         if set(OCCLUSION) & set(names):
             p = logp.exp()
             dlogp, kl = [], []
@@ -491,7 +489,7 @@ def influence_fn(loaded: Loaded, influence=None):
                 out["occlusion-logp"] = torch.stack(dlogp, dim=1)
             if "occlusion-kl" in names:
                 out["occlusion-kl"] = torch.stack(kl, dim=1)
-        return {name: value.detach().to(torch.float64).numpy() for name, value in out.items()}
+        return {name: np.asarray(v.detach().to(torch.float64) if torch.is_tensor(v) else v) for name, v in out.items()}
 
     return scores
 

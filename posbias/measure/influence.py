@@ -9,10 +9,11 @@ With p(e) the next-token distribution at the last position, t the top-1 token of
 * ``gradxinput``: |e_j . g_j|, gradient times input (Shrikumar et al. 2016; Kindermans et al. 2016: the
   first-order Taylor term of f along e_j);
 * ``gradxinput-norm``: ||e_j * g_j||_2, its elementwise-product norm variant;
-* ``ig``: integrated gradients (Sundararajan et al. 2017, "Axiomatic attribution for deep networks"), along
-  the straight path from the baseline b to e by the midpoint rule with K steps,
-  a_j = (e_j - b_j) . (1/K) sum_{k=1..K} g_j(b + ((k - 1/2)/K)(e - b)); the score is |a_j|.
-  Completeness, sum_j a_j = f(e) - f(b), holds as K -> infinity; its relative error
+* ``ig``: integrated gradients (Sundararajan et al. 2017, "Axiomatic attribution for deep networks") along
+  the straight path from the baseline b to e, a_j = (e_j - b_j) . integral_0^1 g_j(b + a (e - b)) da, by
+  the error-guided trapezoid rule of ``posbias.measure.integrated`` with K intervals (K + 1 gradients, the
+  nodes bisected where the rule's error is largest); the score is |a_j|. Completeness,
+  sum_j a_j = f(e) - f(b), holds as K -> infinity; its relative error
   |sum_j a_j - (f(e) - f(b))| / |f(e) - f(b)| is kept per sequence (``ig_error``) and a measurement whose
   largest error exceeds ``IG_MAX_ERROR`` is refused (raise --ig-steps);
 * ``occlusion-logp``: |log f(e) - log f(e^(j))|, e^(j) the input with e_j replaced by b_j (one forward per
@@ -22,8 +23,8 @@ With p(e) the next-token distribution at the last position, t the top-1 token of
 From the zero baseline, a model whose first operation on the embeddings is a norm layer (RMSNorm, or a
 LayerNorm with no position embedding added to the input) has a path that turns sharply near the baseline:
 the norm of a e_j stays near e_j's direction until a falls below about sqrt(eps) / rms(e_j), so f changes
-over a tiny stretch of the path that the midpoint rule resolves only with many steps, and the completeness
-check refuses runs that do not (the mean baseline avoids the singular point).
+over a tiny stretch of the path that a rule resolves only with many nodes there, and the completeness check
+refuses runs that do not (the mean baseline avoids the singular point).
 
 ``occlusion`` on the command line asks for both occlusion measures. The baseline b is the zero embedding
 (``zero``, default) or, at every position, the mean of the model's token-embedding table (``mean``). Each
@@ -68,7 +69,7 @@ DEFAULT_IG_STEPS = 64
 @dataclass(frozen=True)
 class Influence:
     """Which measures to compute and how: ``measures`` (names of ``MEASURES``; ``grad`` is always among them),
-    ``ig_steps`` K of integrated gradients, ``baseline`` of integrated gradients and occlusion."""
+    ``ig_steps`` K, the intervals of integrated gradients' rule, ``baseline`` of integrated gradients and occlusion."""
 
     measures: tuple[str, ...] = ("grad",)
     ig_steps: int = DEFAULT_IG_STEPS
@@ -96,12 +97,12 @@ class Influence:
 
     def passes(self, num_tokens: int) -> tuple[int, int]:
         """(backward passes, forward-only passes) per sequence beyond the capture's forward: one gradient
-        (two with occlusion's unperturbed forward counted in it), K more for integrated gradients (and their
-        baseline), N forwards for occlusion. What the batch and the time estimate are sized for."""
-        backward = 1 + (self.ig_steps if "ig" in self.measures else 0)
+        (two with occlusion's unperturbed forward counted in it), K + 1 more for integrated gradients (the
+        nodes of their rule, the baseline among them), N forwards for occlusion. What the batch and the time
+        estimate are sized for."""
+        backward = 1 + (self.ig_steps + 1 if "ig" in self.measures else 0)
         occluding = set(OCCLUSION + ENCODER_ONLY) & set(self.measures)
-        forward = (1 if "ig" in self.measures else 0) + (num_tokens if occluding else 0)
-        return backward, forward
+        return backward, (num_tokens if occluding else 0)
 
 
 def as_influence(value) -> Influence:
@@ -157,7 +158,8 @@ def scores_fn(
     encoder: bool = False,
 ):
     """One sequence's scores, for ``jax.vmap`` over a batch: (params, ids (N,)) -> name -> (N,) for every
-    measure of ``influence`` (and "ig_error" -> () with integrated gradients). ``last_logits(params, ids,
+    measure of ``influence`` but integrated gradients, for which "ig_target" holds the top-1 token (an
+    encoder's u) that ``path_point`` needs. ``last_logits(params, ids,
     embedded)`` is the forward's next-token logits (V,) at the last position from embeddings (N, D) that
     replace the token-embedding lookup (``embed(params, ids)``, default ``params["embed"][ids]``); with
     ``encoder`` it is the final hidden state y (D,) there, f = u . y and "grad" is ||u . dy/de_j|| (the caller
@@ -175,33 +177,16 @@ def scores_fn(
         length = jnp.maximum(jnp.linalg.norm(jax.lax.stop_gradient(logits)), jnp.finfo(e.dtype).tiny)
         direction = jax.lax.stop_gradient(logits) / length  # an encoder's u (module docstring)
 
-        def f(embedded):
-            if encoder:
-                return last_logits(params, ids, embedded) @ direction
-            return jax.nn.softmax(last_logits(params, ids, embedded))[top]
-
-        if influence.baseline == "zero":
-            b = jnp.zeros_like(e)
-        else:
-            b = jnp.broadcast_to(params["embed"].mean(axis=0).astype(e.dtype), e.shape)
+        f = _output(last_logits, params, ids, direction if encoder else top, encoder)
+        b = _baseline(influence, params, e)
         g = jax.grad(f)(e)
         out = {"grad": jnp.linalg.norm(g, axis=-1)}
         if "gradxinput" in names:
             out["gradxinput"] = jnp.abs((e * g).sum(axis=-1))
         if "gradxinput-norm" in names:
             out["gradxinput-norm"] = jnp.linalg.norm(e * g, axis=-1)
-        if "ig" in names:
-            k = influence.ig_steps
-            alphas = (jnp.arange(k, dtype=e.dtype) + 0.5) / k
-
-            def step(i, total):
-                return total + jax.grad(f)(b + alphas[i] * (e - b))
-
-            mean_grad = jax.lax.fori_loop(0, k, step, jnp.zeros_like(e)) / k
-            attribution = ((e - b) * mean_grad).sum(axis=-1)
-            gap = f(e) - f(b)
-            out["ig"] = jnp.abs(attribution)
-            out["ig_error"] = jnp.abs(attribution.sum() - gap) / jnp.maximum(jnp.abs(gap), jnp.finfo(e.dtype).tiny)
+        if "ig" in names:  # integrated by posbias.measure.integrated from path_point's values
+            out["ig_target"] = direction if encoder else top
         if "occlusion-shift" in names:
 
             def shift(j):
@@ -228,12 +213,52 @@ def scores_fn(
     return one
 
 
+def _output(last_logits, params, ids, target, encoder: bool):
+    """f(e): p_target of the next-token distribution, or an encoder's u . y with u = ``target``."""
+    import jax
+
+    def f(embedded):
+        if encoder:
+            return last_logits(params, ids, embedded) @ target
+        return jax.nn.softmax(last_logits(params, ids, embedded))[target]
+
+    return f
+
+
+def _baseline(influence: Influence, params, e):
+    """The baseline embeddings b (N, D) of integrated gradients and occlusion (module docstring)."""
+    import jax.numpy as jnp
+
+    if influence.baseline == "zero":
+        return jnp.zeros_like(e)
+    return jnp.broadcast_to(params["embed"].mean(axis=0).astype(e.dtype), e.shape)
+
+
+def path_point(last_logits, influence: Influence, *, embed=None, encoder: bool = False):
+    """Integrated gradients' integrand at one point of the path x(a) = b + a (e - b), for ``jax.vmap``:
+    (params, ids (N,), target, a) -> (F(a) = f(x(a)), s (N,) with s_j = (e_j - b_j) . df/de_j at x(a)), where
+    ``target`` is the top-1 token (or an encoder's direction u) of ``scores_fn``'s "ig_target"
+    (``posbias.measure.integrated`` integrates them)."""
+    import jax
+
+    def point(params, ids, target, alpha):
+        e = params["embed"][ids] if embed is None else embed(params, ids)
+        b = _baseline(influence, params, e)
+        value, g = jax.value_and_grad(_output(last_logits, params, ids, target, encoder))(b + alpha * (e - b))
+        return value, ((e - b) * g).sum(axis=-1)
+
+    return point
+
+
 def batch_fn(last_logits, influence: Influence, num_tokens: int, batch: int, embed=None, encoder: bool = False):
     """jit: (params, ids (B, N)) -> name -> (B, N) scores (and "ig_error" -> (B,)), B <= ``batch``. Without
     occlusion the sequences are vmapped (the memory of B gradients, what the batch is sized for); with it
     they run one after another, each occluding ``batch`` positions at a time, so that no more than B
-    forwards are held at once either. ``encoder``: ``scores_fn``'s."""
+    forwards are held at once either; integrated gradients' K + 1 points of the path are B gradients at a
+    time (``path_point``), driven by ``posbias.measure.integrated`` on the host, so that with "ig" the function
+    returned is not itself jitted. ``encoder``: ``scores_fn``'s."""
     import jax
+    import jax.numpy as jnp
 
     check_for(influence, encoder=encoder)
     occluding = bool(set(OCCLUSION + ENCODER_ONLY) & set(influence.measures))
@@ -246,5 +271,24 @@ def batch_fn(last_logits, influence: Influence, num_tokens: int, batch: int, emb
         encoder=encoder,
     )
     if occluding:
-        return jax.jit(lambda params, ids: jax.lax.map(lambda row: one(params, row), ids))
-    return jax.jit(jax.vmap(one, in_axes=(None, 0)))
+        main = jax.jit(lambda params, ids: jax.lax.map(lambda row: one(params, row), ids))
+    else:
+        main = jax.jit(jax.vmap(one, in_axes=(None, 0)))
+    if "ig" not in influence.measures:
+        return main
+    point = jax.jit(jax.vmap(path_point(last_logits, influence, embed=embed, encoder=encoder), in_axes=(None, 0, 0, 0)))
+
+    def with_integrated_gradients(params, ids):
+        from posbias.measure.integrated import integrate
+
+        out = dict(main(params, ids))
+        target = out.pop("ig_target")
+        dtype = out["grad"].dtype
+
+        def at(alphas):
+            return point(params, ids, target, jnp.asarray(alphas, dtype))
+
+        attribution, error = integrate(at, influence.ig_steps, ids.shape[0])
+        return {**out, "ig": np.abs(attribution), "ig_error": error}
+
+    return with_integrated_gradients

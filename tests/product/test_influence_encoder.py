@@ -1,7 +1,7 @@
 """The influence measures of an encoder without a language-model head (posbias.measure.influence, module
 docstring: f = u . y with u the unit direction of the unperturbed output, occlusion-shift) on the BERT fixture,
 in float64, against independent routes: gradient x input against central differences of u . y, integrated
-gradients against a midpoint sum written out here, occlusion-shift against a loop of single plain forwards;
+gradients against the trapezoid rule written out here, occlusion-shift against a loop of single plain forwards;
 the gradient norm (the Jacobian's Frobenius norm) the same with or without the other measures; the measures
 that need a next-token distribution refused on an encoder, occlusion-shift refused on a language model, each
 in one line with exit 2."""
@@ -20,7 +20,7 @@ from posbias.hf.measure import measure
 from posbias.hf.source import open_checkpoint
 from posbias.measure.influence import Influence
 from tests.hf_folders import measure_command
-from tests.product.test_influence import assert_midpoint_ig
+from tests.product.test_influence import assert_adaptive_ig
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 N, S = 9, 2
@@ -66,7 +66,7 @@ def test_gradient_times_input_equals_central_differences_of_the_output_direction
     assert np.all(m.scores["gradxinput-norm"] >= m.scores["gradxinput"] / np.sqrt(d) - 1e-15)
 
 
-def test_integrated_gradients_equal_a_midpoint_sum_and_complete(model):
+def test_integrated_gradients_equal_the_rule_written_here_and_complete(model):
     ck, _, params, ids, _ = model
     steps = 16
     m = _measured(model, Influence(("ig",), ig_steps=steps))
@@ -79,7 +79,7 @@ def test_integrated_gradients_equal_a_midpoint_sum_and_complete(model):
             def f(x, s=s, u=u):
                 return forward.forward(params, jnp.asarray(ids[s]), ck.spec, embedded=x)[-1] @ u
 
-            assert_midpoint_ig(f, e, steps, m.scores["ig"][s], m.ig_error[s])
+            assert_adaptive_ig(f, e, steps, m.scores["ig"][s], m.ig_error[s])
     fine = _measured(model, Influence(("ig",), ig_steps=128)).ig_error
     assert np.all(fine < m.ig_error) and np.all(fine < 1e-3), (m.ig_error, fine)
 
