@@ -1,8 +1,8 @@
 """The influence measures (posbias.measure.influence) against independent routes on the GPT-2 fixture, in
 float64: gradient x input against central differences of the top-1 probability, integrated gradients
-against the error-guided trapezoid rule written out here (and its completeness error shrinking with the steps), occlusion
-against a loop of single forwards in NumPy; the profiles in influence.csv against the per-sequence scores;
-bad input refused in one line, exit 2, nothing written."""
+against the error-guided trapezoid rule written out here (and its completeness error shrinking with the
+steps), occlusion against a loop of single forwards in NumPy; the profiles in influence.csv against the
+per-sequence scores; bad input refused in one line, exit 2, nothing written."""
 
 from __future__ import annotations
 
