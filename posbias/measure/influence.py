@@ -289,6 +289,7 @@ def batch_fn(last_logits, influence: Influence, num_tokens: int, batch: int, emb
             return point(params, ids, target, jnp.asarray(alphas, dtype))
 
         attribution, error = integrate(at, influence.ig_steps, ids.shape[0])
-        return {**out, "ig": np.abs(attribution), "ig_error": error}
+        out["ig"] = np.abs(attribution)
+        return {**dict(sorted(out.items())), "ig_error": error}  # sorted by name, as a jitted dict comes back
 
     return with_integrated_gradients

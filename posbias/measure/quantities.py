@@ -299,8 +299,15 @@ def accumulate(
         raise MeasureError("residual-norm kernels: a row's contributions all have norm 0 (0/0) on these sequences")
     if influence and not (np.all(np.isfinite(mean_norms)) and mean_norms.sum() > 0):
         raise MeasureError("influence: the gradients of p_top1 are zero or not finite on these sequences")
-    if ig_error is not None and not np.all(ig_error <= IG_MAX_ERROR):  # NaN refused too
-        worst = int(np.argmax(np.where(np.isfinite(ig_error), ig_error, np.inf)))
+    if ig_error is not None and not np.all(np.isfinite(ig_error)):
+        raise MeasureError(
+            "integrated gradients: not finite on sequence "
+            f"{int(np.argmin(np.isfinite(ig_error)))} (a gradient along the path is NaN or infinite; at the zero "
+            "baseline a model whose first operation on the embeddings is a norm layer without bias is "
+            "singular: use --baseline mean)"
+        )
+    if ig_error is not None and not np.all(ig_error <= IG_MAX_ERROR):
+        worst = int(np.argmax(ig_error))
         raise MeasureError(
             f"integrated gradients: completeness is off by {ig_error[worst]:.3g} of f(x) - f(baseline) on sequence "
             f"{worst} (at most {IG_MAX_ERROR} accepted): raise --ig-steps"

@@ -92,9 +92,7 @@ def assert_adaptive_ig(f, e, steps: int, scores, error) -> None:
     start = (steps + 1) // 2
     nodes = [node(i / start) for i in range(start + 1)]
     while len(nodes) - 1 < steps:
-        errors = [
-            abs(c[1] - a[1] - (c[0] - a[0]) / 2 * (a[2].sum() + c[2].sum())) for a, c in zip(nodes, nodes[1:])
-        ]
+        errors = [abs(c[1] - a[1] - (c[0] - a[0]) / 2 * (a[2].sum() + c[2].sum())) for a, c in zip(nodes, nodes[1:])]
         m = int(np.argmax(errors))
         nodes.insert(m + 1, node((nodes[m][0] + nodes[m + 1][0]) / 2))
     attribution = sum((c[0] - a[0]) / 2 * (a[2] + c[2]) for a, c in zip(nodes, nodes[1:]))
@@ -202,6 +200,29 @@ def test_bad_influence_input_is_one_line_exit_2_nothing_written(tmp_path, capsys
     code = measure_command([str(FIXTURE), "--tokens", str(N), "--samples", "2", *argv, "--out", str(out), "--quiet"])
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
+def test_a_path_that_is_not_finite_is_refused_with_its_cause(tmp_path, capsys, monkeypatch):
+    """SmolLM2 (RMSNorm without bias) has a NaN gradient at exactly the zero embedding; no fixture does, so the
+    rule's result is made non-finite here and the refusal (one line naming the cause, exit 2, nothing
+    written) is what is checked."""
+    from posbias.measure import integrated
+
+    rule = integrated.integrate
+
+    def nan_on_one(point, steps, batch):
+        attribution, error = rule(point, steps, batch)
+        error[-1] = np.nan
+        return attribution, error
+
+    monkeypatch.setattr(integrated, "integrate", nan_on_one)
+    out = tmp_path / "o"
+    argv = [str(FIXTURE), "--tokens", str(N), "--samples", "2", "--influence", "ig", "--out", str(out), "--quiet"]
+    code = measure_command(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "integrated gradients: not finite on sequence 1" in err and "use --baseline mean" in err, err
     assert not out.exists()
 
 
