@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PANELS = ["a", "b", "c", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "uniform", "flat"]
+PANELS = ["a", "b", "c", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "uniform", "flat"]
 COLOURS = {
     "grad": "C3",
     "gradxinput": "C0",
@@ -150,6 +150,20 @@ def digest(report: dict, n: str) -> dict:
             {"panel": f"({k})", "prediction": TITLES[k], **{m: cell(block[m][k]) for m in measures}}
             for k in PANELS
             if k in block[measures[0]]
+        ]
+        out[f"{view}_paired"] = [  # (o) minus (e), (p) minus (o): lambda per position, the MLP's path
+            {
+                "N": n,
+                "measure": m,
+                "row": f"({k})",
+                "minus": f"({ref})",
+                "difference": "{:.3f} [{:.3f}, {:.3f}]{}".format(
+                    d["w1_minus"], *d["w1_minus_ci"], " ★" if d["lower"] else ""
+                ),
+            }
+            for m in measures
+            for k in ("o", "p")
+            for ref, d in block[m].get(k, {}).get("versus", {}).items()
         ]
         winners = sorted(f"({k}) vs {m}" for m in measures for k, r in block[m].items() if r.get("beats_flat"))
         out[f"{view}_beats_flat"] = ", ".join(winners) or "none"

@@ -25,6 +25,11 @@ and "Comparing with measured influence"):
   token j's share of the attention block's output at i, ||[i = j] r_i + sum_h A_hij W_O^h v_hj||, rows
   normalised, r_i the residual the attention output is added to (x_i; h_i for BLOOM's residual after the
   norm); a post-LN block (BERT) folds its LayerNorm's gain and centring into both;
+* ``lambda_self`` (T, N): the MLP-as-self ratio ||a_i|| / (||x_i|| + ||a_i|| + ||m_i||)
+  (``posbias.measure.quantities.self_mixing_ratio``), m the MLP's output and x, a the residual and the
+  attention output of the stream m is added to; where a norm sits between that stream and the sum x + a
+  (a post-LN block's first LayerNorm, BLOOM's residual after the norm), x and a are taken through its
+  linear map (``_norm_parts``);
 * ``scale`` (T,): the factor s_t the softmax applies to ``content``;
 * ``position`` (H, N, N): the ALiBi term -m_h (i - j) (Falcon: its bfloat16 form, see
   ``posbias.hf.families``; zeros for learned positions; -inf above the diagonal under a
@@ -45,7 +50,7 @@ import numpy as np
 
 from posbias.errors import UserError
 from posbias.hf.families import Spec
-from posbias.measure.quantities import capture_dict, residual_norm_kernel
+from posbias.measure.quantities import capture_dict, residual_norm_kernel, self_mixing_ratio
 from posbias.numerics.slopes import alibi_slopes
 
 BLOOM_GELU = 0.79788456
@@ -102,6 +107,22 @@ def _rms_norm(x, g, eps):
     import jax.numpy as jnp
 
     return x / jnp.sqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * g
+
+
+def _norm_parts(parts, p: dict, name: str, spec: Spec):
+    """Each part z of a sum x = sum(parts) (each (N, D)) through the linear map that the norm ``name`` applies at
+    x: RMSNorm z g / sqrt(mean(x^2) + eps), LayerNorm (z - mean(z)) g / sqrt(var(x) + eps); the norm's bias,
+    which belongs to no part, left out. Their sum plus the bias is the norm of x."""
+    import jax.numpy as jnp
+
+    total = sum(parts)
+    g = p[name + "_g"]
+    if spec.norm == "rms":
+        scale = jnp.sqrt(jnp.mean(total * total, axis=-1, keepdims=True) + spec.eps)
+        return tuple(z * g / scale for z in parts)
+    centred = total - total.mean(axis=-1, keepdims=True)
+    scale = jnp.sqrt(jnp.mean(centred**2, axis=-1, keepdims=True) + spec.eps)
+    return tuple((z - z.mean(axis=-1, keepdims=True)) * g / scale for z in parts)
 
 
 def _norm(x, p: dict, name: str, spec: Spec):
@@ -275,17 +296,29 @@ def forward(  # noqa: C901 (embedding, blocks, capture; split the capture; issue
                 return (_activation(u @ p["wg"] + p["bg"], spec.activation) * up) @ p["w2"] + p["b2"]
             return _activation(up, spec.activation) @ p["w2"] + p["b2"]
 
+        # m: the MLP's output; parts: the residual and the attention output in the frame of the stream m is
+        # added to (a norm between them folded in: ``_norm_parts``), for the MLP-as-self ratio
         if spec.block == "post-ln":
             y = _norm(x + a, p, "ln1", spec)
-            out = _norm(y + mlp(y), p, "ln2", spec)
+            m = mlp(y)
+            out = _norm(y + m, p, "ln2", spec)
+            parts = (x, a, "ln1")
         elif spec.block.startswith("parallel"):
-            out = x + a + mlp(_norm(x, p, "ln2", spec))
+            m = mlp(_norm(x, p, "ln2", spec))
+            out = x + a + m
+            parts = (x, a, None)
         else:
             y = (h if spec.residual_post_ln else x) + a
             u = _norm(y, p, "ln2", spec)
-            out = (u if spec.residual_post_ln else y) + mlp(u)
+            m = mlp(u)
+            out = (u if spec.residual_post_ln else y) + m
+            parts = (h, a, "ln2") if spec.residual_post_ln else (x, a, None)
         if not capture:
             return out, None
+        residual, attention, norm = parts
+        if norm is not None:
+            residual, attention = _norm_parts((residual, attention), p, norm, spec)
+        own = self_mixing_ratio(residual, attention, m)
         u = jnp.einsum("hjk,hkd->hjd", v, p["wo"])  # W_O^h v_hj, (H, N, D)
         value_norms = jnp.linalg.norm(u, axis=-1)  # (H, N)
         if spec.block == "post-ln":  # y = LN(x + a): the norm's gain times its centring, folded in
@@ -296,7 +329,7 @@ def forward(  # noqa: C901 (embedding, blocks, capture; split the capture; issue
             kernel = residual_norm_kernel(probs, fold(u), fold(x))
         else:  # pre-norm and parallel blocks: a is added to x (to h with the residual after the norm)
             kernel = residual_norm_kernel(probs, u, h if spec.residual_post_ln else x)
-        return out, (x, a, probs, content, value_norms, kernel)
+        return out, (x, a, probs, content, value_norms, kernel, own)
 
     inputs = (params["blocks"], scales, jnp.asarray(windows(spec, n)))
     x, ys = jax.lax.scan(jax.checkpoint(step) if remat else step, x0, inputs)

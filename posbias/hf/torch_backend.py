@@ -304,17 +304,19 @@ def _head_out_proj(layer, layout: Layout, heads: int):
 
 
 class _Recorder:
-    """Hooks on every block: the block input x_t, the addend a_t, and q, k, v per layer, for one batch."""
+    """Hooks on every block: the block input x_t, its output, the addend a_t, and q, k, v per layer, for one
+    batch."""
 
     def __init__(self, loaded: Loaded):
         self.loaded = loaded
-        self.x, self.a, self.qkv = {}, {}, {}
+        self.x, self.a, self.out, self.qkv = {}, {}, {}, {}
         self.handles = []
 
     def __enter__(self):
         layout = self.loaded.layout
         for t, block in enumerate(self.loaded.model.get_submodule(layout.blocks)):
             self.handles.append(block.register_forward_pre_hook(self._block_input(t), with_kwargs=True))
+            self.handles.append(block.register_forward_hook(self._block_output(t)))
             self.handles.append(block.get_submodule(layout.addend).register_forward_hook(self._addend(t)))
             attn = block.get_submodule(layout.attention)
             if layout.qkv == "interface":
@@ -332,6 +334,12 @@ class _Recorder:
     def _block_input(self, t):
         def hook(module, args, kwargs):
             self.x[t] = args[0] if args else kwargs["hidden_states"]
+
+        return hook
+
+    def _block_output(self, t):
+        def hook(module, args, output):
+            self.out[t] = output[0] if isinstance(output, tuple) else output
 
         return hook
 
@@ -360,24 +368,27 @@ class _Recorder:
 
 def capture_fn(loaded: Loaded):
     """(params, (B, N) ids) -> the ``posbias.measure.quantities.accumulate`` capture tuple: lambda means and sums
-    of squares (B, T); the batch's sums of probabilities and raw content logits (T, H, N, N), of the
-    value-norm-weighted head-mean kernels (T, N, N), of the value norms (T, H, N) and, where
-    ``residual_norm_kernels``, of the residual-norm kernels (T, N, N); NumPy float64."""
+    of squares (B, T); the batch's sums of probabilities and raw content logits (T, H, N, N); and the dict of
+    the batch's sums of the value-norm-weighted head-mean kernels (T, N, N), the value norms (T, H, N), the
+    per-position ratios r_t,i (T, N) and, where ``residual_norm_kernels`` (the block's output is then
+    x + a + m, so the MLP's output m is the output minus x + a), the residual-norm kernels (T, N, N) and the
+    MLP-as-self ratios (T, N) (``posbias.measure.quantities.self_mixing_ratio``); NumPy float64."""
     import jax
 
-    from posbias.measure.quantities import residual_norm_kernel
+    from posbias.measure.quantities import residual_norm_kernel, self_mixing_ratio
 
     torch, _ = require_torch()
     layout, model, heads = loaded.layout, loaded.model, loaded.heads
     blocks = model.get_submodule(layout.blocks)
     norm_kernels = residual_norm_kernels(loaded)
     batched_kernel = jax.jit(jax.vmap(residual_norm_kernel))  # compiled once per shape and dtype
+    batched_own = jax.jit(jax.vmap(self_mixing_ratio))
 
     def capture(_params, ids):
         ids = torch.tensor(np.asarray(ids), dtype=torch.long)
         with torch.no_grad(), _Recorder(loaded) as rec:
             out = model(input_ids=ids, output_attentions=True, use_cache=False)
-        lam, lam_sq, probs, content, weighted, norms, residual = [], [], [], [], [], [], []
+        lam, lam_sq, per_position, own, probs, content, weighted, norms, residual = ([] for _ in range(9))
         with torch.no_grad():
             for t, block in enumerate(blocks):
                 x, a = rec.x[t], rec.a[t]
@@ -385,6 +396,7 @@ def capture_fn(loaded: Loaded):
                 r = an / torch.clamp(xn + an, min=DENOMINATOR_FLOOR)  # (B, N)
                 lam.append(r.mean(dim=-1))
                 lam_sq.append((r**2).sum(dim=-1))
+                per_position.append(r.sum(dim=0))
                 p = out.attentions[t]  # (B, H, N, N)
                 q, k, v = rec.qkv[t]
                 k = k.repeat_interleave(heads // k.shape[1], dim=1)
@@ -395,6 +407,8 @@ def capture_fn(loaded: Loaded):
                 if norm_kernels:
                     kernel = batched_kernel(*(z.numpy() for z in (p, u, x)))  # in the compute dtype
                     residual.append(torch.from_numpy(np.asarray(kernel).sum(axis=0)))
+                    m = rec.out[t] - x - a
+                    own.append(torch.from_numpy(np.asarray(batched_own(*(z.numpy() for z in (x, a, m)))).sum(axis=0)))
                 w = p * vn[:, :, None, :]
                 w = w / w.sum(dim=-1, keepdim=True)
                 weighted.append(w.mean(dim=1).sum(dim=0))
@@ -404,8 +418,10 @@ def capture_fn(loaded: Loaded):
         def host(z, axis=0):
             return torch.stack(z, dim=axis).to(torch.float64).numpy()
 
-        out = host(lam, 1), host(lam_sq, 1), host(probs), host(content), host(weighted), host(norms)
-        return (*out, host(residual)) if norm_kernels else out
+        extras = {"kernels_value": host(weighted), "value_norms": host(norms), "lambda_positions": host(per_position)}
+        if norm_kernels:
+            extras.update(kernels_norm=host(residual), lambda_self=host(own))
+        return host(lam, 1), host(lam_sq, 1), host(probs), host(content), extras
 
     return capture
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from posbias.lm.config import ModelConfig
 from posbias.lm.limits import VOCAB
-from posbias.measure.quantities import capture_dict, residual_norm_kernel
+from posbias.measure.quantities import capture_dict, residual_norm_kernel, self_mixing_ratio
 from posbias.numerics.slopes import alibi_slopes
 
 LN_EPS = 1e-5
@@ -137,7 +137,8 @@ def forward(params: dict, tokens, config: ModelConfig, *, capture: bool = False,
     W_O, ``probs`` (T, H, N, N) attention weights, ``content`` (T, H, N, N) raw q_i . k_j
     (ALiBi not included, not divided by sqrt(d_head); masked entries are meaningless),
     ``value_norms`` (T, H, N) ||W_O^h v_hj|| (Kobayashi et al. 2020), ``kernels_norm`` (T, N, N) the
-    residual-norm kernels with the residual x (``posbias.measure.quantities.residual_norm_kernel``).
+    residual-norm kernels with the residual x (``posbias.measure.quantities.residual_norm_kernel``), ``lambda_self``
+    (T, N) the MLP-as-self ratios (``posbias.measure.quantities.self_mixing_ratio``).
     ``embedded`` (N, D) replaces the embedding lookup (for gradients with respect to e_j)."""
     x0 = params["embed"][tokens] if embedded is None else embedded
     n = x0.shape[0]
@@ -148,7 +149,15 @@ def forward(params: dict, tokens, config: ModelConfig, *, capture: bool = False,
         if not capture:
             return y, None
         values = jnp.einsum("hjk,hkd->hjd", v, p["wo"])  # W_O^h v_hj
-        return y, (x, a, probs, content, jnp.linalg.norm(values, axis=-1), residual_norm_kernel(probs, values, x))
+        return y, (
+            x,
+            a,
+            probs,
+            content,
+            jnp.linalg.norm(values, axis=-1),
+            residual_norm_kernel(probs, values, x),
+            self_mixing_ratio(x, a, y - (x + a)),  # the MLP's output: what the block adds beyond x + a
+        )
 
     x, ys = jax.lax.scan(step, x0, params["blocks"])
     logits = layer_norm(x, params["lnf_g"], params["lnf_b"]) @ params["unembed"]

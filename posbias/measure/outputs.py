@@ -38,7 +38,9 @@ A Hugging Face folder or a GGUF file (``FILES["checkpoint"]``, either backend):
   ``content_logits`` (T, H, N, N), ``slopes`` (H,) and the value-norm-weighted head-mean kernels
   ``kernels_value`` (T, N, N) with the value norms ``value_norms`` (T, H, N) (``posbias.lm.measure``), the
   residual-norm kernels ``kernels_norm`` (T, N, N) where the backend forms them
-  (``posbias.measure.quantities.residual_norm_kernel``), the softmax's per-layer factors ``scales`` (T,),
+  (``posbias.measure.quantities.residual_norm_kernel``), lambda per position ``lambda_positions`` (T, N)
+  and, where the backend forms them, the MLP-as-self ratios ``lambda_self`` (T, N)
+  (``posbias.measure.quantities.EXTRAS``), the softmax's per-layer factors ``scales`` (T,),
   the mask ``causal`` and ``logits_note`` (why the bias fit is refused, "" when it is not:
   ``Measurement.logits_note``);
 * ``bias_fit.json``: the relative-bias fit of the mean pre-softmax logits (``posbias.measure.outputs.bias_fit_json``);
@@ -64,6 +66,7 @@ from posbias.io.files import HF_MEASURE_FILES, MEASURE_FILES
 from posbias.io.output import position_csv
 from posbias.io.reports import measure_report
 from posbias.measure.influence import MEASURES, profile
+from posbias.measure.quantities import EXTRAS
 from posbias.measure.sinks import sink_diagnostics
 
 FILES = {"trained": MEASURE_FILES, "checkpoint": HF_MEASURE_FILES}
@@ -258,9 +261,7 @@ def render_checkpoint(m, *, source: str, content_scale: str, meta: dict, causal:
     an encoder, whose config.yaml says mask_type full)."""
     t = len(m.lambdas)
     buf = io.BytesIO()
-    variants = {} if m.kernels_value is None else {"kernels_value": m.kernels_value, "value_norms": m.value_norms}
-    if m.kernels_norm is not None:
-        variants["kernels_norm"] = m.kernels_norm
+    variants = {name: getattr(m, name) for name in EXTRAS if getattr(m, name) is not None}
     np.savez(
         buf,
         kernels=m.kernels,

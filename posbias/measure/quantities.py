@@ -21,6 +21,10 @@ default (``jax.enable_x64`` scoped to the call; a float32 measurement says so in
   here; R^2 is the same for both).
 * value-norm-weighted kernels (``value_weighted``) and the residual-norm kernels (``residual_norm_kernel``):
   two context-mixing kernel families beside the attention weights, where a backend captures them.
+* lambda per position (``lambda_positions``, (T, N)): the mean over sequences of r_t,i, position by
+  position, where lambda_t averages over positions too; and the MLP-as-self ratios (``lambda_self``,
+  ``self_mixing_ratio``): ||a_t,i|| / (||x_t,i|| + ||a_t,i|| + ||m_t,i||) with m_t the MLP's output, the
+  attention's share when the MLP's output is counted as the position's own (where a backend captures it).
 * influence (THEORY.md "Comparing with measured influence"): ||d p_top1 / d e_j||_2, the
   gradient of the model's top-1 next-byte probability at the last position (the top byte
   held fixed) with respect to the input embedding e_j of position j; by ``jax.grad``
@@ -88,6 +92,8 @@ class Measurement:
     logits_note: str = ""  # why scales * content - slopes (i - j) on that mask is not what the
     # softmax sees ("" when it is; posbias.fit.bias then refuses)
     scores: dict | None = None  # name -> (S, N) scores of every influence measure (posbias.measure.influence)
+    lambda_positions: np.ndarray | None = None  # (T, N) r_t,i per position i, mean over sequences
+    lambda_self: np.ndarray | None = None  # (T, N) the MLP-as-self ratios (``self_mixing_ratio``), mean over sequences
     ig_error: np.ndarray | None = None  # (S,) integrated gradients' relative completeness error
 
 
@@ -118,55 +124,75 @@ def content_fit(mean_logits: np.ndarray, scales, *, causal: bool = True) -> Cont
     return ContentFit(b, d, b * scales[:, None], d * scales[:, None], r2)
 
 
-def lambda_ratios(cap: dict):
-    """Per-sequence lambda statistics of one forward's captured block inputs x (T, N, D) and
-    attention outputs a (T, N, D): the mean over positions of r = ||a|| / (||x|| + ||a||) and
-    the sum over positions of r^2, both (T,) (module docstring)."""
-    import jax.numpy as jnp
-
-    an = jnp.linalg.norm(cap["a"], axis=-1)
-    xn = jnp.linalg.norm(cap["x"], axis=-1)
-    r = an / jnp.maximum(xn + an, DENOMINATOR_FLOOR)  # (T, N)
-    return r.mean(axis=-1), (r**2).sum(axis=-1)
-
-
 def batch_capture(one):
-    """jit: (params, (B, N) ids) -> lambda means (B, T), lambda sums of squares (B, T), and the
-    batch's sums of the probabilities and of the raw content logits (T, H, N, N) (and of any further
-    per-sequence arrays ``one`` returns), reduced on the device; ``one(params, ids)`` returns one
-    sequence's (T,), (T,), (T, H, N, N), (T, H, N, N), ...."""
+    """jit: (params, (B, N) ids) -> lambda means (B, T), lambda sums of squares (B, T), the batch's sums of the
+    probabilities and of the raw content logits (T, H, N, N), and the dict of the batch's sums of the further
+    per-sequence arrays (``EXTRAS``), reduced on the device; ``one(params, ids)`` returns one sequence's
+    (T,), (T,), (T, H, N, N), (T, H, N, N), dict (``captured``)."""
     import jax
 
     def run(params, ids):
-        lam, lam_sq, *per_sequence = jax.vmap(one, in_axes=(None, 0))(params, ids)
-        return (lam, lam_sq, *(z.sum(axis=0) for z in per_sequence))
+        lam, lam_sq, probs, content, extras = jax.vmap(one, in_axes=(None, 0))(params, ids)
+        return lam, lam_sq, probs.sum(axis=0), content.sum(axis=0), {k: v.sum(axis=0) for k, v in extras.items()}
 
     return jax.jit(run)
 
 
-CAPTURED = ("x", "a", "probs", "content", "value_norms", "kernels_norm")
+CAPTURED = ("x", "a", "probs", "content", "value_norms", "kernels_norm", "lambda_self")
 """What a forward's capture scans out per layer, in this order (``capture_dict``)."""
 
 
 def capture_dict(per_layer: tuple) -> dict:
     """A forward's stacked per-layer capture (block inputs, attention outputs, probabilities, raw content
-    logits, value norms, residual-norm kernels) as the dict ``captured`` reads."""
+    logits, value norms, residual-norm kernels, MLP-as-self ratios) as the dict ``captured`` reads."""
     return dict(zip(CAPTURED, per_layer, strict=True))
 
 
 def captured(cap: dict) -> tuple:
-    """One sequence's capture tuple for ``batch_capture`` from a forward's captured dict (block inputs ``x``,
-    attention outputs ``a``, ``probs``, ``content``, ``value_norms``, and ``kernels_norm`` where the forward
-    forms it): lambda means and sums of squares, the probabilities, the raw content logits, the value-weighted
-    kernels, the value norms and the residual-norm kernels (T, N, N) (``residual_norm_kernel``)."""
-    out = (
-        *lambda_ratios(cap),
-        cap["probs"],
-        cap["content"],
-        value_weighted(cap["probs"], cap["value_norms"]),
-        cap["value_norms"],
-    )
-    return (*out, cap["kernels_norm"]) if "kernels_norm" in cap else out
+    """One sequence's capture for ``batch_capture`` from a forward's captured dict (block inputs ``x``, attention
+    outputs ``a``, ``probs``, ``content``, ``value_norms``, and ``kernels_norm`` and ``lambda_self`` where the
+    forward forms them): lambda means and sums of squares (T,), the probabilities and the raw content logits
+    (T, H, N, N), and a dict of the further per-sequence arrays the batch sums by name (``EXTRAS``): the
+    value-weighted kernels, the value norms, the per-position ratios r_t,i (``mixing_ratios``), and the
+    residual-norm kernels (T, N, N) (``residual_norm_kernel``) and the MLP-as-self ratios (T, N)
+    (``self_mixing_ratio``) where the forward forms them."""
+    r = mixing_ratios(cap)
+    extras = {
+        "kernels_value": value_weighted(cap["probs"], cap["value_norms"]),
+        "value_norms": cap["value_norms"],
+        "lambda_positions": r,
+    }
+    extras.update({name: cap[name] for name in ("kernels_norm", "lambda_self") if name in cap})
+    return r.mean(axis=-1), (r**2).sum(axis=-1), cap["probs"], cap["content"], extras
+
+
+EXTRAS = ("kernels_value", "value_norms", "lambda_positions", "kernels_norm", "lambda_self")
+"""The per-sequence arrays a capture may add, summed over sequences by name (``captured``): the
+value-norm-weighted head-mean kernels (T, N, N), the value norms (T, H, N), the mixing ratios r_t,i per
+position (T, N), the residual-norm kernels (T, N, N) and the MLP-as-self ratios (T, N)."""
+
+
+def mixing_ratios(cap: dict):
+    """(T, N) r_t,i = ||a_t,i|| / (||x_t,i|| + ||a_t,i||) of one forward's captured block inputs x and attention
+    outputs a (T, N, D) (module docstring; the denominator clamped at ``DENOMINATOR_FLOOR``)."""
+    import jax.numpy as jnp
+
+    an = jnp.linalg.norm(cap["a"], axis=-1)
+    xn = jnp.linalg.norm(cap["x"], axis=-1)
+    return an / jnp.maximum(xn + an, DENOMINATOR_FLOOR)
+
+
+def self_mixing_ratio(residual, attention, mlp):
+    """(N,) the attention's share of a block's update when the MLP's output is attributed to the position
+    itself: ||a_i|| / (||x_i|| + ||a_i|| + ||m_i||), for the parts x (the residual) and a (the attention
+    output) of the stream the MLP's output m is added to, each (N, D), in that stream's frame (a norm between
+    them folded in by the caller). Where m = 0 it is the paper's r_t,i; it is never above it. The
+    denominator is clamped at ``DENOMINATOR_FLOOR``."""
+    import jax.numpy as jnp
+
+    an = jnp.linalg.norm(attention, axis=-1)
+    total = jnp.linalg.norm(residual, axis=-1) + an + jnp.linalg.norm(mlp, axis=-1)
+    return an / jnp.maximum(total, DENOMINATOR_FLOOR)
 
 
 def value_weighted(probs, value_norms):
@@ -243,29 +269,28 @@ def accumulate(
     (B, T), the batch's sums of probabilities and raw content logits (T, H, N, N);
     ``grad_fn(params, (B, N))`` the (B, N) gradient norms, or name -> (B, N) scores of every influence measure
     asked ("grad" among them) and "ig_error" -> (B,) (``posbias.measure.influence``), kept as ``scores`` and
-    ``ig_error``; a measurement whose completeness error exceeds ``IG_MAX_ERROR`` is refused. A capture may
-    return two more sums: the value-norm-weighted head-mean kernels (T, N, N) and the value norms
-    (T, H, N) (``value_weighted``), and a third, the residual-norm kernels (T, N, N)
-    (``residual_norm_kernel``); their means become ``kernels_value``, ``value_norms`` and ``kernels_norm``. ``scales``
+    ``ig_error``; a measurement whose completeness error exceeds ``IG_MAX_ERROR`` is refused. The capture's
+    fifth value is a dict of further sums by name (``EXTRAS``: each that a backend forms), whose means over
+    sequences become the ``Measurement``'s fields of the same names. ``scales``
     (T,) and ``causal`` are the softmax's per-layer scale and mask, for ``content_fit``. The host holds two
     (T, H, N, N) float64 sums and one batch's sum while adding it. Call it under the precision's ``jax.enable_x64``."""
     import jax.numpy as jnp
 
     s, n = sequences.shape
     lam_seq = lam_sq = probs_sum = content_sum = None
-    extra_sums = []
+    sums: dict[str, np.ndarray] = {}
     scores: dict[str, np.ndarray] = {}
     done = 0
     for chunk in batches(sequences, batch):
         k = len(chunk)
         ids = jnp.asarray(chunk)
-        lm, lsq, pr, co, *extra = capture(params, ids)
+        lm, lsq, pr, co, extra = capture(params, ids)
         if lam_seq is None:
             lam_seq, lam_sq = np.zeros((s, lm.shape[1])), np.zeros(lm.shape[1])
             probs_sum, content_sum = np.zeros(pr.shape), np.zeros(co.shape)
-            extra_sums = [np.zeros(e.shape) for e in extra]
-        for total, e in zip(extra_sums, extra):
-            total += np.asarray(e)
+            sums = {name: np.zeros(np.shape(e)) for name, e in extra.items()}
+        for name, e in extra.items():
+            sums[name] += np.asarray(e)
         lam_seq[done : done + k] = np.asarray(lm, np.float64)
         lam_sq += np.asarray(lsq, np.float64).sum(axis=0)
         probs_sum += np.asarray(pr)  # in place: float64 += the compute dtype, no float64 copy
@@ -291,11 +316,11 @@ def accumulate(
     ig_error = scores.pop("ig_error", None)
     norms = scores["grad"] if influence else np.zeros((s, n))
     mean_norms = norms.mean(axis=0)
-    for total in extra_sums:
+    for total in sums.values():
         total /= s
-    if extra_sums and not np.all(np.isfinite(extra_sums[0])):
+    if "kernels_value" in sums and not np.all(np.isfinite(sums["kernels_value"])):
         raise MeasureError("value-weighted kernels: a row's values all have norm 0 (0/0) on these sequences")
-    if len(extra_sums) > 2 and not np.all(np.isfinite(extra_sums[2])):
+    if "kernels_norm" in sums and not np.all(np.isfinite(sums["kernels_norm"])):
         raise MeasureError("residual-norm kernels: a row's contributions all have norm 0 (0/0) on these sequences")
     if influence and not (np.all(np.isfinite(mean_norms)) and mean_norms.sum() > 0):
         raise MeasureError("influence: the gradients of p_top1 are zero or not finite on these sequences")
@@ -328,9 +353,11 @@ def accumulate(
         grad_norms=norms if influence else None,
         influence=mean_norms / mean_norms.sum() if influence else None,
         batch=batch,
-        kernels_value=extra_sums[0].astype(out_dtype) if extra_sums else None,
-        value_norms=extra_sums[1] if extra_sums else None,
-        kernels_norm=extra_sums[2].astype(out_dtype) if len(extra_sums) > 2 else None,
+        kernels_value=sums["kernels_value"].astype(out_dtype) if "kernels_value" in sums else None,
+        value_norms=sums.get("value_norms"),
+        kernels_norm=sums["kernels_norm"].astype(out_dtype) if "kernels_norm" in sums else None,
+        lambda_positions=sums.get("lambda_positions"),
+        lambda_self=sums.get("lambda_self"),
         scales=np.asarray(scales, np.float64),
         causal=bool(causal),
         scores=scores if influence else None,

@@ -24,6 +24,16 @@ of a rollout, p = e_{N-1}^T R^(T-1) ... R^(0), R^(t) = (1 - lambda_t) I + lambda
     attention block's output at i, ||[i = j] r_i + sum_h A_hij W_O^h v_hj||, rows normalised; the residual
     and a post-LN block's norm folded in, in the manner of Kobayashi et al. 2021, GlobEnc and ALTI), rolled
     out with lambda_t = 1 since the residual is already inside (only where the backend forms them);
+(o) the measured kernels with lambda measured per position: R^(t) = (1 - diag(lambda_t)) I + diag(lambda_t)
+    A^(t) with lambda_t,i the mean over sequences of r_t,i = ||a_t,i|| / (||x_t,i|| + ||a_t,i||) at position
+    i (``per_position_kernels``), where (e) uses their mean over positions too;
+(p) as (o) with the MLP's position-wise path counted: the MLP's output m_t,i is a function of position i's
+    state alone (it moves nothing between positions, so in position space it is the identity and enters a
+    rollout only through how its output is attributed). Attributed in proportion to the stream it reads,
+    it leaves r_t,i and (o) unchanged; attributed to the position itself, the attention's share becomes
+    ||a_t,i|| / (||x_t,i|| + ||a_t,i|| + ||m_t,i||) (``posbias.measure.quantities.self_mixing_ratio``) and (p)
+    is (o) with those ratios. The truth lies between (o) and (p) in this sense, so (p) against (o) bounds
+    what the MLP can change (only where the backend captures the MLP's output);
 baselines, scored like the predictions so that every table says what "better than nothing" is:
 (uniform) uniform attention with the measured lambda_t: under a causal mask the Cesàro kernel
     C_ij = 1/(i+1), j <= i, whose rollout has THEORY.md's exact closed form ("An exact closed form");
@@ -62,11 +72,16 @@ PANELS = {
     "l": "measured kernels, sink keys moved to the diagonal (C8), measured lambda",
     "m": "as (l) with c lambda, c fitted per measure on disjoint windows (out of sample)",
     "n": "control: (e) with c lambda, c fitted as for (m), no sink transform (out of sample)",
+    "o": "measured kernels, lambda measured per position (lambda_t,i)",
+    "p": "as (o) with the MLP's output counted as the position's own",
     "uniform": "baseline: uniform attention (causal: Cesàro), measured lambda",
     "flat": "baseline: flat 1/N",
 }
-PREDICTIONS = ("f", "g", "h", "i", "j", "k", "l", "m", "n", "uniform", "flat")
+PREDICTIONS = ("f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "uniform", "flat")
 BASELINES = ("uniform", "flat")
+VERSUS = {"o": ("e",), "p": ("o",)}
+"""The paired comparisons of these rows (``posbias.validate.matrix.score_matrix``'s ``versus``): (o) against
+the rollout (e) it refines, (p) against (o)."""
 
 
 def kernel_profile(kernels, lambdas, *, causal: bool = True, label: str = "kernels") -> np.ndarray:
@@ -103,6 +118,18 @@ def bias_prediction(m) -> np.ndarray:
     return prof.probabilities / total
 
 
+def per_position_kernels(kernels, lambdas) -> np.ndarray:
+    """(T, N, N) R^(t) = (1 - diag(lambda_t)) I + diag(lambda_t) K^(t) of (T, N, N) kernels (rows renormalised)
+    and (T, N) mixing ratios per position: row i mixes with its own lambda_t,i (panels (o), (p)); rolled out
+    with lambda = 1 they give the rollout with a position-dependent residual. Each row sums to 1 where the
+    kernel's does."""
+    kernels = np.asarray(kernels, np.float64)
+    kernels = kernels / kernels.sum(axis=-1, keepdims=True)
+    lam = np.asarray(lambdas, np.float64)[..., None]
+    n = kernels.shape[-1]
+    return lam * kernels + (1 - lam) * np.eye(n)
+
+
 def uniform_kernels(layers: int, num_tokens: int, *, causal: bool = True) -> np.ndarray:
     """(T, N, N) uniform attention: Cesàro C_ij = 1/(i+1) on j <= i, or 1/N everywhere (full mask)."""
     n = num_tokens
@@ -133,9 +160,9 @@ def sinkless_kernels(kernels) -> np.ndarray:
 
 
 def extra_predictions(m, *, causal: bool = True) -> dict[str, np.ndarray]:
-    """Profiles (f), (g), (h), (j), (k), (uniform), (flat) of one measurement (module docstring); (g) and (h)
-    only when the measurement has value-norm-weighted kernels, (k) only with residual-norm kernels, (j) only
-    for N >= 2."""
+    """Profiles (f), (g), (h), (j), (k), (o), (p), (uniform), (flat) of one measurement (module docstring); (g)
+    and (h) only when the measurement has value-norm-weighted kernels, (k) only with residual-norm kernels, (o)
+    and (p) only with the ratios per position and the MLP-as-self ratios, (j) only for N >= 2."""
     t, n = len(m.lambdas), m.num_tokens
     ones = np.ones(t)
     out = {"f": kernel_profile(m.kernels, ones, causal=causal, label="f")}
@@ -149,6 +176,9 @@ def extra_predictions(m, *, causal: bool = True) -> dict[str, np.ndarray]:
         out["h"] = kernel_profile(m.kernels_value, ones, causal=causal, label="h")
     if m.kernels_norm is not None:
         out["k"] = kernel_profile(m.kernels_norm, ones, causal=causal, label="k")
+    for key, ratios in (("o", m.lambda_positions), ("p", m.lambda_self)):
+        if ratios is not None:
+            out[key] = kernel_profile(per_position_kernels(m.kernels, ratios), ones, causal=causal, label=key)
     out["uniform"] = kernel_profile(uniform_kernels(t, n, causal=causal), m.lambdas, causal=causal, label="uniform")
     out["flat"] = np.full(n, 1.0 / n)
     return out
@@ -237,18 +267,16 @@ def figure(panels_by_n: dict[int, dict[str, np.ndarray]], sinks_by_n: dict[int, 
 def kernels_npz(m) -> bytes:
     """kernels/<N>.npz of validate: ``kernels`` (T, N, N) head-mean and, where measured,
     ``kernels_value`` (T, N, N) value-norm-weighted and ``value_norms`` (T, H, N), ``kernels_norm`` (T, N, N)
-    residual-norm; ``lambdas`` (T,) and
+    residual-norm, ``lambda_positions`` and ``lambda_self`` (T, N) (``posbias.measure.quantities.EXTRAS``);
+    ``lambdas`` (T,) and
     ``influence`` (N,): what (e)-(h) and the sink diagnostics are computed from (the ``posbias rollout
     --kernels`` format for ``kernels`` and ``lambdas``)."""
     import io
 
+    from posbias.measure.quantities import EXTRAS
+
     arrays = {"kernels": m.kernels, "lambdas": m.lambdas, "influence": m.influence}
-    if m.kernels_value is not None:
-        arrays["kernels_value"] = m.kernels_value
-    if m.value_norms is not None:
-        arrays["value_norms"] = m.value_norms
-    if m.kernels_norm is not None:
-        arrays["kernels_norm"] = m.kernels_norm
+    arrays.update({name: getattr(m, name) for name in EXTRAS if getattr(m, name) is not None})
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     return buf.getvalue()

@@ -18,6 +18,7 @@ from posbias.io.reports import validate_report
 from posbias.validate import sink_fit as sf
 from posbias.validate.matrix import Bootstrap
 from posbias.validate.panels import PREDICTIONS as VARIANT_PREDICTIONS
+from posbias.validate.panels import VERSUS
 from posbias.validate.predict import PREDICTIONS, prediction_notes, predictions, validate_bytes
 from posbias.validate.report import report_markdown
 
@@ -119,7 +120,7 @@ def validate(
         keys = [k for k in PREDICTIONS + VARIANT_PREDICTIONS if k != "flat" and (k in panels or k in fitted)]
         scored = {k: panels[k] for k in keys if k in panels}
         rows = {k: fitted.get(k, panels.get(k)) for k in keys}  # (m), (n): one profile per measure
-        matrices[str(n)] = score_matrix(rows, m.scores, bootstrap, num_tokens=n, versus=sf.VERSUS)
+        matrices[str(n)] = score_matrix(rows, m.scores, bootstrap, num_tokens=n, versus={**sf.VERSUS, **VERSUS})
         shape_reports[str(n)] = shapes(scored, m.scores, bootstrap)
         report[str(n)] = grad_rows(matrices[str(n)]["all"]["grad"])
         sinks[str(n)] = sink_diagnostics(m, causal=backend.causal)

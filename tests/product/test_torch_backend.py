@@ -56,6 +56,8 @@ def test_backends_agree_on_the_fixture(both):
         "kernels_value",
         "value_norms",
         "kernels_norm",
+        "lambda_positions",
+        "lambda_self",  # JAX: the MLP's output itself; transformers: the block's output minus x + a
         "influence",
         "grad_norms",
     ):
@@ -190,6 +192,44 @@ def test_value_norms_recomputed_in_numpy_from_the_fixture_weights():
         np.testing.assert_allclose(m.value_norms[0], norms, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(m.kernels_value[0], kernel, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(m.kernels_per_head[0], probs, rtol=1e-10, atol=1e-12)
+
+
+def test_mlp_as_self_ratio_of_a_post_ln_encoder_from_transformers_modules():
+    """BERT (post-LN): y = LN1(x + a), out = LN2(y + m). The MLP-as-self ratio ||a~|| / (||x~|| + ||a~|| + ||m||),
+    x~ and a~ the parts of LN1's input through its linear map (centring, gain, 1 / sigma of x + a), computed here
+    from transformers' own modules by hooks (x the layer input, a the attention output's dense layer, m the
+    output's dense layer), against the JAX route's forward, which forms m from its own MLP."""
+    import torch
+    from transformers import AutoModel
+
+    folder = FIXTURES / "bert"
+    seqs = _sequences(folder, n=10, s=2)
+    model = AutoModel.from_pretrained(folder, dtype=torch.float64).eval()
+    seen = {}
+    for t, layer in enumerate(model.encoder.layer):
+        layer.register_forward_pre_hook(lambda mod, args, t=t: seen.__setitem__(("x", t), args[0]))
+        layer.attention.output.dense.register_forward_hook(lambda mod, i, o, t=t: seen.__setitem__(("a", t), o))
+        layer.output.dense.register_forward_hook(lambda mod, i, o, t=t: seen.__setitem__(("m", t), o))
+    ratios = []
+    with torch.no_grad():
+        for ids in seqs:
+            model(input_ids=torch.tensor(np.asarray(ids))[None])
+            per_layer = []
+            for t, layer in enumerate(model.encoder.layer):
+                x, a, m = (seen[(k, t)][0].numpy() for k in "xam")
+                norm = layer.attention.output.LayerNorm
+                total = x + a
+                sigma = np.sqrt(total.var(axis=-1, keepdims=True) + norm.eps)
+                g = norm.weight.numpy()
+                x_, a_ = ((z - z.mean(axis=-1, keepdims=True)) * g / sigma for z in (x, a))
+                an = np.linalg.norm(a_, axis=-1)
+                per_layer.append(an / (np.linalg.norm(x_, axis=-1) + an + np.linalg.norm(m, axis=-1)))
+            ratios.append(per_layer)
+    ck = checkpoint.load(folder)
+    m = jax_measure(weights.params(ck, None), ck.spec, seqs, influence=False)
+    # within 1e-7, not 1e-12: transformers' attention rounds through float32 (the module docstring)
+    np.testing.assert_allclose(m.lambda_self, np.mean(ratios, axis=0), rtol=0, atol=1e-7)
+    assert np.all(m.lambda_self < m.lambda_positions)
 
 
 def test_measure_command_writes_the_jax_set(tmp_path, capsys):

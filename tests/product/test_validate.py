@@ -74,7 +74,7 @@ def test_command_writes_the_report_and_profiles(run, tmp_path, capsys):
     assert whole["kind"] == "posbias validate"
     report = whole["lengths"]
     assert sorted(report) == ["16", "8"] and sorted(whole["diagnostics"]["sinks"]) == ["16", "8"]
-    assert sorted(report["16"]) == [*"abcef", "flat", *"ghijklmn", "uniform"]
+    assert sorted(report["16"]) == [*"abcef", "flat", *"ghijklmnop", "uniform"]
     for n in (8, 16):
         files = {k: np.loadtxt(out / "profiles" / str(n) / f"{k}.csv", delimiter=",", skiprows=1) for k in "abcde"}
         d = files["d"][:, 1]

@@ -21,7 +21,7 @@ from posbias.hf import bos, checkpoint, data
 from posbias.io.reports import read_report
 from posbias.measure.quantities import MeasureError
 from posbias.validate.matrix import TIE
-from posbias.validate.panels import kernel_profile, uniform_kernels
+from posbias.validate.panels import kernel_profile, per_position_kernels, uniform_kernels
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 LENGTHS = (12, 16)
@@ -50,10 +50,38 @@ def test_uniform_full_mask_baseline_closed_form():
     )
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_per_position_lambda_equal_across_positions_is_the_plain_rollout(causal):
+    rng = np.random.default_rng(3)
+    t, n = 4, 9
+    kernels = rng.uniform(0.1, 1, (t, n, n))
+    if causal:
+        kernels *= np.tril(np.ones((n, n)))
+    lambdas = rng.uniform(0, 1, t)
+    same = np.broadcast_to(lambdas[:, None], (t, n))
+    folded = per_position_kernels(kernels, same)
+    np.testing.assert_allclose(folded.sum(axis=-1), 1, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(
+        kernel_profile(folded, np.ones(t), causal=causal),
+        kernel_profile(kernels, lambdas, causal=causal),
+        rtol=0,
+        atol=1e-15,
+    )
+
+
 def _rollout(kernels, lambdas):
     row = np.eye(kernels.shape[-1])[-1]
     for t in range(len(lambdas) - 1, -1, -1):
         row = (1 - lambdas[t]) * row + lambdas[t] * (row @ kernels[t])
+    return row
+
+
+def _rollout_per_position(kernels, ratios):
+    """The last row of prod_t ((1 - diag(r_t)) I + diag(r_t) K_t), position-dependent r (T, N), as a row vector
+    v -> v (1 - r_t) + (v r_t) K_t."""
+    row = np.eye(kernels.shape[-1])[-1]
+    for t in range(len(ratios) - 1, -1, -1):
+        row = row * (1 - ratios[t]) + (row * ratios[t]) @ kernels[t]
     return row
 
 
@@ -90,9 +118,12 @@ def test_written_panels_recomputed_from_the_written_kernels(run, capsys):
     for n in LENGTHS:
         arrays = np.load(out / "kernels" / f"{n}.npz")
         kernels, kv, lambdas = arrays["kernels"], arrays["kernels_value"], arrays["lambdas"]
-        kn = arrays["kernels_norm"]
+        kn, per_position, own = arrays["kernels_norm"], arrays["lambda_positions"], arrays["lambda_self"]
+        # lambda_t is the mean of r_t,i over positions; the MLP-as-self ratio is never above r_t,i
+        np.testing.assert_allclose(per_position.mean(axis=1), lambdas, rtol=1e-13, atol=0)
+        assert np.all(own <= per_position + 1e-15) and np.all(own >= 0)
         profiles = {p.stem: _profile(p) for p in (out / "profiles" / str(n)).glob("*.csv")}
-        assert sorted(profiles) == sorted([*"abcdefghijkl", "flat", "uniform", "m-grad", "n-grad"])
+        assert sorted(profiles) == sorted([*"abcdefghijklop", "flat", "uniform", "m-grad", "n-grad"])
         ones = np.ones(len(lambdas))
         moved = kernels.astype(np.float64).copy()  # S_{0} by hand: rows 1..N-1 move their key-0 mass to the diagonal
         for i in range(1, n):
@@ -114,6 +145,8 @@ def test_written_panels_recomputed_from_the_written_kernels(run, capsys):
             "l": _rollout(moved, lambdas),
             "m-grad": _rollout(moved, np.minimum(1, c_m * lambdas)),
             "n-grad": _rollout(kernels, np.minimum(1, c_n * lambdas)),
+            "o": _rollout_per_position(kernels / kernels.sum(axis=-1, keepdims=True), per_position),
+            "p": _rollout_per_position(kernels / kernels.sum(axis=-1, keepdims=True), own),
         }
         for key, expected in dense.items():
             np.testing.assert_allclose(profiles[key], expected, rtol=0, atol=1e-12, err_msg=key)
@@ -124,7 +157,7 @@ def test_written_panels_recomputed_from_the_written_kernels(run, capsys):
         np.testing.assert_allclose(profiles["d"], arrays["influence"], rtol=0, atol=1e-15)
         rows, positions = report[str(n)], np.arange(n)
         assert profiles["j"][0] == 0
-        assert sorted(rows) == sorted([*"abcefghijklmn", "uniform", "flat"])
+        assert sorted(rows) == sorted([*"abcefghijklmnop", "uniform", "flat"])
         grad_column = whole["matrix"][str(n)]["all"]["grad"]
         for key, row in rows.items():
             q = profiles[key if key in profiles else f"{key}-grad"]  # (m), (n): fitted to the gradient norm

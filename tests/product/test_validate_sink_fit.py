@@ -164,7 +164,7 @@ def test_the_fitted_rows_are_each_measures_own_profile_scored_out_of_sample(writ
                 q = _read(written / "profiles" / n / f"{row}-{name}.csv")
                 cell = report["matrix"][n]["all"][name][row]
                 assert cell["w1"] == pytest.approx(_w1(measured, q), abs=1e-12)
-            assert list(report["matrix"][n]["all"][name])[-4:] == ["m", "n", "uniform", "flat"]
+            assert list(report["matrix"][n]["all"][name])[-6:] == ["m", "n", "o", "p", "uniform", "flat"]
         assert report["lengths"][n]["m"]["w1"] == report["matrix"][n]["all"]["grad"]["m"]["w1"]
     assert "W1/(N-1) of a row minus its reference's" in (written / "report.md").read_text()
 
