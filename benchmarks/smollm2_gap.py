@@ -133,6 +133,23 @@ def sink_fit_digest(report: dict) -> dict:
     return out
 
 
+def paired_digest(result: dict) -> dict:
+    """(o) minus (e) and (p) minus (o) at every length in one table per view, and per view and comparison where
+    the whole interval lies below 0 (``below``: the refined row is closer to the measured profile) or above 0
+    (``above``: farther)."""
+    out: dict = {}
+    lengths = sorted((k for k in result if k.startswith("n") and k[1:].isdigit()), key=lambda k: int(k[1:]))
+    for view in ("all", "without_token_0"):
+        records = [r for n in lengths for r in result[n].get(f"{view}_paired", [])]
+        out[f"paired_{view}"] = records
+        for row, ref in (("(o)", "(e)"), ("(p)", "(o)")):
+            mine = [r for r in records if r["row"] == row and r["minus"] == ref]
+            for side in ("below", "above"):
+                hits = [f"N = {r['N']} {r['measure']}" for r in mine if r[side]]
+                out[f"paired_{view}_{row[1]}_{side}_{ref[1]}"] = "; ".join(hits) or "none"
+    return out
+
+
 def cell(row: dict) -> str:
     lo, hi = row["w1_ci"]
     star = " ★" if row.get("beats_flat") else ""
@@ -141,6 +158,7 @@ def cell(row: dict) -> str:
 
 def digest(report: dict, n: str) -> dict:
     """One length's tables as lists of records (the docs hook's table format)."""
+    from posbias.validate.matrix import TIE
     from posbias.validate.predict import PANELS as TITLES
 
     out = {}
@@ -160,6 +178,8 @@ def digest(report: dict, n: str) -> dict:
                 "difference": "{:.3f} [{:.3f}, {:.3f}]{}".format(
                     d["w1_minus"], *d["w1_minus_ci"], " ★" if d["lower"] else ""
                 ),
+                "below": d["lower"],  # the whole interval below 0 (beyond validate's tie rule)
+                "above": d["w1_minus_ci"][0] > TIE,
             }
             for m in measures
             for k in ("o", "p")
@@ -284,6 +304,7 @@ def main() -> None:
                 n: {k: v for k, v in entry.items() if k != "per_sequence_completeness_error"} for n, entry in ig.items()
             }
         result["runs"].append(run)
+    result.update(paired_digest(result))
     args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
     figure(dict(sorted(folders.items(), key=lambda kv: int(kv[0]))), args.figure, TITLES[args.model])
     print(f"wrote {args.out} and {args.figure}")
