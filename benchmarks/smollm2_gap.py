@@ -134,9 +134,9 @@ def sink_fit_digest(report: dict) -> dict:
 
 
 def paired_digest(result: dict) -> dict:
-    """(o) minus (e) and (p) minus (o) at every length in one table per view, and per view and comparison where
-    the whole interval lies below 0 (``below``: the refined row is closer to the measured profile) or above 0
-    (``above``: farther)."""
+    """(o) minus (e) and (p) minus (o) at every length in one table per view, per view and comparison where the
+    whole interval lies below 0 (``below``: the refined row is closer to the measured profile) or above 0
+    (``above``: farther), and where (o) and (p) beat the flat profile."""
     out: dict = {}
     lengths = sorted((k for k in result if k.startswith("n") and k[1:].isdigit()), key=lambda k: int(k[1:]))
     for view in ("all", "without_token_0"):
@@ -147,6 +147,9 @@ def paired_digest(result: dict) -> dict:
             for side in ("below", "above"):
                 hits = [f"N = {r['N']} {r['measure']}" for r in mine if r[side]]
                 out[f"paired_{view}_{row[1]}_{side}_{ref[1]}"] = "; ".join(hits) or "none"
+        for row in ("(o)", "(p)"):
+            won = [f"N = {n[1:]} {r['measure']}" for n in lengths for r in result[n][f"{view}_margins"] if r["prediction"] == row]
+            out[f"paired_{view}_{row[1]}_beats_flat"] = "; ".join(won) or "none"
     return out
 
 
