@@ -148,7 +148,8 @@ def paired_digest(result: dict) -> dict:
                 hits = [f"N = {r['N']} {r['measure']}" for r in mine if r[side]]
                 out[f"paired_{view}_{row[1]}_{side}_{ref[1]}"] = "; ".join(hits) or "none"
         for row in ("(o)", "(p)"):
-            won = [f"N = {n[1:]} {r['measure']}" for n in lengths for r in result[n][f"{view}_margins"] if r["prediction"] == row]
+            margins = [(n[1:], r) for n in lengths for r in result[n][f"{view}_margins"]]
+            won = [f"N = {n} {r['measure']}" for n, r in margins if r["prediction"] == row]
             out[f"paired_{view}_{row[1]}_beats_flat"] = "; ".join(won) or "none"
     return out
 
