@@ -95,15 +95,6 @@ class Influence:
         """The measures beyond the gradient norm."""
         return tuple(m for m in self.measures if m != "grad")
 
-    def passes(self, num_tokens: int) -> tuple[int, int]:
-        """(backward passes, forward-only passes) per sequence beyond the capture's forward: one gradient
-        (two with occlusion's unperturbed forward counted in it), K + 1 more for integrated gradients (the
-        nodes of their rule, the baseline among them), N forwards for occlusion. What the batch and the time
-        estimate are sized for."""
-        backward = 1 + (self.ig_steps + 1 if "ig" in self.measures else 0)
-        occluding = set(OCCLUSION + ENCODER_ONLY) & set(self.measures)
-        return backward, (num_tokens if occluding else 0)
-
 
 def as_influence(value) -> Influence:
     """An ``Influence`` from what a measure function accepts: an ``Influence``, or True (the gradient norm)."""
