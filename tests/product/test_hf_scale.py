@@ -174,8 +174,10 @@ def test_bfloat16_weights_kept_narrow_compute_as_cast_up_front(tmp_path):
         assert device_params(kept, np.float64, keep_narrow=False)["blocks"]["w1"].dtype == jnp.float64
         assert device_params(wide, np.float32)["blocks"]["w1"].dtype == jnp.float32
         capture, grad = capture_fn(ck.spec, np.float64), influence_fn(ck.spec, np.float64)
-        ref = (*capture(device_params(wide, np.float64), seqs), grad(device_params(wide, np.float64), seqs)["grad"])
-        got = (*capture(narrow, seqs), grad(narrow, seqs)["grad"])
+        wide_params = device_params(wide, np.float64)
+        ref = jax.tree_util.tree_leaves((capture(wide_params, seqs), grad(wide_params, seqs)["grad"]))
+        got = jax.tree_util.tree_leaves((capture(narrow, seqs), grad(narrow, seqs)["grad"]))
+    assert len(got) == len(ref) == 10  # lambda means and squares, probabilities, content, 5 further sums, grad
     for a, b in zip(got, ref):
         assert a.dtype == np.float64
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-15)
