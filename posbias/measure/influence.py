@@ -242,7 +242,7 @@ def path_point(last_logits, influence: Influence, *, embed=None, encoder: bool =
 
 
 def batch_fn(last_logits, influence: Influence, num_tokens: int, batch: int, embed=None, encoder: bool = False):
-    """jit: (params, ids (B, N)) -> name -> (B, N) scores (and "ig_error" -> (B,)), B <= ``batch``. Without
+    """(params, ids (B, N)) -> name -> (B, N) scores (and "ig_error" -> (B,)), B <= ``batch``. Without
     occlusion the sequences are vmapped (the memory of B gradients, what the batch is sized for); with it
     they run one after another, each occluding ``batch`` positions at a time, so that no more than B
     forwards are held at once either; integrated gradients' K + 1 points of the path are B gradients at a
