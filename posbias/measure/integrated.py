@@ -30,6 +30,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from posbias.runtime.progress import step_done
+
 PointFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 """alphas (B,) -> (F (B,), s (B, N)): each sequence's f and its per-position s_j at its own node."""
 
@@ -41,7 +43,8 @@ def initial_intervals(steps: int) -> int:
 
 def integrate(point: PointFn, steps: int, batch: int) -> tuple[np.ndarray, np.ndarray]:
     """(attribution A (B, N), completeness error (B,)) of ``batch`` sequences by the error-guided trapezoid
-    rule with ``steps`` K intervals (module docstring): K + 1 calls of ``point``."""
+    rule with ``steps`` K intervals (module docstring): K + 1 calls of ``point``, each reported to an enclosing
+    progress bar (``posbias.runtime.progress.step_done``)."""
     if steps < 1:
         raise ValueError(f"steps: expected a positive integer, got {steps}")
     start = initial_intervals(steps)
@@ -52,6 +55,7 @@ def integrate(point: PointFn, steps: int, batch: int) -> tuple[np.ndarray, np.nd
     slopes: list[np.ndarray] = []  # node -> (B, N) s_j
 
     def evaluate(node: int, at: np.ndarray) -> None:
+        step_done(node / (steps + 1))
         f, s = point(at)
         s = np.asarray(s, np.float64)
         alpha[:, node] = at

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from posbias.errors import UserError
+from posbias.runtime.progress import within
 
 DENOMINATOR_FLOOR = 1e-10
 IG_MAX_ERROR = 0.05
@@ -298,7 +299,9 @@ def accumulate(
         content_sum += np.asarray(co)
         del co
         if grad_fn is not None:
-            result = grad_fn(params, ids)
+            report = None if progress is None else (lambda f, at=done, k=k: progress(at + f * k, s))
+            with within(report):  # integrated gradients move the bar node by node within the batch
+                result = grad_fn(params, ids)
             for name, values in (result if isinstance(result, dict) else {"grad": result}).items():
                 if name not in scores:
                     scores[name] = np.zeros((s, *np.shape(values)[1:]))

@@ -116,6 +116,15 @@ def test_integrated_gradients_equal_the_rule_written_here(model):
             assert_adaptive_ig(f, e, steps, m.scores["ig"][s], m.ig_error[s])
 
 
+def test_integrated_gradients_move_the_progress_bar_node_by_node(model):
+    ck, raw, _, ids = model
+    seen = []
+    measure(raw, ck.spec, ids, influence=Influence(("ig",), ig_steps=8), batch=1, progress=lambda d, t: seen.append(d))
+    assert seen == sorted(seen) and seen[-1] == len(ids)  # never backwards, ending at every sequence
+    within_batches = [d for d in seen if d != int(d)]
+    assert len(within_batches) == len(ids) * 8  # each batch of one reports its 9 nodes, the first at 0
+
+
 def test_the_completeness_error_shrinks_with_the_steps(model):
     coarse = _measured(model, Influence(("ig",), ig_steps=4)).ig_error
     fine = _measured(model, Influence(("ig",), ig_steps=64)).ig_error
