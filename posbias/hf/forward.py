@@ -26,7 +26,7 @@ and "Comparing with measured influence"):
   normalised, r_i the residual the attention output is added to (x_i; h_i for BLOOM's residual after the
   norm); a post-LN block (BERT) folds its LayerNorm's gain and centring into both;
 * ``lambda_self`` (T, N): the MLP-as-self ratio ||a_i|| / (||x_i|| + ||a_i|| + ||m_i||)
-  (``posbias.measure.quantities.self_mixing_ratio``), m the MLP's output and x, a the residual and the
+  (``posbias.measure.quantities.attention_share``), m the MLP's output and x, a the residual and the
   attention output of the stream m is added to; where a norm sits between that stream and the sum x + a
   (a post-LN block's first LayerNorm, BLOOM's residual after the norm), x and a are taken through its
   linear map (``_norm_parts``);
@@ -50,7 +50,7 @@ import numpy as np
 
 from posbias.errors import UserError
 from posbias.hf.families import Spec
-from posbias.measure.quantities import capture_dict, residual_norm_kernel, self_mixing_ratio
+from posbias.measure.quantities import attention_share, capture_dict, residual_norm_kernel
 from posbias.numerics.slopes import alibi_slopes
 
 BLOOM_GELU = 0.79788456
@@ -318,7 +318,7 @@ def forward(  # noqa: C901 (embedding, blocks, capture; split the capture; issue
         residual, attention, norm = parts
         if norm is not None:
             residual, attention = _norm_parts((residual, attention), p, norm, spec)
-        own = self_mixing_ratio(residual, attention, m)
+        own = attention_share(residual, attention, m)
         u = jnp.einsum("hjk,hkd->hjd", v, p["wo"])  # W_O^h v_hj, (H, N, D)
         value_norms = jnp.linalg.norm(u, axis=-1)  # (H, N)
         if spec.block == "post-ln":  # y = LN(x + a): the norm's gain times its centring, folded in

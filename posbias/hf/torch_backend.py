@@ -316,8 +316,9 @@ class _Recorder:
         layout = self.loaded.layout
         for t, block in enumerate(self.loaded.model.get_submodule(layout.blocks)):
             self.handles.append(block.register_forward_pre_hook(self._block_input(t), with_kwargs=True))
-            self.handles.append(block.register_forward_hook(self._block_output(t)))
-            self.handles.append(block.get_submodule(layout.addend).register_forward_hook(self._addend(t)))
+            self.handles.append(block.register_forward_hook(self._output_into(self.out, t)))
+            addend = block.get_submodule(layout.addend)
+            self.handles.append(addend.register_forward_hook(self._output_into(self.a, t)))
             attn = block.get_submodule(layout.attention)
             if layout.qkv == "interface":
                 _RECORDING[id(attn)] = self._interface(t)
@@ -337,15 +338,12 @@ class _Recorder:
 
         return hook
 
-    def _block_output(self, t):
-        def hook(module, args, output):
-            self.out[t] = output[0] if isinstance(output, tuple) else output
+    @staticmethod
+    def _output_into(table: dict, t: int):
+        """A forward hook that keeps a module's output (the first of a tuple) as ``table[t]``."""
 
-        return hook
-
-    def _addend(self, t):
         def hook(module, args, output):
-            self.a[t] = output[0] if isinstance(output, tuple) else output
+            table[t] = output[0] if isinstance(output, tuple) else output
 
         return hook
 
@@ -372,17 +370,17 @@ def capture_fn(loaded: Loaded):
     the batch's sums of the value-norm-weighted head-mean kernels (T, N, N), the value norms (T, H, N), the
     per-position ratios r_t,i (T, N) and, where ``residual_norm_kernels`` (the block's output is then
     x + a + m, so the MLP's output m is the output minus x + a), the residual-norm kernels (T, N, N) and the
-    MLP-as-self ratios (T, N) (``posbias.measure.quantities.self_mixing_ratio``); NumPy float64."""
+    MLP-as-self ratios (T, N) (``posbias.measure.quantities.attention_share``); NumPy float64."""
     import jax
 
-    from posbias.measure.quantities import residual_norm_kernel, self_mixing_ratio
+    from posbias.measure.quantities import attention_share, residual_norm_kernel
 
     torch, _ = require_torch()
     layout, model, heads = loaded.layout, loaded.model, loaded.heads
     blocks = model.get_submodule(layout.blocks)
     norm_kernels = residual_norm_kernels(loaded)
     batched_kernel = jax.jit(jax.vmap(residual_norm_kernel))  # compiled once per shape and dtype
-    batched_own = jax.jit(jax.vmap(self_mixing_ratio))
+    batched_own = jax.jit(jax.vmap(attention_share))
 
     def capture(_params, ids):
         ids = torch.tensor(np.asarray(ids), dtype=torch.long)

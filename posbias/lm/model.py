@@ -29,7 +29,7 @@ import numpy as np
 
 from posbias.lm.config import ModelConfig
 from posbias.lm.limits import VOCAB
-from posbias.measure.quantities import capture_dict, residual_norm_kernel, self_mixing_ratio
+from posbias.measure.quantities import attention_share, capture_dict, residual_norm_kernel
 from posbias.numerics.slopes import alibi_slopes
 
 LN_EPS = 1e-5
@@ -138,7 +138,7 @@ def forward(params: dict, tokens, config: ModelConfig, *, capture: bool = False,
     (ALiBi not included, not divided by sqrt(d_head); masked entries are meaningless),
     ``value_norms`` (T, H, N) ||W_O^h v_hj|| (Kobayashi et al. 2020), ``kernels_norm`` (T, N, N) the
     residual-norm kernels with the residual x (``posbias.measure.quantities.residual_norm_kernel``), ``lambda_self``
-    (T, N) the MLP-as-self ratios (``posbias.measure.quantities.self_mixing_ratio``).
+    (T, N) the MLP-as-self ratios (``posbias.measure.quantities.attention_share``).
     ``embedded`` (N, D) replaces the embedding lookup (for gradients with respect to e_j)."""
     x0 = params["embed"][tokens] if embedded is None else embedded
     n = x0.shape[0]
@@ -156,7 +156,7 @@ def forward(params: dict, tokens, config: ModelConfig, *, capture: bool = False,
             content,
             jnp.linalg.norm(values, axis=-1),
             residual_norm_kernel(probs, values, x),
-            self_mixing_ratio(x, a, y - (x + a)),  # the MLP's output: what the block adds beyond x + a
+            attention_share(x, a, y - (x + a)),  # the MLP's output: what the block adds beyond x + a
         )
 
     x, ys = jax.lax.scan(step, x0, params["blocks"])

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from posbias.measure import integrated
 from posbias.measure.quantities import IG_MAX_ERROR, MeasureError  # noqa: F401 (IG_MAX_ERROR: documented here)
 
 GRADIENT = ("grad", "gradxinput", "gradxinput-norm")
@@ -270,8 +271,6 @@ def batch_fn(last_logits, influence: Influence, num_tokens: int, batch: int, emb
     point = jax.jit(jax.vmap(path_point(last_logits, influence, embed=embed, encoder=encoder), in_axes=(None, 0, 0, 0)))
 
     def with_integrated_gradients(params, ids):
-        from posbias.measure.integrated import integrate
-
         out = dict(main(params, ids))
         target = out.pop("ig_target")
         dtype = out["grad"].dtype
@@ -279,7 +278,7 @@ def batch_fn(last_logits, influence: Influence, num_tokens: int, batch: int, emb
         def at(alphas):
             return point(params, ids, target, jnp.asarray(alphas, dtype))
 
-        attribution, error = integrate(at, influence.ig_steps, ids.shape[0])
+        attribution, error = integrated.integrate(at, influence.ig_steps, ids.shape[0])
         out["ig"] = np.abs(attribution)
         return {**dict(sorted(out.items())), "ig_error": error}  # sorted by name, as a jitted dict comes back
 

@@ -23,7 +23,7 @@ default (``jax.enable_x64`` scoped to the call; a float32 measurement says so in
   two context-mixing kernel families beside the attention weights, where a backend captures them.
 * lambda per position (``lambda_positions``, (T, N)): the mean over sequences of r_t,i, position by
   position, where lambda_t averages over positions too; and the MLP-as-self ratios (``lambda_self``,
-  ``self_mixing_ratio``): ||a_t,i|| / (||x_t,i|| + ||a_t,i|| + ||m_t,i||) with m_t the MLP's output, the
+  ``attention_share``): ||a_t,i|| / (||x_t,i|| + ||a_t,i|| + ||m_t,i||) with m_t the MLP's output, the
   attention's share when the MLP's output is counted as the position's own (where a backend captures it).
 * influence (THEORY.md "Comparing with measured influence"): ||d p_top1 / d e_j||_2, the
   gradient of the model's top-1 next-byte probability at the last position (the top byte
@@ -94,7 +94,7 @@ class Measurement:
     # softmax sees ("" when it is; posbias.fit.bias then refuses)
     scores: dict | None = None  # name -> (S, N) scores of every influence measure (posbias.measure.influence)
     lambda_positions: np.ndarray | None = None  # (T, N) r_t,i per position i, mean over sequences
-    lambda_self: np.ndarray | None = None  # (T, N) the MLP-as-self ratios (``self_mixing_ratio``), mean over sequences
+    lambda_self: np.ndarray | None = None  # (T, N) the MLP-as-self ratios (``attention_share``), mean over sequences
     ig_error: np.ndarray | None = None  # (S,) integrated gradients' relative completeness error
 
 
@@ -154,10 +154,10 @@ def captured(cap: dict) -> tuple:
     outputs ``a``, ``probs``, ``content``, ``value_norms``, and ``kernels_norm`` and ``lambda_self`` where the
     forward forms them): lambda means and sums of squares (T,), the probabilities and the raw content logits
     (T, H, N, N), and a dict of the further per-sequence arrays the batch sums by name (``EXTRAS``): the
-    value-weighted kernels, the value norms, the per-position ratios r_t,i (``mixing_ratios``), and the
+    value-weighted kernels, the value norms, the per-position ratios r_t,i (``attention_share``), and the
     residual-norm kernels (T, N, N) (``residual_norm_kernel``) and the MLP-as-self ratios (T, N)
-    (``self_mixing_ratio``) where the forward forms them."""
-    r = mixing_ratios(cap)
+    (``attention_share``) where the forward forms them."""
+    r = attention_share(cap["x"], cap["a"])  # (T, N)
     extras = {
         "kernels_value": value_weighted(cap["probs"], cap["value_norms"]),
         "value_norms": cap["value_norms"],
@@ -173,26 +173,18 @@ value-norm-weighted head-mean kernels (T, N, N), the value norms (T, H, N), the 
 position (T, N), the residual-norm kernels (T, N, N) and the MLP-as-self ratios (T, N)."""
 
 
-def mixing_ratios(cap: dict):
-    """(T, N) r_t,i = ||a_t,i|| / (||x_t,i|| + ||a_t,i||) of one forward's captured block inputs x and attention
-    outputs a (T, N, D) (module docstring; the denominator clamped at ``DENOMINATOR_FLOOR``)."""
-    import jax.numpy as jnp
-
-    an = jnp.linalg.norm(cap["a"], axis=-1)
-    xn = jnp.linalg.norm(cap["x"], axis=-1)
-    return an / jnp.maximum(xn + an, DENOMINATOR_FLOOR)
-
-
-def self_mixing_ratio(residual, attention, mlp):
-    """(N,) the attention's share of a block's update when the MLP's output is attributed to the position
-    itself: ||a_i|| / (||x_i|| + ||a_i|| + ||m_i||), for the parts x (the residual) and a (the attention
-    output) of the stream the MLP's output m is added to, each (N, D), in that stream's frame (a norm between
-    them folded in by the caller). Where m = 0 it is the paper's r_t,i; it is never above it. The
-    denominator is clamped at ``DENOMINATOR_FLOOR``."""
+def attention_share(residual, attention, mlp=None):
+    """(..., N) the attention's share of a block's update at each position, from the parts (..., N, D) of the
+    stream it is added to: r = ||a_i|| / (||x_i|| + ||a_i||), the paper's ratio (module docstring; ``mlp`` None),
+    or, with the MLP's output m counted as the position's own, ||a_i|| / (||x_i|| + ||a_i|| + ||m_i||), never
+    above r (x and a then in the frame of the stream m is added to: a norm between them folded in by the
+    caller). The denominator is clamped at ``DENOMINATOR_FLOOR``."""
     import jax.numpy as jnp
 
     an = jnp.linalg.norm(attention, axis=-1)
-    total = jnp.linalg.norm(residual, axis=-1) + an + jnp.linalg.norm(mlp, axis=-1)
+    total = jnp.linalg.norm(residual, axis=-1) + an
+    if mlp is not None:
+        total = total + jnp.linalg.norm(mlp, axis=-1)
     return an / jnp.maximum(total, DENOMINATOR_FLOOR)
 
 

@@ -31,7 +31,7 @@ of a rollout, p = e_{N-1}^T R^(T-1) ... R^(0), R^(t) = (1 - lambda_t) I + lambda
     state alone (it moves nothing between positions, so in position space it is the identity and enters a
     rollout only through how its output is attributed). Attributed in proportion to the stream it reads,
     it leaves r_t,i and (o) unchanged; attributed to the position itself, the attention's share becomes
-    ||a_t,i|| / (||x_t,i|| + ||a_t,i|| + ||m_t,i||) (``posbias.measure.quantities.self_mixing_ratio``) and (p)
+    ||a_t,i|| / (||x_t,i|| + ||a_t,i|| + ||m_t,i||) (``posbias.measure.quantities.attention_share``) and (p)
     is (o) with those ratios. The truth lies between (o) and (p) in this sense, so (p) against (o) bounds
     what the MLP can change (only where the backend captures the MLP's output);
 baselines, scored like the predictions so that every table says what "better than nothing" is:
