@@ -109,15 +109,7 @@ def sink_fit_digest(report: dict) -> dict:
                     )
             out.setdefault(f"test_{view}", []).extend(rows)
             out.setdefault(f"versus_{view}", []).extend(
-                {
-                    "N": n,
-                    "measure": name,
-                    "row": f"({key})",
-                    "minus": f"({ref})",
-                    "difference": "{:.3f} [{:.3f}, {:.3f}]{}".format(
-                        d["w1_minus"], *d["w1_minus_ci"], " ★" if d["lower"] else ""
-                    ),
-                }
+                versus_record(n, name, key, ref, d)
                 for name, col in block.items()
                 for key in ("l", "m", "n")
                 for ref, d in col[key].get("versus", {}).items()
@@ -154,6 +146,18 @@ def paired_digest(result: dict) -> dict:
     return out
 
 
+def versus_record(n: str, measure: str, key: str, ref: str, d: dict) -> dict:
+    """One paired comparison, row (key) minus (ref), as a table record (a star: the whole interval below 0)."""
+    star = " ★" if d["lower"] else ""
+    return {
+        "N": n,
+        "measure": measure,
+        "row": f"({key})",
+        "minus": f"({ref})",
+        "difference": "{:.3f} [{:.3f}, {:.3f}]{}".format(d["w1_minus"], *d["w1_minus_ci"], star),
+    }
+
+
 def cell(row: dict) -> str:
     lo, hi = row["w1_ci"]
     star = " ★" if row.get("beats_flat") else ""
@@ -175,13 +179,7 @@ def digest(report: dict, n: str) -> dict:
         ]
         out[f"{view}_paired"] = [  # (o) minus (e), (p) minus (o): lambda per position, the MLP's path
             {
-                "N": n,
-                "measure": m,
-                "row": f"({k})",
-                "minus": f"({ref})",
-                "difference": "{:.3f} [{:.3f}, {:.3f}]{}".format(
-                    d["w1_minus"], *d["w1_minus_ci"], " ★" if d["lower"] else ""
-                ),
+                **versus_record(n, m, k, ref, d),
                 "below": d["lower"],  # the whole interval below 0 (beyond validate's tie rule)
                 "above": d["w1_minus_ci"][0] > TIE,
             }
