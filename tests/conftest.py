@@ -22,6 +22,7 @@ import jax
 import pytest
 from hypothesis import HealthCheck, configuration, settings
 
+from posbias.runtime.jax_cache import enable_compilation_cache
 from tests.alone_files import ALONE_FILES  # files whose tests need the whole machine (scripts/test reads it too)
 
 # The memory guard (issue 34): ends the run in one line when a test takes the pytest process past
@@ -29,6 +30,11 @@ from tests.alone_files import ALONE_FILES  # files whose tests need the whole ma
 # POSBIAS_TEST_MAX_GB=off switches it off.
 pytest_plugins = ["tests.memory_guard"]
 
+# JAX's persistent compilation cache, as every posbias command has it (posbias.runtime.jax_cache: the user's
+# cache folder unless POSBIAS_JAX_CACHE=0), on from the start of each pytest process: an engine compiled by one
+# test file, worker or command is read back by the others (and by later runs) instead of compiled again.
+# Before, a worker had it only from the first test that ran a command in process, by chance of the order.
+enable_compilation_cache()
 jax.config.update("jax_enable_x64", True)
 # Strict promotion (issue 20): an operation mixing dtypes (float64 by int64, a weak Python scalar aside)
 # raises instead of promoting silently, so the library's casts are explicit. Tests only, never the library.
