@@ -1,7 +1,7 @@
 """A GGUF file (llama.cpp's format) read as a Hugging Face checkpoint: ``load(path)``.
 
-The file is opened with the ``gguf`` package's ``GGUFReader`` (maintained with llama.cpp; the
-tensor data stay memory-mapped) and becomes a ``GGUFCheckpoint``: the same interface as a
+The file's metadata and tensor index are read by ``posbias.hf.gguf_file`` (the tensor data stay
+memory-mapped; the types and dequantizers are the ``gguf`` package's, maintained with llama.cpp) and it becomes a ``GGUFCheckpoint``: the same interface as a
 checkpoint folder (``posbias.hf.checkpoint.Checkpoint``: ``config``, ``spec``, ``family``,
 ``has(name)``, ``tensor(name)``, ``tokenizer()``), so ``posbias.hf.weights`` reads it as it
 reads safetensors. What is converted, and how (as transformers' own GGUF loader converts it:
@@ -48,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
+from posbias.hf import gguf_file
 from posbias.hf.checkpoint import Checkpoint, CheckpointError
 from posbias.hf.families import UnsupportedModel, family_of, spec_of
 
@@ -106,17 +107,6 @@ def unpermute(rows: np.ndarray, heads: int) -> np.ndarray:
             f"a q/k projection with {rows.shape[0]} rows does not split into {heads} heads of an even head_dim"
         )
     return rows.reshape(heads, k // 2, 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
-
-
-def _metadata(reader) -> dict:
-    """key -> Python value of every metadata field (strings decoded, arrays as lists)."""
-    out = {}
-    for key, entry in reader.fields.items():
-        try:
-            out[key] = entry.contents()
-        except Exception as exc:  # gguf raises bare errors on malformed fields
-            raise CheckpointError(f"metadata field {key} is not readable ({exc})") from None
-    return out
 
 
 def config_of(meta: dict, tensor_names, where: str) -> dict:
@@ -180,14 +170,14 @@ def config_of(meta: dict, tensor_names, where: str) -> dict:
     return {k: v for k, v in config.items() if v is not None}
 
 
-def _check_types(reader, where: str) -> None:
+def _check_types(tensors, where: str) -> None:
     """Decode one block of every tensor type present: a type ``gguf.quants.dequantize`` does not
     implement is refused here, naming the type and the first tensor stored in it."""
     from gguf import GGML_QUANT_SIZES
     from gguf.quants import dequantize
 
     seen = {}
-    for t in reader.tensors:
+    for t in tensors:
         seen.setdefault(t.tensor_type, t.name)
     for qtype, name in seen.items():
         block, size = GGML_QUANT_SIZES.get(qtype, (None, None))
@@ -213,7 +203,7 @@ def _gguf_version() -> str:
 @dataclass(frozen=True)
 class GGUFCheckpoint(Checkpoint):
     """A GGUF file as a checkpoint (module docstring): ``folder`` is the file's path, ``files`` maps
-    Hugging Face names to the reader's tensors, ``meta`` holds the raw metadata."""
+    Hugging Face names to the file's tensors (``posbias.hf.gguf_file.Tensor``), ``meta`` holds the raw metadata."""
 
     meta: dict = field(default_factory=dict, compare=False, repr=False)
     permuted: bool = False
@@ -232,7 +222,7 @@ class GGUFCheckpoint(Checkpoint):
             )
         t = self.files[full]
         self.read.add(full)
-        shape = tuple(int(n) for n in reversed(t.shape.tolist()))
+        shape = tuple(reversed(t.shape))
         values = np.array(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
         if self.permuted and (".self_attn.q_proj." in full or ".self_attn.k_proj." in full):
             q = ".self_attn.q_proj." in full
@@ -251,22 +241,22 @@ def load(path) -> GGUFCheckpoint:
     path = Path(path)
     where = str(path)
     try:
-        from gguf import GGUFReader
+        import gguf  # noqa: F401 (the types and dequantizers)
     except ImportError:
         raise CheckpointError(f"{where}: reading GGUF files needs the gguf package (pip install gguf)") from None
     if not path.is_file():
         raise CheckpointError(f"{where}: not a file (expected a .gguf file)")
     try:
-        reader = GGUFReader(path, "r")
-    except (ValueError, OSError, IndexError, KeyError) as exc:
+        file = gguf_file.read(path)
+    except (ValueError, OSError) as exc:
         raise CheckpointError(f"{where}: not a readable GGUF file ({exc})") from None
-    meta = _metadata(reader)
-    names = [t.name for t in reader.tensors]
+    meta = file.meta
+    names = [t.name for t in file.tensors]
     config = config_of(meta, names, where)
     family = family_of(config["model_type"], where)
     spec = spec_of(config, where)
     files = {}
-    for t in reader.tensors:
+    for t in file.tensors:
         name = hf_name(t.name, where)
         if name in files:
             raise CheckpointError(f"{where}: tensor {t.name} appears twice")
@@ -278,7 +268,7 @@ def load(path) -> GGUFCheckpoint:
                 f"{meta['general.architecture']}.block_count is {spec.layers} (refusing to measure a "
                 f"truncated model)"
             )
-    _check_types(reader, where)
+    _check_types(file.tensors, where)
     prefix = next((p for p in family.base_prefixes if p + family.embed in files), None)
     if prefix is None:
         raise CheckpointError(f"{where}: no token_embd.weight tensor: not a {family.model_type} model")

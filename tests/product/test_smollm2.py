@@ -53,6 +53,14 @@ def test_the_file_reads_as_the_published_architecture(ck):
     assert tok.encode("<|im_start|>user").ids[0] == 1  # control tokens match whole
 
 
+def test_the_file_reads_as_gguf_reader_reads_it():
+    """posbias.hf.gguf_file against the gguf package's GGUFReader on the real file: every metadata value (the
+    49152 tokens and the merges included) and every tensor view."""
+    from tests.product.test_gguf_file import assert_same_as_gguf_reader
+
+    assert_same_as_gguf_reader(smollm2.path())
+
+
 def test_measure_on_the_real_model(tmp_path):
     from posbias.cli import main
 
