@@ -21,7 +21,8 @@ The result is a ``posbias.measure.quantities.Measurement`` (the same record and 
 ``content_fit``), with the family's slopes (zeros for learned absolute positions).
 
 Scale: the gradient runs the forward with rematerialisation (``jax.checkpoint`` on each
-block: the backward pass keeps the T block inputs and recomputes one block at a time);
+block: the backward pass keeps the T block inputs and recomputes one block at a time) unless the
+batch fits the memory budget without it (``posbias.hf.memory.plan``, ``remat``);
 the batch is the number of sequences whose per-sequence work (``posbias.hf.memory``) fits
 the ``memory`` budget; the capture sums each batch's probabilities and content logits on the
 device. Weights narrower than the compute dtype (bfloat16 or float16 as stored, float32
@@ -62,9 +63,12 @@ def capture_fn(spec: Spec, dtype=np.float32):
     return batch_capture(one)
 
 
-def influence_fn(spec: Spec, dtype=np.float32, influence=None, num_tokens: int = 0, batch: int = 1):
+def influence_fn(
+    spec: Spec, dtype=np.float32, influence=None, num_tokens: int = 0, batch: int = 1, remat: bool = True
+):
     """(params, (B, N) ids) -> name -> (B, N) influence scores per position j, in the compute ``dtype``,
-    through rematerialised blocks: for a language model the measures of ``posbias.measure.influence``
+    through rematerialised blocks (``remat``; else the plain gradient, which keeps every block's activations):
+    for a language model the measures of ``posbias.measure.influence``
     (default: the gradient norm ||d p_top1 / d e_j||_2 at the last position alone); for an encoder without a
     language-model head (``spec.lm_head`` false) "grad" is the Frobenius norm ||d y / d e_j||_F of the
     final hidden state y (D,) at the last position, as sqrt(sum_d ||d y_d / d e_j||^2) over D
@@ -79,7 +83,7 @@ def influence_fn(spec: Spec, dtype=np.float32, influence=None, num_tokens: int =
     influence = influence or Influence()
 
     def last_output(params, ids, embedded):  # next-token logits (V,), or an encoder's final hidden state (D,)
-        return forward(params, ids, spec, embedded=embedded, remat=True, last_only=True)[-1]
+        return forward(params, ids, spec, embedded=embedded, remat=remat, last_only=True)[-1]
 
     def embed(params, ids):
         return params["embed"][ids].astype(dtype)
@@ -137,10 +141,12 @@ def measure(
     progress=None,
     influence=True,
     batch: int | None = None,
+    remat: bool = True,
 ) -> Measurement:
     """Every measurement of the module docstring on (S, N) token ids; ``params_np`` from
     ``posbias.hf.weights.params`` (any dtype: see the module docstring); batches of as many
-    sequences as fit ``memory`` bytes by ``posbias.hf.memory``, or of ``batch`` sequences where given."""
+    sequences as fit ``memory`` bytes by ``posbias.hf.memory``, or of ``batch`` sequences where given;
+    the influence gradient rematerialised unless ``remat`` is false (``posbias.hf.memory.plan`` decides)."""
     import jax
 
     from posbias.hf.forward import slopes, softmax_scales
@@ -161,7 +167,7 @@ def measure(
     with jax.enable_x64(x64):
         m = accumulate(
             capture_fn(spec, dtype),
-            influence_fn(spec, dtype, as_influence(influence), n, batch) if influence else None,
+            influence_fn(spec, dtype, as_influence(influence), n, batch, remat) if influence else None,
             device_params(params_np, dtype),
             sequences,
             batch=batch,

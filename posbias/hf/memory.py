@@ -132,14 +132,18 @@ class Estimate:
     sums: int
     host: int
 
-    def per_sequence(self, influence: bool = True) -> int:
-        """Device bytes one more sequence in a batch costs (the larger of the two functions)."""
-        return max(self.capture, self.gradient) if influence else self.capture
+    def per_sequence(self, influence: bool = True, remat: bool = True) -> int:
+        """Device bytes one more sequence in a batch costs (the larger of the two functions; the gradient
+        rematerialised or not)."""
+        if not influence:
+            return self.capture
+        return max(self.capture, self.gradient if remat else self.gradient_no_remat)
 
-    def device(self, batch: int, influence: bool = True) -> int:
+    def device(self, batch: int, influence: bool = True, remat: bool = True) -> int:
         """Device bytes of a batch of B sequences: parameters, workspace, the batch sums when
         B > 1, and B times the per-sequence figure."""
-        return self.params + self.workspace + (self.sums if batch > 1 else 0) + batch * self.per_sequence(influence)
+        sums = self.sums if batch > 1 else 0
+        return self.params + self.workspace + sums + batch * self.per_sequence(influence, remat)
 
 
 def _attention_width(spec: Spec) -> int:
@@ -240,6 +244,7 @@ class Plan:
     batch: int
     host: int
     device: int
+    remat: bool = True  # the influence gradient rematerialised (else its batch fits the budget without)
 
     @property
     def total(self) -> int:
@@ -276,7 +281,9 @@ def plan(
 ) -> Plan:
     """The largest batch B <= S whose host + device bytes fit ``budget`` (``run_budget``); UserError (one
     line, with the figures at B = 1) when even one sequence per batch does not. Weights on the device at
-    the compute itemsize (the CPU casts them up: ``posbias.hf.measure.device_params``)."""
+    the compute itemsize (the CPU casts them up: ``posbias.hf.measure.device_params``). The gradient is
+    rematerialised (``remat``) unless the same B fits without: the plain gradient runs the forward once
+    where the rematerialised one runs it twice (a third of the gradient's arithmetic saved)."""
     from posbias.numerics.budget import describe
 
     budget, label = budget
@@ -292,7 +299,8 @@ def plan(
         )
     room = budget - host - est.params - est.workspace - est.sums
     batch = int(max(1, min(samples, room // est.per_sequence(influence))))
-    return Plan(batch, host, est.device(batch, influence))
+    remat = not (influence and batch * est.per_sequence(influence, remat=False) <= room)
+    return Plan(batch, host, est.device(batch, influence, remat), remat)
 
 
 COLUMNS = (

@@ -122,6 +122,7 @@ class CheckpointBackend:
         )
         self.title = f"{ck.folder} ({spec.model_type}, T={spec.layers}, H={spec.heads}, D={spec.width})"
         self.tied = ck.family.tied(ck.config)
+        self._remat: dict[int, bool] = {}  # N -> Plan.remat of posbias.hf.memory.plan (rematerialised if not planned)
         self.meta = {
             "model_type": spec.model_type,
             "layers": spec.layers,
@@ -193,7 +194,8 @@ class CheckpointBackend:
                 tied=self.tied,
                 what=f"posbias {'measure' if self.options.verb == 'measured' else 'validate'} of {self.ck.folder}",
             )
-            out[n] = Plan(p.batch, {"host": p.host, "device": p.device, "batch": p.batch})
+            out[n] = Plan(p.batch, {"host": p.host, "device": p.device, "batch": p.batch, "remat": p.remat})
+            self._remat[n] = p.remat
         return out
 
     def load(self):
@@ -204,9 +206,21 @@ class CheckpointBackend:
         self.meta["params_bytes"] = params_bytes(self.spec, self.options.itemsize, tied=self.tied)
         params = weights.params(self.ck, None)  # as stored: the measurement casts to its precision
         spec, precision, influence = self.spec, self.options.precision, self.options.influence
-        return lambda seqs, batch, progress: measure(
-            params, spec, seqs, precision=precision, batch=batch, progress=progress, influence=influence
-        )
+        remat = self._remat  # N -> whether the planned batch needs the gradient rematerialised
+
+        def measurer(seqs, batch, progress):
+            return measure(
+                params,
+                spec,
+                seqs,
+                precision=precision,
+                batch=batch,
+                progress=progress,
+                influence=influence,
+                remat=remat.get(seqs.shape[1], True),
+            )
+
+        return measurer
 
     def warnings(self) -> list[str]:
         from posbias.hf import checkpoint

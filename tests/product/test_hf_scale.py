@@ -192,7 +192,12 @@ def _xla_bytes(family: str, kind: str, batch: int, n: int) -> tuple[int, int]:
     ``capture``, ``gradient`` (rematerialised) or ``plain`` (the gradient without rematerialisation)."""
     ck = checkpoint.load(FIXTURES / family)
     spec = ck.spec
-    fn = {"capture": capture_fn, "gradient": influence_fn, "plain": _plain_gradient}[kind](spec)
+    fn = {
+        "capture": capture_fn,
+        "gradient": influence_fn,
+        "plain": _plain_gradient,
+        "product plain": functools.partial(influence_fn, remat=False),
+    }[kind](spec)
     shapes = jax.tree_util.tree_map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), weights.params(ck, np.float32))
     stats = fn.lower(shapes, jax.ShapeDtypeStruct((batch, n), jnp.int32)).compile().memory_analysis()
     return stats.temp_size_in_bytes + stats.output_size_in_bytes, stats.argument_size_in_bytes
@@ -235,6 +240,45 @@ def test_remat_lowers_xla_gradient_memory():
     assert remat < 0.5 * plain, (remat, plain)
     est = estimate(checkpoint.load(FIXTURES / "bloom").spec, 32, 4)
     assert plain <= est.workspace + 2 * est.gradient_no_remat <= 4 * plain
+    product, _ = _xla_bytes("bloom", "product plain", 2, 32)  # what a plan without remat runs
+    assert product <= est.workspace + 2 * est.gradient_no_remat <= 4 * product, (product, plain)
+
+
+@pytest.mark.parametrize("family", ["bloom", "llama"])
+def test_plain_and_rematerialised_gradients_agree(family):
+    """The influence gradient with and without rematerialisation (float64, four sequences): the same
+    values up to rounding, and the plain one against this file's own plain gradient."""
+    ck = checkpoint.load(FIXTURES / family)
+    spec = ck.spec
+    ids = np.random.default_rng(3).integers(0, spec.vocab, (4, 12)).astype(np.int32)
+    params = device_params(weights.params(ck, np.float64), np.float64)
+    remat = np.asarray(influence_fn(spec, np.float64)(params, ids)["grad"])
+    plain = np.asarray(influence_fn(spec, np.float64, remat=False)(params, ids)["grad"])
+    np.testing.assert_allclose(plain, remat, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(plain, np.asarray(_plain_gradient(spec)(params, ids)), rtol=1e-12, atol=0)
+
+
+def test_plan_drops_remat_only_where_the_same_batch_fits_without():
+    """posbias.hf.memory.plan: with room for B sequences of the plain gradient the plan keeps B and drops
+    rematerialisation (its device figure then counts the plain gradient); with room for B rematerialised
+    sequences only, it keeps remat. The figures are the Estimate's, added up here."""
+    from posbias.hf.memory import host_bytes, plan
+
+    spec = checkpoint.load(FIXTURES / "bloom").spec
+    n, s, c = 32, 4, 8
+    est = estimate(spec, n, c, tied=True)
+    host = host_bytes(spec, n, c, 0, s)
+    fixed = host + est.params + est.workspace + est.sums
+    plain, remat = max(est.capture, est.gradient_no_remat), max(est.capture, est.gradient)
+    assert plain > remat
+    roomy = plan(spec, n, s, c, 0, (fixed + s * plain, "test"))
+    assert (roomy.batch, roomy.remat) == (s, False)
+    assert roomy.device == est.params + est.workspace + est.sums + s * plain
+    tight = plan(spec, n, s, c, 0, (fixed + s * plain - 1, "test"))
+    assert (tight.batch, tight.remat) == (s, True)
+    assert tight.device == est.params + est.workspace + est.sums + s * remat
+    no_influence = plan(spec, n, s, c, 0, (fixed + s * plain, "test"), influence=False)
+    assert no_influence.remat  # nothing to rematerialise: the flag keeps its default
 
 
 def test_seven_billion_figures_from_shapes():
