@@ -204,7 +204,9 @@ def read(path) -> GGUFFile:
             dtype, items = np.dtype(order + typed), count
         else:
             if not shape or shape[-1] % block:
-                raise GGUFFormatError(f"tensor {name}: rows of shape {shape} are not whole {qtype.name} blocks of {block}")
+                raise GGUFFormatError(
+                    f"tensor {name}: rows of shape {shape} are not whole {qtype.name} blocks of {block}"
+                )
             dtype, items = np.dtype(np.uint8), count // block * type_size
             shape = quant_shape_to_byte_shape(shape, qtype)
         start = data_offset + offset
