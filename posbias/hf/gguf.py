@@ -2,9 +2,10 @@
 
 The file's metadata and tensor index are read by ``posbias.hf.gguf_file`` (the tensor data stay
 memory-mapped; the types and dequantizers are the ``gguf`` package's, maintained with llama.cpp),
-and the file becomes a ``GGUFCheckpoint``: the same interface as a checkpoint folder (``posbias.hf.checkpoint.Checkpoint``: ``config``, ``spec``, ``family``,
-``has(name)``, ``tensor(name)``, ``tokenizer()``), so ``posbias.hf.weights`` reads it as it
-reads safetensors. What is converted, and how (as transformers' own GGUF loader converts it:
+and the file becomes a ``GGUFCheckpoint``: the same interface as a checkpoint folder
+(``posbias.hf.checkpoint.Checkpoint``: ``config``, ``spec``, ``family``, ``has(name)``, ``tensor(name)``,
+``tokenizer()``), so ``posbias.hf.weights`` reads it as it reads safetensors. What is converted, and how
+(as transformers' own GGUF loader converts it:
 modeling_gguf_pytorch_utils.py, integrations/ggml.py, integrations/gguf/ of transformers 5.24):
 
 * config: ``config_of`` builds the config.json of the model from the metadata, under the
