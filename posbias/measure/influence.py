@@ -164,14 +164,17 @@ def scores_fn(
 
     def one(params, ids):
         e = params["embed"][ids] if embed is None else embed(params, ids)
-        logits = last_logits(params, ids, e)
-        top = jnp.argmax(jax.lax.stop_gradient(logits))
-        length = jnp.maximum(jnp.linalg.norm(jax.lax.stop_gradient(logits)), jnp.finfo(e.dtype).tiny)
-        direction = jax.lax.stop_gradient(logits) / length  # an encoder's u (module docstring)
-
-        f = _output(last_logits, params, ids, direction if encoder else top, encoder)
+        # one forward and its pullback: the output, then g = df/de pulled back from df/d(output)
+        logits, pullback = jax.vjp(lambda x: last_logits(params, ids, x), e)
+        top = jnp.argmax(logits)
+        length = jnp.maximum(jnp.linalg.norm(logits), jnp.finfo(e.dtype).tiny)
+        direction = logits / length  # an encoder's u (module docstring)
+        if encoder:  # f = u . y: df/dy = u
+            (g,) = pullback(direction)
+        else:  # f = p_t = softmax(z)_t: df/dz_v = p_t ([v = t] - p_v)
+            p = jax.nn.softmax(logits)
+            (g,) = pullback(p[top] * (jnp.zeros_like(p).at[top].set(1) - p))
         b = _baseline(influence, params, e)
-        g = jax.grad(f)(e)
         out = {"grad": jnp.linalg.norm(g, axis=-1)}
         if "gradxinput" in names:
             out["gradxinput"] = jnp.abs((e * g).sum(axis=-1))
