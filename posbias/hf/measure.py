@@ -63,9 +63,7 @@ def capture_fn(spec: Spec, dtype=np.float32):
     return batch_capture(one)
 
 
-def influence_fn(
-    spec: Spec, dtype=np.float32, influence=None, num_tokens: int = 0, batch: int = 1, remat: bool = True
-):
+def influence_fn(spec: Spec, dtype=np.float32, influence=None, num_tokens: int = 0, batch: int = 1, remat: bool = True):
     """(params, (B, N) ids) -> name -> (B, N) influence scores per position j, in the compute ``dtype``,
     through rematerialised blocks (``remat``; else the plain gradient, which keeps every block's activations):
     for a language model the measures of ``posbias.measure.influence``
