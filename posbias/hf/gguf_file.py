@@ -42,22 +42,11 @@ VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 MAX_NESTING = 16  # arrays of arrays: llama.cpp writes none; a deeper file is refused, not recursed into
 
-# GGUF value types: code -> (struct format, size) for the scalars; 8 is a string, 9 an array
-_SCALARS = {
-    0: ("B", 1),  # UINT8
-    1: ("b", 1),  # INT8
-    2: ("H", 2),  # UINT16
-    3: ("h", 2),  # INT16
-    4: ("I", 4),  # UINT32
-    5: ("i", 4),  # INT32
-    6: ("f", 4),  # FLOAT32
-    7: ("?", 1),  # BOOL
-    10: ("Q", 8),  # UINT64
-    11: ("q", 8),  # INT64
-    12: ("d", 8),  # FLOAT64
-}
-_NUMPY = {"B": "u1", "b": "i1", "H": "u2", "h": "i2", "I": "u4", "i": "i4", "f": "f4", "Q": "u8", "q": "i8", "d": "f8"}
+# GGUF value types: code -> the scalar's type character, the same in struct and NumPy; 8 is a string, 9 an array
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 STRING, ARRAY, UINT32 = 8, 9, 4
+# ggml types stored as plain arrays (the rest, quantized and BF16, as the raw bytes of their blocks)
+_TYPED = {"F16": "f2", "F32": "f4", "F64": "f8", "I8": "i1", "I16": "i2", "I32": "i4", "I64": "i8"}
 
 
 class GGUFFormatError(ValueError):
@@ -99,14 +88,15 @@ class _Cursor:
         if size < 0 or self.pos + size > self.end:
             raise GGUFFormatError(f"{what} at byte {self.pos} runs past the end of the file ({self.end} bytes)")
 
-    def scalar(self, fmt: str, size: int, what: str):
+    def scalar(self, fmt: str, what: str):
+        size = struct.calcsize("<" + fmt)  # standard sizes, whatever the byte order
         self.need(size, what)
         (value,) = struct.unpack_from(self.order + fmt, self.buf, self.pos)
         self.pos += size
         return value
 
     def string(self, what: str) -> str:
-        size = self.scalar("Q", 8, what)
+        size = self.scalar("Q", what)
         self.need(size, what)
         raw = self.buf[self.pos : self.pos + size]
         self.pos += size
@@ -117,20 +107,19 @@ class _Cursor:
 
     def value(self, kind: int, what: str, depth: int = 0):
         if kind in _SCALARS:
-            value = self.scalar(*_SCALARS[kind], what)
-            return bool(value) if kind == 7 else value
+            return self.scalar(_SCALARS[kind], what)
         if kind == STRING:
             return self.string(what)
         if kind != ARRAY:
             raise GGUFFormatError(f"{what} at byte {self.pos}: unknown value type {kind}")
-        item = self.scalar("I", 4, what)
-        count = self.scalar("Q", 8, what)
+        item = self.scalar("I", what)
+        count = self.scalar("Q", what)
         if item in _SCALARS:  # read whole, as NumPy reads it
-            fmt, size = _SCALARS[item]
-            self.need(count * size, f"{what} ({count} items)")
-            values = np.frombuffer(self.buf, self.order + _NUMPY.get(fmt, "u1"), count, self.pos)
-            self.pos += count * size
-            return [bool(v) for v in values] if item == 7 else values.tolist()
+            dtype = np.dtype(self.order + _SCALARS[item])
+            self.need(count * dtype.itemsize, f"{what} ({count} items)")
+            values = np.frombuffer(self.buf, dtype, count, self.pos)
+            self.pos += count * dtype.itemsize
+            return values.tolist()
         if item not in (STRING, ARRAY):
             raise GGUFFormatError(f"{what} at byte {self.pos}: unknown array item type {item}")
         if depth >= MAX_NESTING:
@@ -156,11 +145,11 @@ def read(path) -> GGUFFile:
     order = ">" if version & 0xFFFF == 0 else "<"
     cursor = _Cursor(buf, order)
     cursor.pos = 4
-    version = cursor.scalar("I", 4, "the version")
+    version = cursor.scalar("I", "the version")
     if version not in VERSIONS:
         raise GGUFFormatError(f"GGUF version {version}: this reader reads versions {' and '.join(map(str, VERSIONS))}")
-    tensor_count = cursor.scalar("Q", 8, "the tensor count")
-    kv_count = cursor.scalar("Q", 8, "the metadata count")
+    tensor_count = cursor.scalar("Q", "the tensor count")
+    kv_count = cursor.scalar("Q", "the metadata count")
     cursor.need(kv_count * 12, f"{kv_count} metadata entries")  # a key's length and a value type at least
     cursor.need(tensor_count * 24, f"{tensor_count} tensor entries")  # the least a tensor entry takes
     meta: dict = {"GGUF.version": version, "GGUF.tensor_count": tensor_count, "GGUF.kv_count": kv_count}
@@ -169,17 +158,17 @@ def read(path) -> GGUFFile:
         key = cursor.string(f"metadata entry {index}'s key")
         if key in meta:
             raise GGUFFormatError(f"metadata key {key} appears twice")
-        kinds[key] = cursor.scalar("I", 4, f"metadata {key}'s type")
+        kinds[key] = cursor.scalar("I", f"metadata {key}'s type")
         meta[key] = cursor.value(kinds[key], f"metadata {key}")
     entries = []
     for index in range(tensor_count):
         name = cursor.string(f"tensor entry {index}'s name")
-        n_dims = cursor.scalar("I", 4, f"tensor {name}'s dimension count")
+        n_dims = cursor.scalar("I", f"tensor {name}'s dimension count")
         cursor.need(n_dims * 8, f"tensor {name}'s {n_dims} dimensions")
         ne = struct.unpack_from(f"{order}{n_dims}Q", buf, cursor.pos)
         cursor.pos += 8 * n_dims
-        raw_type = cursor.scalar("I", 4, f"tensor {name}'s type")
-        offset = cursor.scalar("Q", 8, f"tensor {name}'s offset")
+        raw_type = cursor.scalar("I", f"tensor {name}'s type")
+        offset = cursor.scalar("Q", f"tensor {name}'s offset")
         entries.append((name, ne, raw_type, offset))
     alignment = meta.get("general.alignment", DEFAULT_ALIGNMENT)
     if "general.alignment" in meta and kinds["general.alignment"] != UINT32:
@@ -217,6 +206,3 @@ def read(path) -> GGUFFile:
         data = np.frombuffer(buf, dtype, items, start).reshape(shape)
         tensors.append(Tensor(name, qtype, tuple(int(n) for n in ne), data))
     return GGUFFile(meta, tensors, int(alignment), data_offset)
-
-
-_TYPED = {"F16": "f2", "F32": "f4", "F64": "f8", "I8": "i1", "I16": "i2", "I32": "i4", "I64": "i8"}
