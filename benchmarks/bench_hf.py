@@ -28,12 +28,20 @@ multiply-add is 2 FLOPs; T layers of width D, H query heads and H_kv key/value h
 
     F(N) = T (2 N D d (2 H + 2 H_kv) + 4 H N^2 d + (6 if gated else 4) N D F) + 2 D V
 
-one forward of N tokens unembedding the last position only. A measurement's limit per sequence is the
-capture forward F plus the gradient of p_top1 with respect to the embeddings, a forward and a backward
-through the activations (no weight gradients): 3 F; occlusion adds N + 1 forwards (each position replaced
-in turn, and the unperturbed one), ``occlusion_flops``. The ratio is what the process takes over that
-limit (1 would be the arithmetic alone at the product rate; startup, reading the weights and compilation
-are inside the process time, so the ratio bounds every overhead together).
+one forward of N tokens unembedding the last position only, and its pullback to the input embeddings
+(the gradient of p_top1; no weight gradient: each product x W once more, dx = dy W^T, and the two attention
+products q k^T and A v twice, both of their factors being activations)
+
+    B(N) = T (2 N D d (2 H + 2 H_kv) + 8 H N^2 d + (6 if gated else 4) N D F) + 2 D V.
+
+A measurement's limit per sequence (``measure``, the issue's goal) is a forward and a backward by the usual
+rule, the backward counted as two forwards: 3 F. What the measurement computes is less, one forward (the
+capture read from it, ``posbias.hf.memory.plan``'s ``one_forward``) and its pullback, F + B (about 2 F;
+``measure_counted``), and each run's ratio to that stricter limit is reported beside
+(``ratio_process_to_counted_limit``). Occlusion adds N + 1 forwards (each position replaced in turn, and
+the unperturbed one), ``occlusion``. The ratio is what the process takes over that limit (1 would be the
+arithmetic alone at the product rate; startup, reading the weights and compilation are inside the process
+time, so the ratio bounds every overhead together).
 
 Timings are of this machine and whatever else runs on it (load averages before and after are recorded).
 """
@@ -82,10 +90,19 @@ def forward_flops(spec, n: int, kv_heads: int) -> int:
     return spec.layers * layer + 2 * spec.width * spec.vocab
 
 
+def backward_flops(spec, n: int, kv_heads: int) -> int:
+    """B(N) of the module docstring: the pullback of one forward to its input embeddings, no weight gradient."""
+    d, h = spec.head_dim, spec.heads
+    layer = 2 * n * spec.width * d * (2 * h + 2 * kv_heads) + 8 * h * n * n * d
+    layer += (6 if spec.glu else 4) * n * spec.width * spec.mlp
+    return spec.layers * layer + 2 * spec.width * spec.vocab
+
+
 def flops(spec, n: int, kv_heads: int) -> dict:
-    """Per sequence: one forward, the measurement's limit (capture + gradient: 3 F) and occlusion's N + 1 forwards."""
-    f = forward_flops(spec, n, kv_heads)
-    return {"forward": f, "measure": 3 * f, "occlusion": (n + 1) * f}
+    """Per sequence: one forward F, its pullback B, the measurement's limit by the usual rule (forward and backward:
+    3 F) and by the count (F + B), and occlusion's N + 1 forwards."""
+    f, b = forward_flops(spec, n, kv_heads), backward_flops(spec, n, kv_heads)
+    return {"forward": f, "backward": b, "measure": 3 * f, "measure_counted": f + b, "occlusion": (n + 1) * f}
 
 
 def matmul_rate(dtype: str, rows: int, width: int, mlp: int, repeats: int = 7) -> float:
@@ -230,10 +247,13 @@ def main() -> None:
         runs = []
         for backend, precision, influence in dict.fromkeys(plan):
             run = run_backend(checkpoint, backend, args.tokens, args.samples, precision, work, influence)
-            total = args.samples * (per_sequence["measure"] + (per_sequence["occlusion"] if influence else 0))
+            occlusion = per_sequence["occlusion"] if influence else 0
+            total = args.samples * (per_sequence["measure"] + occlusion)
             run["flops"] = total
             run["flop_limit_s"] = total / rates[precision]
             run["ratio_process_to_limit"] = run["process_s"] / run["flop_limit_s"]
+            counted = args.samples * (per_sequence["measure_counted"] + occlusion) / rates[precision]
+            run["ratio_process_to_counted_limit"] = run["process_s"] / counted
             runs.append(run)
         result["runs"] = runs
         if not args.no_transformers:
@@ -250,14 +270,16 @@ def main() -> None:
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(
         f"FLOPs per sequence: forward {per_sequence['forward'] / 1e9:.2f} G, "
-        f"measurement {per_sequence['measure'] / 1e9:.2f} G, occlusion {per_sequence['occlusion'] / 1e9:.1f} G; "
+        f"backward {per_sequence['backward'] / 1e9:.2f} G, measurement {per_sequence['measure'] / 1e9:.2f} G "
+        f"(F + B: {per_sequence['measure_counted'] / 1e9:.2f} G), occlusion {per_sequence['occlusion'] / 1e9:.1f} G; "
         f"matrix products {rates['float64'] / 1e9:.1f} GFLOP/s (float64), {rates['float32'] / 1e9:.1f} GFLOP/s "
         "(float32)"
     )
     for r in runs:
         print(
             f"{r['backend']:>12} {r['precision']} {r['influence']}: process {r['process_s']:.1f} s, measurement "
-            f"{r['measure_s']:.1f} s, FLOP limit {r['flop_limit_s']:.2f} s, ratio {r['ratio_process_to_limit']:.1f}, "
+            f"{r['measure_s']:.1f} s, FLOP limit {r['flop_limit_s']:.2f} s, ratio {r['ratio_process_to_limit']:.1f} "
+            f"(to F + B: {r['ratio_process_to_counted_limit']:.1f}), "
             f"peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB, batch {r['batch']}"
         )
     occ = result["occlusion"]

@@ -34,3 +34,30 @@ def test_forward_flops_match_xla_within_the_elementwise_share(family, n):
     ours = bench.forward_flops(spec, n, spec.heads)  # posbias stores grouped keys and values repeated per head
     assert ours <= xla <= 1.3 * ours, (xla, ours)  # at these tiny widths the elementwise work is up to 24%
     assert bench.forward_flops(spec, n, 1) < ours or spec.heads == 1
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "bloom", "falcon", "mpt"])
+@pytest.mark.parametrize("n", [8, 32])
+def test_forward_and_pullback_flops_match_xla_within_the_elementwise_share(family, n):
+    """F + B (one forward and its pullback to the input embeddings, what a measurement computes per sequence)
+    against XLA's count of the compiled ``jax.vjp`` of the forward, pulled back from a cotangent on the logits."""
+    import jax
+
+    from posbias.hf import checkpoint, forward, weights
+
+    bench = load("bench_hf.py")
+    ck = checkpoint.load(FIXTURES / family)
+    spec = dataclasses.replace(ck.spec, layers=1)
+    params = weights.params(ck, np.float32)
+    params = {**params, "blocks": {k: v[:1] for k, v in params["blocks"].items()}}
+    ids = np.arange(n, dtype=np.int32) % 50
+
+    def pulled_back(p, ids, cotangent):
+        out, pullback = jax.vjp(lambda e: forward.forward(p, ids, spec, embedded=e, last_only=True), p["embed"][ids])
+        return pullback(cotangent)[0]
+
+    cotangent = jax.ShapeDtypeStruct((1, spec.vocab if spec.lm_head else spec.width), np.float32)
+    cost = jax.jit(pulled_back).lower(params, ids, cotangent).compile().cost_analysis()
+    xla = (cost[0] if isinstance(cost, list) else cost)["flops"]
+    ours = bench.forward_flops(spec, n, spec.heads) + bench.backward_flops(spec, n, spec.heads)
+    assert ours <= xla <= 1.3 * ours, (xla, ours)

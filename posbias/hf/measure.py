@@ -22,8 +22,9 @@ The result is a ``posbias.measure.quantities.Measurement`` (the same record and 
 
 Scale: the gradient runs the forward with rematerialisation (``jax.checkpoint`` on each
 block: the backward pass keeps the T block inputs and recomputes one block at a time) unless the
-batch fits the memory budget without it (``posbias.hf.memory.plan``, ``remat``);
-the batch is the number of sequences whose per-sequence work (``posbias.hf.memory``) fits
+batch fits the memory budget without it (``posbias.hf.memory.plan``, ``remat``), and a language model's
+capture is read from the gradient's own forward (``one_forward``: ``jax.vjp`` with the capture as its
+auxiliary output) where the batch holds both at once; the batch is the number of sequences whose per-sequence work (``posbias.hf.memory``) fits
 the ``memory`` budget; the capture sums each batch's probabilities and content logits on the
 device. Weights narrower than the compute dtype (bfloat16 or float16 as stored, float32
 under float64) stay so on a GPU or TPU: JAX's type promotion casts each layer's slice to the
@@ -63,9 +64,19 @@ def capture_fn(spec: Spec, dtype=np.float32):
     return batch_capture(one)
 
 
-def influence_fn(spec: Spec, dtype=np.float32, influence=None, num_tokens: int = 0, batch: int = 1, remat: bool = True):
+def influence_fn(
+    spec: Spec,
+    dtype=np.float32,
+    influence=None,
+    num_tokens: int = 0,
+    batch: int = 1,
+    remat: bool = True,
+    one_forward: bool = False,
+):
     """(params, (B, N) ids) -> name -> (B, N) influence scores per position j, in the compute ``dtype``,
-    through rematerialised blocks (``remat``; else the plain gradient, which keeps every block's activations):
+    through rematerialised blocks (``remat``; else the plain gradient, which keeps every block's activations),
+    with ``one_forward`` (a language model's) also "capture", the batch's ``capture_fn`` result taken from the
+    gradient's own forward (``posbias.measure.influence.batch_fn``):
     for a language model the measures of ``posbias.measure.influence``
     (default: the gradient norm ||d p_top1 / d e_j||_2 at the last position alone); for an encoder without a
     language-model head (``spec.lm_head`` false) "grad" is the Frobenius norm ||d y / d e_j||_F of the
@@ -86,8 +97,13 @@ def influence_fn(spec: Spec, dtype=np.float32, influence=None, num_tokens: int =
     def embed(params, ids):
         return params["embed"][ids].astype(dtype)
 
+    def captured_output(params, ids, embedded):  # the same forward, capturing: (logits (V,), captured tuple)
+        logits, cap = forward(params, ids, spec, capture=True, embedded=embedded, remat=remat, last_only=True)
+        return logits[-1], captured(cap)
+
     if spec.lm_head:  # batch_fn refuses a measure the output does not define
-        return batch_fn(last_output, influence, num_tokens, batch, embed=embed)
+        capture = captured_output if one_forward else None
+        return batch_fn(last_output, influence, num_tokens, batch, embed=embed, capture=capture)
     extra = batch_fn(last_output, influence, num_tokens, batch, embed=embed, encoder=True) if influence.extra else None
 
     def frobenius(params, ids):
@@ -140,11 +156,14 @@ def measure(
     influence=True,
     batch: int | None = None,
     remat: bool = True,
+    one_forward: bool = False,
 ) -> Measurement:
     """Every measurement of the module docstring on (S, N) token ids; ``params_np`` from
     ``posbias.hf.weights.params`` (any dtype: see the module docstring); batches of as many
     sequences as fit ``memory`` bytes by ``posbias.hf.memory``, or of ``batch`` sequences where given;
-    the influence gradient rematerialised unless ``remat`` is false (``posbias.hf.memory.plan`` decides)."""
+    the influence gradient rematerialised unless ``remat`` is false, and with ``one_forward`` a language
+    model's capture read from the gradient's forward rather than a forward of its own
+    (``posbias.hf.memory.plan`` decides both; an encoder's capture runs on its own)."""
     import jax
 
     from posbias.hf.forward import slopes, softmax_scales
@@ -162,10 +181,11 @@ def measure(
     if batch is None:  # else the caller's (posbias.hf.memory.plan)
         batch = batch_size(estimate(spec, n, np.dtype(dtype).itemsize), memory, s, bool(influence))
     batch = int(max(1, min(batch, s)))
+    one_forward = bool(one_forward and influence and spec.lm_head)
     with jax.enable_x64(x64):
         m = accumulate(
-            capture_fn(spec, dtype),
-            influence_fn(spec, dtype, as_influence(influence), n, batch, remat) if influence else None,
+            None if one_forward else capture_fn(spec, dtype),
+            influence_fn(spec, dtype, as_influence(influence), n, batch, remat, one_forward) if influence else None,
             device_params(params_np, dtype),
             sequences,
             batch=batch,

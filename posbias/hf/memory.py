@@ -132,18 +132,20 @@ class Estimate:
     sums: int
     host: int
 
-    def per_sequence(self, influence: bool = True, remat: bool = True) -> int:
-        """Device bytes one more sequence in a batch costs (the larger of the two functions; the gradient
-        rematerialised or not)."""
+    def per_sequence(self, influence: bool = True, remat: bool = True, one_forward: bool = False) -> int:
+        """Device bytes one more sequence in a batch costs: the larger of the two functions (the gradient
+        rematerialised or not), or with ``one_forward`` (the capture taken from the gradient's own forward,
+        one function holding both) their sum."""
         if not influence:
             return self.capture
-        return max(self.capture, self.gradient if remat else self.gradient_no_remat)
+        gradient = self.gradient if remat else self.gradient_no_remat
+        return self.capture + gradient if one_forward else max(self.capture, gradient)
 
-    def device(self, batch: int, influence: bool = True, remat: bool = True) -> int:
+    def device(self, batch: int, influence: bool = True, remat: bool = True, one_forward: bool = False) -> int:
         """Device bytes of a batch of B sequences: parameters, workspace, the batch sums when
         B > 1, and B times the per-sequence figure."""
         sums = self.sums if batch > 1 else 0
-        return self.params + self.workspace + sums + batch * self.per_sequence(influence, remat)
+        return self.params + self.workspace + sums + batch * self.per_sequence(influence, remat, one_forward)
 
 
 def _attention_width(spec: Spec) -> int:
@@ -245,6 +247,7 @@ class Plan:
     host: int
     device: int
     remat: bool = True  # the influence gradient rematerialised (else its batch fits the budget without)
+    one_forward: bool = False  # the capture taken from the gradient's forward (its batch fits both at once)
 
     @property
     def total(self) -> int:
@@ -281,9 +284,12 @@ def plan(
 ) -> Plan:
     """The largest batch B <= S whose host + device bytes fit ``budget`` (``run_budget``); UserError (one
     line, with the figures at B = 1) when even one sequence per batch does not. Weights on the device at
-    the compute itemsize (the CPU casts them up: ``posbias.hf.measure.device_params``). The gradient is
-    rematerialised (``remat``) unless the same B fits without: the plain gradient runs the forward once
-    where the rematerialised one runs it twice (a third of the gradient's arithmetic saved)."""
+    the compute itemsize (the CPU casts them up: ``posbias.hf.measure.device_params``). B is sized for the
+    capture and the rematerialised gradient run one after the other; then each saving that keeps the same B
+    within the budget is taken, the larger first: the plain gradient (``remat`` false: it runs the forward
+    once where the rematerialised one runs it twice) and the capture read from the gradient's own forward
+    (``one_forward``: a language model's, ``posbias.hf.measure.influence_fn``), each a forward of the
+    measurement's three saved."""
     from posbias.numerics.budget import describe
 
     budget, label = budget
@@ -299,8 +305,10 @@ def plan(
         )
     room = budget - host - est.params - est.workspace - est.sums
     batch = int(max(1, min(samples, room // est.per_sequence(influence))))
-    remat = not (influence and batch * est.per_sequence(influence, remat=False) <= room)
-    return Plan(batch, host, est.device(batch, influence, remat), remat)
+    choices = [(False, True), (False, False), (True, True)] if influence else []
+    fitting = (c for c in choices if (spec.lm_head or not c[1]) and batch * est.per_sequence(True, *c) <= room)
+    remat, one_forward = next(fitting, (True, False))
+    return Plan(batch, host, est.device(batch, influence, remat, one_forward), remat, one_forward)
 
 
 COLUMNS = (

@@ -122,7 +122,7 @@ class CheckpointBackend:
         )
         self.title = f"{ck.folder} ({spec.model_type}, T={spec.layers}, H={spec.heads}, D={spec.width})"
         self.tied = ck.family.tied(ck.config)
-        self._remat: dict[int, bool] = {}  # N -> Plan.remat of posbias.hf.memory.plan (rematerialised if not planned)
+        self._gradient: dict[int, tuple[bool, bool]] = {}  # N -> posbias.hf.memory.plan's (remat, one_forward)
         self.meta = {
             "model_type": spec.model_type,
             "layers": spec.layers,
@@ -194,8 +194,9 @@ class CheckpointBackend:
                 tied=self.tied,
                 what=f"posbias {'measure' if self.options.verb == 'measured' else 'validate'} of {self.ck.folder}",
             )
-            out[n] = Plan(p.batch, {"host": p.host, "device": p.device, "batch": p.batch, "remat": p.remat})
-            self._remat[n] = p.remat
+            estimate = {"host": p.host, "device": p.device, "batch": p.batch, "remat": p.remat}
+            out[n] = Plan(p.batch, {**estimate, "one_forward": p.one_forward})
+            self._gradient[n] = (p.remat, p.one_forward)
         return out
 
     def load(self):
@@ -206,9 +207,10 @@ class CheckpointBackend:
         self.meta["params_bytes"] = params_bytes(self.spec, self.options.itemsize, tied=self.tied)
         params = weights.params(self.ck, None)  # as stored: the measurement casts to its precision
         spec, precision, influence = self.spec, self.options.precision, self.options.influence
-        remat = self._remat  # N -> whether the planned batch needs the gradient rematerialised
+        gradient = self._gradient  # N -> how the planned batch computes the gradient (rematerialised if not planned)
 
         def measurer(seqs, batch, progress):
+            remat, one_forward = gradient.get(seqs.shape[1], (True, False))
             return measure(
                 params,
                 spec,
@@ -217,7 +219,8 @@ class CheckpointBackend:
                 batch=batch,
                 progress=progress,
                 influence=influence,
-                remat=remat.get(seqs.shape[1], True),
+                remat=remat,
+                one_forward=one_forward,
             )
 
         return measurer

@@ -148,6 +148,7 @@ def scores_fn(
     occlusion_batch: int | None = None,
     embed=None,
     encoder: bool = False,
+    capture=None,
 ):
     """One sequence's scores, for ``jax.vmap`` over a batch: (params, ids (N,)) -> name -> (N,) for every
     measure of ``influence`` but integrated gradients, for which "ig_target" holds the top-1 token (an
@@ -156,7 +157,9 @@ def scores_fn(
     replace the token-embedding lookup (``embed(params, ids)``, default ``params["embed"][ids]``); with
     ``encoder`` it is the final hidden state y (D,) there, f = u . y and "grad" is ||u . dy/de_j|| (the caller
     replaces it by the Frobenius norm; module docstring). Occlusions run ``occlusion_batch`` positions at a time
-    (``jax.lax.map``; None: one at a time)."""
+    (``jax.lax.map``; None: one at a time). ``capture(params, ids, embedded)``, where given, is the same forward
+    returning (the output, the sequence's ``posbias.measure.quantities.captured`` tuple): the gradient's
+    forward is then that one, and "capture" holds the tuple (the capture costs no forward of its own)."""
     import jax
     import jax.numpy as jnp
 
@@ -165,7 +168,10 @@ def scores_fn(
     def one(params, ids):
         e = params["embed"][ids] if embed is None else embed(params, ids)
         # one forward and its pullback: the output, then g = df/de pulled back from df/d(output)
-        logits, pullback = jax.vjp(lambda x: last_logits(params, ids, x), e)
+        if capture is None:
+            logits, pullback = jax.vjp(lambda x: last_logits(params, ids, x), e)
+        else:
+            logits, pullback, sequence_capture = jax.vjp(lambda x: capture(params, ids, x), e, has_aux=True)
         top = jnp.argmax(logits)
         length = jnp.maximum(jnp.linalg.norm(logits), jnp.finfo(e.dtype).tiny)
         direction = logits / length  # an encoder's u (module docstring)
@@ -176,6 +182,8 @@ def scores_fn(
             (g,) = pullback(p[top] * (jnp.zeros_like(p).at[top].set(1) - p))
         b = _baseline(influence, params, e)
         out = {"grad": jnp.linalg.norm(g, axis=-1)}
+        if capture is not None:
+            out["capture"] = sequence_capture
         if "gradxinput" in names:
             out["gradxinput"] = jnp.abs((e * g).sum(axis=-1))
         if "gradxinput-norm" in names:
@@ -245,15 +253,27 @@ def path_point(last_logits, influence: Influence, *, embed=None, encoder: bool =
     return point
 
 
-def batch_fn(last_logits, influence: Influence, num_tokens: int, batch: int, embed=None, encoder: bool = False):
+def batch_fn(
+    last_logits,
+    influence: Influence,
+    num_tokens: int,
+    batch: int,
+    embed=None,
+    encoder: bool = False,
+    capture=None,
+):
     """(params, ids (B, N)) -> name -> (B, N) scores (and "ig_error" -> (B,)), B <= ``batch``. Without
     occlusion the sequences are vmapped (the memory of B gradients, what the batch is sized for); with it
     they run one after another, each occluding ``batch`` positions at a time, so that no more than B
     forwards are held at once either; integrated gradients' K + 1 points of the path are B gradients at a
     time (``path_point``), driven by ``posbias.measure.integrated`` on the host, so that with "ig" the function
-    returned is not itself jitted. ``encoder``: ``scores_fn``'s."""
+    returned is not itself jitted. ``encoder``: ``scores_fn``'s. With ``capture`` (``scores_fn``'s) "capture"
+    holds the batch's capture as ``posbias.measure.quantities.batch_capture`` returns it (summed on the device),
+    for ``accumulate`` to take in place of a capture forward."""
     import jax
     import jax.numpy as jnp
+
+    from posbias.measure.quantities import batch_sums
 
     check_for(influence, encoder=encoder)
     occluding = bool(set(OCCLUSION + ENCODER_ONLY) & set(influence.measures))
@@ -264,11 +284,18 @@ def batch_fn(last_logits, influence: Influence, num_tokens: int, batch: int, emb
         occlusion_batch=max(1, min(batch, num_tokens)),
         embed=embed,
         encoder=encoder,
+        capture=capture,
     )
     if occluding:
-        main = jax.jit(lambda params, ids: jax.lax.map(lambda row: one(params, row), ids))
+        mapped = lambda params, ids: jax.lax.map(lambda row: one(params, row), ids)  # noqa: E731
     else:
-        main = jax.jit(jax.vmap(one, in_axes=(None, 0)))
+        mapped = jax.vmap(one, in_axes=(None, 0))
+
+    def summed(params, ids):
+        out = mapped(params, ids)
+        return out if capture is None else {**out, "capture": batch_sums(out["capture"])}
+
+    main = jax.jit(summed)
     if "ig" not in influence.measures:
         return main
     point = jax.jit(jax.vmap(path_point(last_logits, influence, embed=embed, encoder=encoder), in_axes=(None, 0, 0, 0)))

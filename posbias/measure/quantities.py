@@ -132,11 +132,14 @@ def batch_capture(one):
     (T,), (T,), (T, H, N, N), (T, H, N, N), dict (``captured``)."""
     import jax
 
-    def run(params, ids):
-        lam, lam_sq, probs, content, extras = jax.vmap(one, in_axes=(None, 0))(params, ids)
-        return lam, lam_sq, probs.sum(axis=0), content.sum(axis=0), {k: v.sum(axis=0) for k, v in extras.items()}
+    return jax.jit(lambda params, ids: batch_sums(jax.vmap(one, in_axes=(None, 0))(params, ids)))
 
-    return jax.jit(run)
+
+def batch_sums(stacked: tuple) -> tuple:
+    """The B sequences' ``captured`` tuples, stacked along a leading axis, as ``batch_capture`` returns them:
+    the lambda means and sums of squares kept per sequence (B, T), the rest summed over the batch."""
+    lam, lam_sq, probs, content, extras = stacked
+    return lam, lam_sq, probs.sum(axis=0), content.sum(axis=0), {k: v.sum(axis=0) for k, v in extras.items()}
 
 
 CAPTURED = ("x", "a", "probs", "content", "value_norms", "kernels_norm", "lambda_self")
@@ -259,7 +262,9 @@ def accumulate(
     """The model-independent part of a measurement: run ``capture`` (and ``grad_fn`` when not None)
     over (S, N) sequences in batches of ``batch`` and reduce to a ``Measurement`` (module docstring).
     ``capture(params, (B, N))`` is a ``batch_capture``: per-sequence lambda means and sums of squares
-    (B, T), the batch's sums of probabilities and raw content logits (T, H, N, N);
+    (B, T), the batch's sums of probabilities and raw content logits (T, H, N, N); ``capture`` None
+    when ``grad_fn``'s forward captures too and returns that tuple under "capture" (one forward for both:
+    ``posbias.measure.influence.batch_fn``'s ``capture``);
     ``grad_fn(params, (B, N))`` the (B, N) gradient norms, or name -> (B, N) scores of every influence measure
     asked ("grad" among them) and "ig_error" -> (B,) (``posbias.measure.influence``), kept as ``scores`` and
     ``ig_error``; a measurement whose completeness error exceeds ``IG_MAX_ERROR`` is refused. The capture's
@@ -269,6 +274,8 @@ def accumulate(
     (T, H, N, N) float64 sums and one batch's sum while adding it. Call it under the precision's ``jax.enable_x64``."""
     import jax.numpy as jnp
 
+    if capture is None and grad_fn is None:
+        raise ValueError("accumulate: no capture: pass capture, or a grad_fn whose forward captures")
     s, n = sequences.shape
     lam_seq = lam_sq = probs_sum = content_sum = None
     sums: dict[str, np.ndarray] = {}
@@ -277,7 +284,22 @@ def accumulate(
     for chunk in batches(sequences, batch):
         k = len(chunk)
         ids = jnp.asarray(chunk)
-        lm, lsq, pr, co, extra = capture(params, ids)
+        if capture is not None:
+            batch_captured = capture(params, ids)
+        if grad_fn is not None:
+            report = None if progress is None else (lambda f, at=done, k=k: progress(at + f * k, s))
+            with within(report):  # integrated gradients move the bar node by node within the batch
+                result = grad_fn(params, ids)
+            result = dict(result) if isinstance(result, dict) else {"grad": result}
+            if capture is None:  # one forward served both (posbias.hf.measure.step_fn)
+                batch_captured = result.pop("capture")
+            for name, values in result.items():
+                if name not in scores:
+                    scores[name] = np.zeros((s, *np.shape(values)[1:]))
+                scores[name][done : done + k] = np.asarray(values, np.float64)
+            del result
+        lm, lsq, pr, co, extra = batch_captured
+        del batch_captured
         if lam_seq is None:
             lam_seq, lam_sq = np.zeros((s, lm.shape[1])), np.zeros(lm.shape[1])
             probs_sum, content_sum = np.zeros(pr.shape), np.zeros(co.shape)
@@ -289,15 +311,7 @@ def accumulate(
         probs_sum += np.asarray(pr)  # in place: float64 += the compute dtype, no float64 copy
         del pr
         content_sum += np.asarray(co)
-        del co
-        if grad_fn is not None:
-            report = None if progress is None else (lambda f, at=done, k=k: progress(at + f * k, s))
-            with within(report):  # integrated gradients move the bar node by node within the batch
-                result = grad_fn(params, ids)
-            for name, values in (result if isinstance(result, dict) else {"grad": result}).items():
-                if name not in scores:
-                    scores[name] = np.zeros((s, *np.shape(values)[1:]))
-                scores[name][done : done + k] = np.asarray(values, np.float64)
+        del co, extra
         done += k
         if progress is not None:
             progress(done, s)

@@ -197,6 +197,8 @@ def _xla_bytes(family: str, kind: str, batch: int, n: int) -> tuple[int, int]:
         "gradient": influence_fn,
         "plain": _plain_gradient,
         "product plain": functools.partial(influence_fn, remat=False),
+        "one forward": functools.partial(influence_fn, one_forward=True),
+        "one forward plain": functools.partial(influence_fn, remat=False, one_forward=True),
     }[kind](spec)
     shapes = jax.tree_util.tree_map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), weights.params(ck, np.float32))
     stats = fn.lower(shapes, jax.ShapeDtypeStruct((batch, n), jnp.int32)).compile().memory_analysis()
@@ -258,10 +260,66 @@ def test_plain_and_rematerialised_gradients_agree(family):
     np.testing.assert_allclose(plain, np.asarray(_plain_gradient(spec)(params, ids)), rtol=1e-12, atol=0)
 
 
-def test_plan_drops_remat_only_where_the_same_batch_fits_without():
-    """posbias.hf.memory.plan: with room for B sequences of the plain gradient the plan keeps B and drops
-    rematerialisation (its device figure then counts the plain gradient); with room for B rematerialised
-    sequences only, it keeps remat. The figures are the Estimate's, added up here."""
+@pytest.mark.parametrize("family, sizes", [("bloom", ((16, 1), (32, 2))), ("llama", ((16, 2), (32, 1)))])
+def test_memory_estimate_bounds_xla_with_the_capture_in_the_gradient(family, sizes):
+    """The capture read from the gradient's forward (``one_forward``), rematerialised and plain, float32: XLA's
+    temp + output <= workspace + batch sums + B (capture + gradient) <= 4 x XLA's."""
+    spec = checkpoint.load(FIXTURES / family).spec
+    for n, batch in sizes:
+        est = estimate(spec, n, 4, tied=True)
+        sums = est.sums if batch > 1 else 0
+        for kind, gradient in (("one forward", est.gradient), ("one forward plain", est.gradient_no_remat)):
+            predicted = est.workspace + sums + batch * (est.capture + gradient)
+            xla, _ = _xla_bytes(family, kind, batch, n)
+            assert xla <= predicted <= 4 * xla, (family, kind, n, batch, xla, predicted)
+
+
+def _fields_equal(a, b, rtol: float) -> None:
+    """Every field of two Measurements equal: arrays within ``rtol`` (and 1e-15 absolute), the rest exactly."""
+    for field in dataclasses.fields(a):
+        x, y = getattr(a, field.name), getattr(b, field.name)
+        if dataclasses.is_dataclass(x):
+            _fields_equal(x, y, rtol)
+        elif isinstance(x, dict):
+            assert x.keys() == y.keys(), field.name
+            for key in x:
+                np.testing.assert_allclose(x[key], y[key], rtol=rtol, atol=1e-15, err_msg=f"{field.name}[{key}]")
+        elif isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and x.shape == y.shape, field.name
+            np.testing.assert_allclose(x, y, rtol=rtol, atol=1e-15, err_msg=field.name)
+        else:
+            assert x == y, field.name
+
+
+@pytest.mark.parametrize("family", ["bloom", "llama"])
+@pytest.mark.parametrize("remat", [True, False])
+def test_capture_from_the_gradients_forward_equals_a_forward_of_its_own(family, remat):
+    """``measure(one_forward=True)`` (the capture as the gradient's auxiliary output) against the capture's own
+    forward, float64, three sequences in batches of two (a short last batch): every field of the Measurement
+    the same up to rounding, with the gradient measures alone (vmapped) and with integrated gradients and
+    both occlusions (the sequences mapped one by one)."""
+    from posbias.measure.influence import Influence
+
+    ck = checkpoint.load(FIXTURES / family)
+    ids = np.random.default_rng(5).integers(0, ck.spec.vocab, (3, 12)).astype(np.int32)
+    params = weights.params(ck, np.float64)
+    for influence in (
+        Influence(("grad", "gradxinput")),
+        Influence(("grad", "ig", "occlusion"), ig_steps=32, baseline="mean"),
+    ):
+        separate, shared = (
+            measure(params, ck.spec, ids, batch=2, influence=influence, remat=remat, one_forward=flag)
+            for flag in (False, True)
+        )
+        assert set(shared.scores) == set(influence.measures)
+        _fields_equal(shared, separate, 1e-12)
+
+
+def test_plan_takes_each_saving_the_same_batch_fits():
+    """posbias.hf.memory.plan picks, for the batch B sized with the rematerialised gradient beside the capture,
+    the first of (plain gradient, capture in the gradient's forward), (plain, separate), (rematerialised, in the
+    gradient's forward), (rematerialised, separate) whose B sequences fit; its device figure counts what it picked.
+    The budgets and figures are the Estimate's fields, added up here."""
     from posbias.hf.memory import host_bytes, plan
 
     spec = checkpoint.load(FIXTURES / "bloom").spec
@@ -269,16 +327,24 @@ def test_plan_drops_remat_only_where_the_same_batch_fits_without():
     est = estimate(spec, n, c, tied=True)
     host = host_bytes(spec, n, c, 0, s)
     fixed = host + est.params + est.workspace + est.sums
-    plain, remat = max(est.capture, est.gradient_no_remat), max(est.capture, est.gradient)
-    assert plain > remat
-    roomy = plan(spec, n, s, c, 0, (fixed + s * plain, "test"))
-    assert (roomy.batch, roomy.remat) == (s, False)
-    assert roomy.device == est.params + est.workspace + est.sums + s * plain
-    tight = plan(spec, n, s, c, 0, (fixed + s * plain - 1, "test"))
-    assert (tight.batch, tight.remat) == (s, True)
-    assert tight.device == est.params + est.workspace + est.sums + s * remat
-    no_influence = plan(spec, n, s, c, 0, (fixed + s * plain, "test"), influence=False)
-    assert no_influence.remat  # nothing to rematerialise: the flag keeps its default
+    both_plain = est.capture + est.gradient_no_remat
+    plain = max(est.capture, est.gradient_no_remat)
+    both_remat = est.capture + est.gradient
+    remat = max(est.capture, est.gradient)
+    assert both_plain > plain > both_remat > remat  # this fixture's figures: each case below is reachable
+    for room, expected, per_sequence in (
+        (both_plain, (False, True), both_plain),
+        (both_plain - 1, (False, False), plain),
+        (plain - 1, (True, True), both_remat),
+        (both_remat - 1, (True, False), remat),
+    ):
+        got = plan(spec, n, s, c, 0, (fixed + s * room, "test"))
+        assert (got.batch, got.remat, got.one_forward) == (s, *expected), room
+        assert got.device == est.params + est.workspace + est.sums + s * per_sequence
+    no_influence = plan(spec, n, s, c, 0, (fixed + s * both_plain, "test"), influence=False)
+    assert (no_influence.remat, no_influence.one_forward) == (True, False)  # no gradient: the defaults
+    encoder = dataclasses.replace(spec, lm_head=False)
+    assert not plan(encoder, n, s, c, 0, (fixed + s * both_plain, "test")).one_forward  # an encoder's: separate
 
 
 def test_seven_billion_figures_from_shapes():
