@@ -224,7 +224,12 @@ class GGUFCheckpoint(Checkpoint):
         t = self.files[full]
         self.read.add(full)
         shape = tuple(reversed(t.shape))
-        values = np.array(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
+        # a quantized type dequantizes to a new float32 array, kept as it is; F32 comes back as a read-only view of
+        # the memory map and F16 (and BF16) in its own dtype: copied, so that every tensor is a float32 array of its own
+        values = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+        if not values.flags.writeable or not values.flags.c_contiguous:
+            values = values.copy()
+        values = values.reshape(shape)
         if self.permuted and (".self_attn.q_proj." in full or ".self_attn.k_proj." in full):
             q = ".self_attn.q_proj." in full
             values = unpermute(values, self.spec.heads if q else self.spec.groups)

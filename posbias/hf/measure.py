@@ -24,10 +24,10 @@ Scale: the gradient runs the forward with rematerialisation (``jax.checkpoint`` 
 block: the backward pass keeps the T block inputs and recomputes one block at a time) unless the
 batch fits the memory budget without it (``posbias.hf.memory.plan``, ``remat``), and a language model's
 capture is read from the gradient's own forward (``one_forward``: ``jax.vjp`` with the capture as its
-auxiliary output) where the batch holds both at once; the batch is the number of sequences whose per-sequence work (``posbias.hf.memory``) fits
-the ``memory`` budget; the capture sums each batch's probabilities and content logits on the
-device. Weights narrower than the compute dtype (bfloat16 or float16 as stored, float32
-under float64) stay so on a GPU or TPU: JAX's type promotion casts each layer's slice to the
+auxiliary output) where the batch holds both at once; the batch is the number of sequences whose
+per-sequence work (``posbias.hf.memory``) fits the ``memory`` budget; the capture sums each batch's
+probabilities and content logits on the device. Weights narrower than the compute dtype (bfloat16 or
+float16 as stored, float32 under float64) stay so on a GPU or TPU: JAX's type promotion casts each layer's slice to the
 compute dtype inside the scan (an exact cast: the results equal those of weights cast up
 front), so LayerNorms, softmax and every product run in the compute dtype. On the CPU they
 are cast up front (``device_params``): XLA's CPU backend converts the whole scanned stack

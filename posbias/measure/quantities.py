@@ -246,6 +246,21 @@ def batches(sequences: np.ndarray, batch: int):
         yield sequences[i : i + batch]
 
 
+def _one_batch(capture, grad_fn, params, ids, report) -> tuple[tuple, dict]:
+    """One batch's capture tuple (``batch_capture``'s) and its scores by name ({} without ``grad_fn``): the capture
+    from ``capture``, or, where it is None, from ``grad_fn``'s result ("capture": one forward served both);
+    ``report(fraction)`` moves the progress bar within the batch (integrated gradients, node by node)."""
+    batch_captured = None if capture is None else capture(params, ids)
+    if grad_fn is None:
+        return batch_captured, {}
+    with within(report):
+        result = grad_fn(params, ids)
+    result = dict(result) if isinstance(result, dict) else {"grad": result}
+    if capture is None:
+        batch_captured = result.pop("capture")
+    return batch_captured, result
+
+
 def accumulate(
     capture,
     grad_fn,
@@ -284,20 +299,13 @@ def accumulate(
     for chunk in batches(sequences, batch):
         k = len(chunk)
         ids = jnp.asarray(chunk)
-        if capture is not None:
-            batch_captured = capture(params, ids)
-        if grad_fn is not None:
-            report = None if progress is None else (lambda f, at=done, k=k: progress(at + f * k, s))
-            with within(report):  # integrated gradients move the bar node by node within the batch
-                result = grad_fn(params, ids)
-            result = dict(result) if isinstance(result, dict) else {"grad": result}
-            if capture is None:  # one forward served both (posbias.hf.measure.step_fn)
-                batch_captured = result.pop("capture")
-            for name, values in result.items():
-                if name not in scores:
-                    scores[name] = np.zeros((s, *np.shape(values)[1:]))
-                scores[name][done : done + k] = np.asarray(values, np.float64)
-            del result
+        report = None if progress is None else (lambda f, at=done, k=k: progress(at + f * k, s))
+        batch_captured, result = _one_batch(capture, grad_fn, params, ids, report)
+        for name, values in result.items():
+            if name not in scores:
+                scores[name] = np.zeros((s, *np.shape(values)[1:]))
+            scores[name][done : done + k] = np.asarray(values, np.float64)
+        del result
         lm, lsq, pr, co, extra = batch_captured
         del batch_captured
         if lam_seq is None:
