@@ -272,13 +272,22 @@ def forward(  # noqa: C901 (embedding, blocks, capture; split the capture; issue
         cos, sin = (jnp.asarray(table, dtype) for table in rotary_tables(spec, n))
     distance = jnp.arange(n, dtype=jnp.int32)[:, None] - jnp.arange(n, dtype=jnp.int32)[None, :]  # as windows()
 
+    repeat = spec.heads // spec.groups
+
+    def grouped(h, w, b):
+        """Keys or values (H, N, d_head) of weights stored repeated per query head (``posbias.hf.weights``): each of
+        the G groups projected once (head i is group i // (H/G)), then repeated; the same numbers as projecting
+        all H heads, with G/H of the products."""
+        if repeat == 1:
+            return jnp.einsum("nd,dhk->hnk", h, w) + b[:, None, :]
+        return jnp.repeat(jnp.einsum("nd,dgk->gnk", h, w[:, ::repeat]) + b[::repeat, None, :], repeat, axis=0)
+
     def step(x, inputs):
         p, s, window = inputs
         p = _cast(p, dtype)
         h = x if spec.block == "post-ln" else _norm(x, p, "ln1", spec)
         q = jnp.einsum("nd,dhk->hnk", h, p["wq"]) + p["bq"][:, None, :]
-        k = jnp.einsum("nd,dhk->hnk", h, p["wk"]) + p["bk"][:, None, :]
-        v = jnp.einsum("nd,dhk->hnk", h, p["wv"]) + p["bv"][:, None, :]
+        k, v = (grouped(h, p["w" + name], p["b" + name]) for name in "kv")
         if spec.clip_qkv is not None:
             q, k, v = (jnp.clip(z, -spec.clip_qkv, spec.clip_qkv) for z in (q, k, v))
         if spec.rope is not None:
