@@ -73,6 +73,7 @@ def run_planted(tmp_path: Path, plant: str, *args: str, **limits: str) -> tuple[
     }
     env.pop("PYTEST_XDIST_WORKER", None)
     env.pop("POSBIAS_MEMORY_GUARD_DIR", None)
+    env.pop("PYTEST_ADDOPTS", None)  # the outer run's options (e.g. -q, which hides the counts read below)
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.memory_guard"]
     argv += ["--rootdir", str(tmp_path), *args, str(tmp_path / "test_planted.py")]
     done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
