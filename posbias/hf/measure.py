@@ -130,7 +130,9 @@ def device_params(params_np: dict, dtype, *, keep_narrow: bool | None = None) ->
     """The parameters as JAX arrays: those wider than the compute ``dtype`` cast down; narrower ones
     kept as given when ``keep_narrow`` (default: on every backend but the CPU, where XLA converts a
     scanned stack of narrow weights whole before the loop, so that keeping them would hold both
-    copies), else cast up here."""
+    copies), else cast up here. An array kept as given may be used in place rather than copied (on the
+    CPU, where its data is 64-byte aligned: ``posbias.hf.weights.params``'s stacks): ``params_np`` must not
+    be modified while the result is in use."""
     import jax
     import jax.numpy as jnp
 
@@ -140,7 +142,12 @@ def device_params(params_np: dict, dtype, *, keep_narrow: bool | None = None) ->
 
     def place(v):
         wider, narrower = np.dtype(v.dtype).itemsize > itemsize, np.dtype(v.dtype).itemsize < itemsize
-        return jnp.asarray(v, dtype) if wider or (narrower and not keep_narrow) else jnp.asarray(v)
+        if wider or (narrower and not keep_narrow):
+            return jnp.asarray(v, dtype)
+        try:
+            return jax.device_put(v, may_alias=True)
+        except TypeError:  # a JAX without may_alias: a copy
+            return jnp.asarray(v)
 
     return jax.tree_util.tree_map(place, params_np)
 

@@ -11,8 +11,8 @@ biases, the Llama biases config.json does not enable) as zeros; BERT's token-typ
 every position adds, folded into ``positions`` (summed in float32 or wider).
 
 Memory: the safetensors files are memory-mapped and a tensor is copied out only when read.
-Each stacked (T, ...) array is allocated once, when layer 0's tensor of that name arrives,
-and filled layer by layer, so the peak is the result (one model copy) plus the few tensors
+Each stacked (T, ...) array is allocated once (``ALIGNMENT``-byte aligned), when layer 0's tensor of
+that name arrives, and filled layer by layer, so the peak is the result (one model copy) plus the few tensors
 of one layer in flight (a fused QKV projection and its split), never a second stack.
 ``dtype=None`` keeps the stored dtype (bfloat16 and float16 stay as stored, NumPy /
 ``ml_dtypes`` arrays: a 7B bfloat16 checkpoint stays 14 GB; the forward promotes them to
@@ -25,6 +25,18 @@ import numpy as np
 
 from posbias.hf.checkpoint import Checkpoint, CheckpointError, read_tensor
 from posbias.hf.families import layer_norm_names, split_qkv
+
+ALIGNMENT = 64
+"""Bytes the stacked arrays' data is aligned to: XLA's CPU client then uses a NumPy array of the compute dtype in
+place instead of copying it (``posbias.hf.measure.device_params``)."""
+
+
+def aligned_empty(shape: tuple, dtype) -> np.ndarray:
+    """An uninitialised array whose data starts on an ``ALIGNMENT``-byte boundary (NumPy aligns to 16)."""
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    raw = np.empty(size + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    return raw[start : start + size].view(dtype).reshape(shape)
 
 
 def _cast(value: np.ndarray, dtype) -> np.ndarray:
@@ -127,7 +139,7 @@ def params(ckpt: Checkpoint, dtype=np.float32) -> dict:
     for t in range(spec.layers):
         for name, value in _layer(ckpt, t, dtype, embed.dtype):
             if t == 0:
-                blocks[name] = np.empty((spec.layers, *value.shape), value.dtype)
+                blocks[name] = aligned_empty((spec.layers, *value.shape), value.dtype)
             blocks[name][t] = value
     out = {"embed": embed, "blocks": blocks}
     get = _getter(ckpt, "", dtype, embed.dtype)

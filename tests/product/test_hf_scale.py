@@ -183,6 +183,24 @@ def test_bfloat16_weights_kept_narrow_compute_as_cast_up_front(tmp_path):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-15)
 
 
+def test_stacks_aligned_and_used_in_place_on_the_cpu():
+    """posbias.hf.weights.params allocates its stacks 64-byte aligned, and device_params uses a stack of the
+    compute dtype in place on the CPU (the same data pointer: no second copy of the weights); every array's
+    values are those given, and one cast (float32 -> float64) is a new array."""
+    ck = checkpoint.load(FIXTURES / "llama")
+    params = weights.params(ck, np.float32)
+    assert all(v.ctypes.data % weights.ALIGNMENT == 0 for v in params["blocks"].values())
+    placed = device_params(params, np.float32)
+    for name, value in params["blocks"].items():
+        assert placed["blocks"][name].unsafe_buffer_pointer() == value.ctypes.data, name
+        np.testing.assert_array_equal(np.asarray(placed["blocks"][name]), value)
+    np.testing.assert_array_equal(np.asarray(placed["embed"]), params["embed"])
+    with jax.enable_x64(True):
+        wide = device_params(params, np.float64)["blocks"]["wq"]
+        assert wide.dtype == np.float64 and wide.unsafe_buffer_pointer() != params["blocks"]["wq"].ctypes.data
+        np.testing.assert_array_equal(np.asarray(wide), params["blocks"]["wq"].astype(np.float64))
+
+
 # ---------------------------------------------------------------- the memory model against XLA
 
 
