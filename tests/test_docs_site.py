@@ -100,6 +100,7 @@ def test_benchmarks_page_shows_the_results_files(site):
     hf = json.loads((REPO / "benchmarks" / "results-hf.json").read_text())
     for run in hf["runs"]:
         assert f"{run['ratio_process_to_limit']:.4g}" in html
+        assert f"{run['ratio_process_to_counted_limit']:.4g}" in html
 
 
 def test_the_smollm2_page_shows_the_results_file(site):
