@@ -246,19 +246,27 @@ def batches(sequences: np.ndarray, batch: int):
         yield sequences[i : i + batch]
 
 
-def _one_batch(capture, grad_fn, params, ids, report) -> tuple[tuple, dict]:
-    """One batch's capture tuple (``batch_capture``'s) and its scores by name ({} without ``grad_fn``): the capture
-    from ``capture``, or, where it is None, from ``grad_fn``'s result ("capture": one forward served both);
-    ``report(fraction)`` moves the progress bar within the batch (integrated gradients, node by node)."""
-    batch_captured = None if capture is None else capture(params, ids)
-    if grad_fn is None:
-        return batch_captured, {}
-    with within(report):
-        result = grad_fn(params, ids)
-    result = dict(result) if isinstance(result, dict) else {"grad": result}
-    if capture is None:
-        batch_captured = result.pop("capture")
-    return batch_captured, result
+class _Totals:
+    """The host's running sums of the capture over batches (``accumulate``): float64, allocated at the first batch."""
+
+    def __init__(self, samples: int):
+        self.samples = samples
+        self.lam_seq = self.lam_sq = self.probs = self.content = None
+        self.extras: dict[str, np.ndarray] = {}
+
+    def add(self, batch_captured: tuple, at: int) -> None:
+        """Add one batch's ``batch_capture`` tuple, its sequences starting at ``at``."""
+        lm, lsq, pr, co, extra = batch_captured
+        if self.lam_seq is None:
+            self.lam_seq, self.lam_sq = np.zeros((self.samples, lm.shape[1])), np.zeros(lm.shape[1])
+            self.probs, self.content = np.zeros(pr.shape), np.zeros(co.shape)
+            self.extras = {name: np.zeros(np.shape(e)) for name, e in extra.items()}
+        for name, e in extra.items():
+            self.extras[name] += np.asarray(e)
+        self.lam_seq[at : at + len(lm)] = np.asarray(lm, np.float64)
+        self.lam_sq += np.asarray(lsq, np.float64).sum(axis=0)
+        self.probs += np.asarray(pr)  # in place: float64 += the compute dtype, no float64 copy
+        self.content += np.asarray(co)
 
 
 def accumulate(
@@ -292,37 +300,36 @@ def accumulate(
     if capture is None and grad_fn is None:
         raise ValueError("accumulate: no capture: pass capture, or a grad_fn whose forward captures")
     s, n = sequences.shape
-    lam_seq = lam_sq = probs_sum = content_sum = None
-    sums: dict[str, np.ndarray] = {}
+    totals = _Totals(s)
     scores: dict[str, np.ndarray] = {}
     done = 0
     for chunk in batches(sequences, batch):
         k = len(chunk)
         ids = jnp.asarray(chunk)
-        report = None if progress is None else (lambda f, at=done, k=k: progress(at + f * k, s))
-        batch_captured, result = _one_batch(capture, grad_fn, params, ids, report)
-        for name, values in result.items():
-            if name not in scores:
-                scores[name] = np.zeros((s, *np.shape(values)[1:]))
-            scores[name][done : done + k] = np.asarray(values, np.float64)
-        del result
-        lm, lsq, pr, co, extra = batch_captured
-        del batch_captured
-        if lam_seq is None:
-            lam_seq, lam_sq = np.zeros((s, lm.shape[1])), np.zeros(lm.shape[1])
-            probs_sum, content_sum = np.zeros(pr.shape), np.zeros(co.shape)
-            sums = {name: np.zeros(np.shape(e)) for name, e in extra.items()}
-        for name, e in extra.items():
-            sums[name] += np.asarray(e)
-        lam_seq[done : done + k] = np.asarray(lm, np.float64)
-        lam_sq += np.asarray(lsq, np.float64).sum(axis=0)
-        probs_sum += np.asarray(pr)  # in place: float64 += the compute dtype, no float64 copy
-        del pr
-        content_sum += np.asarray(co)
-        del co, extra
+        if capture is not None:  # added (and its device sums released) before the gradient runs
+            totals.add(capture(params, ids), done)
+        if grad_fn is not None:
+            report = None if progress is None else (lambda f, at=done, k=k: progress(at + f * k, s))
+            with within(report):  # integrated gradients move the bar node by node within the batch
+                result = grad_fn(params, ids)
+            result = dict(result) if isinstance(result, dict) else {"grad": result}
+            if capture is None:  # one forward served both (posbias.measure.influence.batch_fn's capture)
+                totals.add(result.pop("capture"), done)
+            for name, values in result.items():
+                if name not in scores:
+                    scores[name] = np.zeros((s, *np.shape(values)[1:]))
+                scores[name][done : done + k] = np.asarray(values, np.float64)
+            del result
         done += k
         if progress is not None:
             progress(done, s)
+    lam_seq, lam_sq, probs_sum, content_sum, sums = (
+        totals.lam_seq,
+        totals.lam_sq,
+        totals.probs,
+        totals.content,
+        totals.extras,
+    )
     x64 = precision == "float64"
     out_dtype = np.float64 if x64 else np.float32
     lambdas = lam_seq.mean(axis=0)
