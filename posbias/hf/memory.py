@@ -37,6 +37,9 @@ encoder's influence adds the D x D identity it pulls back row by row) and, for a
 B > 1 sequences, its batch ``sums`` c 2 T H N^2 (for B = 1 XLA returns the one sequence's
 arrays as the sum: no second buffer).
 
+Where a language model's capture is read from the influence gradient's own forward (``one_forward``, one
+function holding both), a sequence costs (b) + (c); else the larger of the two, as they run one after the other.
+
 The counts are upper bounds on what XLA allocates: tests/product/test_hf_scale.py compiles the
 jitted functions on the committed fixtures and reads XLA's own ``memory_analysis()``.
 A batch of B sequences needs B times the per-sequence figure; ``batch_size`` fits B to a
