@@ -194,8 +194,10 @@ class CheckpointBackend:
                 tied=self.tied,
                 what=f"posbias {'measure' if self.options.verb == 'measured' else 'validate'} of {self.ck.folder}",
             )
-            estimate = {"host": p.host, "device": p.device, "batch": p.batch, "remat": p.remat}
-            out[n] = Plan(p.batch, {**estimate, "one_forward": p.one_forward})
+            out[n] = Plan(
+                p.batch,
+                {"host": p.host, "device": p.device, "batch": p.batch, "remat": p.remat, "one_forward": p.one_forward},
+            )
             self._gradient[n] = (p.remat, p.one_forward)
         return out
 

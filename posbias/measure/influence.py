@@ -286,13 +286,10 @@ def batch_fn(
         encoder=encoder,
         capture=capture,
     )
-    if occluding:
-        mapped = lambda params, ids: jax.lax.map(lambda row: one(params, row), ids)  # noqa: E731
-    else:
-        mapped = jax.vmap(one, in_axes=(None, 0))
+    vmapped = jax.vmap(one, in_axes=(None, 0))
 
     def summed(params, ids):
-        out = mapped(params, ids)
+        out = jax.lax.map(lambda row: one(params, row), ids) if occluding else vmapped(params, ids)
         return out if capture is None else {**out, "capture": batch_sums(out["capture"])}
 
     main = jax.jit(summed)
