@@ -59,6 +59,8 @@ from pathlib import Path
 
 CHILD = r"""
 import json, resource, sys, time
+from posbias.runtime.pages import prefer_small_pages
+prefer_small_pages()  # as the console script does (posbias.entry) before NumPy is imported
 from posbias.hf import measure as jax_route, torch_backend
 timing = {}
 

@@ -14,6 +14,7 @@ import signal
 import sys
 
 from posbias.runtime.interrupt import EXIT_INTERRUPTED  # standard library only, as this module
+from posbias.runtime.pages import prefer_small_pages
 
 
 def _interrupted_while_starting(signum, frame) -> None:
@@ -23,6 +24,7 @@ def _interrupted_while_starting(signum, frame) -> None:
 
 def main() -> int:
     signal.signal(signal.SIGINT, _interrupted_while_starting)
+    prefer_small_pages()  # before NumPy is imported: it reads the switch then
     from posbias.cli import main as command
 
     signal.signal(signal.SIGINT, signal.default_int_handler)

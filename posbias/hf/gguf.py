@@ -217,6 +217,8 @@ class GGUFCheckpoint(Checkpoint):
         """The tensor of full Hugging Face name ``full`` (module docstring: dequantized, un-permuted)."""
         from gguf.quants import dequantize
 
+        from posbias.hf import gguf_blocks
+
         if full not in self.files:
             raise CheckpointError(
                 f"{self.folder}: tensor {full} is missing (a {self.spec.model_type} checkpoint should have it)"
@@ -224,9 +226,12 @@ class GGUFCheckpoint(Checkpoint):
         t = self.files[full]
         self.read.add(full)
         shape = tuple(reversed(t.shape))
-        # a quantized type dequantizes to a new float32 array, kept as it is; F32 comes back as a read-only view of
-        # the memory map and F16 (and BF16) in its own dtype: copied, so that every tensor is a float32 array of its own
-        values = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+        # a quantized type dequantizes to a new float32 array (Q8_0, Q4_0, Q4_1 whole by posbias.hf.gguf_blocks, the
+        # rest by gguf), kept as it is; F32 comes back as a read-only view of the memory map and F16 (and BF16) in its
+        # own dtype: copied, so that every tensor is a float32 array of its own
+        values = gguf_blocks.dequantize(t.data, t.tensor_type.name)
+        if values is None:
+            values = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
         if not values.flags.writeable or not values.flags.c_contiguous:
             values = values.copy()
         values = values.reshape(shape)

@@ -61,6 +61,21 @@ def test_the_file_reads_as_gguf_reader_reads_it():
     assert_same_as_gguf_reader(smollm2.path())
 
 
+def test_every_tensor_decodes_as_the_gguf_package_decodes_it(ck):
+    """posbias.hf.gguf_blocks (Q4_1, Q8_0 decoded whole) against gguf.quants.dequantize on all 272 tensors."""
+    from gguf.quants import dequantize
+
+    from posbias.hf import gguf_blocks
+
+    decoded = 0
+    for t in ck.files.values():
+        ours = gguf_blocks.dequantize(t.data, t.tensor_type.name)
+        if ours is not None:
+            np.testing.assert_array_equal(ours, np.asarray(dequantize(t.data, t.tensor_type)).reshape(-1))
+            decoded += 1
+    assert decoded == 211  # 210 Q4_1 matrices and the Q8_0 embedding; the 61 F32 norms are gguf's
+
+
 def test_measure_on_the_real_model(tmp_path):
     from posbias.cli import main
 
