@@ -40,11 +40,11 @@ class TransformersBackend:
 
         self.path, self.options = Path(path), options
         self.tokenizer = tokenizer_of(self.path)
+        self.text = data.read_text(options.data)  # a bad --data refused before transformers is imported (~4 s)
         self.read = read_config(self.path)  # the input is checked in full before any weight is read
         config = self.config = self.read[0]
         layout_of(config.model_type, str(self.path))
         check_for(options.influence, encoder=False, model=config.model_type)  # the backend's decoders
-        self.text = data.read_text(options.data)
         self.source = str(self.path)
         self.layers, self.heads = int(config.num_hidden_layers), int(config.num_attention_heads)
         self.width, self.vocab = int(config.hidden_size), int(config.vocab_size)
