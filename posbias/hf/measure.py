@@ -42,7 +42,7 @@ import dataclasses
 import numpy as np
 
 from posbias.hf.families import Spec
-from posbias.hf.memory import batch_size, estimate
+from posbias.hf.memory import batch_size, estimate, frobenius_chunk
 from posbias.measure.influence import as_influence
 from posbias.measure.quantities import (
     MeasureError,
@@ -81,10 +81,8 @@ def influence_fn(
     (default: the gradient norm ||d p_top1 / d e_j||_2 at the last position alone); for an encoder without a
     language-model head (``spec.lm_head`` false) "grad" is the Frobenius norm ||d y / d e_j||_F of the
     final hidden state y (D,) at the last position, as sqrt(sum_d ||d y_d / d e_j||^2) over D
-    vector-Jacobian products taken one at a time, and the other measures are those of an encoder in
+    vector-Jacobian products (``frobenius_fn``), and the other measures are those of an encoder in
     ``posbias.measure.influence`` (f = u . y; occlusion-shift), the occlusions of a distribution refused."""
-    import jax
-    import jax.numpy as jnp
 
     from posbias.hf.forward import forward
     from posbias.measure.influence import Influence, batch_fn
@@ -106,24 +104,42 @@ def influence_fn(
         return batch_fn(last_output, influence, num_tokens, batch, embed=embed, capture=capture)
     extra = batch_fn(last_output, influence, num_tokens, batch, embed=embed, encoder=True) if influence.extra else None
 
-    def frobenius(params, ids):
-        embedded = embed(params, ids)
-        y, pullback = jax.vjp(lambda e: last_output(params, ids, e), embedded)
-
-        def add(total, basis):
-            (g,) = pullback(basis)
-            return total + (g**2).sum(axis=-1), None
-
-        total, _ = jax.lax.scan(add, jnp.zeros(embedded.shape[0], dtype), jnp.eye(y.shape[0], dtype=dtype))
-        return jnp.sqrt(total)
-
-    frobenius_batch = jax.jit(jax.vmap(frobenius, in_axes=(None, 0)))
+    frobenius_batch = frobenius_fn(spec, dtype, remat)
 
     def with_frobenius(params, ids):  # extra drives integrated gradients from the host: not jitted whole
         others = {} if extra is None else extra(params, ids)
         return {**others, "grad": frobenius_batch(params, ids)}
 
     return with_frobenius
+
+
+def frobenius_fn(spec: Spec, dtype=np.float32, remat: bool = True):
+    """jit: (params, (B, N) ids) -> (B, N) an encoder's ||d y / d e_j||_F, y (D,) the final hidden state at the last
+    position: sqrt(sum_d ||d y_d / d e_j||^2) from the D basis rows pulled back through one ``jax.vjp``,
+    ``posbias.hf.memory.frobenius_chunk`` rows at a time (a vmapped pullback: products of k N rows; zero rows pad
+    the last chunk, and a zero cotangent pulls back to 0 exactly)."""
+    import jax
+    import jax.numpy as jnp
+
+    from posbias.hf.forward import forward
+
+    def frobenius(params, ids):
+        embedded = params["embed"][ids].astype(dtype)
+        y, pullback = jax.vjp(
+            lambda e: forward(params, ids, spec, embedded=e, remat=remat, last_only=True)[-1], embedded
+        )
+        d = y.shape[0]
+        k = frobenius_chunk(spec, embedded.shape[0], np.dtype(dtype).itemsize)
+        basis = jnp.eye(-(-d // k) * k, d, dtype=dtype).reshape(-1, k, d)
+
+        def add(total, rows):
+            (g,) = jax.vmap(pullback)(rows)  # (k, N, D)
+            return total + (g**2).sum(axis=(0, -1)), None
+
+        total, _ = jax.lax.scan(add, jnp.zeros(embedded.shape[0], dtype), basis)
+        return jnp.sqrt(total)
+
+    return jax.jit(jax.vmap(frobenius, in_axes=(None, 0)))
 
 
 def device_params(params_np: dict, dtype, *, keep_narrow: bool | None = None) -> dict:

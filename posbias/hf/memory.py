@@ -33,7 +33,8 @@ MLP output; the MLP's pre-activation and activation. ``residuals`` = c (2 H N^2 
 also rotated) and 4 N F (gate and up pre-activations, the SiLU, their product) in place of
 2 N F in ``block``, 10 N F in ``residuals``. Every call also holds a ``workspace`` c (V D + L) (the output embedding
 and one layer's weights in the compute dtype, upcast or sliced for the matrix products; an
-encoder's influence adds the D x D identity it pulls back row by row) and, for a capture of
+encoder's influence adds the D x D identity it pulls back, k rows at a time: ``frobenius_chunk``, which adds
+c (k - 1) ``block`` to (c), at most ``FROBENIUS_CHUNK_BYTES``) and, for a capture of
 B > 1 sequences, its batch ``sums`` c 2 T H N^2 (for B = 1 XLA returns the one sequence's
 arrays as the sum: no second buffer).
 
@@ -194,6 +195,19 @@ def _residuals(spec: Spec, n: int) -> int:
     return 2 * h * n * n + 2 * h * n + _vectors(spec, n) + (10 if spec.glu else 8) * n * spec.mlp
 
 
+FROBENIUS_CHUNK_BYTES = 64 * 2**20
+"""An encoder's influence pulls its D cotangent rows back ``frobenius_chunk`` at a time (one vmapped pullback:
+products of k N rows instead of N); each row beyond the first is counted as one block's cotangents (XLA
+allocates 0.34 to 0.42 of one on the BERT fixture), kept within this many bytes per sequence."""
+
+
+def frobenius_chunk(spec: Spec, num_tokens: int, compute_itemsize: int) -> int:
+    """k, the cotangent rows an encoder's Frobenius norm pulls back at once (``posbias.hf.measure.influence_fn``):
+    1 + FROBENIUS_CHUNK_BYTES // (c block), at most D."""
+    extra = compute_itemsize * _block(spec, num_tokens)
+    return int(min(spec.width, 1 + FROBENIUS_CHUNK_BYTES // extra))
+
+
 def estimate(
     spec: Spec, num_tokens: int, compute_itemsize: int = 4, weight_itemsize: int | None = None, *, tied: bool = False
 ) -> Estimate:
@@ -207,12 +221,14 @@ def estimate(
     kept = (t + 2) * n * d
     logits = v  # the last position's row only (forward(..., last_only=True))
     weights = v * d + _layer_weights(spec)
+    # an encoder's k cotangent rows at once: (k - 1) more rows' cotangents, a block's worth each
+    chunk = 0 if spec.lm_head else (frobenius_chunk(spec, n, c) - 1) * _block(spec, n)
     return Estimate(
         params=params_bytes(spec, c if weight_itemsize is None else weight_itemsize, tied=tied),
         capture=c
         * (2 * stacked + 2 * t * n * d + t * n * n + 2 * h * n * n + n * h * h + _block(spec, n) + 2 * n * d + logits),
-        gradient=c * (kept + 2 * _block(spec, n) + 2 * logits),
-        gradient_no_remat=c * (kept + t * _residuals(spec, n) + 2 * _block(spec, n) + 2 * logits),
+        gradient=c * (kept + 2 * _block(spec, n) + 2 * logits + chunk),
+        gradient_no_remat=c * (kept + t * _residuals(spec, n) + 2 * _block(spec, n) + 2 * logits + chunk),
         workspace=c * (weights + (0 if spec.lm_head else d * d)),
         sums=c * 2 * stacked,
         host=FLOAT64 * 2 * stacked + c * stacked,

@@ -23,7 +23,7 @@ import pytest
 
 from posbias.hf import checkpoint, weights
 from posbias.hf.forward import forward, softmax_scales
-from posbias.hf.measure import capture_fn, device_params, influence_fn, measure
+from posbias.hf.measure import capture_fn, device_params, frobenius_fn, influence_fn, measure
 from posbias.hf.memory import estimate, params_bytes
 from posbias.measure.quantities import content_fit
 
@@ -213,6 +213,7 @@ def _xla_bytes(family: str, kind: str, batch: int, n: int) -> tuple[int, int]:
     fn = {
         "capture": capture_fn,
         "gradient": influence_fn,
+        "encoder gradient": frobenius_fn,
         "plain": _plain_gradient,
         "product plain": functools.partial(influence_fn, remat=False),
         "one forward": functools.partial(influence_fn, one_forward=True),
@@ -250,6 +251,27 @@ def test_memory_estimate_bounds_xla_within_4x(family, sizes):
             assert xla <= predicted <= 4 * xla, (family, kind, n, batch, xla, predicted)
             # XLA drops the arguments a function does not read (the capture's final LayerNorm)
             assert est.params - 4 * 2 * spec.width <= arguments - 4 * batch * n <= est.params
+
+
+@pytest.mark.parametrize("n, batch", [(8, 1), (16, 2)])
+def test_encoder_gradient_estimate_bounds_xla_within_4x(n, batch):
+    """BERT fixture, float32: the Frobenius norm's D cotangent rows pulled back frobenius_chunk at a time (here
+    all D = 32 at once, and at a chunk of 5 with the budget lowered) stay within the rematerialised gradient's
+    estimate: XLA's temp + output <= estimate <= 4 x XLA's."""
+    from posbias.hf import memory
+
+    spec = checkpoint.load(FIXTURES / "bert").spec
+    assert not spec.lm_head and memory.frobenius_chunk(spec, n, 4) == spec.width
+    for chunk_bytes in (memory.FROBENIUS_CHUNK_BYTES, 4 * memory._block(spec, n) * 4):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(memory, "FROBENIUS_CHUNK_BYTES", chunk_bytes)
+            k = memory.frobenius_chunk(spec, n, 4)
+            est = estimate(spec, n, 4, tied=True)
+            _xla_bytes.cache_clear()
+            xla, _ = _xla_bytes("bert", "encoder gradient", batch, n)
+        predicted = est.workspace + batch * est.gradient
+        assert xla <= predicted <= 4 * xla, (k, n, batch, xla, predicted)
+    assert k == 5
 
 
 def test_remat_lowers_xla_gradient_memory():
@@ -369,7 +391,9 @@ def test_plan_takes_each_saving_the_same_batch_fits():
     no_influence = plan(spec, n, s, c, 0, (fixed + s * both_plain, "test"), influence=False)
     assert (no_influence.remat, no_influence.one_forward) == (True, False)  # no gradient: the defaults
     encoder = dataclasses.replace(spec, lm_head=False)
-    assert not plan(encoder, n, s, c, 0, (fixed + s * both_plain, "test")).one_forward  # an encoder's: separate
+    enc = estimate(encoder, n, c, tied=True)  # its gradient counts the Frobenius norm's chunk of cotangent rows
+    room = host + enc.params + enc.workspace + enc.sums + s * (enc.capture + enc.gradient_no_remat)
+    assert not plan(encoder, n, s, c, 0, (room, "test")).one_forward  # an encoder's: separate
 
 
 def test_seven_billion_figures_from_shapes():
