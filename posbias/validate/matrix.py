@@ -46,7 +46,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from posbias.distances import average_ranks
 from posbias.errors import UserError
 
 VIEWS = ("all", "without_token_0")
@@ -116,7 +115,11 @@ def _tv(p: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 
 def _centred_ranks(rows: np.ndarray) -> np.ndarray:
-    ranks = np.array([average_ranks(r) for r in np.atleast_2d(rows)])
+    """Each row's average ranks (ties share the mean of their ranks: ``posbias.distances.average_ranks``, here
+    scipy's ``rankdata`` over all rows at once; ranks are halves, exact in float64), minus the row's mean."""
+    from scipy.stats import rankdata
+
+    ranks = rankdata(np.atleast_2d(rows), axis=-1)
     return ranks - ranks.mean(axis=-1, keepdims=True)
 
 
@@ -127,13 +130,15 @@ def _spearman(ranks_p: np.ndarray, ranks_q: np.ndarray) -> np.ndarray:
         return np.where(denom > 0, (ranks_p @ ranks_q) / np.where(denom > 0, denom, 1.0), np.nan)
 
 
-def _scores(point: np.ndarray, resampled: np.ndarray, q: np.ndarray, bootstrap: Bootstrap) -> tuple[dict, np.ndarray]:
-    """One prediction q against one measured profile: point scores and their intervals, and the (B,) resampled W1
-    (for the paired differences)."""
+def _scores(measured: tuple, q: np.ndarray, bootstrap: Bootstrap) -> tuple[dict, np.ndarray]:
+    """One prediction q against one measured profile, ``measured`` = (point (N,), resampled (B, N), and their
+    ``_centred_ranks``, computed once for every prediction): point scores and their intervals, and the (B,)
+    resampled W1 (for the paired differences)."""
+    point, resampled, ranks_point, ranks_resampled = measured
     rq = _centred_ranks(q)[0]
     w1_b, tv_b = _w1(resampled, q), _tv(resampled, q)
-    rho_point = float(_spearman(_centred_ranks(point), rq)[0])
-    rho_b = _spearman(_centred_ranks(resampled), rq)
+    rho_point = float(_spearman(ranks_point, rq)[0])
+    rho_b = _spearman(ranks_resampled, rq)
     row = {
         "w1": float(_w1(point, q)),
         "w1_ci": bootstrap.interval(w1_b),
@@ -183,8 +188,9 @@ def score_matrix(
             if start >= n:
                 continue
             p, rs = (point, resampled) if start == 0 else (restrict(point, start), restrict(resampled, start))
+            measured = (p, rs, _centred_ranks(p), _centred_ranks(rs))
             scored = {
-                k: _scores(p, rs, q if start == 0 else restrict(q, start), bootstrap) for k, q in profiles.items()
+                k: _scores(measured, q if start == 0 else restrict(q, start), bootstrap) for k, q in profiles.items()
             }
             flat, flat_b = scored["flat"]
             rows = {}
