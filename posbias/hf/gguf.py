@@ -49,7 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
-from posbias.hf import gguf_file
+from posbias.hf import gguf_blocks, gguf_file
 from posbias.hf.checkpoint import Checkpoint, CheckpointError
 from posbias.hf.families import UnsupportedModel, family_of, spec_of
 
@@ -216,8 +216,6 @@ class GGUFCheckpoint(Checkpoint):
     def top_level(self, full: str) -> np.ndarray:
         """The tensor of full Hugging Face name ``full`` (module docstring: dequantized, un-permuted)."""
         from gguf.quants import dequantize
-
-        from posbias.hf import gguf_blocks
 
         if full not in self.files:
             raise CheckpointError(

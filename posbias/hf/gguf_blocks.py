@@ -13,10 +13,9 @@ Every other type goes to ``gguf``. The formats, per block of 32 values (GGML's `
 * Q4_1, 20 bytes: scale d, minimum m, then 16 bytes of codes:    x_i = d c_i + m;
 
 where code c_i, i < 16, is the low nibble of byte i and c_(16 + i) its high nibble. The arithmetic is
-gguf's, in float32 in the same order, so the values are the same bit for bit (a non-finite scale gives
-non-finite values, without a warning: ``posbias.hf.weights`` refuses them)
-(tests/product/test_gguf_blocks.py compares them with ``gguf.quants.dequantize`` on random blocks,
-non-finite scales included).
+gguf's, in float32 in the same order, so the values are the same bit for bit: tests/product/test_gguf_blocks.py
+compares them with ``gguf.quants.dequantize`` on random blocks, non-finite scales included (a non-finite
+scale gives non-finite values, without a warning here: ``posbias.hf.weights`` refuses them).
 """
 
 from __future__ import annotations

@@ -117,7 +117,8 @@ def frobenius_fn(spec: Spec, dtype=np.float32, remat: bool = True):
     """jit: (params, (B, N) ids) -> (B, N) an encoder's ||d y / d e_j||_F, y (D,) the final hidden state at the last
     position: sqrt(sum_d ||d y_d / d e_j||^2) from the D basis rows pulled back through one ``jax.vjp``,
     ``posbias.hf.memory.frobenius_chunk`` rows at a time (a vmapped pullback: products of k N rows; zero rows pad
-    the last chunk, and a zero cotangent pulls back to 0 exactly)."""
+    the last chunk, and a zero cotangent pulls back to 0 exactly). The D squared norms are summed in the compute
+    dtype, a chunk at a time: relative error about D eps before the square root halves it."""
     import jax
     import jax.numpy as jnp
 

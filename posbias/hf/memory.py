@@ -202,7 +202,7 @@ allocates 0.34 to 0.42 of one on the BERT fixture), kept within this many bytes 
 
 
 def frobenius_chunk(spec: Spec, num_tokens: int, compute_itemsize: int) -> int:
-    """k, the cotangent rows an encoder's Frobenius norm pulls back at once (``posbias.hf.measure.influence_fn``):
+    """k, the cotangent rows an encoder's Frobenius norm pulls back at once (``posbias.hf.measure.frobenius_fn``):
     1 + FROBENIUS_CHUNK_BYTES // (c block), at most D."""
     extra = compute_itemsize * _block(spec, num_tokens)
     return int(min(spec.width, 1 + FROBENIUS_CHUNK_BYTES // extra))

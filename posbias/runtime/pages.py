@@ -7,9 +7,9 @@ page, synchronously, and where it cannot (a virtual machine whose memory is frag
 page fault pays for the attempt. Measured on this project's machine (2026-12-08, `AnonHugePages` 0 kB: no huge
 page was ever obtained): filling a fresh 480 MB float32 array took 0.87 s with the advice and 0.27 s without it,
 and a ``posbias measure`` of SmolLM2 allocates its weights (0.5 GB in float32, 1 GB in float64) afresh in every
-process. Where huge pages are granted the advice saves TLB misses, a few percent at most for posbias's
-array-at-a-time work, so the command turns it off unless the user has chosen (``NUMPY_MADVISE_HUGEPAGE``,
-NumPy's own switch: ``1`` keeps the advice).
+process. Where huge pages are granted the advice mainly saves TLB misses (not measured here: this machine
+grants none); the command turns it off unless the user has chosen (``NUMPY_MADVISE_HUGEPAGE``, NumPy's own
+switch: ``1`` keeps the advice).
 
 The switch is read when NumPy is imported, so :func:`prefer_small_pages` must run before it (the console
 script, ``posbias.entry``, calls it first). A Python program that imports posbias is left as NumPy set it up:
