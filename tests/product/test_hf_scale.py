@@ -470,6 +470,13 @@ def test_encoder_influence_is_the_jacobian_frobenius_norm_and_fit_reads_every_en
         jac = jax.jacfwd(lambda e: forward(p, ids, spec, embedded=e)[-1])(jnp.asarray(p["embed"][ids]))
     norms = np.sqrt((np.asarray(jac) ** 2).sum(axis=(0, 2)))  # (D, N, D) -> (N,)
     np.testing.assert_allclose(m.grad_norms[0], norms, rtol=1e-10)
+    from posbias.hf import memory
+
+    with pytest.MonkeyPatch.context() as mp:  # 5 rows at a time: 6 chunks and a last one padded with 3 zero rows
+        mp.setattr(memory, "FROBENIUS_CHUNK_BYTES", 4 * 8 * memory._block(spec, 6))
+        assert memory.frobenius_chunk(spec, 6, 8) == 5 and spec.width % 5 != 0
+        chunked = measure(p, spec, ids[None])
+    np.testing.assert_allclose(chunked.grad_norms[0], norms, rtol=1e-10)
     b, d, _ = _lstsq_fit(m.content_mean, np.ones((6, 6), bool))
     np.testing.assert_allclose(m.content.background_raw, b, atol=1e-12)
     np.testing.assert_allclose(m.content.diagonal_raw, d, atol=1e-12)
