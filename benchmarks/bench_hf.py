@@ -261,8 +261,8 @@ def main() -> None:
         result["matmul_flops_per_s"] = rates
         result["matmul_flops_per_s_before_after"] = {d: [rates_before[d], rates_after[d]] for d in rates}
         for run in runs:
-            precision, influence = run["precision"], run["influence"] if run["influence"] != "grad" else None
-            occlusion = per_sequence["occlusion"] if influence else 0
+            precision = run["precision"]
+            occlusion = per_sequence["occlusion"] if run["influence"] == "occlusion" else 0
             total = args.samples * (per_sequence["measure"] + occlusion)
             run["flops"] = total
             run["flop_limit_s"] = total / rates[precision]

@@ -83,17 +83,11 @@ def influence_fn(
     final hidden state y (D,) at the last position, as sqrt(sum_d ||d y_d / d e_j||^2) over D
     vector-Jacobian products (``frobenius_fn``), and the other measures are those of an encoder in
     ``posbias.measure.influence`` (f = u . y; occlusion-shift), the occlusions of a distribution refused."""
-
     from posbias.hf.forward import forward
     from posbias.measure.influence import Influence, batch_fn
 
     influence = influence or Influence()
-
-    def last_output(params, ids, embedded):  # next-token logits (V,), or an encoder's final hidden state (D,)
-        return forward(params, ids, spec, embedded=embedded, remat=remat, last_only=True)[-1]
-
-    def embed(params, ids):
-        return params["embed"][ids].astype(dtype)
+    last_output, embed = _last_output(spec, remat), _embedder(dtype)
 
     def captured_output(params, ids, embedded):  # the same forward, capturing: (logits (V,), captured tuple)
         logits, cap = forward(params, ids, spec, capture=True, embedded=embedded, remat=remat, last_only=True)
@@ -113,6 +107,25 @@ def influence_fn(
     return with_frobenius
 
 
+def _last_output(spec: Spec, remat: bool):
+    """(params, ids, embedded) -> the last position's next-token logits (V,), or an encoder's last hidden state (D,)."""
+    from posbias.hf.forward import forward
+
+    def last_output(params, ids, embedded):
+        return forward(params, ids, spec, embedded=embedded, remat=remat, last_only=True)[-1]
+
+    return last_output
+
+
+def _embedder(dtype):
+    """(params, ids) -> the token embeddings (N, D) in the compute dtype."""
+
+    def embed(params, ids):
+        return params["embed"][ids].astype(dtype)
+
+    return embed
+
+
 def frobenius_fn(spec: Spec, dtype=np.float32, remat: bool = True):
     """jit: (params, (B, N) ids) -> (B, N) an encoder's ||d y / d e_j||_F, y (D,) the final hidden state at the last
     position: sqrt(sum_d ||d y_d / d e_j||^2) from the D basis rows pulled back through one ``jax.vjp``,
@@ -122,13 +135,11 @@ def frobenius_fn(spec: Spec, dtype=np.float32, remat: bool = True):
     import jax
     import jax.numpy as jnp
 
-    from posbias.hf.forward import forward
+    last_output, embed = _last_output(spec, remat), _embedder(dtype)
 
     def frobenius(params, ids):
-        embedded = params["embed"][ids].astype(dtype)
-        y, pullback = jax.vjp(
-            lambda e: forward(params, ids, spec, embedded=e, remat=remat, last_only=True)[-1], embedded
-        )
+        embedded = embed(params, ids)
+        y, pullback = jax.vjp(lambda e: last_output(params, ids, e), embedded)
         d = y.shape[0]
         k = frobenius_chunk(spec, embedded.shape[0], np.dtype(dtype).itemsize)
         basis = jnp.eye(-(-d // k) * k, d, dtype=dtype).reshape(-1, k, d)

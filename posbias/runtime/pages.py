@@ -23,11 +23,6 @@ import os
 NUMPY_SWITCH = "NUMPY_MADVISE_HUGEPAGE"
 
 
-def prefer_small_pages() -> bool:
-    """Set ``NUMPY_MADVISE_HUGEPAGE=0`` unless the environment sets it; True if this call set it.
-
-    Has no effect on a NumPy already imported in this process."""
-    if NUMPY_SWITCH in os.environ:
-        return False
-    os.environ[NUMPY_SWITCH] = "0"
-    return True
+def prefer_small_pages() -> None:
+    """Set ``NUMPY_MADVISE_HUGEPAGE=0`` unless the environment sets it (no effect on a NumPy already imported)."""
+    os.environ.setdefault(NUMPY_SWITCH, "0")
